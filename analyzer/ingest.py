@@ -1,0 +1,124 @@
+"""Parse every input (in parallel) into frames: the per-line index and the parsers' tables.
+
+One input goes bytes -> envelope -> every applicable parser -> tables stamped with
+``input_id``. Nothing here decides ranks or attempts (``analyzer.identity`` does, over all
+inputs at once). A file that cannot be read yields a message naming it and the reason;
+the others are still analysed.
+"""
+
+from __future__ import annotations
+
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import polars as pl
+
+import parsers
+from analyzer.discover import InputError, InputFile, read_bytes, sniff
+from parsers.lines import envelope
+
+
+@dataclass
+class FileResult:
+    input_id: int
+    item: InputFile
+    lines: pl.DataFrame | None = None
+    tables: dict[str, pl.DataFrame] = field(default_factory=dict)
+    error: str | None = None
+
+
+@dataclass
+class Parsed:
+    inputs: pl.DataFrame
+    lines: pl.DataFrame
+    tables: dict[str, pl.DataFrame]
+    messages: list[str]
+    items: list[InputFile]
+
+
+def parse_file(input_id: int, item: InputFile) -> FileResult:
+    result = FileResult(input_id, item)
+    try:
+        data = read_bytes(item)
+        item.kind = sniff(item, data)
+    except InputError as exc:
+        item.kind = "skipped"
+        result.error = str(exc)
+        return result
+    except OSError as exc:
+        item.kind = "skipped"
+        result.error = f"{item.display}: cannot read: {exc.strerror or exc}"
+        return result
+    lines = envelope(data)
+    if item.kind == "log" and getattr(parsers.envdump, "looks_like_env_dump", lambda _l: False)(lines):
+        item.kind = "env"
+    chosen = parsers.ENV_PARSERS if item.kind == "env" else parsers.LOG_PARSERS
+    kind = pl.Series("kind", [None] * len(lines), dtype=pl.String)
+    for module in chosen:
+        try:
+            parsed = module.parse(lines)
+        except Exception as exc:  # a parser bug must not cost the rest of the run
+            item.problems.append(f"parser {module.NAME} failed ({type(exc).__name__}: {exc}); "
+                                 "its lines are counted as unparsed")
+            continue
+        for name, frame in parsed.tables.items():
+            if frame.is_empty():
+                continue
+            frame = frame.with_columns(input_id=pl.lit(input_id, dtype=pl.UInt32), parser=pl.lit(module.NAME))
+            result.tables.setdefault(name, []).append(frame)
+        if len(parsed.consumed):
+            hit = lines["line_no"].is_in(parsed.consumed.implode())
+            kind = pl.select(pl.when(hit & kind.is_null()).then(pl.lit(module.NAME)).otherwise(kind)).to_series()
+    # Blank lines are understood (NCCL puts one before every WARN): they count as parsed.
+    blank = lines["text"].str.strip_chars() == ""
+    kind = pl.select(pl.when(kind.is_null() & blank).then(pl.lit("blank")).otherwise(kind)).to_series()
+    result.lines = lines.with_columns(kind=kind, input_id=pl.lit(input_id, dtype=pl.UInt32))
+    result.tables = {name: pl.concat(frames, how="diagonal_relaxed") for name, frames in result.tables.items()}
+    return result
+
+
+def parse_all(items: list[InputFile], workers: int | None = None, progress: bool = False) -> Parsed:
+    """Parse inputs in parallel (Polars releases the GIL); results come back in input order."""
+    workers = workers or min(8, max(1, len(items)))
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        results = []
+        for done, result in enumerate(pool.map(lambda pair: parse_file(*pair), enumerate(items)), 1):
+            results.append(result)
+            if progress:
+                print(f"\rparsed {done}/{len(items)} inputs", end="", file=sys.stderr, flush=True)
+        if progress and items:
+            print(file=sys.stderr)
+    return _combine(results)
+
+
+def _combine(results: list[FileResult]) -> Parsed:
+    messages = [r.error for r in results if r.error]
+    for r in results:
+        messages.extend(f"{r.item.display}: {p}" for p in r.item.problems)
+    line_frames = [r.lines for r in results if r.lines is not None and not r.lines.is_empty()]
+    lines = pl.concat(line_frames, how="diagonal_relaxed") if line_frames else pl.DataFrame()
+    tables: dict[str, list[pl.DataFrame]] = {}
+    for r in results:
+        for name, frame in r.tables.items():
+            tables.setdefault(name, []).append(frame)
+    merged = {name: pl.concat(frames, how="diagonal_relaxed") for name, frames in tables.items()}
+    return Parsed(_inputs_frame(results), lines, merged, messages, [r.item for r in results])
+
+
+def _inputs_frame(results: list[FileResult]) -> pl.DataFrame:
+    rows = []
+    for r in results:
+        total = len(r.lines) if r.lines is not None else 0
+        parsed = int(r.lines["kind"].is_not_null().sum()) if r.lines is not None else 0
+        rows.append({
+            "input_id": r.input_id, "path": r.item.display, "abs_path": str(r.item.path),
+            "kind": r.item.kind, "compression": r.item.compression, "bytes": r.item.size,
+            "mtime": r.item.mtime, "lines": total, "parsed_lines": parsed,
+            "unparsed_lines": total - parsed,
+            "problem": "; ".join(([r.error] if r.error else []) + r.item.problems) or None,
+        })
+    schema = {"input_id": pl.UInt32, "path": pl.String, "abs_path": pl.String, "kind": pl.String,
+              "compression": pl.String, "bytes": pl.Int64, "mtime": pl.Float64, "lines": pl.Int64,
+              "parsed_lines": pl.Int64, "unparsed_lines": pl.Int64, "problem": pl.String}
+    return pl.DataFrame(rows, schema=schema)

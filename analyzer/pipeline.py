@@ -1,0 +1,102 @@
+"""paths -> discover -> parse (parallel) -> identity -> clocks -> DuckDB store.
+
+``analyze`` returns a ``Run``: the open DuckDB connection with every table, plus what the
+report needs to say about the run (world size, attempts, how times were inferred, which
+inputs were skipped and why).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import duckdb
+import polars as pl
+
+from analyzer import identity, store, timeline
+from analyzer.discover import discover
+from analyzer.ingest import parse_all
+
+LINE_COLUMNS = ["input_id", "line_no", "offset", "length", "kind", "rank", "rank_source", "rank_confidence",
+                "node", "node_source", "pid", "attempt", "attempt_source", "prefix", "ext_ts", "srun_task",
+                "mpi_rank", "local_rank", "rank_tag", "host_tag", "text"]
+
+
+@dataclass
+class Run:
+    con: duckdb.DuckDBPyConnection
+    info: dict = field(default_factory=dict)
+    messages: list[str] = field(default_factory=list)
+    timings: dict = field(default_factory=dict)
+    db_path: str | None = None
+
+    def frame(self, sql: str, params: list | None = None) -> pl.DataFrame:
+        return self.con.sql(sql, params=params or None).pl()
+
+
+class NothingReadable(Exception):
+    """No input could be read at all (exit code 2)."""
+
+
+def analyze(paths: list[str | Path], db_path: str | Path | None = None, progress: bool = False,
+            workers: int | None = None) -> Run:
+    started = time.perf_counter()
+    exclude = {Path(db_path)} if db_path else set()
+    items, errors = discover(paths, exclude=exclude)
+    if not items:
+        raise NothingReadable("; ".join(errors) or "no input files found")
+    parsed = parse_all(items, workers=workers, progress=progress)
+    t_parse = time.perf_counter()
+    if parsed.lines.is_empty():
+        raise NothingReadable("no readable log lines: " + "; ".join(errors + parsed.messages))
+    attribution, ranks, info = identity.resolve(parsed.lines, parsed.tables, parsed.inputs)
+    tables = _annotate(parsed.tables, attribution)
+    year, year_source = timeline.reference_year(tables, [i.mtime for i in items])
+    tables = {name: timeline.fix_years(frame, year) for name, frame in tables.items()}
+    tables = _fill_attempts(tables)
+    lines = _lines_table(parsed.lines, attribution)
+    con = store.connect(db_path)
+    store.write_table(con, "inputs", parsed.inputs)
+    store.write_table(con, "lines", lines)
+    store.write_table(con, "ranks", ranks)
+    store.write_all(con, tables)
+    info.update(year=year, time_source=year_source,
+                attempts=sorted(a for a in lines["attempt"].unique().to_list() if a is not None))
+    run = Run(con, info, errors + parsed.messages, db_path=str(db_path) if db_path else None)
+    run.timings = {"parse_s": round(t_parse - started, 3), "total_ingest_s": round(time.perf_counter() - started, 3)}
+    return run
+
+
+def _annotate(tables: dict[str, pl.DataFrame], attribution: pl.DataFrame) -> dict[str, pl.DataFrame]:
+    out = {}
+    for name, frame in tables.items():
+        if "line_no" not in frame.columns or "input_id" not in frame.columns:
+            out[name] = frame
+            continue
+        extra = attribution.drop([c for c in attribution.columns if c in frame.columns and c not in ("input_id", "line_no")])
+        out[name] = frame.join(extra, on=["input_id", "line_no"], how="left").sort(["input_id", "line_no"])
+    return out
+
+
+def _fill_attempts(tables: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:
+    attempts = set()
+    for frame in tables.values():
+        if "attempt" in frame.columns:
+            attempts.update(a for a in frame["attempt"].unique().to_list() if a is not None)
+    only = next(iter(attempts)) if len(attempts) <= 1 else None
+    if not attempts:
+        only = 0
+    starts = timeline.attempt_starts(tables)
+    return {name: timeline.fill_attempts(frame, starts, only) for name, frame in tables.items()}
+
+
+def _lines_table(lines: pl.DataFrame, attribution: pl.DataFrame) -> pl.DataFrame:
+    """The per-line index; NCCL INFO text is left to be read back by offset (see analyzer.store)."""
+    df = lines.join(attribution, on=["input_id", "line_no"], how="left", suffix="_attr")
+    nccl_info = (pl.col("kind").is_null() | (pl.col("kind") == "nccl")) & pl.col("text").str.contains(
+        r"^(?:\[[\d :-]+\] )?[^:\s]*:\d+:\d+ (?:\[\d+\] )?NCCL INFO ")
+    df = df.with_columns(text=pl.when(nccl_info).then(None).otherwise(pl.col("text")))
+    if df["attempt"].null_count() == len(df):
+        df = df.with_columns(attempt=pl.lit(0, dtype=pl.Int64))
+    return df.select([c for c in LINE_COLUMNS if c in df.columns])

@@ -1,0 +1,128 @@
+"""Plain-text and Markdown views of a report dict. Log text is escaped for Markdown and
+stripped of control characters for the terminal, so a crafted log line cannot inject markup
+or escape sequences."""
+
+from __future__ import annotations
+
+import re
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def safe(text: str | None) -> str:
+    """Log text for a terminal: control characters (ESC included) become visible escapes."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text or "")
+
+
+def md_code(text: str | None) -> str:
+    """Log text inside Markdown inline code: backticks cannot close the span."""
+    body = safe(text).replace("`", "\u02cb")
+    return f"`{body}`"
+
+
+def text_report(report: dict) -> str:
+    v = report["verdict"]
+    out = [f"VERDICT ({v['status']}, confidence {v['confidence']:.2f}): {safe(v['sentence'])}", ""]
+    a = report["actions"]
+    if a.get("culprit_ranks"):
+        out.append(f"Culprit ranks: {a['culprit_ranks']}   nodes: {a.get('inspect_hostlist')}")
+        for g in a["gpus"]:
+            out.append(f"  rank {g['rank']}: {g.get('node')} GPU {g.get('cuda_dev')} bus {g.get('bus_id')} "
+                       f"pid {g.get('pid')} (rank mapping: {g.get('mapping_confidence')}, {g.get('mapping_source')})")
+    if a.get("gpu_hours_lost"):
+        h = a["gpu_hours_lost"]
+        out.append(f"GPU-hours lost: {h['value']} ({h['ranks']} ranks x {h['hours']} h since the last progress)")
+    for p in a.get("py_spy", []):
+        out.append(f"Still hanging? {p['command']}   # rank {p['rank']}")
+    if a.get("note"):
+        out.append(f"Note: {a['note']}")
+    out.append("")
+    for f in report["findings"]:
+        out.append(f"[{f['severity'].upper()}] {f['code']} {f['name']} (confidence {f['confidence']:.2f}): {safe(f['title'])}")
+        out.append(f"    {safe(f['message'])}")
+        details = f.get("details", {})
+        for reason in details.get("why_no_timeout", []):
+            out.append(f"    why no timeout: {safe(reason)}")
+        instead = details.get("culprit_did_instead") or {}
+        if instead.get("py_spy_main_thread"):
+            out.append("    culprit's main thread (py-spy, innermost first):")
+            out += [f"      {safe(frame)}" for frame in instead["py_spy_main_thread"]]
+        if instead.get("last_lines"):
+            out.append("    culprit's last lines:")
+            out += [f"      {safe(line)[:200]}" for line in instead["last_lines"]]
+        for note in details.get("notes", []):
+            out.append(f"    note: {safe(note)}")
+        for e in f["evidence"]:
+            note = f" ({e['note']})" if e.get("note") else ""
+            out.append(f"    evidence {e['path']}:{e['line']}{note}")
+            out.append(f"      {safe(e['text'])[:240]}")
+        if f.get("caused_by"):
+            out.append(f"    caused by: {', '.join(f['caused_by'])}")
+        if f.get("suggestion"):
+            out.append(f"    -> {safe(f['suggestion'])}")
+        out.append("")
+    if report["missing_evidence"]:
+        out.append("Evidence gaps:")
+        out += [f"  - {m['what']}  (next time: {m['enable']})" for m in report["missing_evidence"]]
+        out.append("")
+    out += _summary_lines(report)
+    return "\n".join(out) + "\n"
+
+
+def _summary_lines(report: dict) -> list[str]:
+    r = report["run"]
+    t = report["inputs"]["totals"]
+    att = report["attempts"]
+    lines = [f"Run: {r['ranks']} ranks on {len(r['nodes'])} node(s); NCCL {', '.join(r['nccl_versions']) or '?'}; "
+             f"time {r['time_span']['start']} .. {r['time_span']['end']} ({r['time_span']['source']})"]
+    if len(att["all"]) > 1:
+        lines.append(f"Attempts: analysed attempt {att['analysed']} of " + ", ".join(
+            f"{a['attempt']} ({a['errors']} error(s))" for a in att["all"]))
+    lines.append(f"Inputs: {t['files']} files ({t['skipped']} skipped), {t['lines']} lines: "
+                 f"{t['parsed_lines']} parsed, {t['unparsed_lines']} unparsed")
+    for m in report["messages"]:
+        lines.append(f"  ! {safe(m)}")
+    return lines
+
+
+def markdown_report(report: dict) -> str:
+    v = report["verdict"]
+    out = ["# postmortem report", "", f"**Verdict ({v['status']}, confidence {v['confidence']:.2f}):** "
+           + _md_text(v["sentence"]), ""]
+    a = report["actions"]
+    out.append("## Actions")
+    if a.get("culprit_ranks"):
+        out.append(f"- Culprit rank(s) `{a['culprit_ranks']}` on `{a.get('inspect_hostlist')}`")
+        for g in a["gpus"]:
+            out.append(f"  - rank {g['rank']}: `{g.get('node')}` GPU {g.get('cuda_dev')} bus `{g.get('bus_id')}` "
+                       f"pid {g.get('pid')} (mapping: {g.get('mapping_confidence')})")
+    if a.get("gpu_hours_lost"):
+        out.append(f"- GPU-hours lost: **{a['gpu_hours_lost']['value']}**")
+    for p in a.get("py_spy", []):
+        out.append(f"- If still hanging: `{p['command']}` (rank {p['rank']})")
+    if a.get("note"):
+        out.append(f"- {a['note']}")
+    out.append("")
+    out.append("## Findings")
+    for f in report["findings"]:
+        out.append(f"### {f['severity']}: {f['code']} {f['name']} — {_md_text(f['title'])}")
+        out.append(f"{_md_text(f['message'])} (confidence {f['confidence']:.2f})")
+        for reason in f.get("details", {}).get("why_no_timeout", []):
+            out.append(f"- Why no timeout: {_md_text(reason)}")
+        for e in f["evidence"]:
+            out.append(f"- `{e['path']}:{e['line']}` {md_code(e['text'][:300])}")
+        if f.get("suggestion"):
+            out.append(f"- **Do:** {_md_text(f['suggestion'])}")
+        out.append("")
+    if report["missing_evidence"]:
+        out.append("## Evidence gaps")
+        out += [f"- {_md_text(m['what'])} — next time: `{m['enable']}`" for m in report["missing_evidence"]]
+        out.append("")
+    out.append("## Run")
+    out += [f"- {_md_text(line)}" for line in _summary_lines(report)]
+    return "\n".join(out) + "\n"
+
+
+def _md_text(text: str) -> str:
+    """Escape Markdown/HTML-significant characters in prose that may quote log text."""
+    return re.sub(r"([\\`*_\[\]<>|#])", r"\\\1", safe(text))

@@ -1,0 +1,70 @@
+"""Clock fixes: the year glog never prints, and the attempt of rows that only have a time.
+
+glog headers (c10d, the elastic agent) carry month, day and time but no year; parsers give
+them the placeholder year 2000. The year comes from the run's full timestamps (Megatron's
+datetime, torchrun's failure table, Slurm's CANCELLED AT) and, failing those, from the
+inputs' modification times. The choice and its source go into the report.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import datetime, timezone
+
+import polars as pl
+
+PLACEHOLDER_YEAR = 2000
+
+
+def reference_year(tables: dict[str, pl.DataFrame], mtimes: list[float]) -> tuple[int, str]:
+    years: Counter[int] = Counter()
+    for name, frame in tables.items():
+        for column in ("ts", "time"):
+            if column in frame.columns and frame.schema[column] == pl.Datetime("us"):
+                for year, count in frame[column].dt.year().drop_nulls().value_counts().iter_rows():
+                    if year != PLACEHOLDER_YEAR:
+                        years[year] += count
+    if years:
+        year = years.most_common(1)[0][0]
+        return year, f"year {year} taken from the run's full timestamps (training log, launcher, scheduler)"
+    if mtimes:
+        year = datetime.fromtimestamp(max(mtimes), tz=timezone.utc).year
+        return year, f"year {year} taken from the inputs' modification time (no log line carries a year)"
+    return PLACEHOLDER_YEAR, "no year anywhere in the inputs; times are shown without a reliable year"
+
+
+def fix_years(frame: pl.DataFrame, year: int) -> pl.DataFrame:
+    for column in ("ts", "time"):
+        if column in frame.columns and frame.schema[column] == pl.Datetime("us"):
+            placeholder = pl.col(column).dt.year() == PLACEHOLDER_YEAR
+            frame = frame.with_columns(
+                pl.when(placeholder).then(pl.col(column).dt.replace(year=year)).otherwise(pl.col(column)).alias(column)
+            )
+    return frame
+
+
+def attempt_starts(tables: dict[str, pl.DataFrame]) -> pl.DataFrame:
+    parts = [t.select("attempt", "ts") for t in tables.values()
+             if {"attempt", "ts"} <= set(t.columns) and t.schema["ts"] == pl.Datetime("us")]
+    if not parts:
+        return pl.DataFrame(schema={"attempt": pl.Int64, "start": pl.Datetime("us")})
+    both = pl.concat(parts).drop_nulls()
+    return both.group_by("attempt").agg(start=pl.col("ts").min()).sort("attempt")
+
+
+def fill_attempts(frame: pl.DataFrame, starts: pl.DataFrame, only_attempt: int | None) -> pl.DataFrame:
+    """Rows with no attempt get the latest attempt that had started by their time."""
+    if "attempt" not in frame.columns:
+        return frame
+    if only_attempt is not None:
+        return frame.with_columns(attempt=pl.col("attempt").fill_null(only_attempt))
+    if "ts" not in frame.columns or starts.is_empty():
+        return frame
+    order = frame.with_row_index("_row")
+    timed = order.filter(pl.col("attempt").is_null() & pl.col("ts").is_not_null()).sort("ts")
+    if timed.is_empty():
+        return frame
+    matched = timed.join_asof(starts.sort("start"), left_on="ts", right_on="start", strategy="backward")
+    fills = matched.select("_row", _a=pl.col("attempt_right"))
+    out = order.join(fills, on="_row", how="left").with_columns(attempt=pl.coalesce("attempt", "_a"))
+    return out.drop("_row", "_a")

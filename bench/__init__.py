@@ -1,0 +1,1 @@
+"""Benchmarks and the run generator (``bench.generator``) that writes realistic job folders."""

@@ -1,0 +1,72 @@
+"""The contract every parser follows, and the few helpers they share.
+
+A parser is a module with
+
+* ``NAME`` -- a short kind name (``"c10d"``, ``"nccl"``, ...), used as ``lines.kind``;
+* ``SAMPLE_LINES`` -- message texts (after the envelope is peeled) it must understand; the
+  test suite feeds them through ``parse`` and checks every one is consumed;
+* ``parse(lines: pl.DataFrame) -> ParseResult`` -- takes the envelope frame of one input
+  (``parsers.lines.envelope``: ``line_no``, ``text`` and the prefix columns) and returns
+  tables keyed by name plus the ``line_no`` values it understood.
+
+Parsers never decide global ranks, nodes or attempts: they report what a line says (a PG
+rank, an NCCL communicator rank, a pid) with its ``line_no``; ``analyzer.identity`` joins
+that to the envelope's prefixes and the input's path. Rows of every table carry
+``line_no`` so a finding can always cite its line.
+
+Whole-file, vectorised: a parser filters with literal ``str.contains`` first and then uses
+a few small regexes on the survivors. No Python loop over lines.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import polars as pl
+
+
+@dataclass
+class ParseResult:
+    tables: dict[str, pl.DataFrame] = field(default_factory=dict)
+    consumed: pl.Series = field(default_factory=lambda: pl.Series("line_no", [], dtype=pl.UInt32))
+
+
+def empty_result() -> ParseResult:
+    return ParseResult()
+
+
+def consumed_of(*frames: pl.DataFrame) -> pl.Series:
+    """The union of the ``line_no`` columns of ``frames``."""
+    parts = [f["line_no"] for f in frames if f is not None and not f.is_empty()]
+    if not parts:
+        return pl.Series("line_no", [], dtype=pl.UInt32)
+    return pl.concat(parts).unique().cast(pl.UInt32)
+
+
+# glog header written by c10 logging and by torch.distributed.elastic's Python logging:
+#   E909 09:55:29.307629539 ProcessGroupNCCL.cpp:607]      (>= 2.4, inside brackets; the month
+#                                                           is not zero-padded: E909, W112)
+#   E ProcessGroupNCCL.cpp:1537]                            (<= 2.3: no date or time)
+#   E0813 08:21:22.980000 1245483 torch/distributed/elastic/multiprocessing/api.py:984]
+GLOG = (
+    r"(?P<sev>[IWEF])(?:(?P<mmdd>\d{3,4}) (?P<hms>\d{2}:\d{2}:\d{2})(?:\.(?P<frac>\d+))?)?"
+    r"(?: (?P<gpid>\d+))? ?(?P<src>[\w./-]+):(?P<srcline>\d+)\]"
+)
+
+
+def glog_timestamp(mmdd: pl.Expr, hms: pl.Expr, frac: pl.Expr) -> pl.Expr:
+    """A glog ``MMDD HH:MM:SS.frac`` as a Datetime in the placeholder year 2000.
+
+    glog never prints the year; ``analyzer.timeline`` replaces the placeholder with a year
+    taken from the run's other clocks and records how it did so. The fraction is cut to
+    microseconds (c10's nine digits come from a monotonic clock in some builds, so the
+    sub-second part is approximate anyway).
+    """
+    micro = frac.fill_null("0").str.slice(0, 6).str.pad_end(6, "0")
+    text = pl.concat_str([pl.lit("2000"), mmdd.str.pad_start(4, "0"), pl.lit(" "), hms, pl.lit("."), micro])
+    return text.str.strptime(pl.Datetime("us"), "%Y%m%d %H:%M:%S%.f", strict=False)
+
+
+def to_int(expr: pl.Expr) -> pl.Expr:
+    """Parse an integer field; garbage and out-of-range values become null, never raise."""
+    return expr.cast(pl.Int64, strict=False)

@@ -1,0 +1,322 @@
+"""PyTorch c10d / ProcessGroupNCCL messages: the watchdog family, in every era.
+
+Reference: ``formats/pytorch-failures.md`` sections 1-7. After the envelope has peeled
+launcher prefixes and ``[rankN]:``, a c10d line is::
+
+    [<glog header>] <PG prefix><message>
+
+glog header: ``E0909 09:55:29.307629539 ProcessGroupNCCL.cpp:607`` (>= 2.4) or
+``E ProcessGroupNCCL.cpp:1537`` (<= 2.3, no date). PG prefix, by era::
+
+    [Rank 3]                                      all eras (WorkNCCL-level messages)
+    [PG 0 Rank 7]                                 ~2.2-2.3
+    [PG 0 (default_pg) Rank 12]                   ~2.4
+    [PG ID 12 PG GUID 99(EXPERT_GROUP) Rank 4]    >= 2.5 (GUID and description optional)
+
+The PG rank is the rank *within that process group*; only PG 0 (or ``default_pg``) ranks are
+global ranks. Messages handled, into tables:
+
+* ``collectives``: watchdog timeouts and blocking-wait timeouts with their WorkNCCL
+  descriptor (SeqNum, OpType, NumelIn, NumelOut, Timeout(ms); three descriptor eras), the
+  ``ran for`` time; DETAIL fingerprint mismatches (one row per fingerprint named).
+* ``progress``: the PG status line in its three wordings, the periodic work update, the
+  dump-signal line (which carries the receiving rank's own PG-0 progress).
+* ``events``: every other understood message: heartbeat monitor, watchdog stuck, teardown,
+  watchdog exception, dump coordination, store errors, NCCL and CUDA errors, terminate /
+  what(), C++ frames, DESYNC_DEBUG reports, monitoredBarrier, store-based barrier,
+  ncclUniqueId store errors, Python tracebacks and exception lines.
+* ``settings``: the HeartbeatMonitor / PGNCCL Watchdog / ProcessGroupNCCL environment banners.
+
+Lines wrapped by whoever pasted them (``...operation timeout: `` + newline + ``WorkNCCL(``)
+are joined before matching; both physical lines count as consumed.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from parsers.base import GLOG, ParseResult, consumed_of, glog_timestamp, to_int
+
+NAME = "c10d"
+
+SAMPLE_LINES = [
+    "[E909 09:55:29.307629539 ProcessGroupNCCL.cpp:607] [Rank 14] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=2070, OpType=REDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600034 milliseconds before timing out.",
+    "[E ProcessGroupNCCL.cpp:475] [Rank 2] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=382085, OpType=ALLREDUCE, Timeout(ms)=1800000) ran for 1800474 milliseconds before timing out.",
+    "[E ProcessGroupNCCL.cpp:587] [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(OpType=BROADCAST, Timeout(ms)=1800000) ran for 1806119 milliseconds before timing out.",
+    "[E928 16:16:22.196124891 ProcessGroupNCCL.cpp:817] [Rank 6] Work WorkNCCL(SeqNum=43379, OpType=_ALLGATHER_BASE, NumelIn=8069120, NumelOut=64552960, Timeout(ms)=600000) timed out in blocking wait.",
+    "[E ProcessGroupNCCL.cpp:1537] [PG 0 Rank 7] Timeout at NCCL work: 1, last enqueued NCCL work: 1, last completed NCCL work: 3452013982.",
+    "[E909 09:55:29.313379098 ProcessGroupNCCL.cpp:1664] [PG 0 (default_pg) Rank 12] Exception (either an error or timeout) detected by watchdog at work: 2070, last enqueued NCCL work: 2070, last completed NCCL work: 2069.",
+    "[E0724 13:05:29.307629539 ProcessGroupNCCL.cpp:2049] [PG ID 0 PG GUID 0(default_pg) Rank 3]  failure detected by watchdog at work sequence id: 7219 PG status: last enqueued work: 7219, last completed work: 7218",
+    "[I0724 13:05:29.307629539 ProcessGroupNCCL.cpp:2200] [PG ID 2 PG GUID 5(EXPERT_MODEL_PARALLEL_GROUP) Rank 1] NCCL Work update periodically: last enqueued NCCL work: 88, last completed NCCL work: 88.",
+    "[E0724 13:05:30.1 ProcessGroupNCCL.cpp:1600] [PG ID 0 PG GUID 0(default_pg) Rank 17] Received a dump signal due to a collective timeout from  rank 3 and we will try our best to dump the debug info. Last enqueued NCCL work: 7218, last completed NCCL work: 7218.This is most likely caused by incorrect usages of collectives, e.g., wrong sizes used across ranks, the order of collectives is not same for all ranks or the scheduled collective, for some reason, didn't run. Additionally, this can be caused by GIL deadlock or other reasons such as network errors or bugs in the communications library (e.g. NCCL), etc.",
+    "[E0724 13:05:30.1 ProcessGroupNCCL.cpp:1600] [PG ID 0 PG GUID 0(default_pg) Rank 3] Received a dump signal due to a collective timeout from this local rank and we will try our best to dump the debug info. Last enqueued NCCL work: 7219, last completed NCCL work: 7218.",
+    "[E1019 01:04:03.356947152 ProcessGroupNCCL.cpp:1413] [PG 3 Rank 0] Heartbeat monitor timed out! Process will be terminated after dumping debug info. workMetaList_.size()=121",
+    "[E1019 01:04:03.357615073 ProcessGroupNCCL.cpp:1375] [PG 3 Rank 7] First PG on this rank that detected no heartbeat of its watchdog.",
+    "[F1019 01:14:03.356851194 ProcessGroupNCCL.cpp:1224] [PG 3 Rank 2] [PG 3 Rank 2] ProcessGroupNCCL's watchdog got stuck for 600 seconds without making progress in monitoring enqueued collectives.",
+    "[E ProcessGroupNCCL.cpp:916] [Rank 3] Some NCCL operations have failed or timed out. Due to the asynchronous nature of CUDA kernels, subsequent GPU operations might run on corrupted/incomplete data.",
+    "[E ProcessGroupNCCL.cpp:922] [Rank 3] To avoid data inconsistency, we are taking the entire process down.",
+    "[E0724 13:05:40.1 ProcessGroupNCCL.cpp:1500] [PG ID 0 PG GUID 0(default_pg) Rank 3] Process group watchdog thread terminated with exception: [Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=7219, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600081 milliseconds before timing out.",
+    "[I ProcessGroupNCCL.cpp:854] [Rank 0] NCCL watchdog thread terminated with exception: traceMap[thisSeq][myRank].second == kEventStart INTERNAL ASSERT FAILED",
+    "[E0724 13:05:31.1 ProcessGroupNCCL.cpp:1700] [PG ID 0 PG GUID 0(default_pg) Rank 3] Observed flight recorder dump signal from another rank via TCPStore.",
+    "[E0724 13:05:31.1 ProcessGroupNCCL.cpp:1701] [PG ID 0 PG GUID 0(default_pg) Rank 3] ProcessGroupNCCL preparing to dump debug info. Include stack trace: 1",
+    "[E0724 13:05:32.1 ProcessGroupNCCL.cpp:1702] [PG ID 0 PG GUID 0(default_pg) Rank 3] Finished flight recorder successfully. Output can be analyzed using the fr_trace script.",
+    "[F0724 13:06:32.1 ProcessGroupNCCL.cpp:1703] [PG ID 0 PG GUID 0(default_pg) Rank 3] Terminating the process after attempting to dump debug info, due to collective timeout or exception.",
+    "[W112 01:48:44.277417495 ProcessGroupNCCL.cpp:1771] [PG ID 0 PG GUID 0 Rank 2] Failed to check the \"should dump\" flag on TCPStore, (maybe TCPStore server has shut down too early), with error: Broken pipe",
+    "[W112 01:48:44.275482640 TCPStore.cpp:106] [c10d] sendBytes failed on SocketImpl(fd=83, addr=[localhost]:38648, remote=[localhost]:38381): Broken pipe",
+    "Exception raised from sendBytes at /pytorch/torch/csrc/distributed/c10d/Utils.hpp:653 (most recent call first):",
+    "frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x96 (0x7f3a1c9e3446 in /usr/lib/python3/dist-packages/torch/lib/libc10.so)",
+    "terminate called after throwing an instance of 'c10::DistBackendError'",
+    "  what():  [PG ID 0 PG GUID 0(default_pg) Rank 3] Process group watchdog thread terminated with exception",
+    "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1251, internal error - please report this issue to the NCCL developers, NCCL version 2.18.6",
+    "ncclInternalError: Internal check failed.",
+    "Last error:",
+    "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below might be incorrect.",
+    "For debugging consider passing CUDA_LAUNCH_BLOCKING=1",
+    "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.",
+    "RuntimeError: Detected mismatch between collectives on ranks. Rank 1 is running collective: CollectiveFingerPrint(SequenceNumber=3104, OpType=ALLREDUCE, TensorShape=[195812480], TensorDtypes=BFloat16), but Rank 0 is running collective: CollectiveFingerPrint(SequenceNumber=3104, OpType=ALLREDUCE, TensorShape=[51123456], TensorDtypes=BFloat16).",
+    "\t - [0] Timeout at collective: _REDUCE_SCATTER_BASE, #330",
+    "\t - To our best knowledge, ranks [3, 5] are the lagging ranks that caused this timeout. They never joined any collectives",
+    "           #330 started ranks:",
+    "             [1] started _REDUCE_SCATTER_BASE",
+    "             [0] finished _REDUCE_SCATTER_BASE",
+    "RuntimeError: Rank 1 failed to pass monitoredBarrier in 2000 ms",
+    "Waiting in store based barrier to initialize process group for rank: 0, key: store_based_barrier_key:1 (world_size=4, worker_count=1, timeout=0:30:00)",
+    "Timed out initializing process group in store-based barrier on rank: 0, for key: store_based_barrier_key:1 (world_size=4, worker_count=1, timeout=0:30:00)",
+    "torch.distributed.DistBackendError: [3] is setting up NCCL communicator and retrieving ncclUniqueId from [0] via c10d key-value store by key '0', but store->get('0') got error: Socket Timeout",
+    "[I0724 08:00:10.1 ProcessGroupNCCL.cpp:900] [PG ID 0 PG GUID 0(default_pg) Rank 3] HeartbeatMonitor environments: TORCH_NCCL_ENABLE_MONITORING (Whether to kill program when no watchdog heartbeat detected): 1, TORCH_NCCL_DUMP_ON_TIMEOUT: 1, TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILSEC: 15000, TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC: 480, TORCH_NCCL_COORD_CHECK_MILSEC: 1000",
+    "[I0724 08:00:10.1 ProcessGroupNCCL.cpp:901] [PG ID 0 PG GUID 0(default_pg) Rank 3] PGNCCL Watchdog environments: TORCH_NCCL_RETHROW_CUDA_ERRORS: 1, TORCH_NCCL_PROPAGATE_ERROR: 0, TORCH_NCCL_DESYNC_DEBUG: 0",
+    "Traceback (most recent call last):",
+    '  File "/usr/lib/python3.10/runpy.py", line 196, in _run_module_as_main',
+    "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.26 GiB. GPU 3 has a total capacity of 95.00 GiB of which 0.2 GiB is free.",
+]
+
+_HEADER = rf"^\[{GLOG} ?"
+_PG = (
+    r"\[(?:PG ID (?P<pg_id>\d+) PG GUID (?P<pg_guid>[^\s(\]]*)(?:\((?P<pg_desc>[^)]*)\))? "
+    r"|PG (?P<pg_id_old>\d+) (?:\((?P<pg_desc_old>[^)]*)\) )?)?Rank (?P<pg_rank>-?\d+)\]"
+)
+_WORK = (
+    r"WorkNCCL\((?:SeqNum=(?P<seq>-?\d+), )?OpType=(?P<op>\w+)"
+    r"(?:, NumelIn=(?P<numel_in>-?\d+), NumelOut=(?P<numel_out>-?\d+))?"
+    r", Timeout\(ms\)=(?P<timeout_ms>\d+)\)"
+)
+
+# Cheap literal prefilter: a line is looked at only if it holds one of these.
+_LITERALS = [
+    "ProcessGroupNCCL", "WorkNCCL", "[Rank ", "[PG ", "TCPStore", "[c10d]", "Exception raised from",
+    "frame #", "terminate called", "what():", "NCCL error", "nccl", "Last error:", "CUDA",
+    "TORCH_USE_CUDA_DSA", "CollectiveFingerPrint", " - [", "lagging", "started ranks:",
+    "finished ranks:", "] started ", "] finished ", "monitoredBarrier", "store based barrier",
+    "store-based barrier", "ncclUniqueId", "Traceback (most recent call last)", '  File "',
+    "Error", "Exception", "environments:",
+]
+
+# (kind, table, regex on the message). First match wins for the event kind.
+_MESSAGES: list[tuple[str, str, str]] = [
+    ("watchdog_timeout", "collectives", rf"Watchdog caught collective operation timeout: {_WORK} ran for (?P<ran_for_ms>\d+) milliseconds"),
+    ("blocking_wait_timeout", "collectives", rf"Work {_WORK} timed out in blocking wait"),
+    ("pg_status", "progress", r"(?:Timeout at NCCL work|Exception \(either an error or timeout\) detected by watchdog at work): (?P<failing_seq>-?\d+), last enqueued NCCL work: (?P<last_enqueued>-?\d+), last completed NCCL work: (?P<last_completed>-?\d+)"),
+    ("pg_status", "progress", r"failure detected by watchdog at work sequence id: (?P<failing_seq>-?\d+) PG status: last enqueued work: (?P<last_enqueued>-?\d+), last completed work: (?P<last_completed>-?\d+)"),
+    ("work_update", "progress", r"NCCL Work update periodically: last enqueued NCCL work: (?P<last_enqueued>-?\d+), last completed NCCL work: (?P<last_completed>-?\d+)"),
+    ("dump_signal", "progress", r"Received a dump signal (?:due to a collective timeout )?from\s+(?:rank (?P<detector_rank>\d+)|this local rank).*?Last enqueued NCCL work: (?P<last_enqueued>-?\d+), last completed NCCL work: (?P<last_completed>-?\d+)"),
+    ("heartbeat_timeout", "events", r"Heartbeat monitor timed out"),
+    ("heartbeat_timeout", "events", r"First PG on this rank that detected no heartbeat"),
+    ("watchdog_stuck", "events", r"watchdog got stuck for (?P<stuck_s>\d+) seconds"),
+    ("watchdog_stuck", "events", r"monitor thread is disabled, but would have terminated"),
+    ("watchdog_exception", "events", r"(?:Process group|NCCL) watchdog thread terminated with exception: (?P<detail>.*)"),
+    ("teardown", "events", r"Some NCCL operations have failed or timed out|we are taking the entire process down"),
+    ("fr_dump", "events", r"Observed flight recorder dump signal|preparing to dump debug info|Finished flight recorder|Finished writing NCCLPG debug info|Terminating the process after attempting to dump|Dump signal received through pipe"),
+    ("store_error", "events", r"Failed to check the \"should dump\" flag|Failed to get exception dump flag|\[c10d\] (?:recvValue|sendBytes|recvBytes) failed|waitForInput: (?:poll|socket)|DistStoreError|remote error detected from rank"),
+    ("cpp_frames", "events", r"^Exception raised from \S+ at |^frame #\d+: "),
+    ("terminate", "events", r"^terminate called after throwing an instance of '(?P<detail>[^']*)'"),
+    ("terminate", "events", r"^\s*what\(\):\s+(?P<detail>.*)"),
+    ("nccl_error", "events", r"NCCL error(?: in: \S+,)?:? (?P<detail>.*?), NCCL version (?P<nccl_version>[\w.+]+)"),
+    ("nccl_error", "events", r"^nccl\w*Error: |^Unknown NCCL error!|^Last error:\s*$"),
+    ("nccl_error", "events", r"NCCL communicator was aborted on rank (?P<detail>\d+)"),
+    ("cuda_error", "events", r"CUDA error: (?P<detail>.*)"),
+    ("cuda_error", "events", r"^CUDA kernel errors might be asynchronously reported|^For debugging consider passing CUDA_LAUNCH_BLOCKING=1|^Compile with `TORCH_USE_CUDA_DSA`"),
+    ("fingerprint_mismatch", "events", r"Detected mismatch between collectives on ranks"),
+    ("desync_report", "events", r"^\s*- \[\d+\] Timeout at collective: \w+, #\d+|lagging ranks|lagging/dead/mismatched ranks|^\s*#\d+ (?:started|finished) ranks:|^\s*\[[\d, ]+\] (?:started|finished) \w+|joined but didn't finish collective|didn't join collective"),
+    ("monitored_barrier", "events", r"failed to pass monitoredBarrier"),
+    ("store_barrier", "events", r"(?:Waiting in|Timed out initializing process group in|Completed) store[- ]based barrier|Added key: store_based_barrier_key"),
+    ("unique_id_store", "events", r"is setting up NCCL communicator and retrieving ncclUniqueId"),
+    ("env_banner", "settings", r"(?:HeartbeatMonitor|PGNCCL Watchdog|ProcessGroupNCCL) environments: (?P<detail>.*)"),
+    ("traceback", "events", r"^Traceback \(most recent call last\):|^\s+File \"[^\"]*\", line \d+"),
+    ("exception", "events", r"^(?P<exc_type>(?:[A-Za-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception|Interrupt))(?:: (?P<detail>.*))?$"),
+]
+
+def _join_wrapped(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.Series]:
+    """Join lines that a human wrapped mid-message; return the frame and the swallowed line_nos."""
+    nxt = pl.col("text").shift(-1)
+    wrapped = (
+        pl.col("text").str.strip_chars_end().str.ends_with("operation timeout:")
+        & nxt.str.starts_with("WorkNCCL(")
+    ) | (
+        pl.col("text").str.ends_with(" detected") & nxt.str.starts_with("by watchdog at work")
+    )
+    df = df.with_columns(_wrapped=wrapped.fill_null(False))
+    swallowed = df.filter(pl.col("_wrapped").shift(1).fill_null(False))["line_no"]
+    df = df.with_columns(
+        text=pl.when(pl.col("_wrapped"))
+        .then(pl.concat_str([pl.col("text").str.strip_chars_end(), pl.lit(" "), nxt]))
+        .otherwise(pl.col("text"))
+    ).filter(~pl.col("_wrapped").shift(1).fill_null(False)).drop("_wrapped")
+    return df, swallowed
+
+
+def _split_header(df: pl.DataFrame) -> pl.DataFrame:
+    """Pull the glog header and the (first) PG prefix off each message."""
+    header = pl.col("text").str.extract_groups(_HEADER)
+    df = df.with_columns(_h=header)
+    df = df.with_columns(
+        level=pl.col("_h").struct.field("sev"),
+        ts=glog_timestamp(pl.col("_h").struct.field("mmdd"), pl.col("_h").struct.field("hms"),
+                          pl.col("_h").struct.field("frac")),
+        src_file=pl.col("_h").struct.field("src"),
+        msg=pl.col("text").str.replace(_HEADER, "").str.strip_chars_start(),
+    ).drop("_h")
+    pg = pl.col("msg").str.extract_groups(rf"^{_PG}")
+    df = df.with_columns(_p=pg)
+    df = df.with_columns(
+        pg_id=to_int(pl.coalesce(pl.col("_p").struct.field("pg_id"), pl.col("_p").struct.field("pg_id_old"))),
+        pg_guid=pl.col("_p").struct.field("pg_guid"),
+        pg_desc=pl.coalesce(pl.col("_p").struct.field("pg_desc"), pl.col("_p").struct.field("pg_desc_old")),
+        pg_rank=to_int(pl.col("_p").struct.field("pg_rank")),
+        # A repeated prefix (`[PG 3 Rank 2] [PG 3 Rank 2] ...`) and a double space are both seen.
+        msg=pl.col("msg").str.replace(rf"^(?:{_PG}\s*)+", ""),
+    ).drop("_p")
+    return df.with_columns(pg_guid=pl.when(pl.col("pg_guid") == "").then(None).otherwise(pl.col("pg_guid")))
+
+
+_COMMON = ["line_no", "ts", "level", "src_file", "pg_id", "pg_guid", "pg_desc", "pg_rank"]
+
+COLLECTIVES_SCHEMA = {
+    "line_no": pl.UInt32, "ts": pl.Datetime("us"), "level": pl.String, "src_file": pl.String,
+    "pg_id": pl.Int64, "pg_guid": pl.String, "pg_desc": pl.String, "pg_rank": pl.Int64,
+    "kind": pl.String, "seq": pl.Int64, "op": pl.String, "numel_in": pl.Int64,
+    "numel_out": pl.Int64, "timeout_ms": pl.Int64, "ran_for_ms": pl.Int64,
+}
+PROGRESS_SCHEMA = {
+    "line_no": pl.UInt32, "ts": pl.Datetime("us"), "level": pl.String, "src_file": pl.String,
+    "pg_id": pl.Int64, "pg_guid": pl.String, "pg_desc": pl.String, "pg_rank": pl.Int64,
+    "kind": pl.String, "failing_seq": pl.Int64, "last_enqueued": pl.Int64,
+    "last_completed": pl.Int64, "detector_rank": pl.Int64,
+}
+EVENTS_SCHEMA = {
+    "line_no": pl.UInt32, "ts": pl.Datetime("us"), "level": pl.String, "src_file": pl.String,
+    "pg_id": pl.Int64, "pg_guid": pl.String, "pg_desc": pl.String, "pg_rank": pl.Int64,
+    "kind": pl.String, "exc_type": pl.String, "detail": pl.String, "message": pl.String,
+}
+SETTINGS_SCHEMA = {"line_no": pl.UInt32, "source": pl.String, "key": pl.String, "value": pl.String}
+
+
+def _classify(df: pl.DataFrame) -> pl.DataFrame:
+    """Give each message the first matching (kind, table, pattern index)."""
+    kind = pl.lit(None, dtype=pl.String)
+    index = pl.lit(None, dtype=pl.Int32)
+    for i, (name, _table, pattern) in reversed(list(enumerate(_MESSAGES))):
+        hit = pl.col("msg").str.contains(pattern)
+        kind = pl.when(hit).then(pl.lit(name)).otherwise(kind)
+        index = pl.when(hit).then(pl.lit(i, dtype=pl.Int32)).otherwise(index)
+    return df.with_columns(kind=kind, _pattern=index).filter(pl.col("kind").is_not_null())
+
+
+def _rows(df: pl.DataFrame, table: str, schema: dict) -> pl.DataFrame:
+    """Extract the named groups of each message's pattern into the table's columns."""
+    parts = []
+    for i, (_name, tbl, pattern) in enumerate(_MESSAGES):
+        if tbl != table:
+            continue
+        sub = df.filter(pl.col("_pattern") == i)
+        if sub.is_empty():
+            continue
+        groups = sub.select(pl.col("msg").str.extract_groups(pattern)).to_series().struct.unnest()
+        sub = sub.with_columns(groups)
+        sub = sub.with_columns(message=pl.col("msg"))
+        columns = []
+        for column, dtype in schema.items():
+            if column in sub.columns:
+                value = pl.col(column)
+                value = to_int(value) if dtype == pl.Int64 and sub.schema[column] == pl.String else value
+                columns.append(value.cast(dtype, strict=False).alias(column))
+            else:
+                columns.append(pl.lit(None, dtype=dtype).alias(column))
+        parts.append(sub.select(columns))
+    if not parts:
+        return pl.DataFrame(schema=schema)
+    return pl.concat(parts).sort("line_no")
+
+
+def _fingerprints(events: pl.DataFrame) -> pl.DataFrame:
+    """One collectives row per CollectiveFingerPrint a DETAIL mismatch message names."""
+    mism = events.filter(pl.col("kind") == "fingerprint_mismatch")
+    if mism.is_empty():
+        return pl.DataFrame(schema=COLLECTIVES_SCHEMA)
+    pattern = (r"Rank (\d+) is running (?:inconsistent )?collective: CollectiveFingerPrint\("
+               r"(?:SequenceNumber=(\d+),? ?)?OpType=(\w+)(?:, TensorShape=\[([^\]]*)\])?")
+    rows = mism.select(
+        "line_no", "ts", "level", "src_file", "pg_id", "pg_guid", "pg_desc",
+        pl.col("message").str.extract_all(pattern).alias("fp"),
+    ).explode("fp").drop_nulls("fp")
+    fp = pl.col("fp")
+    shape = fp.str.extract(pattern, 4).str.replace_all(r"\s", "")
+    return rows.select(
+        "line_no", "ts", "level", "src_file", "pg_id", "pg_guid", "pg_desc",
+        pg_rank=to_int(fp.str.extract(pattern, 1)),
+        kind=pl.lit("fingerprint"),
+        seq=to_int(fp.str.extract(pattern, 2)),
+        op=fp.str.extract(pattern, 3),
+        # A single-dimension shape is the element count; multi-dimensional shapes multiply.
+        numel_in=shape.str.split(",").list.eval(to_int(pl.element())).list.eval(
+            pl.element().product()).list.first(),
+        numel_out=pl.lit(None, dtype=pl.Int64),
+        timeout_ms=pl.lit(None, dtype=pl.Int64),
+        ran_for_ms=pl.lit(None, dtype=pl.Int64),
+    ).cast(COLLECTIVES_SCHEMA)
+
+
+def _settings(df: pl.DataFrame) -> pl.DataFrame:
+    banners = df.filter(pl.col("kind") == "env_banner")
+    if banners.is_empty():
+        return pl.DataFrame(schema=SETTINGS_SCHEMA)
+    pairs = banners.select(
+        "line_no",
+        pl.col("msg").str.extract(r"environments: (.*)$", 1).str.split(", ").alias("pair"),
+    ).explode("pair")
+    return pairs.select(
+        "line_no",
+        source=pl.lit("c10d-env"),
+        # `TORCH_NCCL_ENABLE_MONITORING (Whether to kill ...): 1` -> key without the explanation.
+        key=pl.col("pair").str.extract(r"^\s*([^:(]+?)\s*(?:\([^)]*\))?\s*:", 1),
+        value=pl.col("pair").str.extract(r":\s*([^:]*)$", 1),
+    ).drop_nulls("key").cast(SETTINGS_SCHEMA)
+
+
+def parse(lines: pl.DataFrame) -> ParseResult:
+    df = lines.select("line_no", "text").filter(pl.col("text").str.contains_any(_LITERALS))
+    if df.is_empty():
+        return ParseResult()
+    df, swallowed = _join_wrapped(df)
+    df = _classify(_split_header(df))
+    collectives = _rows(df, "collectives", COLLECTIVES_SCHEMA)
+    progress = _rows(df, "progress", PROGRESS_SCHEMA)
+    events = _rows(df, "events", EVENTS_SCHEMA)
+    fingerprints = _fingerprints(events)
+    if not fingerprints.is_empty():
+        collectives = pl.concat([collectives, fingerprints]).sort("line_no")
+    settings = _settings(df)
+    # Every classified message is an event too, so the timeline sees timeouts and status lines.
+    all_events = pl.concat([
+        events,
+        df.filter(pl.col("kind").is_in(["watchdog_timeout", "blocking_wait_timeout", "pg_status",
+                                        "dump_signal", "env_banner", "work_update"]))
+        .with_columns(message=pl.col("msg"), exc_type=pl.lit(None, dtype=pl.String),
+                      detail=pl.lit(None, dtype=pl.String))
+        .select(list(EVENTS_SCHEMA)).cast(EVENTS_SCHEMA),
+    ]).sort("line_no")
+    consumed = pl.concat([consumed_of(df), swallowed.cast(pl.UInt32)]).unique()
+    return ParseResult(
+        tables={"collectives": collectives, "progress": progress, "events": all_events,
+                "settings": settings},
+        consumed=consumed,
+    )

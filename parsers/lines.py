@@ -1,0 +1,218 @@
+"""The line envelope: bytes in, one row per physical line out, launcher prefixes peeled.
+
+This is the one helper every parser shares. It turns the bytes of one input into a Polars
+frame with a row per line and does, vectorised over the whole file:
+
+* splits on ``\\n`` and records each line's byte offset and length in the (decompressed)
+  input, so any line can be read back later without copying its text into the store;
+* decodes UTF-8; invalid bytes become ``\\xNN`` escapes (nothing is dropped, and the byte
+  offsets still point at the original bytes);
+* keeps the last non-empty ``\\r`` segment (tqdm redraws) and drops a CRLF ``\\r``;
+* removes ANSI escape sequences;
+* peels launcher and collector prefixes, in any stacking order, and keeps what they said
+  as columns (``formats/nccl.md`` section 2, ``formats/training-logs.md`` section 1,
+  ``formats/pytorch-failures.md`` section 1);
+* finds c10d's ``[rankN]:`` prefix even when a progress bar is glued in front of it.
+
+Output columns (``ENVELOPE_SCHEMA``):
+
+``line_no``   1-based physical line number
+``offset``    byte offset of the line in the decompressed input
+``length``    byte length of the line without its ``\\n``
+``text``      the message after peeling (what parsers match against)
+``prefix``    the peeled prefix text, or null
+``ext_ts``    a timestamp a collector or launcher added (ISO-like string), or null
+``srun_task`` Slurm ``srun --label`` task id
+``mpi_rank``  Open MPI ``--tag-output`` rank
+``local_rank`` torchrun ``[<role>N]:`` number (a local rank) for roles other than ``rank``
+``rank_tag``  ``[rankN]:`` number: c10d's global rank, or torchtitan's local rank (the
+              identity resolver decides which, from the rest of the file)
+``host_tag``  a host named by the prefix (pdsh ``host:``, ``host [stderr]``, Ray ``ip=``)
+``ray_pid``   Ray worker pid
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+# Sample lines this module must understand (tests feed them through ``envelope``).
+SAMPLE_LINES = [
+    " 3: node03:38646:35596 [4] NCCL INFO Channel 00/0 : 3[4] -> 4[5] via P2P/CUMEM",
+    "[1,5]<stdout>:node03:38646:35596 [4] NCCL INFO NET/IB : Using [0]mlx5_0:1/RoCE",
+    "Fri Aug 11 12:31:45 2023[1,0]<stdout>:NCCL version 2.18.3+cuda12.2",
+    "gpu1504: [2023-03-24 10:26:51,118] [INFO] [launch.py:142:main] WORLD INFO DICT",
+    "(RayTrainWorker pid=615, ip=10.100.2.6) host1:615:700 [0] NCCL INFO Bootstrap : Using eth0",
+    "2025-11-24T03:20:21.001125857Z [rank3]:[E1124 03:20:21.001 ProcessGroupNCCL.cpp:1] x",
+    "[default3]:[rank27]:[E909 09:55:29.307629539 ProcessGroupNCCL.cpp:607] [Rank 3] Watchdog",
+    "dinov2-giant-nodes.cn-d004 [stderr] [rank14]:[E909 09:55:29.307 ProcessGroupNCCL.cpp:607] x",
+    "Train:  20%|#9   | 375/1881 [3:40:16<14:52:25, 35.55s/it][rank3]:[E918 01:02:03.1 a.cpp:1] y",
+    "\x1b[36m(WorkerDict pid=86559)\x1b[0m [rank0]:[E1120 01:02:03.4 ProcessGroupNCCL.cpp:1] z",
+    "[trainer0|0]:1|25|Loss: 0.5",
+]
+
+ENVELOPE_SCHEMA = {
+    "line_no": pl.UInt32,
+    "offset": pl.UInt64,
+    "length": pl.UInt32,
+    "text": pl.String,
+    "prefix": pl.String,
+    "ext_ts": pl.String,
+    "srun_task": pl.Int32,
+    "mpi_rank": pl.Int32,
+    "local_rank": pl.Int32,
+    "rank_tag": pl.Int32,
+    "host_tag": pl.String,
+    "ray_pid": pl.Int64,
+}
+
+_ANSI = r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][A-Z0-9]|\x1b[=>]"
+
+# Each prefix: (name, anchored regex whose group 0 is the whole prefix, {column: group}).
+# Order matters only inside one pass; the peel loop runs several passes so prefixes can stack.
+_PREFIXES: list[tuple[str, str, dict[str, int]]] = [
+    ("container_ts", r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?) ", {"ext_ts": 1}),
+    ("platform_ts", r"^(\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:[.,]\d+)?)  +", {"ext_ts": 1}),
+    ("cloudwatch", r"^\s*\|\s*(\d{4}-\d{2}-\d{2}T[\d:.]+Z?)\s*\|\s*", {"ext_ts": 1}),
+    ("mpirun", r"^((?:[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}:\d{2} \d{4})?)\[\d+,(\d+)\]<(?:stdout|stderr|stddiag)>:", {"ext_ts": 1, "mpi_rank": 2}),
+    ("mpirun5", r"^\[[\w.-]+,(\d+)\]\[([\w.-]+):\d+\]<(?:stdout|stderr|stddiag)>:", {"mpi_rank": 1, "host_tag": 2}),
+    ("srun", r"^\s*(\d{1,6}): ", {"srun_task": 1}),
+    ("torchrun_tpl", r"^\[([A-Za-z_]+)(\d+)\|(\d+)\]:", {"local_rank": 2, "rank_tag": 3}),
+    ("rank_tag", r"^\[rank(\d+)\]: ?", {"rank_tag": 1}),
+    ("torchrun", r"^\[[A-Za-z_]+?(\d+)\]:", {"local_rank": 1}),
+    ("ray", r"^(?:\x1b?\[\d+m\s*)?\((?:\w+) pid=(\d+)(?:, ip=([\d.]+))?\)(?:\x1b?\[\d+m)? ", {"ray_pid": 1, "host_tag": 2}),
+    ("host_stream", r"^([A-Za-z0-9][\w.-]*) \[(?:stdout|stderr)\] ", {"host_tag": 1}),
+    ("stream", r"^(?:stdout|stderr): ", {}),
+    ("determined", r"^\[(\d{4}-\d{2}-\d{2}T[^\]]+)\] [0-9a-f]+ \[rank=(\d+)\] \|\| ", {"ext_ts": 1, "rank_tag": 2}),
+    ("markdown_quote", r"^(?:> ?)+", {}),
+    ("lost_ansi", r"^\[\d{1,2}m ?", {}),
+    ("clock", r"^(\d{2}:\d{2}:\d{2}\.\d{3}) ", {"ext_ts": 1}),
+]
+
+# pdsh's `host: ` prefix looks like any `Word: message` line, so it is accepted only when one
+# host-like token prefixes a good share of the file (decided per file, below).
+_PDSH = r"^([A-Za-z0-9][\w.-]*): "
+_HOSTLIKE = r"^(?:[A-Za-z][\w-]*\d[\w.-]*|[\w-]+\.[\w.-]+|[\w]+-[\w-]+|\d+\.\d+\.\d+\.\d+)$"
+_NOT_HOSTS = {"stdout", "stderr", "Traceback", "NCCL", "WARNING", "INFO", "ERROR", "DEBUG"}
+
+_C10D_RANK_ANYWHERE = r"\[rank\d+\]:"
+
+
+def decode_lines(data: bytes) -> pl.DataFrame:
+    """Split bytes into lines with byte offsets; invalid UTF-8 becomes ``\\xNN`` escapes."""
+    if not data:
+        return pl.DataFrame(schema={"line_no": pl.UInt32, "offset": pl.UInt64,
+                                    "length": pl.UInt32, "raw": pl.String})
+    body = data[:-1] if data.endswith(b"\n") else data
+    try:
+        text = body.decode("utf-8")
+        raw = pl.Series("raw", [text]).str.split("\n").explode()
+        lengths = raw.str.len_bytes().cast(pl.UInt64)
+    except UnicodeDecodeError:
+        # Rare path: the byte lengths must come from the bytes, not from the escaped text.
+        parts = body.split(b"\n")
+        lengths = pl.Series("length", list(map(len, parts)), dtype=pl.UInt64)
+        raw = pl.Series("raw", [p.decode("utf-8", "backslashreplace") for p in parts])
+    offsets = (lengths + 1).cum_sum() - (lengths + 1)
+    return pl.DataFrame({
+        "line_no": pl.int_range(1, len(raw) + 1, eager=True).cast(pl.UInt32),
+        "offset": offsets,
+        "length": lengths.cast(pl.UInt32),
+        "raw": raw,
+    })
+
+
+def _clean(raw: pl.Expr) -> pl.Expr:
+    """Last non-empty carriage-return segment, ANSI removed."""
+    no_crlf = raw.str.strip_suffix("\r")
+    last_segment = (
+        no_crlf.str.split("\r")
+        .list.eval(pl.element().filter(pl.element().str.strip_chars().str.len_chars() > 0))
+        .list.last()
+        .fill_null("")
+    )
+    cleaned = pl.when(no_crlf.str.contains("\r", literal=True)).then(last_segment).otherwise(no_crlf)
+    return (
+        pl.when(cleaned.str.contains("\x1b", literal=True))
+        .then(cleaned.str.replace_all(_ANSI, ""))
+        .otherwise(cleaned)
+    )
+
+
+def _peel_pass(df: pl.DataFrame, prefixes: list[tuple[str, str, dict[str, int]]]) -> pl.DataFrame:
+    """Strip at most one prefix per line; the first pattern (in order) that matches wins."""
+    taken = pl.lit(False)
+    updates: dict[str, pl.Expr] = {}
+    stripped = pl.lit(None, dtype=pl.String)
+    for _name, pattern, groups in prefixes:
+        hit = pl.col("text").str.contains(pattern) & ~taken
+        whole = pl.col("text").str.extract(pattern, 0)
+        stripped = pl.when(hit).then(whole).otherwise(stripped)
+        for column, group in groups.items():
+            value = pl.col("text").str.extract(pattern, group)
+            dtype = ENVELOPE_SCHEMA[column]
+            if dtype != pl.String:
+                value = value.cast(dtype, strict=False)
+            else:
+                value = pl.when(value == "").then(None).otherwise(value)
+            base = updates.get(column, pl.col(column))
+            # An outer prefix's value wins over an inner one of the same column.
+            updates[column] = pl.when(hit & pl.col(column).is_null()).then(value).otherwise(base)
+        taken = taken | hit
+    df = df.with_columns(_stripped=stripped, **updates)
+    return df.with_columns(
+        text=pl.when(pl.col("_stripped").is_not_null())
+        .then(pl.col("text").str.slice(pl.col("_stripped").str.len_chars()))
+        .otherwise(pl.col("text")),
+        prefix=pl.when(pl.col("_stripped").is_not_null())
+        .then(pl.concat_str([pl.col("prefix").fill_null(""), pl.col("_stripped")]))
+        .otherwise(pl.col("prefix")),
+    ).drop("_stripped")
+
+
+def _pdsh_hosts(text: pl.Series) -> set[str]:
+    """Host-like tokens that prefix enough lines of this file to be pdsh's ``host:`` tag."""
+    tokens = text.str.extract(_PDSH, 1).drop_nulls()
+    if tokens.is_empty():
+        return set()
+    counts = tokens.value_counts()
+    need = max(3, int(0.1 * len(text)))
+    hosts = counts.filter(
+        (pl.col("count") >= need) & pl.col(tokens.name).str.contains(_HOSTLIKE)
+    )[tokens.name].to_list()
+    return {h for h in hosts if h not in _NOT_HOSTS}
+
+
+def envelope(data: bytes, passes: int = 4) -> pl.DataFrame:
+    """Bytes of one input -> one row per physical line with prefixes peeled (see module doc)."""
+    lines = decode_lines(data)
+    df = lines.with_columns(text=_clean(pl.col("raw"))).drop("raw")
+    df = df.with_columns(
+        [pl.lit(None, dtype=dtype).alias(name)
+         for name, dtype in ENVELOPE_SCHEMA.items() if name not in df.columns]
+    )
+    if df.is_empty():
+        return df.select(list(ENVELOPE_SCHEMA))
+    hosts = _pdsh_hosts(df["text"])
+    prefixes = list(_PREFIXES)
+    if hosts:
+        alternatives = "|".join(sorted((h.replace(".", r"\.") for h in hosts), key=len, reverse=True))
+        prefixes.append(("pdsh", rf"^({alternatives}): ", {"host_tag": 1}))
+    for _ in range(passes):
+        before = df["text"]
+        df = _peel_pass(df, prefixes)
+        if df["text"].equals(before):
+            break
+    # A progress bar glued in front of c10d's `[rankN]:` (no newline between them): cut there.
+    position = pl.col("text").str.find(_C10D_RANK_ANYWHERE)
+    df = df.with_columns(
+        prefix=pl.when(position > 0)
+        .then(pl.concat_str([pl.col("prefix").fill_null(""), pl.col("text").str.slice(0, position)]))
+        .otherwise(pl.col("prefix")),
+        text=pl.when(position > 0).then(pl.col("text").str.slice(position)).otherwise(pl.col("text")),
+    )
+    glued = pl.col("text").str.extract(r"^\[rank(\d+)\]: ?", 1).cast(pl.Int32, strict=False)
+    df = df.with_columns(
+        rank_tag=pl.coalesce(pl.col("rank_tag"), glued),
+        text=pl.col("text").str.replace(r"^\[rank\d+\]: ?", ""),
+    )
+    return df.select(list(ENVELOPE_SCHEMA))

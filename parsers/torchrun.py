@@ -1,0 +1,525 @@
+"""torchrun / torch.distributed.elastic launcher output, and the Slurm lines around it.
+
+Line kinds handled (``formats/pytorch-failures.md`` section 7, ``formats/training-logs.md``
+section 1):
+
+``exits`` -- the ``ChildFailedError`` summary, one row per failure block:
+
+* torch >= 1.10 layout: a ``=====`` border, ``<entrypoint> FAILED``, a ``-----`` section line,
+  ``Failures:`` (blocks or ``<NO_OTHER_FAILURES>``), ``Root Cause (first observed failure):``,
+  blocks ``[N]:`` with the fields ``time      :``, ``host      :``, ``rank      : G (local_rank:
+  L)``, ``exitcode  : C (pid: P)`` (newer releases append ``(SIGABRT)``), ``error_file:``,
+  ``traceback :`` (one line, or the first line of an indented Python traceback);
+* torch 1.9 layout: ``*****`` border, centred ``  <entrypoint> FAILED  ``, ``=====``
+  sections, ``Root Cause:`` first and ``Other Failures:`` second, fields ``time:``, ``rank:``,
+  ``exitcode:``, ``error_file:``, ``msg: "..."`` (no ``host``);
+* several tables in one input (one per node agent), tables whose lines carry launcher
+  prefixes (``srun --label``: the envelope peeled them; blocks are followed per prefix
+  stream, so interleaved tables from several tasks stay apart), and a truncated paste whose
+  first block lost its ``[N]:`` line (kept with a null ``block_index``; ``line_no`` is then
+  the block's first field line).
+
+``signal`` comes from the ``(SIGABRT)`` suffix, else from ``Signal 6 (SIGABRT) received by
+PID``, else from a negative exit code (Linux numbering).
+
+``agent`` -- elastic agent lines, in the three logger layouts torch has used:
+``E0813 08:21:22.980000 1245483 torch/distributed/elastic/multiprocessing/api.py:984] ...``
+(glog style, about 2.3 and later; placeholder year 2000, see ``base.glog_timestamp``),
+``[2024-01-10 10:21:32,123] torch.distributed.elastic.multiprocessing.api: [WARNING] ...``
+(about 2.0-2.2; full year) and ``WARNING:torch.distributed.elastic.multiprocessing.api:...``
+(1.9-1.13; no time). Kinds:
+
+* ``worker_failed``: ``failed (exitcode: -6) local_rank: 6 (pid: 1246013) of binary: <py>``
+  (``value`` = the binary);
+* ``closing_signal``: ``Sending process 188 closing signal SIGTERM``;
+* ``force_kill``: ``Unable to shutdown process 188 via Signals.SIGTERM, forcefully exiting
+  via Signals.SIGKILL`` (also ``via SIGTERM , ... via SIGKILL`` of 1.9 and the bare numbers
+  ``via 15, ... via 9`` that Python 3.11's ``IntEnum.__str__`` prints); ``signal`` = the kill
+  signal, normalised to ``SIGKILL``;
+* ``launch_config``: ``Starting elastic_operator with launch configs:`` and the indented
+  ``  key : value`` lines after it (``entrypoint``, ``min_nodes``, ``max_nodes``,
+  ``nproc_per_node``, ``run_id``, ``rdzv_backend``, ``rdzv_endpoint``, ``rdzv_configs``,
+  ``max_restarts``, ``monitor_interval``, ``log_dir``, ``metrics_cfg``, and any newer key),
+  with or without a logger header repeated on each line; one row per key, ``ts`` of the
+  banner line;
+* ``restart``: ``[default] Worker group FAILED. 3/3 attempts left; will restart worker
+  group`` (``key`` = ``attempts_left``, ``value`` = ``3/3``) and ``Restarting worker group``;
+* ``death_signal``: ``Received Signals.SIGTERM death signal, shutting down workers`` (the
+  agent itself was signalled, typically by the scheduler).
+
+``slurm`` -- ``slurmstepd: error: *** JOB 4242 ON host CANCELLED AT 2026-07-24T13:22:05 DUE TO
+TIME LIMIT ***`` and the ``STEP 4242.0`` variant (kind ``cancelled``; also without ``DUE TO``
+for ``scancel``), ``*** STEP 4242.0 STEPD TERMINATED ON host AT ... DUE TO JOB NOT ENDING
+WITH SIGNALS ***`` (kind ``stepd_terminated``), ``srun: error: host: task 0: Terminated`` and
+``srun: error: host: tasks 2-7: Exited with exit code 1`` (``task_exit``), ``srun: Job step
+aborted: Waiting up to 32 seconds for job step to finish.`` (``step_aborted``) and
+``slurmstepd: error: Detected 1 oom_kill event in StepId=4242.0 ...`` / the older ``Detected 1
+oom-kill event(s) in step 4242.0 cgroup`` (``oom_kill``).
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from parsers.base import GLOG, ParseResult, consumed_of, glog_timestamp, to_int
+
+NAME = "torchrun"
+
+SAMPLE_LINES = [
+    "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+    "============================================================",
+    "pretrain_gpt.py FAILED",
+    "------------------------------------------------------------",
+    "Failures:",
+    "[1]:",
+    "  time      : 2026-07-24_20:47:36",
+    "  host      : node07.cluster",
+    "  rank      : 57 (local_rank: 1)",
+    "  exitcode  : -15 (pid: 1732)",
+    "  error_file: <N/A>",
+    "  traceback : Signal 15 (SIGTERM) received by PID 1732",
+    "------------------------------------------------------------",
+    "Root Cause (first observed failure):",
+    "[0]:",
+    "  time      : 2026-07-24_20:47:35",
+    "  host      : node07.cluster",
+    "  rank      : 58 (local_rank: 2)",
+    "  exitcode  : -6 (pid: 1734)  (SIGABRT)",
+    "  error_file: <N/A>",
+    "  traceback : Signal 6 (SIGABRT) received by PID 1734",
+    "============================================================",
+    "E0813 08:21:22.980000 1245483 torch/distributed/elastic/multiprocessing/api.py:984] "
+    "failed (exitcode: -6) local_rank: 6 (pid: 1246013) of binary: /usr/bin/python3",
+    "W0813 08:21:22.981000 1245483 torch/distributed/elastic/multiprocessing/api.py:897] "
+    "Sending process 1246007 closing signal SIGTERM",
+    "WARNING:torch.distributed.elastic.multiprocessing.api:Sending process 188 closing signal SIGTERM",
+    "[2024-01-10 10:21:32,123] torch.distributed.elastic.multiprocessing.api: [WARNING] "
+    "Unable to shutdown process 188 via Signals.SIGTERM, forcefully exiting via Signals.SIGKILL",
+    "I0813 08:00:01.000000 1245483 torch/distributed/launcher/api.py:188] "
+    "Starting elastic_operator with launch configs:",
+    "  entrypoint       : pretrain_gpt.py",
+    "  min_nodes        : 5",
+    "  max_nodes        : 5",
+    "  nproc_per_node   : 8",
+    "  run_id           : job4242",
+    "  rdzv_backend     : c10d",
+    "  rdzv_endpoint    : node01:29500",
+    "  rdzv_configs     : {'timeout': 900}",
+    "  max_restarts     : 0",
+    "  monitor_interval : 5",
+    "  log_dir          : /tmp/torchelastic_abc",
+    "  metrics_cfg      : {}",
+    "INFO:torch.distributed.elastic.agent.server.api:[default] Worker group FAILED. "
+    "3/3 attempts left; will restart worker group",
+    "[default] Restarting worker group",
+    "W0813 08:30:00.000000 1245483 torch/distributed/elastic/agent/server/api.py:704] "
+    "Received Signals.SIGTERM death signal, shutting down workers",
+    "slurmstepd: error: *** JOB 4242 ON node07 CANCELLED AT 2026-07-24T13:22:05 DUE TO TIME LIMIT ***",
+    "slurmstepd: error: *** STEP 4242.0 ON node07 CANCELLED AT 2026-07-24T13:22:05 ***",
+    "srun: error: node07: task 0: Terminated",
+    "srun: error: node08: tasks 2-7: Exited with exit code 1",
+    "srun: Job step aborted: Waiting up to 32 seconds for job step to finish.",
+    "slurmstepd: error: Detected 1 oom_kill event in StepId=4242.0. Some of the step tasks have been OOM Killed.",
+]
+
+EXITS_SCHEMA = {
+    "line_no": pl.UInt32,
+    "entrypoint": pl.String,
+    "block_index": pl.Int64,
+    "root_cause": pl.Boolean,
+    "time": pl.Datetime("us"),
+    "host": pl.String,
+    "rank": pl.Int64,
+    "local_rank": pl.Int64,
+    "exitcode": pl.Int64,
+    "pid": pl.Int64,
+    "signal": pl.String,
+    "error_file": pl.String,
+    "traceback": pl.String,
+}
+
+AGENT_SCHEMA = {
+    "line_no": pl.UInt32,
+    "ts": pl.Datetime("us"),
+    "kind": pl.String,
+    "exitcode": pl.Int64,
+    "local_rank": pl.Int64,
+    "pid": pl.Int64,
+    "signal": pl.String,
+    "key": pl.String,
+    "value": pl.String,
+}
+
+SLURM_SCHEMA = {
+    "line_no": pl.UInt32,
+    "ts": pl.Datetime("us"),
+    "kind": pl.String,
+    "job_id": pl.String,
+    "host": pl.String,
+    "tasks": pl.String,
+    "exit_code": pl.Int64,
+    "reason": pl.String,
+}
+
+# Linux signal numbers (torchrun reports a signal death as a negative exit code).
+_SIGNALS = {
+    "1": "SIGHUP", "2": "SIGINT", "3": "SIGQUIT", "4": "SIGILL", "5": "SIGTRAP", "6": "SIGABRT",
+    "7": "SIGBUS", "8": "SIGFPE", "9": "SIGKILL", "10": "SIGUSR1", "11": "SIGSEGV",
+    "12": "SIGUSR2", "13": "SIGPIPE", "14": "SIGALRM", "15": "SIGTERM", "16": "SIGSTKFLT",
+    "17": "SIGCHLD", "18": "SIGCONT", "19": "SIGSTOP", "20": "SIGTSTP", "21": "SIGTTIN",
+    "22": "SIGTTOU", "23": "SIGURG", "24": "SIGXCPU", "25": "SIGXFSZ", "26": "SIGVTALRM",
+    "27": "SIGPROF", "28": "SIGWINCH", "29": "SIGIO", "30": "SIGPWR", "31": "SIGSYS",
+}
+
+_PREFIX_COLUMNS = ("srun_task", "mpi_rank", "host_tag", "ray_pid", "local_rank", "rank_tag")
+
+# --- exits ---------------------------------------------------------------------------------
+_BORDER = r"^\s*(?:={10,}|-{10,}|\*{10,})\s*$"
+_HEADER = r"^\s*\[(\d+)\]:\s*$"
+_FIELD = r"^\s+(?P<fkey>time|host|rank|exitcode|error_file|traceback|msg)\s*:\s?(?P<fval>.*?)\s*$"
+_ENTRY = r"^\s*(\S.*?) FAILED\s*$"
+_SECTION_OTHER = r"^\s*(?:Other )?Failures:\s*$"
+_SECTION_ROOT = r"^\s*Root Cause(?: \(first observed failure\))?:\s*$"
+_NO_OTHER = r"^\s*<NO_OTHER_FAILURES>\s*$"
+_CHILD_FAILED = r"^(?:torch\.distributed\.elastic\.multiprocessing\.errors\.)?ChildFailedError:?\s*$"
+
+# --- agent ---------------------------------------------------------------------------------
+# A logger header in front of the message: glog style, the 2.0-2.2 bracketed asctime style,
+# or the plain ``LEVEL:logger.name:`` of Python's basicConfig.
+_LOGGER_HEAD = (
+    r"^(?:\[?" + GLOG + r" ?"
+    r"|\[\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?\] [\w.]+: \[[A-Z]+\] ?"
+    r"|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):[\w.]+:)"
+)
+_ISO_HEAD = r"^\[(\d{4}-\d{2}-\d{2})[ T](\d{2}:\d{2}:\d{2})(?:[.,](\d+))?\]"
+_WORKER_FAILED = (
+    r"failed \(exitcode: (?P<exitcode>-?\d+)\) local_rank: (?P<local_rank>-?\d+) "
+    r"\(pid: (?P<pid>\d+)\) of binary: (?P<value>.*?)\s*$"
+)
+_CLOSING = r"Sending process (?P<pid>\d+) closing signal (?P<signal>[\w.]+)"
+_FORCE_KILL = (
+    r"Unable to shutdown process (?P<pid>\d+) via (?P<via>[\w.]+)\s*, "
+    r"forcefully exiting via (?P<signal>[\w.]+)"
+)
+_RESTART = r"Worker group (?P<state>\w+)[.,].*?(?P<value>\d+/\d+) attempts left"
+_DEATH = r"Received (?P<signal>[\w.]+) death signal"
+_LAUNCH_HEADER = "Starting elastic_operator with launch configs"
+_CONFIG_LINE = r"^\s+(?P<key>[a-z][a-z0-9_]*)\s*: ?(?P<value>.*?)\s*$"
+
+# --- slurm ---------------------------------------------------------------------------------
+_CANCELLED = (
+    r"\*\*\* (?:JOB|STEP) (?P<job_id>[\w.+-]+) (?:ON (?P<host>\S+) )?CANCELLED AT "
+    r"(?P<ts>\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(?: DUE [Tt][Oo] (?P<reason>.*?))?\s*\*\*\*"
+)
+_STEPD_TERMINATED = (
+    r"\*\*\* (?:JOB|STEP) (?P<job_id>[\w.+-]+) STEPD TERMINATED ON (?P<host>\S+) AT "
+    r"(?P<ts>\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(?: DUE TO (?P<reason>.*?))?\s*\*\*\*"
+)
+_TASK_EXIT = r"srun: error: (?P<host>[^:\s]+): tasks? (?P<tasks>[\d,\-\[\] ]*\d\]?): (?P<reason>.*?)\s*$"
+_STEP_ABORTED = r"srun: Job step aborted:?\s*(?P<reason>.*?)\s*$"
+_OOM = (
+    r"Detected (?P<count>\d+) oom[-_]kill events?(?:\(s\))? in "
+    r"(?:StepId=|step )?(?P<job_id>\d+(?:\+\d+)?(?:\.\w+)?)"
+)
+
+
+def _with_stream(lines: pl.DataFrame) -> pl.DataFrame:
+    """Add ``_stream`` (the launcher-prefix identity of a line) and ``_seq`` (the row's
+    position inside its stream), so a multi-line block is followed per writer even when
+    several writers' lines interleave."""
+    cols = [c for c in _PREFIX_COLUMNS if c in lines.columns]
+    if cols:
+        key = pl.concat_str([pl.col(c).cast(pl.String).fill_null("") for c in cols], separator="|")
+    else:
+        key = pl.lit("")
+    df = lines.select("line_no", "text", _stream=key)
+    if df.height == 0 or df["_stream"].n_unique() <= 1:
+        return df.with_columns(_seq=pl.col("line_no").cast(pl.Int64))
+    return df.with_columns(_seq=pl.int_range(pl.len(), dtype=pl.Int64).over("_stream"))
+
+
+def _signal_name(expr: pl.Expr) -> pl.Expr:
+    """``Signals.SIGKILL`` / ``SIGKILL`` / ``9`` -> ``SIGKILL``."""
+    bare = expr.str.strip_chars().str.replace(r"^Signals\.", "")
+    by_number = bare.replace_strict(_SIGNALS, default=None, return_dtype=pl.String)
+    return pl.when(bare.str.contains(r"^\d+$")).then(by_number).otherwise(bare)
+
+
+def _empty(schema: dict) -> pl.DataFrame:
+    return pl.DataFrame(schema=schema)
+
+
+def _exits(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.Series]:
+    """The failure blocks, and the line numbers of the summary lines understood."""
+    none = (_empty(EXITS_SCHEMA), pl.Series("line_no", [], dtype=pl.UInt32))
+    t = pl.col("text")
+    cand = df.filter(
+        t.str.starts_with(" ")
+        | t.str.contains("]:", literal=True)
+        | t.str.contains("FAILED", literal=True)
+        | t.str.contains("Failures:", literal=True)
+        | t.str.contains("Root Cause", literal=True)
+        | t.str.contains("NO_OTHER_FAILURES", literal=True)
+        | t.str.contains("ChildFailedError", literal=True)
+        | t.str.contains("==========", literal=True)
+        | t.str.contains("----------", literal=True)
+        | t.str.contains("**********", literal=True)
+    )
+    if cand.is_empty():
+        return none
+    field = t.str.extract_groups(_FIELD)
+    cand = cand.with_columns(
+        fkey=field.struct.field("fkey"),
+        fval=field.struct.field("fval"),
+        index=to_int(t.str.extract(_HEADER, 1)),
+        entry_name=t.str.extract(_ENTRY, 1),
+    ).with_columns(
+        kind=pl.when(t.str.contains(_BORDER)).then(pl.lit("border"))
+        .when(pl.col("index").is_not_null()).then(pl.lit("header"))
+        .when(pl.col("fkey").is_not_null()).then(pl.lit("field"))
+        .when(t.str.contains(_SECTION_OTHER)).then(pl.lit("other"))
+        .when(t.str.contains(_SECTION_ROOT)).then(pl.lit("root"))
+        .when(t.str.contains(_NO_OTHER)).then(pl.lit("no_other"))
+        .when(t.str.contains(_CHILD_FAILED)).then(pl.lit("exception"))
+        .when(pl.col("entry_name").is_not_null()).then(pl.lit("entry?"))
+        .otherwise(None)
+    ).filter(pl.col("kind").is_not_null())
+    if cand.is_empty():
+        return none
+
+    s = "_stream"
+    contiguous_prev = (pl.col("_seq").shift(1).over(s) == pl.col("_seq") - 1).fill_null(False)
+    contiguous_next = (pl.col("_seq").shift(-1).over(s) == pl.col("_seq") + 1).fill_null(False)
+    prev_kind = pl.when(contiguous_prev).then(pl.col("kind").shift(1).over(s))
+    cand = cand.with_columns(_prev_kind=prev_kind)
+    # `<entrypoint> FAILED` counts only right under a border (the title line of the table).
+    cand = cand.with_columns(
+        kind=pl.when(pl.col("kind") == "entry?")
+        .then(pl.when(pl.col("_prev_kind") == "border").then(pl.lit("entry")).otherwise(None))
+        .otherwise(pl.col("kind"))
+    ).filter(pl.col("kind").is_not_null())
+    cand = cand.with_columns(_prev_kind=prev_kind)
+
+    is_field = pl.col("kind") == "field"
+    continues = is_field & pl.col("_prev_kind").is_in(["header", "field"]).fill_null(False)
+    is_start = (pl.col("kind") == "header") | (is_field & ~continues)
+    cand = cand.with_columns(
+        entrypoint=pl.when(pl.col("kind") == "entry").then(pl.col("entry_name"))
+        .forward_fill().over(s),
+        section=pl.when(pl.col("kind") == "entry").then(pl.lit("none"))
+        .when(pl.col("kind") == "other").then(pl.lit("other"))
+        .when(pl.col("kind") == "root").then(pl.lit("root"))
+        .forward_fill().over(s),
+        block=pl.when(is_start).then(pl.col("line_no")).forward_fill().over(s),
+    )
+    rows = cand.filter(pl.col("kind").is_in(["header", "field"]) & pl.col("block").is_not_null())
+    if rows.is_empty():
+        return none
+
+    def value_of(*keys: str) -> pl.Expr:
+        return pl.col("fval").filter(pl.col("fkey").is_in(list(keys))).first()
+
+    blocks = rows.group_by("block", maintain_order=True).agg(
+        line_no=pl.col("line_no").first(),
+        entrypoint=pl.col("entrypoint").first(),
+        block_index=pl.col("index").first(),
+        section=pl.col("section").first(),
+        time_text=value_of("time"),
+        host=value_of("host"),
+        rank_text=value_of("rank"),
+        exit_text=value_of("exitcode"),
+        error_file=value_of("error_file"),
+        traceback=value_of("traceback", "msg"),
+    )
+    rank = pl.col("rank_text").str.extract_groups(
+        r"^(?P<r>-?\d+)(?:\s*\(local_rank:\s*(?P<l>-?\d+)\))?"
+    )
+    code = pl.col("exit_text").str.extract_groups(
+        r"^(?P<c>-?\d+)(?:\s*\(pid:\s*(?P<p>\d+)\))?(?:\s*\(?(?P<sig>SIG[A-Z0-9]+)\)?)?"
+    )
+    # A real block always says `(local_rank: L)` or `(pid: P)`; this keeps a stray
+    # `  rank : 3` of some config print from becoming a failure.
+    evidence = pl.col("rank_text").str.contains("(local_rank:", literal=True).fill_null(False) | (
+        pl.col("exit_text").str.contains("(pid:", literal=True).fill_null(False)
+    )
+    blocks = blocks.filter(evidence).with_columns(
+        rank=to_int(rank.struct.field("r")),
+        local_rank=to_int(rank.struct.field("l")),
+        exitcode=to_int(code.struct.field("c")),
+        pid=to_int(code.struct.field("p")),
+        _sig_suffix=code.struct.field("sig"),
+        traceback=pl.col("traceback").str.replace(r'^"(.*)"$', "$1"),
+        time=pl.col("time_text").str.slice(0, 19).str.replace_all(r"[_T]", " ")
+        .str.strptime(pl.Datetime("us"), "%Y-%m-%d %H:%M:%S", strict=False),
+        root_cause=(pl.col("section") == "root").fill_null(False),
+    )
+    from_exitcode = pl.when(pl.col("exitcode") < 0).then(
+        (-pl.col("exitcode")).cast(pl.String)
+        .replace_strict(_SIGNALS, default=None, return_dtype=pl.String)
+    )
+    blocks = blocks.with_columns(
+        signal=pl.coalesce(
+            pl.col("_sig_suffix"),
+            pl.col("traceback").str.extract(r"Signal \d+ \((SIG[A-Z0-9]+)\) received by PID", 1),
+            from_exitcode,
+        )
+    )
+    table = blocks.select(
+        [pl.col(c).cast(dtype, strict=False) for c, dtype in EXITS_SCHEMA.items()]
+    ).sort("line_no")
+
+    # Consumed: lines of accepted blocks, the title and section lines of a table, and the
+    # borders right next to any of those.
+    accepted = blocks.select(pl.col("block"), _accepted=pl.lit(True))
+    cand = cand.join(accepted, on="block", how="left", maintain_order="left").with_columns(
+        _understood=pl.when(pl.col("kind").is_in(["header", "field"]))
+        .then(pl.col("_accepted").fill_null(False))
+        .when(pl.col("kind").is_in(["entry", "other", "root", "no_other"]))
+        .then(pl.col("entrypoint").is_not_null() | pl.col("kind").is_in(["other", "root"]))
+        .when(pl.col("kind") == "exception").then(True)
+        .otherwise(False)
+    )
+    near = (
+        (contiguous_prev & pl.col("_understood").shift(1).over(s))
+        | (contiguous_next & pl.col("_understood").shift(-1).over(s))
+    ).fill_null(False)
+    keep = cand.filter(pl.col("_understood") | ((pl.col("kind") == "border") & near))
+    return table, keep["line_no"].cast(pl.UInt32)
+
+
+def _logger_head(df: pl.DataFrame) -> pl.DataFrame:
+    """Add ``ts`` (from a glog or bracketed-asctime header) and ``msg`` (the text after any
+    logger header) to candidate rows."""
+    g = pl.col("text").str.extract_groups(r"^\[?" + GLOG)
+    iso = pl.col("text").str.extract_groups(_ISO_HEAD)
+    iso_text = pl.concat_str(
+        [iso.struct.field("1"), pl.lit(" "), iso.struct.field("2"), pl.lit("."),
+         iso.struct.field("3").fill_null("0").str.slice(0, 6).str.pad_end(6, "0")]
+    )
+    return df.with_columns(
+        ts=pl.coalesce(
+            pl.when(g.struct.field("mmdd").is_not_null()).then(
+                glog_timestamp(g.struct.field("mmdd"), g.struct.field("hms"), g.struct.field("frac"))
+            ),
+            iso_text.str.strptime(pl.Datetime("us"), "%Y-%m-%d %H:%M:%S%.f", strict=False),
+        ),
+        msg=pl.col("text").str.replace(_LOGGER_HEAD, ""),
+    )
+
+
+def _agent(df: pl.DataFrame) -> pl.DataFrame:
+    t = pl.col("text")
+    frames: list[pl.DataFrame] = []
+
+    def one(literal: str, kind: str, pattern: str, groups: list[str]) -> None:
+        sub = df.filter(t.str.contains(literal, literal=True))
+        if sub.is_empty():
+            return
+        sub = _logger_head(sub)
+        m = pl.col("msg").str.extract_groups(pattern)
+        sub = sub.with_columns([m.struct.field(g).alias(g) for g in groups]).filter(
+            pl.col(groups[0]).is_not_null()
+        )
+        frames.append(sub.with_columns(kind=pl.lit(kind)).select(
+            ["line_no", "ts", "kind", *groups]
+        ))
+
+    one("of binary:", "worker_failed", _WORKER_FAILED, ["exitcode", "local_rank", "pid", "value"])
+    one("closing signal", "closing_signal", _CLOSING, ["pid", "signal"])
+    one("forcefully exiting via", "force_kill", _FORCE_KILL, ["pid", "signal"])
+    one("attempts left", "restart", _RESTART, ["value"])
+    one("Restarting worker group", "restart", r"(?P<state>Restarting) worker group", ["state"])
+    one("death signal", "death_signal", _DEATH, ["signal"])
+
+    # Launch configuration: the banner, then contiguous indented `key : value` lines.
+    banner = t.str.contains(_LAUNCH_HEADER, literal=True)
+    cand = df.filter(banner | ((t.str.starts_with(" ") | t.str.contains("]   ", literal=True))
+                               & t.str.contains(":", literal=True)))
+    if not cand.is_empty() and cand.select(banner.any()).item():
+        cand = _logger_head(cand)
+        cfg = pl.col("msg").str.extract_groups(_CONFIG_LINE)
+        cand = cand.with_columns(
+            is_banner=pl.col("msg").str.contains(_LAUNCH_HEADER, literal=True),
+            key=cfg.struct.field("key"),
+            value=cfg.struct.field("value"),
+        ).filter(pl.col("is_banner") | pl.col("key").is_not_null())
+        s = "_stream"
+        contiguous_prev = (pl.col("_seq").shift(1).over(s) == pl.col("_seq") - 1).fill_null(False)
+        start = pl.col("is_banner") | ~contiguous_prev
+        cand = cand.with_columns(
+            _banner_ts=pl.when(start).then(pl.col("ts")).forward_fill().over(s),
+            _from_banner=pl.when(start).then(pl.col("is_banner")).forward_fill().over(s),
+        )
+        rows = cand.filter(pl.col("_from_banner") & ~pl.col("is_banner"))
+        heads = cand.filter(pl.col("is_banner"))
+        frames.append(heads.select("line_no", "ts", kind=pl.lit("launch_config")))
+        frames.append(rows.select(
+            "line_no", pl.coalesce("ts", "_banner_ts").alias("ts"),
+            kind=pl.lit("launch_config"), key="key", value="value",
+        ))
+
+    if not frames:
+        return _empty(AGENT_SCHEMA)
+    out = pl.concat(frames, how="diagonal_relaxed")
+    for c in AGENT_SCHEMA:
+        if c not in out.columns:
+            out = out.with_columns(pl.lit(None).alias(c))
+    out = out.with_columns(
+        key=pl.when(pl.col("kind").eq("restart") & pl.col("value").is_not_null())
+        .then(pl.lit("attempts_left")).otherwise(pl.col("key")),
+        signal=_signal_name(pl.col("signal").cast(pl.String)),
+    )
+    return out.select(
+        [pl.col(c).cast(dtype, strict=False) for c, dtype in AGENT_SCHEMA.items()]
+    ).sort("line_no")
+
+
+def _slurm(df: pl.DataFrame) -> pl.DataFrame:
+    t = pl.col("text")
+    frames: list[pl.DataFrame] = []
+
+    def one(literal: str, kind: str, pattern: str, groups: list[str], first: str) -> None:
+        sub = df.filter(t.str.contains(literal, literal=True))
+        if sub.is_empty():
+            return
+        m = t.str.extract_groups(pattern)
+        sub = sub.with_columns([m.struct.field(g).alias(g) for g in groups]).filter(
+            pl.col(first).is_not_null()
+        )
+        frames.append(sub.with_columns(kind=pl.lit(kind)).select(["line_no", "kind", *groups]))
+
+    one("CANCELLED AT", "cancelled", _CANCELLED, ["job_id", "host", "ts", "reason"], "job_id")
+    one("STEPD TERMINATED", "stepd_terminated", _STEPD_TERMINATED,
+        ["job_id", "host", "ts", "reason"], "job_id")
+    one("srun: error:", "task_exit", _TASK_EXIT, ["host", "tasks", "reason"], "tasks")
+    one("Job step aborted", "step_aborted", _STEP_ABORTED, ["reason"], "reason")
+    one("kill event", "oom_kill", _OOM, ["count", "job_id"], "count")
+    if not frames:
+        return _empty(SLURM_SCHEMA)
+    out = pl.concat(frames, how="diagonal_relaxed")
+    for c in ("ts", "job_id", "host", "tasks", "reason", "count"):
+        if c not in out.columns:
+            out = out.with_columns(pl.lit(None, dtype=pl.String).alias(c))
+    out = out.with_columns(
+        ts=pl.col("ts").str.strptime(pl.Datetime("us"), "%Y-%m-%dT%H:%M:%S", strict=False),
+        exit_code=to_int(pl.col("reason").str.extract(r"[Ee]xit(?:ed with exit)? code:? (-?\d+)", 1)),
+        tasks=pl.col("tasks").str.strip_chars(),
+        reason=pl.when(pl.col("kind") == "oom_kill")
+        .then(pl.concat_str([pl.col("count"), pl.lit(" oom_kill event(s)")]))
+        .otherwise(pl.col("reason")),
+    )
+    return out.select(
+        [pl.col(c).cast(dtype, strict=False) for c, dtype in SLURM_SCHEMA.items()]
+    ).sort("line_no")
+
+
+def parse(lines: pl.DataFrame) -> ParseResult:
+    if lines is None or lines.is_empty() or "text" not in lines.columns:
+        return ParseResult(tables={"exits": _empty(EXITS_SCHEMA), "agent": _empty(AGENT_SCHEMA),
+                                   "slurm": _empty(SLURM_SCHEMA)})
+    df = _with_stream(lines).with_columns(pl.col("text").fill_null(""))
+    exits, exit_lines = _exits(df)
+    agent = _agent(df)
+    slurm = _slurm(df)
+    consumed = consumed_of(agent, slurm, pl.DataFrame({"line_no": exit_lines}))
+    return ParseResult(tables={"exits": exits, "agent": agent, "slurm": slurm}, consumed=consumed)

@@ -1,0 +1,108 @@
+"""What a rule is and what it returns.
+
+A rule is a module in ``rules/`` with ``CODE`` (stable, e.g. ``H001``), ``NAME``
+(kebab-case), ``SEVERITY``, a docstring (what it detects, why it matters, what to do,
+known false positives) and ``check(ctx: Context) -> list[Finding]``. Rules read the store
+through ``ctx`` and never import Textual.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import polars as pl
+
+from analyzer.pipeline import Run
+from analyzer.store import line_text
+
+SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
+
+
+@dataclass
+class Evidence:
+    path: str
+    line: int
+    text: str
+    rank: int | None = None
+    node: str | None = None
+    note: str | None = None
+
+
+@dataclass
+class Finding:
+    code: str
+    name: str
+    severity: str
+    confidence: float
+    title: str
+    message: str
+    ranks: list[int] = field(default_factory=list)
+    nodes: list[str] = field(default_factory=list)
+    gpus: list[dict] = field(default_factory=list)
+    evidence: list[Evidence] = field(default_factory=list)
+    suggestion: str = ""
+    caused_by: list[str] = field(default_factory=list)
+    attempt: int | None = None
+    category: str = ""
+    culprit: bool = False           # the finding names the cause (not a symptom)
+    details: dict = field(default_factory=dict)
+    id: str = ""
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["confidence"] = round(self.confidence, 2)
+        return data
+
+
+class Context:
+    """A run and one attempt, with helpers rules share (evidence lines, the rank map)."""
+
+    def __init__(self, run: Run, attempt: int | None):
+        self.run = run
+        self.attempt = attempt
+        self._cache: dict = {}
+        self._text_cache: dict = {}
+        self.shared: dict = {}
+
+    def frame(self, sql: str, params: list | None = None) -> pl.DataFrame:
+        return self.run.frame(sql, params)
+
+    def table(self, name: str) -> pl.DataFrame:
+        """The rows of ``name`` in this attempt (all rows when the table has no attempt)."""
+        if name not in self._cache:
+            columns = {r[0] for r in self.run.con.execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_name = ?", [name]).fetchall()}
+            if "attempt" in columns and self.attempt is not None:
+                df = self.frame(f'SELECT * FROM "{name}" WHERE attempt = ? OR attempt IS NULL', [self.attempt])
+            else:
+                df = self.frame(f'SELECT * FROM "{name}"')
+            self._cache[name] = df
+        return self._cache[name]
+
+    @property
+    def ranks(self) -> pl.DataFrame:
+        return self.table("ranks")
+
+    @property
+    def world_size(self) -> int | None:
+        return self.run.info.get("world_size")
+
+    def evidence(self, input_id: int, line_no: int, note: str | None = None) -> Evidence:
+        row = self.frame(
+            "SELECT i.path, i.abs_path, l.offset, l.length, l.text, l.rank, l.node FROM lines l "
+            "JOIN inputs i USING (input_id) WHERE l.input_id = ? AND l.line_no = ?", [input_id, line_no])
+        if row.is_empty():
+            return Evidence("?", line_no, "", note=note)
+        path, abs_path, offset, length, _text, rank, node = row.row(0)
+        # Evidence is the line exactly as it stands in the input, launcher prefix included.
+        text = line_text(abs_path, offset, length, self._text_cache)
+        return Evidence(path, int(line_no), text.rstrip("\r"), rank, node, note)
+
+    def gpu_of(self, rank: int) -> dict:
+        row = self.ranks.filter(pl.col("rank") == rank)
+        if row.is_empty():
+            return {"rank": rank}
+        r = row.row(0, named=True)
+        return {"rank": rank, "node": r["node"], "local_rank": r["local_rank"], "cuda_dev": r["cuda_dev"],
+                "bus_id": r["bus_id"], "pid": r["pid"],
+                "mapping_source": r["source"], "mapping_confidence": r["confidence"]}

@@ -1,0 +1,146 @@
+"""H001 rank-never-entered-collective: the rank the others are waiting for.
+
+What it detects
+    In one attempt, within one process group's members only, the ranks that never entered
+    the collective the others wait in: their ``last enqueued`` sequence is below the
+    sequence the majority waits in (``formats/pytorch-failures.md`` 3.2), ideally with
+    nothing in flight at all (``enqueued == completed``), and they are not themselves
+    waiting in another group. Evidence, strongest first: PG status / work-update /
+    dump-signal lines; missing status lines from a rank that was otherwise logging; py-spy
+    stacks (main thread outside any collective while the others sit in one).
+
+Why it matters
+    The ranks that time out first, exit first, or send the dump signal are symptoms. The
+    rank to look at (and whose code path to fix) is the one that never arrived.
+
+What to do
+    Read the culprit's stack and last lines (shown): a rank-dependent branch, a lazy
+    optimizer-state initialisation, a save or evaluation on a subset of ranks. While the job
+    still hangs, take ``py-spy dump --pid`` on the culprit before it is killed.
+
+Known false positives
+    Silence alone (no status line) is weak: redirected stdout is block-buffered, and a rank
+    whose log is missing is not guilty -- the finding then says inconclusive. Before mid-2024
+    PyTorch counted send/recv in the same sequence as collectives, so a lagging counter in a
+    group that also ran P2P is weaker evidence. The rank mapping must be stated by the logs
+    (``[rankN]:``, NCCL's world communicator, torchrun's table); a guessed mapping never blames.
+"""
+
+from __future__ import annotations
+
+from analyzer.ranges import rank_ranges
+from rules.base import Context, Finding
+from rules.hang_model import analyse_hang, rank_lines, stack_of
+from rules.why_no_timeout import why_no_timeout
+
+CODE = "H001"
+NAME = "rank-never-entered-collective"
+SEVERITY = "error"
+
+
+def check(ctx: Context) -> list[Finding]:
+    hang = analyse_hang(ctx)
+    if not hang.culprits or hang.inconclusive:
+        return []
+    state = hang.pg
+    culprits = hang.culprits
+    gpus = [ctx.gpu_of(r) for r in culprits]
+    where = "; ".join(_gpu_text(g) for g in gpus)
+    if state is not None:
+        op = state.majority_op or "a collective"
+        waited = (f"{len(state.waiting)} rank(s) of process group {state.key} wait in {op} "
+                  f"SeqNum={state.wait_seq}")
+    else:
+        op, waited = "a collective", "the other ranks' py-spy stacks sit in a collective"
+    title = f"rank {rank_ranges(culprits)} never entered {op}" + (
+        f" #{state.wait_seq} ({state.key})" if state is not None else "")
+    own = _own_progress(state, culprits)
+    message = f"{waited}; rank {rank_ranges(culprits)} ({where}) did not: {own}"
+    evidence = _evidence(ctx, hang, culprits)
+    instead = _instead(ctx, culprits[0])
+    details = {
+        "process_group": state.key if state else None,
+        "seq": state.wait_seq if state else None,
+        "op": state.majority_op if state else None,
+        "numel_in": state.majority_numel if state else None,
+        "waiting_ranks": rank_ranges(state.waiting) if state else None,
+        "basis": hang.basis,
+        "rank_mapping": {str(r): {"source": s, "confidence": c} for r, (s, c) in hang.mapping.items()},
+        "culprit_did_instead": instead,
+        "why_no_timeout": why_no_timeout(ctx, hang),
+        "notes": hang.notes,
+    }
+    suggestion = ("Look at what rank {r} was doing instead (stack and last lines above): a branch that only some "
+                  "ranks take before this collective (lazy optimizer-state init, a save or eval on a subset of "
+                  "ranks) is the usual cause. Fix the code path so every rank issues the same collectives in the "
+                  "same order.").format(r=rank_ranges(culprits))
+    return [Finding(CODE, NAME, SEVERITY, hang.confidence, title, message, ranks=culprits,
+                    nodes=sorted({g.get("node") for g in gpus if g.get("node")}), gpus=gpus,
+                    evidence=evidence, suggestion=suggestion, category="hang", culprit=True, details=details)]
+
+
+def _gpu_text(g: dict) -> str:
+    parts = [g.get("node") or "node ?"]
+    if g.get("cuda_dev") is not None:
+        parts.append(f"GPU {g['cuda_dev']}")
+    if g.get("bus_id"):
+        parts.append(f"bus {g['bus_id']}")
+    return " ".join(parts)
+
+
+def _own_progress(state, culprits: list[int]) -> str:
+    if state is None:
+        return "its main thread is outside any collective"
+    snap = state.snapshot
+    texts = []
+    for r in culprits:
+        row = snap.filter(snap["rank"] == r)
+        if row.is_empty():
+            texts.append(f"rank {r} printed no status line for this group")
+            continue
+        enq, comp = row["enqueued"][0], row["completed"][0]
+        if enq is not None and enq == comp:
+            texts.append(f"rank {r}: last enqueued {enq}, last completed {comp} -- nothing in flight")
+        else:
+            texts.append(f"rank {r}: last enqueued {enq}, last completed {comp}")
+    return "; ".join(texts)
+
+
+def _evidence(ctx: Context, hang, culprits: list[int]):
+    out = []
+    state = hang.pg
+    if state is not None:
+        snap = state.snapshot
+        for r in culprits[:4]:
+            row = snap.filter(snap["rank"] == r)
+            if not row.is_empty() and row["progress_ref"][0] is not None:
+                ref = row["progress_ref"][0]
+                out.append(ctx.evidence(ref["input_id"], ref["line_no"], note=f"culprit rank {r}'s own progress"))
+        majority = snap.filter(snap["rank"].is_in(state.waiting))
+        for ref_col in ("timeout_ref", "progress_ref"):
+            if ref_col in majority.columns:
+                refs = majority[ref_col].drop_nulls()
+                if len(refs):
+                    ref = refs[0]
+                    out.append(ctx.evidence(ref["input_id"], ref["line_no"], note="a waiting rank, for comparison"))
+                    break
+    for r in culprits[:2]:
+        frames = stack_of(ctx, r)
+        if not frames.is_empty():
+            first = frames.filter(frames["thread_name"] == "MainThread").sort("depth")
+            if not first.is_empty():
+                out.append(ctx.evidence(first["input_id"][0], first["line_no"][0],
+                                        note=f"rank {r}'s py-spy main thread, innermost frame"))
+    return out
+
+
+def _instead(ctx: Context, rank: int) -> dict:
+    frames = stack_of(ctx, rank)
+    stack = []
+    if not frames.is_empty():
+        main = frames.filter(frames["thread_name"] == "MainThread").sort("depth").head(8)
+        stack = [f"{f} ({p}:{n})" if n is not None else f"{f} ({p})"
+                 for f, p, n in main.select("function", "file", "file_line").iter_rows()]
+    last = rank_lines(ctx, rank)
+    lines = [ctx.evidence(i, n).text for i, n in last.select("input_id", "line_no").iter_rows()]
+    return {"py_spy_main_thread": stack, "last_lines": lines[-8:]}

@@ -1,0 +1,89 @@
+"""H002 collective-mismatch: ranks in the same collective sequence with a different op or size.
+
+What it detects
+    Within one process group, ranks waiting at the same SeqNum where a minority names a
+    different OpType or NumelIn in its WorkNCCL descriptor (or, with
+    ``TORCH_DISTRIBUTED_DEBUG=DETAIL``, a minority CollectiveFingerPrint at one
+    SequenceNumber). The minority is the culprit, not the rank named as "but Rank X".
+
+Why it matters
+    NCCL does not check that ranks agree: a different op or size at one sequence number
+    hangs or corrupts data. It is a rank-dependent code path (a different model branch, an
+    uneven split, a skipped parameter).
+
+What to do
+    Find why the minority took a different path at that step (data-dependent branches,
+    unused parameters, uneven batches) and make every rank issue identical collectives.
+
+Known false positives
+    All-gather/reduce-scatter NumelOut legitimately differs from NumelIn; only NumelIn and
+    OpType are compared. With two ranks there is no majority: the finding is inconclusive.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from analyzer.ranges import rank_ranges
+from rules.base import Context, Finding
+from rules.hang_model import pg_states
+
+CODE = "H002"
+NAME = "collective-mismatch"
+SEVERITY = "error"
+
+
+def check(ctx: Context) -> list[Finding]:
+    findings = []
+    for state in pg_states(ctx):
+        if not state.mismatched or len(state.mismatched) >= len(state.waiting) / 2:
+            continue
+        snap = state.snapshot.filter(pl.col("rank").is_in(state.mismatched))
+        seen = ", ".join(f"rank {r}: {op} NumelIn={n}" for r, op, n in snap.select("rank", "op", "numel_in").iter_rows())
+        evidence = [ctx.evidence(ref["input_id"], ref["line_no"], note="minority descriptor")
+                    for ref in snap["timeout_ref"].drop_nulls().to_list()[:3]]
+        majority = state.snapshot.filter(pl.col("rank").is_in(state.waiting) & ~pl.col("rank").is_in(state.mismatched))
+        evidence += [ctx.evidence(ref["input_id"], ref["line_no"], note="majority descriptor")
+                     for ref in majority["timeout_ref"].drop_nulls().to_list()[:1]]
+        gpus = [ctx.gpu_of(r) for r in state.mismatched]
+        findings.append(Finding(
+            CODE, NAME, SEVERITY, 0.85,
+            f"rank {rank_ranges(state.mismatched)} ran a different collective at SeqNum {state.wait_seq} ({state.key})",
+            f"{len(state.waiting) - len(state.mismatched)} rank(s) of {state.key} are in {state.majority_op} "
+            f"NumelIn={state.majority_numel} at SeqNum {state.wait_seq}; {seen}",
+            ranks=state.mismatched, nodes=sorted({g.get("node") for g in gpus if g.get("node")}), gpus=gpus,
+            evidence=evidence, category="desync", culprit=True,
+            suggestion="The minority took a different code path at this step (a data-dependent branch, unused "
+                       "parameters, an uneven split). Make every rank issue the same collectives with the same sizes.",
+            details={"process_group": state.key, "seq": state.wait_seq, "op": state.majority_op,
+                     "numel_in": state.majority_numel}))
+    findings += _fingerprints(ctx)
+    return findings
+
+
+def _fingerprints(ctx: Context) -> list[Finding]:
+    colls = ctx.table("collectives")
+    if colls.is_empty() or "kind" not in colls.columns:
+        return []
+    fps = colls.filter(pl.col("kind") == "fingerprint")
+    out = []
+    for (seq,), rows in fps.group_by("seq", maintain_order=True):
+        per_rank = rows.unique(["pg_rank"], keep="first").select("pg_rank", "op", "numel_in")
+        variants = per_rank.group_by("op", "numel_in").agg(ranks=pl.col("pg_rank")).sort(pl.col("ranks").list.len())
+        if len(variants) < 2:
+            continue
+        minority = variants.row(0, named=True)
+        majority = variants.row(len(variants) - 1, named=True)
+        decided = len(minority["ranks"]) < len(majority["ranks"])
+        ref = rows.row(0, named=True)
+        out.append(Finding(
+            CODE, NAME, SEVERITY if decided else "warning", 0.8 if decided else 0.3,
+            f"collective fingerprints differ at SequenceNumber {seq}",
+            f"{minority['op']} with {minority['numel_in']} elements on rank(s) {rank_ranges(minority['ranks'])} vs "
+            f"{majority['op']} with {majority['numel_in']} elements on rank(s) {rank_ranges(majority['ranks'])}"
+            + ("" if decided else "; with as many ranks on each side there is no majority to blame"),
+            ranks=sorted(minority["ranks"]) if decided else [],
+            evidence=[ctx.evidence(ref["input_id"], ref["line_no"])], category="desync", culprit=decided,
+            suggestion="Ranks reached this collective with different tensors: find the rank-dependent model path.",
+            details={"seq": seq}))
+    return out

@@ -1,0 +1,46 @@
+"""H005 hang-culprit-undecided: a hang whose culprit the evidence cannot name.
+
+What it detects
+    Ranks wait in a collective, but the evidence that would name who is missing is not
+    there or not trustworthy: the lagging rank's global identity is only guessed, its log is
+    missing, or more than half of the group looks behind.
+
+Why it matters
+    A confident wrong blame drains a healthy node. This finding says "inconclusive" and shows
+    exactly why, and what to collect next time.
+
+What to do
+    Keep every rank's stderr with c10d's ``[rankN]:`` prefix (PyTorch >= 2.3) or NCCL_DEBUG=INFO
+    (its world communicator init line maps pid to rank); enable Flight Recorder; take py-spy
+    dumps of every rank while the job hangs.
+
+Known false positives
+    None: it reports the absence of a decision.
+"""
+
+from __future__ import annotations
+
+from analyzer.ranges import rank_ranges
+from rules.base import Context, Finding
+from rules.hang_model import analyse_hang
+
+CODE = "H005"
+NAME = "hang-culprit-undecided"
+SEVERITY = "warning"
+
+
+def check(ctx: Context) -> list[Finding]:
+    hang = analyse_hang(ctx)
+    if not hang.hang_states or not hang.inconclusive:
+        return []
+    candidates = f"rank {rank_ranges(hang.culprits)}" if hang.culprits else "no rank"
+    state = hang.pg or hang.hang_states[0]
+    return [Finding(
+        CODE, NAME, SEVERITY, 0.9,
+        f"hang in {state.majority_op or 'a collective'} #{state.wait_seq} ({state.key}): culprit undecided",
+        f"{len(state.waiting)} rank(s) wait; the evidence points at {candidates}, but: " + "; ".join(hang.inconclusive),
+        ranks=[], category="hang",
+        suggestion="Collect per-rank stderr with the [rankN]: prefix or NCCL_DEBUG=INFO, enable Flight Recorder "
+                   "(TORCH_NCCL_TRACE_BUFFER_SIZE=2000), and py-spy dump every rank while it hangs.",
+        details={"candidates": hang.culprits, "reasons": hang.inconclusive, "process_group": state.key,
+                 "seq": state.wait_seq})]
