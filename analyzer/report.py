@@ -196,7 +196,7 @@ def _run_summary(run: Run, ctx) -> dict:
                 "SELECT column_name FROM information_schema.columns WHERE table_name = ?", [name]).fetchall()}
             for c in ("ts", "time"):
                 if c in cols:
-                    row = run.con.execute(f'SELECT min("{c}"), max("{c}") FROM "{name}"').fetchone()
+                    row = run.con.execute(f'SELECT min("{c}"), max("{c}") FROM "{name}"').fetchall()[0]
                     spans += [v for v in row if v is not None]
     return {
         "ranks": run.info.get("world_size"),
@@ -213,7 +213,7 @@ def _run_summary(run: Run, ctx) -> dict:
 
 def _has(run: Run, table: str) -> bool:
     return bool(run.con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = ?",
-                                [table]).fetchone()[0])
+                                [table]).fetchall()[0][0])
 
 
 def _inputs(run: Run) -> dict:
