@@ -79,17 +79,32 @@ def parse_file(input_id: int, item: InputFile) -> FileResult:
 
 
 def parse_all(items: list[InputFile], workers: int | None = None, progress: bool = False) -> Parsed:
-    """Parse inputs in parallel (Polars releases the GIL); results come back in input order."""
-    workers = workers or min(8, max(1, len(items)))
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        results = []
-        for done, result in enumerate(pool.map(lambda pair: parse_file(*pair), enumerate(items)), 1):
-            results.append(result)
-            if progress:
-                print(f"\rparsed {done}/{len(items)} inputs", end="", file=sys.stderr, flush=True)
-        if progress and items:
-            print(file=sys.stderr)
+    """Parse inputs; results come back in input order.
+
+    Files go one after another by default: each Polars operation already uses every core,
+    and several Python threads driving Polars at once deadlocked here (Polars 2.1 on two
+    cores). ``workers > 1`` keeps the threaded path for experiments; the speed issue will
+    move parallelism across files to processes.
+    """
+    jobs = list(enumerate(items))
+    if (workers or 1) > 1:
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            mapped = pool.map(lambda pair: parse_file(*pair), jobs)
+            results = _collect(mapped, len(items), progress)
+    else:
+        results = _collect((parse_file(*pair) for pair in jobs), len(items), progress)
     return _combine(results)
+
+
+def _collect(results, total: int, progress: bool) -> list[FileResult]:
+    out = []
+    for done, result in enumerate(results, 1):
+        out.append(result)
+        if progress:
+            print(f"\rparsed {done}/{total} inputs", end="", file=sys.stderr, flush=True)
+    if progress and total:
+        print(file=sys.stderr)
+    return out
 
 
 def _combine(results: list[FileResult]) -> Parsed:

@@ -84,9 +84,7 @@ def _fill_attempts(tables: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:
     for frame in tables.values():
         if "attempt" in frame.columns:
             attempts.update(a for a in frame["attempt"].unique().to_list() if a is not None)
-    only = next(iter(attempts)) if len(attempts) <= 1 else None
-    if not attempts:
-        only = 0
+    only = next(iter(attempts)) if len(attempts) == 1 else (0 if not attempts else None)
     starts = timeline.attempt_starts(tables)
     return {name: timeline.fill_attempts(frame, starts, only) for name, frame in tables.items()}
 

@@ -141,7 +141,7 @@ _MESSAGES: list[tuple[str, str, str]] = [
     ("store_barrier", "events", r"(?:Waiting in|Timed out initializing process group in|Completed) store[- ]based barrier|Added key: store_based_barrier_key"),
     ("unique_id_store", "events", r"is setting up NCCL communicator and retrieving ncclUniqueId"),
     ("env_banner", "settings", r"(?:HeartbeatMonitor|PGNCCL Watchdog|ProcessGroupNCCL) environments: (?P<detail>.*)"),
-    ("traceback", "events", r"^Traceback \(most recent call last\):|^\s+File \"[^\"]*\", line \d+"),
+    ("traceback", "events", r"^Traceback \(most recent call last\):|^\s*File \"[^\"]*\", line \d+"),
     ("exception", "events", r"^(?P<exc_type>(?:[A-Za-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception|Interrupt))(?:: (?P<detail>.*))?$"),
 ]
 
@@ -293,10 +293,11 @@ def _settings(df: pl.DataFrame) -> pl.DataFrame:
 
 
 def parse(lines: pl.DataFrame) -> ParseResult:
-    df = lines.select("line_no", "text").filter(pl.col("text").str.contains_any(_LITERALS))
+    # Join wrapped lines first: the second half of a wrapped line holds none of the literals.
+    df, swallowed = _join_wrapped(lines.select("line_no", "text"))
+    df = df.filter(pl.col("text").str.contains_any(_LITERALS))
     if df.is_empty():
         return ParseResult()
-    df, swallowed = _join_wrapped(df)
     df = _classify(_split_header(df))
     collectives = _rows(df, "collectives", COLLECTIVES_SCHEMA)
     progress = _rows(df, "progress", PROGRESS_SCHEMA)

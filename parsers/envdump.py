@@ -1,5 +1,199 @@
+"""Per-node environment dumps (``formats/training-logs.md`` section 9.1).
+
+Line kinds handled:
+
+* ``env`` / ``printenv`` / ``env | sort`` output: ``KEY=VALUE`` (the value is everything after
+  the first ``=``, kept as printed: it may contain ``=``, quotes, spaces);
+* ``export KEY=VALUE``, ``export KEY="VALUE"``, ``export KEY='VALUE'`` (what people paste from
+  job scripts) and bash ``export -p`` / ``declare -p`` output ``declare -x KEY="VALUE"``
+  (quotes removed, ``\\"`` ``\\\\`` ``\\$`` ``\\``` unescaped) and ``declare -x KEY`` (no
+  value: null);
+* exported bash functions ``BASH_FUNC_name%%=() {  body`` (bash >= 4.3; ``BASH_FUNC_name()=``
+  before the Shellshock fix) whose body spans lines up to a ``}`` line, and ``declare -x``
+  double- or single-quoted values that contain newlines: the continuation lines are consumed
+  into the previous key's value (joined with ``\\n``), so they never turn into keys;
+* ``srun -l env`` (``N: KEY=VALUE``) and pdsh ``host: KEY=VALUE``: the envelope peeled the
+  label; entries are followed per prefix stream, so interleaved tasks' multi-line values stay
+  apart;
+* separator / header lines between per-node sections (``### node01``, ``==> env.node01 <==``,
+  ``[node01]``, a bare ``node01`` as ``echo $(hostname)`` prints it, ``----``): ``section`` is
+  the last such header above a variable (punctuation trimmed; null before the first header).
+  Other lines are left unconsumed and do not change the section.
+
+``looks_like_env_dump`` is for discovery: true when most non-empty lines of the input (its
+first 5000 lines) are ``KEY=VALUE`` lines with an upper-case key. The analyzer calls
+``parse`` only for files classified that way; in an ordinary log this parser is not used.
+"""
+
+from __future__ import annotations
+
 import polars as pl
-from parsers.base import ParseResult
-NAME="envdump"
-SAMPLE_LINES=[]
-def parse(lines): return ParseResult()
+
+from parsers.base import ParseResult, consumed_of
+
+NAME = "envdump"
+
+SAMPLE_LINES = [
+    "### node01",
+    "NCCL_DEBUG=INFO",
+    "NCCL_SOCKET_IFNAME=eth0,eth1",
+    "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+    "LAUNCH_CMD=torchrun --nnodes=5 --node-rank=0 train.py",
+    "EMPTY_VALUE=",
+    "BASH_FUNC_module%%=() {  eval `/usr/bin/modulecmd bash $*`",
+    "}",
+    "BASH_FUNC_ml()=() {  module ml \"$@\"",
+    "}",
+    "_=/usr/bin/env",
+    "### node02",
+    "export NCCL_IB_HCA=mlx5_0,mlx5_1",
+    "export TORCH_NCCL_ASYNC_ERROR_HANDLING='3'",
+    'declare -x CUDA_DEVICE_MAX_CONNECTIONS="1"',
+    'declare -x PS1="[\\u@\\h \\W]\\$ "',
+    'declare -x MULTI="first line',
+    'second line"',
+    "declare -x OLDPWD",
+]
+
+ENV_SCHEMA = {
+    "line_no": pl.UInt32,
+    "key": pl.String,
+    "value": pl.String,
+    "section": pl.String,
+}
+
+_PREFIX_COLUMNS = ("srun_task", "mpi_rank", "host_tag", "ray_pid", "local_rank", "rank_tag")
+
+_KEY = r"[A-Za-z_][A-Za-z0-9_]*(?:%%|\(\))?"
+_KV = r"^(?P<decl>export\s+|declare\s+-[A-Za-z]*\s+)?(?P<key>" + _KEY + r")=(?P<value>.*)$"
+_DECL_ONLY = r"^(?:export|declare\s+-[A-Za-z]*)\s+(?P<key>[A-Za-z_][A-Za-z0-9_]*)\s*$"
+_UPPER_KV = r"^(?:export\s+|declare\s+-[A-Za-z]*\s+)?[A-Z_][A-Z0-9_]*(?:%%|\(\))?="
+_DQ_CLOSED = r'^"(?:[^"\\]|\\.)*"\s*$'
+_DQ_CLOSER = r'^(?:[^"\\]|\\.)*"\s*$'
+_SQ_CLOSED = r"^'[^']*'\s*$"
+_SQ_CLOSER = r"^[^']*'\s*$"
+# Raw control characters (tab excepted) mark binary noise, never a dump line.
+_CONTROL = r"[\x00-\x08\x0b-\x1f\x7f]"
+# A section header between per-node dumps: a marker line (`### node01`, `==> f <==`,
+# `[node01]`, `----`) or a single token (`echo $(hostname)`).
+_HEADER = r"^\s*(?:[#=*<>\[-]|\S+\s*$)"
+
+
+def _with_stream(lines: pl.DataFrame) -> pl.DataFrame:
+    """``_stream`` = launcher-prefix identity of a line."""
+    cols = [c for c in _PREFIX_COLUMNS if c in lines.columns]
+    if cols:
+        key = pl.concat_str([pl.col(c).cast(pl.String).fill_null("") for c in cols], separator="|")
+    else:
+        key = pl.lit("")
+    return lines.select("line_no", pl.col("text").fill_null(""), _stream=key)
+
+
+def _classify(lines: pl.DataFrame) -> pl.DataFrame:
+    """One row per line: ``kind`` (kv / decl / cont / header / blank / other), the entry it
+    belongs to (``_entry`` = line_no of its KEY line) and the pieces of the KEY line."""
+    df = _with_stream(lines)
+    t = pl.col("text")
+    kv = t.str.extract_groups(_KV)
+    binary = t.str.contains(_CONTROL)
+    df = df.with_columns(
+        decl=kv.struct.field("decl"),
+        key=pl.when(~binary).then(pl.coalesce(kv.struct.field("key"), t.str.extract(_DECL_ONLY, 1))),
+        raw=pl.when(~binary).then(kv.struct.field("value")),
+        _binary=binary | t.str.contains(r"\\x[0-9a-fA-F]{2}"),
+    )
+    is_key = pl.col("key").is_not_null()
+    raw = pl.col("raw")
+    quoted = pl.col("decl").is_not_null()
+    open_kind = (
+        pl.when(raw.str.starts_with("() {") & ~raw.str.contains(r"\}\s*$")).then(pl.lit("func"))
+        .when(quoted & raw.str.starts_with('"') & ~raw.str.contains(_DQ_CLOSED)).then(pl.lit("dq"))
+        .when(quoted & raw.str.starts_with("'") & ~raw.str.contains(_SQ_CLOSED)).then(pl.lit("sq"))
+    )
+    s = "_stream"
+    df = df.with_columns(
+        _open=open_kind,
+        _entry=pl.when(is_key).then(pl.col("line_no")).forward_fill().over(s),
+    )
+    # Continuation lines: after an open KEY line, up to and including the first closer.
+    entry_open = pl.col("_open").first().over([s, "_entry"])
+    closer = (
+        pl.when(entry_open == "func").then(t.str.strip_chars_end() == "}")
+        .when(entry_open == "dq").then(t.str.contains(_DQ_CLOSER))
+        .when(entry_open == "sq").then(t.str.contains(_SQ_CLOSER))
+        .otherwise(False)
+    ) & ~is_key
+    df = df.with_columns(_closer=closer.fill_null(False))
+    closers_before = (
+        pl.col("_closer").cast(pl.Int64).cum_sum().over([s, "_entry"]) - pl.col("_closer").cast(pl.Int64)
+    )
+    has_closer = pl.col("_closer").any().over([s, "_entry"])
+    is_cont = (
+        ~is_key & pl.col("_entry").is_not_null() & entry_open.is_not_null()
+        & has_closer & (closers_before == 0)
+    ).fill_null(False)
+    blank = t.str.strip_chars().str.len_chars() == 0
+    return df.with_columns(
+        kind=pl.when(is_key & pl.col("raw").is_not_null()).then(pl.lit("kv"))
+        .when(is_key).then(pl.lit("decl"))
+        .when(is_cont).then(pl.lit("cont"))
+        .when(blank).then(pl.lit("blank"))
+        .when(t.str.contains(_HEADER) & (t.str.len_chars() <= 200) & ~pl.col("_binary"))
+        .then(pl.lit("header"))
+        .otherwise(pl.lit("other"))
+    )
+
+
+def looks_like_env_dump(lines: pl.DataFrame) -> bool:
+    """True when most non-empty lines (of the first 5000) are ``KEY=VALUE`` with an
+    upper-case key (continuation lines of multi-line values are not counted)."""
+    if lines is None or lines.is_empty() or "text" not in lines.columns:
+        return False
+    head = _classify(lines.head(5000))
+    counted = head.filter(~pl.col("kind").is_in(["cont", "blank"]))
+    if counted.is_empty():
+        return False
+    upper = counted.filter(pl.col("text").str.contains(_UPPER_KV)).height
+    return upper >= 2 and upper * 2 > counted.height
+
+
+def parse(lines: pl.DataFrame) -> ParseResult:
+    if lines is None or lines.is_empty() or "text" not in lines.columns:
+        return ParseResult(tables={"env": pl.DataFrame(schema=ENV_SCHEMA)})
+    df = _classify(lines)
+    s = "_stream"
+    header_text = pl.col("text").str.strip_chars(" \t#=*<>-:[]")
+    df = df.with_columns(
+        section=pl.when((pl.col("kind") == "header") & (header_text.str.len_chars() > 0))
+        .then(header_text).forward_fill().over(s)
+    )
+    entries = df.filter(pl.col("kind").is_in(["kv", "decl", "cont"]))
+    if entries.is_empty():
+        return ParseResult(tables={"env": pl.DataFrame(schema=ENV_SCHEMA)})
+    piece = pl.when(pl.col("kind") == "cont").then(pl.col("text")).otherwise(pl.col("raw"))
+    grouped = entries.group_by([s, "_entry"], maintain_order=True).agg(
+        line_no=pl.col("line_no").first(),
+        key=pl.col("key").first(),
+        decl=pl.col("decl").first(),
+        kind=pl.col("kind").first(),
+        section=pl.col("section").first(),
+        value=piece.str.join("\n"),
+    )
+    value = pl.col("value")
+    dq = value.str.contains(r'(?s)^"(?:[^"\\]|\\.)*"\s*$')
+    sq = value.str.contains(r"(?s)^'[^']*'\s*$")
+    unquoted = (
+        pl.when(dq).then(value.str.replace(r'(?s)^"(.*)"\s*$', "$1").str.replace_all(r'\\(["\\$`])', "$1"))
+        .when(sq).then(value.str.replace(r"(?s)^'(.*)'\s*$", "$1"))
+        .otherwise(value)
+    )
+    env = grouped.with_columns(
+        value=pl.when(pl.col("kind") == "decl").then(None)
+        .when(pl.col("decl").is_not_null()).then(unquoted)
+        .otherwise(value),
+    ).select([pl.col(c).cast(dtype, strict=False) for c, dtype in ENV_SCHEMA.items()]).sort("line_no")
+    headers = df.filter((pl.col("kind") == "header") & pl.col("section").is_not_null()
+                        & (pl.col("text").str.strip_chars(" \t#=*<>-:[]").str.len_chars() > 0))
+    understood = df.filter(pl.col("kind").is_in(["kv", "decl", "cont"]))
+    consumed = consumed_of(understood.select("line_no"), headers.select("line_no"))
+    return ParseResult(tables={"env": env}, consumed=consumed)

@@ -139,34 +139,36 @@ def _clean(raw: pl.Expr) -> pl.Expr:
 
 
 def _peel_pass(df: pl.DataFrame, prefixes: list[tuple[str, str, dict[str, int]]]) -> pl.DataFrame:
-    """Strip at most one prefix per line; the first pattern (in order) that matches wins."""
-    taken = pl.lit(False)
-    updates: dict[str, pl.Expr] = {}
-    stripped = pl.lit(None, dtype=pl.String)
+    """Strip at most one prefix per line; the first pattern (in order) that matches wins.
+
+    One ``with_columns`` per pattern, with the running "already matched" flag materialised
+    as a column: building it as one nested expression doubles its size with every pattern.
+    """
+    df = df.with_columns(_taken=pl.lit(False), _stripped=pl.lit(None, dtype=pl.String))
     for _name, pattern, groups in prefixes:
-        hit = pl.col("text").str.contains(pattern) & ~taken
-        whole = pl.col("text").str.extract(pattern, 0)
-        stripped = pl.when(hit).then(whole).otherwise(stripped)
+        df = df.with_columns(_hit=pl.col("text").str.contains(pattern) & ~pl.col("_taken"))
+        updates = {}
         for column, group in groups.items():
             value = pl.col("text").str.extract(pattern, group)
             dtype = ENVELOPE_SCHEMA[column]
-            if dtype != pl.String:
-                value = value.cast(dtype, strict=False)
-            else:
-                value = pl.when(value == "").then(None).otherwise(value)
-            base = updates.get(column, pl.col(column))
+            value = value.cast(dtype, strict=False) if dtype != pl.String else \
+                pl.when(value == "").then(None).otherwise(value)
             # An outer prefix's value wins over an inner one of the same column.
-            updates[column] = pl.when(hit & pl.col(column).is_null()).then(value).otherwise(base)
-        taken = taken | hit
-    df = df.with_columns(_stripped=stripped, **updates)
-    return df.with_columns(
+            updates[column] = pl.when(pl.col("_hit") & pl.col(column).is_null()).then(value).otherwise(pl.col(column))
+        df = df.with_columns(
+            _stripped=pl.when(pl.col("_hit")).then(pl.col("text").str.extract(pattern, 0)).otherwise(pl.col("_stripped")),
+            _taken=pl.col("_taken") | pl.col("_hit"),
+            **updates,
+        )
+    df = df.with_columns(
         text=pl.when(pl.col("_stripped").is_not_null())
         .then(pl.col("text").str.slice(pl.col("_stripped").str.len_chars()))
         .otherwise(pl.col("text")),
         prefix=pl.when(pl.col("_stripped").is_not_null())
         .then(pl.concat_str([pl.col("prefix").fill_null(""), pl.col("_stripped")]))
         .otherwise(pl.col("prefix")),
-    ).drop("_stripped")
+    )
+    return df.drop("_stripped", "_taken", "_hit")
 
 
 def _pdsh_hosts(text: pl.Series) -> set[str]:

@@ -179,7 +179,7 @@ _WORLD_KEYS = [
     ("model_parallel_size", r"and model-parallel size: (\d+)"),
 ]
 _INIT_SIZE = (
-    r"^\s*> initializ(?:ing|ed) (?P<what>tensor model|pipeline model|data|model|expert model|"
+    r"^\s*(?:>\s*)?initializ(?:ing|ed) (?P<what>tensor model|pipeline model|data|model|expert model|"
     r"expert tensor|context|virtual pipeline model) parallel with size (?P<size>\d+)"
 )
 _INIT_KEYS = {

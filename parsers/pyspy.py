@@ -3,8 +3,8 @@
 Line kinds handled (py-spy 0.3.x and 0.4.x print the same shapes):
 
 * ``Process <pid>: <command line>`` -- starts a dump (``dump_index`` counts these, from 0, in
-  input order);
-* ``Python v3.11.8 (<interpreter path>)``;
+  input order); only when the next line of its stream is py-spy's
+  ``Python v3.11.8 (<interpreter path>)``, so a log line ``Process 12: started`` is not a dump;
 * ``Thread <tid> (idle|active|active+gil|gil): "<name>"`` -- ``tid`` as printed: decimal (the
   OS thread id) or hex (``0x7FA6E7C01740``, the pthread id when the OS id is unknown); the
   name part is absent for unnamed threads;
@@ -47,7 +47,8 @@ SAMPLE_LINES = [
     "    poll (libc.so.6)",
     "    pollForEvents (glfw/backend_utils.c:321)",
     "Thread 1801 (active)",
-    "    c10d::ProcessGroupNCCL::WorkNCCL::wait(std::chrono::duration<long, std::ratio<1l, 1000l> >) (libtorch_cuda.so)",
+    "    c10d::ProcessGroupNCCL::WorkNCCL::wait(std::chrono::duration<long, std::ratio<1l, 1000l> >)"
+    " (libtorch_cuda.so)",
 ]
 
 STACKS_SCHEMA = {
@@ -110,7 +111,6 @@ def parse(lines: pl.DataFrame) -> ParseResult:
         | t.str.starts_with("  ")
     )
     thread = t.str.extract_groups(_THREAD)
-    frame = t.str.extract_groups(_FRAME)
     process = t.str.extract_groups(_PROCESS)
     cand = cand.with_columns(
         tid=thread.struct.field("tid"),
@@ -120,7 +120,7 @@ def parse(lines: pl.DataFrame) -> ParseResult:
         cmdline=process.struct.field("cmdline"),
     ).with_columns(
         kind=pl.when(pl.col("tid").is_not_null()).then(pl.lit("thread"))
-        .when(pl.col("pid").is_not_null()).then(pl.lit("process"))
+        .when(pl.col("cmdline").is_not_null()).then(pl.lit("process"))
         .when(t.str.contains(_PYTHON)).then(pl.lit("python"))
         .when(t.str.contains(_LOCALS_HEAD)).then(pl.lit("locals"))
         .when(t.str.contains(_FRAME)).then(pl.lit("frame"))
@@ -132,6 +132,14 @@ def parse(lines: pl.DataFrame) -> ParseResult:
 
     s = "_stream"
     contiguous_prev = (pl.col("_seq").shift(1).over(s) == pl.col("_seq") - 1).fill_null(False)
+    contiguous_next = (pl.col("_seq").shift(-1).over(s) == pl.col("_seq") + 1).fill_null(False)
+    # `Process <pid>: ...` counts only when py-spy's `Python v...` line follows it.
+    header_pair = (
+        (pl.col("kind") == "process") & contiguous_next & (pl.col("kind").shift(-1).over(s) == "python")
+    ) | ((pl.col("kind") == "python") & contiguous_prev & (pl.col("kind").shift(1).over(s) == "process"))
+    cand = cand.filter(~pl.col("kind").is_in(["process", "python"]) | header_pair.fill_null(False))
+    if cand.is_empty():
+        return ParseResult(tables={"stacks": _empty()})
     # A thread block: the header and the frame / locals lines right after it, contiguous.
     inner = pl.col("kind").is_in(["frame", "locals", "var"])
     breaks = ~inner | ~contiguous_prev

@@ -43,9 +43,16 @@ PID``, else from a negative exit code (Linux numbering).
   with or without a logger header repeated on each line; one row per key, ``ts`` of the
   banner line;
 * ``restart``: ``[default] Worker group FAILED. 3/3 attempts left; will restart worker
-  group`` (``key`` = ``attempts_left``, ``value`` = ``3/3``) and ``Restarting worker group``;
-* ``death_signal``: ``Received Signals.SIGTERM death signal, shutting down workers`` (the
-  agent itself was signalled, typically by the scheduler).
+  group`` (``key`` = ``attempts_left``, ``value`` = ``3/3``), ``[default] Detected 1 new nodes
+  from group_rank=4; will restart worker group`` (a membership change, no attempt used) and
+  ``Restarting worker group``;
+* ``group_finished``: ``[default] worker group successfully finished. Waiting 300 seconds for
+  other agents to finish.`` (this node's workers all exited 0);
+* ``death_signal``: ``Received Signals.SIGTERM death signal, shutting down workers`` and
+  ``torch.distributed.elastic.multiprocessing.api.SignalException: Process 4105 got signal:
+  15`` (``pid`` = the agent): the agent itself was signalled, typically by the scheduler.
+
+``error_file`` and ``traceback`` are null where torch printed ``<N/A>``.
 
 ``slurm`` -- ``slurmstepd: error: *** JOB 4242 ON host CANCELLED AT 2026-07-24T13:22:05 DUE TO
 TIME LIMIT ***`` and the ``STEP 4242.0`` variant (kind ``cancelled``; also without ``DUE TO``
@@ -112,8 +119,13 @@ SAMPLE_LINES = [
     "INFO:torch.distributed.elastic.agent.server.api:[default] Worker group FAILED. "
     "3/3 attempts left; will restart worker group",
     "[default] Restarting worker group",
+    "[2026-07-24 13:05:36,816] torch.distributed.elastic.agent.server.api: [INFO] [default] Detected 1 new "
+    "nodes from group_rank=4; will restart worker group",
+    "I0724 13:05:36.816000 4105 torch/distributed/elastic/agent/server/api.py:879] [default] worker group "
+    "successfully finished. Waiting 300 seconds for other agents to finish.",
     "W0813 08:30:00.000000 1245483 torch/distributed/elastic/agent/server/api.py:704] "
     "Received Signals.SIGTERM death signal, shutting down workers",
+    "torch.distributed.elastic.multiprocessing.api.SignalException: Process 4105 got signal: 15",
     "slurmstepd: error: *** JOB 4242 ON node07 CANCELLED AT 2026-07-24T13:22:05 DUE TO TIME LIMIT ***",
     "slurmstepd: error: *** STEP 4242.0 ON node07 CANCELLED AT 2026-07-24T13:22:05 ***",
     "srun: error: node07: task 0: Terminated",
@@ -201,8 +213,13 @@ _FORCE_KILL = (
     r"Unable to shutdown process (?P<pid>\d+) via (?P<via>[\w.]+)\s*, "
     r"forcefully exiting via (?P<signal>[\w.]+)"
 )
-_RESTART = r"Worker group (?P<state>\w+)[.,].*?(?P<value>\d+/\d+) attempts left"
+_RESTART = (
+    r"(?P<state>Worker group \w+|Detected \d+ new nodes).*?"
+    r"(?:(?P<value>\d+/\d+) attempts left)?;? will restart worker group"
+)
+_FINISHED = r"(?P<state>worker group successfully finished)"
 _DEATH = r"Received (?P<signal>[\w.]+) death signal"
+_SIGNAL_EXCEPTION = r"SignalException: Process (?P<pid>\d+) got signal: (?P<signal>[\w.]+)"
 _LAUNCH_HEADER = "Starting elastic_operator with launch configs"
 _CONFIG_LINE = r"^\s+(?P<key>[a-z][a-z0-9_]*)\s*: ?(?P<value>.*?)\s*$"
 
@@ -348,7 +365,8 @@ def _exits(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.Series]:
         exitcode=to_int(code.struct.field("c")),
         pid=to_int(code.struct.field("p")),
         _sig_suffix=code.struct.field("sig"),
-        traceback=pl.col("traceback").str.replace(r'^"(.*)"$', "$1"),
+        traceback=pl.col("traceback").str.replace(r'^"(.*)"$', "$1").replace("<N/A>", None),
+        error_file=pl.col("error_file").replace("<N/A>", None),
         time=pl.col("time_text").str.slice(0, 19).str.replace_all(r"[_T]", " ")
         .str.strptime(pl.Datetime("us"), "%Y-%m-%d %H:%M:%S", strict=False),
         root_cause=(pl.col("section") == "root").fill_null(False),
@@ -368,16 +386,19 @@ def _exits(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.Series]:
         [pl.col(c).cast(dtype, strict=False) for c, dtype in EXITS_SCHEMA.items()]
     ).sort("line_no")
 
-    # Consumed: lines of accepted blocks, the title and section lines of a table, and the
-    # borders right next to any of those.
+    # Consumed: lines of accepted blocks; the exception, title and section lines of a table
+    # (per stream, counted from its title line) that has an accepted block; the borders
+    # right next to any of those.
     accepted = blocks.select(pl.col("block"), _accepted=pl.lit(True))
     cand = cand.join(accepted, on="block", how="left", maintain_order="left").with_columns(
-        _understood=pl.when(pl.col("kind").is_in(["header", "field"]))
-        .then(pl.col("_accepted").fill_null(False))
-        .when(pl.col("kind").is_in(["entry", "other", "root", "no_other"]))
-        .then(pl.col("entrypoint").is_not_null() | pl.col("kind").is_in(["other", "root"]))
-        .when(pl.col("kind") == "exception").then(True)
-        .otherwise(False)
+        _table=(pl.col("kind") == "entry").cast(pl.Int64).cum_sum().over(s)
+        + (pl.col("kind") == "exception").cast(pl.Int64),
+        _block_ok=pl.col("kind").is_in(["header", "field"]) & pl.col("_accepted").fill_null(False),
+    )
+    cand = cand.with_columns(_table_ok=pl.col("_block_ok").any().over([s, "_table"]))
+    cand = cand.with_columns(
+        _understood=pl.col("_block_ok")
+        | (pl.col("kind").is_in(["entry", "other", "root", "no_other", "exception"]) & pl.col("_table_ok"))
     )
     near = (
         (contiguous_prev & pl.col("_understood").shift(1).over(s))
@@ -421,15 +442,17 @@ def _agent(df: pl.DataFrame) -> pl.DataFrame:
             pl.col(groups[0]).is_not_null()
         )
         frames.append(sub.with_columns(kind=pl.lit(kind)).select(
-            ["line_no", "ts", "kind", *groups]
+            ["line_no", "ts", "kind", *[g for g in groups if g != "state"]]
         ))
 
     one("of binary:", "worker_failed", _WORKER_FAILED, ["exitcode", "local_rank", "pid", "value"])
     one("closing signal", "closing_signal", _CLOSING, ["pid", "signal"])
     one("forcefully exiting via", "force_kill", _FORCE_KILL, ["pid", "signal"])
-    one("attempts left", "restart", _RESTART, ["value"])
+    one("will restart worker group", "restart", _RESTART, ["state", "value"])
     one("Restarting worker group", "restart", r"(?P<state>Restarting) worker group", ["state"])
+    one("successfully finished", "group_finished", _FINISHED, ["state"])
     one("death signal", "death_signal", _DEATH, ["signal"])
+    one("SignalException", "death_signal", _SIGNAL_EXCEPTION, ["pid", "signal"])
 
     # Launch configuration: the banner, then contiguous indented `key : value` lines.
     banner = t.str.contains(_LAUNCH_HEADER, literal=True)

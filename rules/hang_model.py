@@ -120,17 +120,22 @@ def pg_states(ctx: Context) -> list[PGState]:
     snap = snapshots(ctx)
     states = []
     if not snap.is_empty():
-        world = ctx.world_size
+        seen = ctx.frame("SELECT DISTINCT rank FROM lines WHERE rank IS NOT NULL")["rank"].to_list()
         for (pg,), rows in snap.group_by("pg", maintain_order=True):
-            states.append(_classify(pg, rows, world))
+            states.append(_classify(pg, rows, ctx.world_size, seen))
     ctx.shared["pg_states"] = states
     return states
 
 
-def _classify(pg: str, rows: pl.DataFrame, world: int | None) -> PGState:
+def _classify(pg: str, rows: pl.DataFrame, world: int | None, seen: list[int]) -> PGState:
+    """``seen``: every rank any line is attributed to (at any confidence). Without a stated
+    world size, the default group's members are at least those ranks."""
     observed = sorted(rows["rank"].to_list())
-    known = pg == DEFAULT_PG and world is not None
-    members = list(range(world)) if known else observed
+    known = pg == DEFAULT_PG
+    if known:
+        members = list(range(world)) if world is not None else sorted(set(seen) | set(observed))
+    else:
+        members = observed
     state = PGState(pg, members, known, rows)
     ops = set(rows["op"].drop_nulls().to_list())
     state.has_p2p = bool(ops & P2P_OPS)

@@ -10,7 +10,10 @@ that knows its format per version:
 * ``megatron`` - Megatron-LM stdout (startup chatter, iteration lines, memory report).
 * ``elastic``  - torchrun agent output, the ChildFailedError summary, Slurm's own lines.
 * ``pyspy``    - ``py-spy dump`` output.
-* ``story``    - the timeline of one run: who prints what, when, and how each process ends.
+* ``envdump``  - the per-node ``env`` dump.
+* ``run``      - the data model of a generated run (attempts, waiting ranks).
+* ``story``    - the timeline of one run: startup, training, the scenario (who prints what, when).
+* ``endings``  - how the processes end, per launcher (agent polls, srun kill, Slurm cancel).
 * ``layout``   - where the lines land on disk for each launcher.
 
 Nothing here is a parser: these modules only write text.

@@ -162,7 +162,8 @@ class Cluster:
         return len(self.hosts)
 
     def node_slots(self, node: int) -> list[Slot]:
-        return [s for s in self.slots if s.node == node]
+        per_node = self.gpus_per_node
+        return self.slots[node * per_node:(node + 1) * per_node]
 
     def nodelist(self) -> str:
         """Slurm's compressed host list, e.g. ``h20-node-[01-05]`` (falls back to a comma list)."""

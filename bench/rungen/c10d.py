@@ -58,15 +58,25 @@ class C10dLog:
         self.era, self.clock, self.rank = era, clock, rank
         # Each process maps libc10/libtorch_cuda at its own address (ASLR), reused for all frames.
         self._libs = {name: lib_address(rng) for name in ("c10", "torch_cuda", "stdcxx", "libc")}
+        self._block_t, self._block_n = -1.0, 0
 
     # -- envelope -------------------------------------------------------------------------
 
     def header(self, severity: str, t: float, kind: str) -> str:
         """``[rank3]:[E0724 13:05:29.307629539 ProcessGroupNCCL.cpp:607] `` for this era."""
         where = f"ProcessGroupNCCL.cpp:{self.era.cpp.get(kind, 1000)}"
-        stamp = f"{severity}{self.clock.glog(t)} {where}" if self.era.glog_date else f"{severity} {where}"
+        stamp = f"{severity}{self.clock.glog(self._stamp(t))} {where}" if self.era.glog_date else f"{severity} {where}"
         rank = f"[rank{self.rank}]:" if self.era.rank_prefix else ""
         return f"{rank}[{stamp}] "
+
+    def _stamp(self, t: float) -> float:
+        """Lines logged one after another at "the same" instant are some microseconds apart."""
+        if t == self._block_t:
+            self._block_n += 1
+        else:
+            self._block_t, self._block_n = t, 0
+        n = self._block_n
+        return t + n * 1.7e-5 + (n * 7919 % 13) * 1e-6
 
     def pg_prefix(self, pg: PG, pg_rank: int, with_desc: bool = True) -> str:
         """The ``logPrefix()`` of a process group (section 1, layer 4)."""

@@ -1,0 +1,209 @@
+"""Write realistic log folders of a multi-rank training job, with a "silent deadlock" story.
+
+The model job (``DESIGN.md``): 5 nodes x 8 H20, TP1 PP1 EP8 DP40, Megatron-style training,
+NCCL over RoCE (mlx5, GDRDMA), bootstrap on eth0, about 120 s per step. In the deadlock story
+39 ranks enqueue a collective that one rank (the culprit) never enters, because it took a lazy
+optimizer-state initialisation path; the others wait until their watchdog fires or Slurm
+cancels the job.
+
+Every line follows the real formats described in ``/work/shared/formats`` for the chosen PyTorch
+era and NCCL version; the ``rungen`` modules hold one function per line kind. The output is
+deterministic for a given ``RunSpec`` (``random.Random(seed)``, no wall clock).
+
+Use::
+
+    from bench.generator import RunSpec, generate_run
+    truth = generate_run(Path("out/run1"), RunSpec(scenario="deadlock", culprit=17))
+
+or ``postmortem-generate OUT --scenario deadlock --culprit 17 --ranks 40`` /
+``python -m bench.generator OUT ...``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+from .rungen.base import Clock, build_cluster, default_hosts, reset_order
+from .rungen.eras import ERAS, era_for
+from .rungen.layout import write_run
+from .rungen.nccl import NcclVersion
+from .rungen.story import Story
+
+SCENARIOS = ("deadlock", "healthy", "all-stuck", "desync-op", "desync-size")
+LAUNCHERS = ("torchrun-logdir", "srun-per-gpu", "srun-torchrun")
+GROUPS = ("default", "node")
+
+
+@dataclass
+class RunSpec:
+    nodes: int = 5
+    gpus_per_node: int = 8
+    hosts: list[str] | None = None          # default h20-node-01..
+    scenario: str = "deadlock"              # "deadlock" | "healthy" | "all-stuck" | "desync-op" | "desync-size"
+    culprit: int = 17                       # global rank that never enters (deadlock) or runs a different op/size (desync)
+    op: str = "_ALLGATHER_BASE"             # WorkNCCL OpType the others wait in
+    numel_in: int = 8069120
+    numel_out: int | None = None            # default numel_in * group size for all-gather, else numel_in
+    hang_seq: int = 7219                    # the SeqNum the waiting ranks are stuck in (default PG)
+    group: str = "default"                  # "default" (all ranks) or "node" (hang inside the culprit node's EP group)
+    torch_era: str = "2.8"                  # "2.1", "2.3", "2.4", "2.6", "2.8"
+    launcher: str = "torchrun-logdir"       # "torchrun-logdir" | "srun-per-gpu" | "srun-torchrun"
+    nccl_version: str = "2.21.5"            # selects Init START/COMPLETE and the other version-dependent lines
+    nccl_debug: bool = True                 # NCCL_DEBUG=INFO init output per rank
+    timeout_s: int = 600                    # collective timeout (Timeout(ms) in WorkNCCL)
+    hang_duration_s: int = 18000            # how long the job hung before it was killed
+    work_updates: bool = False              # TORCH_CPP_LOG_LEVEL=INFO periodic work update lines
+    pyspy: bool = True                      # py-spy dumps of every rank taken during the hang
+    attempts: int = 1                       # >1: earlier attempts crashed (CUDA OOM) and were restarted/requeued
+    iterations_before_hang: int = 40
+    step_s: float = 120.0
+    start: str = "2026-07-24 08:00:00"      # job start (UTC)
+    seed: int = 0
+    node_hang_seq: int = 3841               # group="node": the SeqNum of the hung collective in the EP group
+
+    def validate(self) -> None:
+        if self.scenario not in SCENARIOS:
+            raise ValueError(f"scenario must be one of {', '.join(SCENARIOS)}, got {self.scenario!r}")
+        if self.launcher not in LAUNCHERS:
+            raise ValueError(f"launcher must be one of {', '.join(LAUNCHERS)}, got {self.launcher!r}")
+        if self.group not in GROUPS:
+            raise ValueError(f"group must be one of {', '.join(GROUPS)}, got {self.group!r}")
+        era_for(self.torch_era)
+        NcclVersion.parse(self.nccl_version)
+        world = self.nodes * self.gpus_per_node
+        if self.nodes < 1 or self.gpus_per_node < 1:
+            raise ValueError("nodes and gpus_per_node must be at least 1")
+        if self.hosts is not None and len(self.hosts) != self.nodes:
+            raise ValueError(f"{len(self.hosts)} hosts given for {self.nodes} nodes")
+        if self.scenario not in ("all-stuck", "healthy") and not 0 <= self.culprit < world:
+            raise ValueError(f"culprit rank {self.culprit} is outside a world of {world} ranks; pass --culprit")
+        if self.group == "node" and self.gpus_per_node < 2:
+            raise ValueError("group='node' needs at least 2 GPUs per node")
+        if self.attempts < 1 or self.iterations_before_hang < 1 or self.hang_seq < 10 or self.node_hang_seq < 10:
+            raise ValueError("attempts and iterations_before_hang must be >= 1, hang sequence numbers >= 10")
+        if self.step_s <= 0 or self.timeout_s <= 0 or self.hang_duration_s <= 0:
+            raise ValueError("step_s, timeout_s and hang_duration_s must be positive")
+
+
+def generate_run(out_dir: Path, spec: RunSpec, write_truth: bool = False) -> dict:
+    """Write the run folder and return the ground truth (written to ``.truth.json`` only if asked)."""
+    spec.validate()
+    reset_order()
+    hosts = spec.hosts or default_hosts(spec.nodes)
+    cluster = build_cluster(hosts, spec.gpus_per_node)
+    story = Story(spec, cluster, era_for(spec.torch_era), NcclVersion.parse(spec.nccl_version), Clock(spec.start))
+    run = story.build()
+    write_run(run, Path(out_dir), spec.launcher, write_truth)
+    return run.truth
+
+
+# -- command line ------------------------------------------------------------------------------
+
+_HELP = {
+    "scenario": "story of the run: deadlock (one rank never enters the collective the others wait in), "
+                "healthy (trains to the end), all-stuck (everyone waits: a network fault), desync-op / "
+                "desync-size (the culprit runs another op / another size at the same SeqNum)",
+    "culprit": "global rank that never enters (deadlock) or runs a different op/size (desync); "
+               "default 17, or world/2+1 when the world has 17 ranks or fewer",
+    "op": "WorkNCCL OpType the waiting ranks are stuck in (e.g. _ALLGATHER_BASE, ALLREDUCE, BROADCAST)",
+    "numel_in": "NumelIn of the hung collective",
+    "numel_out": "NumelOut of the hung collective (default: NumelIn x group size for all-gathers, "
+                 "NumelIn / group size for reduce-scatters, else NumelIn)",
+    "hang_seq": "SeqNum of the hung collective in the default PG (the waiting ranks' last enqueued work)",
+    "node_hang_seq": "with --group node: SeqNum of the hung collective in the culprit node's EP group",
+    "group": "default: the hang is in the default PG (all ranks); node: in the culprit node's 8-rank "
+             "EXPERT_MODEL_PARALLEL_GROUP, and the other ranks then wait in a later default-PG all-reduce",
+    "torch_era": f"PyTorch release whose log formats to write ({', '.join(ERAS)}; 2.2, 2.5, 2.7, 2.9 map to "
+                 "the nearest): glog header, [rankN]: prefix, PG prefix, status-line wording, dump signal",
+    "launcher": "torchrun-logdir: per-rank files under logs/<host>/<run>/attempt_N/<local_rank>/; "
+                "srun-per-gpu: everything in slurm-4242.out behind 'rank: ' labels; "
+                "srun-torchrun: slurm-4242.out with 'node: [defaultN]:' prefixes",
+    "nccl_version": "NCCL release whose init lines to write (2.14 and later), e.g. 2.18.3, 2.21.5, 2.23.4",
+    "nccl_debug": "write NCCL_DEBUG=INFO init output for every rank",
+    "timeout_s": "collective timeout in seconds (Timeout(ms) in WorkNCCL); the watchdog fires when it is "
+                 "shorter than --hang-duration-s, otherwise the hang is silent until Slurm cancels the job",
+    "hang_duration_s": "seconds between the start of the hang and the job being cancelled",
+    "work_updates": "TORCH_CPP_LOG_LEVEL=INFO: PG init banners and the per-minute 'NCCL Work update "
+                    "periodically' lines of every rank",
+    "pyspy": "write a py-spy dump of every rank taken during the hang (deadlock and all-stuck only)",
+    "attempts": "number of attempts; earlier ones crash with a CUDA OOM on one rank and are restarted "
+                "(torchrun, attempt_N folders) or requeued (srun launchers, appended to the same file)",
+    "iterations_before_hang": "training iterations completed before the hang (healthy runs train 20 more)",
+    "step_s": "seconds per training iteration",
+    "start": "job start, 'YYYY-MM-DD HH:MM:SS' (UTC)",
+    "seed": "random seed; the same seed and options write identical bytes",
+    "nodes": "number of nodes (use --ranks to give the world size instead)",
+    "gpus_per_node": "GPUs (ranks) per node",
+    "hosts": "comma-separated host names, one per node (default h20-node-01, h20-node-02, ...)",
+}
+
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Show defaults, except the "None" of options whose default is derived (the help says how)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        if action.default is None or action.default is False:
+            return action.help or ""
+        return super()._get_help_string(action)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="postmortem-generate",
+        description="Write a realistic log folder of a multi-rank Megatron training job (NCCL INFO, "
+                    "c10d watchdog lines, torchrun/Slurm output, py-spy dumps, env dumps) with a "
+                    "silent-deadlock story as parameters. Prints the ground truth as JSON.",
+        formatter_class=_HelpFormatter)
+    parser.add_argument("out", type=Path, help="folder to write the run into (created if missing)")
+    parser.add_argument("--ranks", type=int, help="world size; sets --nodes to ranks / --gpus-per-node")
+    parser.add_argument("--write-truth", action="store_true",
+                        help="also write the ground truth to OUT/.truth.json (hidden from the analyzer)")
+    defaults = RunSpec()
+    for f in fields(RunSpec):
+        flag = "--" + f.name.replace("_", "-")
+        default = getattr(defaults, f.name)
+        if f.name == "hosts":
+            parser.add_argument(flag, type=lambda s: s.split(","), default=None, help=_HELP[f.name])
+        elif f.name == "culprit":
+            parser.add_argument(flag, type=int, default=None, help=_HELP[f.name])
+        elif isinstance(default, bool):
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default, help=_HELP[f.name])
+        elif f.name == "numel_out":
+            parser.add_argument(flag, type=int, default=None, help=_HELP[f.name])
+        else:
+            choices = {"scenario": SCENARIOS, "launcher": LAUNCHERS, "group": GROUPS}.get(f.name)
+            parser.add_argument(flag, type=type(default), default=default, choices=choices, help=_HELP[f.name])
+    return parser
+
+
+def spec_from_args(args: argparse.Namespace) -> RunSpec:
+    values = {f.name: getattr(args, f.name) for f in fields(RunSpec)}
+    if args.ranks is not None:
+        if args.ranks % args.gpus_per_node:
+            raise ValueError(f"--ranks {args.ranks} is not a multiple of --gpus-per-node {args.gpus_per_node}")
+        values["nodes"] = args.ranks // args.gpus_per_node
+    if values["culprit"] is None:
+        world = values["nodes"] * values["gpus_per_node"]
+        values["culprit"] = 17 if world > 17 else world // 2 + 1 if world > 1 else 0
+    return RunSpec(**values)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import json
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        spec = spec_from_args(args)
+        truth = generate_run(args.out, spec, write_truth=args.write_truth)
+    except ValueError as error:
+        parser.error(str(error))
+    print(json.dumps(truth, indent=2, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
