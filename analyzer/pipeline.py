@@ -63,9 +63,19 @@ def analyze(paths: list[str | Path], db_path: str | Path | None = None, progress
     store.write_all(con, tables)
     info.update(year=year, time_source=year_source,
                 attempts=sorted(a for a in lines["attempt"].unique().to_list() if a is not None))
-    run = Run(con, info, errors + parsed.messages, db_path=str(db_path) if db_path else None)
+    run = Run(con, info, errors + _collapse_empty(parsed.messages), db_path=str(db_path) if db_path else None)
     run.timings = {"parse_s": round(t_parse - started, 3), "total_ingest_s": round(time.perf_counter() - started, 3)}
     return run
+
+
+def _collapse_empty(messages: list[str], keep: int = 3) -> list[str]:
+    """Per-rank stderr files of healthy ranks are often empty: one line says so for all of them
+    (each is still listed in ``inputs``)."""
+    empty = [m for m in messages if m.endswith(": empty file")]
+    if len(empty) <= keep:
+        return messages
+    rest = [m for m in messages if not m.endswith(": empty file")]
+    return rest + [f"{len(empty)} empty files (e.g. {empty[0].removesuffix(': empty file')}); listed in inputs"]
 
 
 def _annotate(tables: dict[str, pl.DataFrame], attribution: pl.DataFrame) -> dict[str, pl.DataFrame]:

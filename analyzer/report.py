@@ -170,16 +170,17 @@ def _missing(ctx, findings) -> list[dict]:
     if nccl == 0:
         out.append({"what": "no NCCL_DEBUG output (rank to GPU and host mapping, versions, transports)",
                     "enable": "NCCL_DEBUG=INFO (NCCL_DEBUG_FILE=/path/nccl.%h.%p.log to keep it out of stdout)"})
-    out.append({"what": "no Flight Recorder dumps were read",
-                "enable": "TORCH_NCCL_TRACE_BUFFER_SIZE=2000 TORCH_NCCL_DUMP_ON_TIMEOUT=1 "
-                          "TORCH_NCCL_DEBUG_INFO_TEMP_FILE=/shared/fr/nccl_trace_rank_"})
-    hang = any(f.category == "hang" for f in findings)
+    hang = any(f.category in ("hang", "desync") for f in findings)
+    if hang:
+        out.append({"what": "no Flight Recorder dumps were read",
+                    "enable": "TORCH_NCCL_TRACE_BUFFER_SIZE=2000 TORCH_NCCL_DUMP_ON_TIMEOUT=1 "
+                              "TORCH_NCCL_DEBUG_INFO_TEMP_FILE=/shared/fr/nccl_trace_rank_"})
     stacks = ctx.frame("SELECT count(*) AS n FROM stacks")["n"][0]
     if hang and stacks == 0:
         out.append({"what": "no py-spy dumps of the hung ranks",
                     "enable": "while it hangs: on each node, pgrep -f train | xargs -I{} py-spy dump --pid {}"})
     prefixed = ctx.frame("SELECT count(*) AS n FROM lines WHERE rank_tag IS NOT NULL")["n"][0]
-    if prefixed == 0:
+    if prefixed == 0 and hang:
         out.append({"what": "no c10d [rankN]: prefix on any line (global rank of each line is not stated)",
                     "enable": "PyTorch >= 2.3 prints it; or use a torchrun --log-line-prefix-template with ${rank}"})
     return out

@@ -47,7 +47,7 @@ def check(ctx: Context) -> list[Finding]:
     gpus = [ctx.gpu_of(r) for r in culprits]
     where = "; ".join(_gpu_text(g) for g in gpus)
     if state is not None:
-        op = state.majority_op or "a collective"
+        op = state.majority_op or "the collective"
         waited = (f"{len(state.waiting)} rank(s) of process group {state.key} wait in {op} "
                   f"SeqNum={state.wait_seq}")
     else:

@@ -176,7 +176,7 @@ def rank_lines(ctx: Context, rank: int, limit: int = 6) -> pl.DataFrame:
     params = [rank] + ([ctx.attempt] if ctx.attempt is not None else [])
     return ctx.frame(
         f"SELECT input_id, line_no, kind FROM lines WHERE rank = ? {attempt_filter} "
-        "AND coalesce(kind, '') NOT IN ('blank') QUALIFY row_number() OVER (PARTITION BY input_id ORDER BY line_no DESC) <= ? "
+        "AND text IS NOT NULL AND coalesce(kind, '') NOT IN ('blank') QUALIFY row_number() OVER (PARTITION BY input_id ORDER BY line_no DESC) <= ? "
         "ORDER BY input_id, line_no", params + [limit])
 
 
