@@ -200,12 +200,33 @@ def _nodes(df: pl.DataFrame, tables: dict[str, pl.DataFrame], inputs: pl.DataFra
         rank_host = rank_host.join(extra, on="rank", how="full", coalesce=True).select(
             "rank", r_host=pl.coalesce("r_host", "r_host2"))
     df = df.join(rank_host, on="rank", how="left")
-    node = pl.coalesce(pl.col("nccl_host"), _short(pl.col("host_tag")), pl.col("s_host"), pl.col("r_host"))
+    df = df.join(_srun_task_hosts(tables), on="srun_task", how="left")
+    node = pl.coalesce(pl.col("nccl_host"), _short(pl.col("host_tag")), pl.col("s_host"), pl.col("r_host"),
+                       pl.col("t_host"))
     source = (pl.when(pl.col("nccl_host").is_not_null()).then(pl.lit("NCCL line prefix"))
               .when(pl.col("host_tag").is_not_null()).then(pl.lit("launcher host prefix"))
               .when(pl.col("s_host").is_not_null()).then(pl.lit("NCCL lines of the same stream"))
-              .when(pl.col("r_host").is_not_null()).then(pl.lit("host of the rank")))
-    return df.with_columns(node=node, node_source=source).drop("s_host", "r_host")
+              .when(pl.col("r_host").is_not_null()).then(pl.lit("host of the rank"))
+              .when(pl.col("t_host").is_not_null()).then(pl.lit("srun task exit line (task -> host)")))
+    return df.with_columns(node=node, node_source=source).drop("s_host", "r_host", "t_host")
+
+
+def _srun_task_hosts(tables: dict[str, pl.DataFrame]) -> pl.DataFrame:
+    """``srun: error: host: tasks 8-11,13-15: ...`` -> one (srun_task, host) row per task."""
+    slurm = tables.get("slurm")
+    empty = pl.DataFrame(schema={"srun_task": pl.Int32, "t_host": pl.String})
+    if slurm is None or slurm.is_empty() or "tasks" not in slurm.columns:
+        return empty
+    rows = []
+    for host, tasks in slurm.drop_nulls(["host", "tasks"]).select("host", "tasks").unique().iter_rows():
+        for part in tasks.replace("tasks", "").replace("task", "").split(","):
+            bounds = part.strip().split("-")
+            if all(b.strip().isdigit() for b in bounds) and len(bounds) in (1, 2):
+                lo, hi = int(bounds[0]), int(bounds[-1])
+                rows += [{"srun_task": t, "t_host": host.split(".")[0]} for t in range(lo, min(hi, lo + 100000) + 1)]
+    if not rows:
+        return empty
+    return pl.DataFrame(rows, schema=empty.schema).unique("srun_task", keep="first")
 
 
 def _attempts(df: pl.DataFrame, tables: dict[str, pl.DataFrame], inputs: pl.DataFrame) -> pl.DataFrame:
