@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import polars as pl
 
+from parsers.lines import with_stream
+
 from parsers.base import ParseResult, consumed_of
 
 NAME = "envdump"
@@ -62,7 +64,6 @@ ENV_SCHEMA = {
     "section": pl.String,
 }
 
-_PREFIX_COLUMNS = ("srun_task", "mpi_rank", "host_tag", "ray_pid", "local_rank", "rank_tag")
 
 _KEY = r"[A-Za-z_][A-Za-z0-9_]*(?:%%|\(\))?"
 _KV = r"^(?P<decl>export\s+|declare\s+-[A-Za-z]*\s+)?(?P<key>" + _KEY + r")=(?P<value>.*)$"
@@ -79,20 +80,12 @@ _CONTROL = r"[\x00-\x08\x0b-\x1f\x7f]"
 _HEADER = r"^\s*(?:[#=*<>\[-]|\S+\s*$)"
 
 
-def _with_stream(lines: pl.DataFrame) -> pl.DataFrame:
-    """``_stream`` = launcher-prefix identity of a line."""
-    cols = [c for c in _PREFIX_COLUMNS if c in lines.columns]
-    if cols:
-        key = pl.concat_str([pl.col(c).cast(pl.String).fill_null("") for c in cols], separator="|")
-    else:
-        key = pl.lit("")
-    return lines.select("line_no", pl.col("text").fill_null(""), _stream=key)
 
 
 def _classify(lines: pl.DataFrame) -> pl.DataFrame:
     """One row per line: ``kind`` (kv / decl / cont / header / blank / other), the entry it
     belongs to (``_entry`` = line_no of its KEY line) and the pieces of the KEY line."""
-    df = _with_stream(lines)
+    df = with_stream(lines)
     t = pl.col("text")
     kv = t.str.extract_groups(_KV)
     binary = t.str.contains(_CONTROL)

@@ -218,3 +218,21 @@ def envelope(data: bytes, passes: int = 4) -> pl.DataFrame:
         text=pl.col("text").str.replace(r"^\[rank\d+\]: ?", ""),
     )
     return df.select(list(ENVELOPE_SCHEMA))
+
+
+STREAM_COLUMNS = ("srun_task", "mpi_rank", "host_tag", "ray_pid", "local_rank", "rank_tag")
+
+
+def with_stream(lines: pl.DataFrame) -> pl.DataFrame:
+    """``line_no``, ``text``, plus ``_stream`` (the launcher-prefix identity of a line: lines of
+    one process in an interleaved file share it) and ``_seq`` (the row's position within its
+    stream), so multi-line blocks can be followed per process."""
+    cols = [c for c in STREAM_COLUMNS if c in lines.columns]
+    if cols:
+        key = pl.concat_str([pl.col(c).cast(pl.String).fill_null("") for c in cols], separator="|")
+    else:
+        key = pl.lit("")
+    df = lines.select("line_no", pl.col("text").fill_null(""), _stream=key)
+    if df.height == 0 or df["_stream"].n_unique() <= 1:
+        return df.with_columns(_seq=pl.col("line_no").cast(pl.Int64))
+    return df.with_columns(_seq=pl.int_range(pl.len(), dtype=pl.Int64).over("_stream"))

@@ -53,6 +53,8 @@ from __future__ import annotations
 
 import polars as pl
 
+from parsers.lines import with_stream
+
 from parsers.base import ParseResult, consumed_of, to_int
 
 NAME = "megatron"
@@ -147,7 +149,6 @@ SETTINGS_SCHEMA = {
     "value": pl.String,
 }
 
-_PREFIX_COLUMNS = ("srun_task", "mpi_rank", "host_tag", "ray_pid", "local_rank", "rank_tag")
 
 _TS = r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:\.\d+)?"
 _ITERATION = (
@@ -221,17 +222,6 @@ def _empty(schema: dict) -> pl.DataFrame:
     return pl.DataFrame(schema=schema)
 
 
-def _with_stream(lines: pl.DataFrame) -> pl.DataFrame:
-    """``_stream`` = launcher-prefix identity of a line; ``_seq`` = its position there."""
-    cols = [c for c in _PREFIX_COLUMNS if c in lines.columns]
-    if cols:
-        key = pl.concat_str([pl.col(c).cast(pl.String).fill_null("") for c in cols], separator="|")
-    else:
-        key = pl.lit("")
-    df = lines.select("line_no", pl.col("text").fill_null(""), _stream=key)
-    if df.height == 0 or df["_stream"].n_unique() <= 1:
-        return df.with_columns(_seq=pl.col("line_no").cast(pl.Int64))
-    return df.with_columns(_seq=pl.int_range(pl.len(), dtype=pl.Int64).over("_stream"))
 
 
 def _pieces(frame: pl.DataFrame) -> pl.DataFrame:
@@ -437,7 +427,7 @@ def parse(lines: pl.DataFrame) -> ParseResult:
             "memory": _empty(MEMORY_SCHEMA),
             "settings": _empty(SETTINGS_SCHEMA),
         })
-    df = _with_stream(lines)
+    df = with_stream(lines)
     iterations = _iterations(df)
     memory = _memory(df)
     settings, banners = _settings(df)

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import polars as pl
 
+from parsers.lines import with_stream
+
 from parsers.base import ParseResult, consumed_of, to_int
 
 NAME = "pyspy"
@@ -65,7 +67,6 @@ STACKS_SCHEMA = {
     "file_line": pl.Int64,
 }
 
-_PREFIX_COLUMNS = ("srun_task", "mpi_rank", "host_tag", "ray_pid", "local_rank", "rank_tag")
 
 _PROCESS = r"^\s*Process (?P<pid>\d+): (?P<cmdline>.*?)\s*$"
 _PYTHON = r"^\s*Python v\d+\.\d+(?:\.\d+)?\S* \(.*\)\s*$"
@@ -79,17 +80,6 @@ _LOCALS_HEAD = r"^ {6,}(?:Arguments|Locals):\s*$"
 _LOCAL_VAR = r"^ {8,}\S"
 
 
-def _with_stream(lines: pl.DataFrame) -> pl.DataFrame:
-    """``_stream`` = launcher-prefix identity of a line; ``_seq`` = its position there."""
-    cols = [c for c in _PREFIX_COLUMNS if c in lines.columns]
-    if cols:
-        key = pl.concat_str([pl.col(c).cast(pl.String).fill_null("") for c in cols], separator="|")
-    else:
-        key = pl.lit("")
-    df = lines.select("line_no", pl.col("text").fill_null(""), _stream=key)
-    if df.height == 0 or df["_stream"].n_unique() <= 1:
-        return df.with_columns(_seq=pl.col("line_no").cast(pl.Int64))
-    return df.with_columns(_seq=pl.int_range(pl.len(), dtype=pl.Int64).over("_stream"))
 
 
 def _empty() -> pl.DataFrame:
@@ -103,7 +93,7 @@ def parse(lines: pl.DataFrame) -> ParseResult:
     # Cheap gate: no thread header anywhere means no dump in this input.
     if not lines.select(t.str.contains("Thread ", literal=True).any()).item():
         return ParseResult(tables={"stacks": _empty()})
-    df = _with_stream(lines)
+    df = with_stream(lines)
     cand = df.filter(
         t.str.contains("Thread ", literal=True)
         | t.str.contains("Process ", literal=True)

@@ -68,6 +68,8 @@ from __future__ import annotations
 
 import polars as pl
 
+from parsers.lines import with_stream
+
 from parsers.base import GLOG, ParseResult, consumed_of, glog_timestamp, to_int
 
 NAME = "torchrun"
@@ -183,7 +185,6 @@ _SIGNALS = {
     "27": "SIGPROF", "28": "SIGWINCH", "29": "SIGIO", "30": "SIGPWR", "31": "SIGSYS",
 }
 
-_PREFIX_COLUMNS = ("srun_task", "mpi_rank", "host_tag", "ray_pid", "local_rank", "rank_tag")
 
 # --- exits ---------------------------------------------------------------------------------
 _BORDER = r"^\s*(?:={10,}|-{10,}|\*{10,})\s*$"
@@ -240,19 +241,6 @@ _OOM = (
 )
 
 
-def _with_stream(lines: pl.DataFrame) -> pl.DataFrame:
-    """Add ``_stream`` (the launcher-prefix identity of a line) and ``_seq`` (the row's
-    position inside its stream), so a multi-line block is followed per writer even when
-    several writers' lines interleave."""
-    cols = [c for c in _PREFIX_COLUMNS if c in lines.columns]
-    if cols:
-        key = pl.concat_str([pl.col(c).cast(pl.String).fill_null("") for c in cols], separator="|")
-    else:
-        key = pl.lit("")
-    df = lines.select("line_no", "text", _stream=key)
-    if df.height == 0 or df["_stream"].n_unique() <= 1:
-        return df.with_columns(_seq=pl.col("line_no").cast(pl.Int64))
-    return df.with_columns(_seq=pl.int_range(pl.len(), dtype=pl.Int64).over("_stream"))
 
 
 def _signal_name(expr: pl.Expr) -> pl.Expr:
@@ -540,7 +528,7 @@ def parse(lines: pl.DataFrame) -> ParseResult:
     if lines is None or lines.is_empty() or "text" not in lines.columns:
         return ParseResult(tables={"exits": _empty(EXITS_SCHEMA), "agent": _empty(AGENT_SCHEMA),
                                    "slurm": _empty(SLURM_SCHEMA)})
-    df = _with_stream(lines).with_columns(pl.col("text").fill_null(""))
+    df = with_stream(lines).with_columns(pl.col("text").fill_null(""))
     exits, exit_lines = _exits(df)
     agent = _agent(df)
     slurm = _slurm(df)
