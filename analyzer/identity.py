@@ -71,16 +71,23 @@ def _short(host: pl.Expr) -> pl.Expr:
 
 
 def _pg0_rows(tables: dict[str, pl.DataFrame]) -> pl.DataFrame:
-    """Rows whose PG prefix names PG 0 / default_pg: their PG rank is the global rank."""
+    """PG ranks of c10d rows. ``pg0_rank``: the prefix names PG 0 / default_pg, so the PG rank
+    is the global rank. ``pgx_rank``: a bare ``[Rank N]`` (<= 2.1, no PG named) -- the default
+    group is only assumed, so it can only ever give a guessed global rank."""
     parts = []
     for name in ("progress", "collectives", "events"):
         t = tables.get(name)
         if t is None or t.is_empty() or "pg_rank" not in t.columns:
             continue
-        pg0 = (pl.col("pg_id") == 0) | (pl.col("pg_desc") == "default_pg")
-        parts.append(t.filter(pg0.fill_null(False)).select("input_id", "line_no", pl.col("pg_rank").alias("pg0_rank")))
+        pg0 = ((pl.col("pg_id") == 0) | (pl.col("pg_desc") == "default_pg")).fill_null(False)
+        unnamed = pl.col("pg_id").is_null() & pl.col("pg_desc").is_null() & pl.col("pg_guid").is_null()
+        parts.append(t.filter(pl.col("pg_rank").is_not_null() & (pg0 | unnamed)).select(
+            "input_id", "line_no",
+            pg0_rank=pl.when(pg0).then(pl.col("pg_rank")),
+            pgx_rank=pl.when(unnamed).then(pl.col("pg_rank"))))
     if not parts:
-        return pl.DataFrame(schema={"input_id": pl.UInt32, "line_no": pl.UInt32, "pg0_rank": pl.Int64})
+        return pl.DataFrame(schema={"input_id": pl.UInt32, "line_no": pl.UInt32, "pg0_rank": pl.Int64,
+                                    "pgx_rank": pl.Int64})
     return pl.concat(parts).unique(["input_id", "line_no"], keep="first")
 
 
@@ -125,6 +132,13 @@ def resolve(lines: pl.DataFrame, tables: dict[str, pl.DataFrame], inputs: pl.Dat
     df = df.with_columns(rank=rank, rank_source=source, rank_confidence=conf)
     df = _propagate_streams(df)
     df = _path_guess(df, inputs, world)
+    unnamed = pl.col("rank").is_null() & pl.col("pgx_rank").is_not_null()
+    df = df.with_columns(
+        rank=pl.when(unnamed).then(pl.col("pgx_rank")).otherwise(pl.col("rank")),
+        rank_source=pl.when(unnamed).then(pl.lit("[Rank N] of an unnamed process group, assumed to be the default group"))
+        .otherwise(pl.col("rank_source")),
+        rank_confidence=pl.when(unnamed).then(pl.lit("guessed")).otherwise(pl.col("rank_confidence")),
+    )
     df = _nodes(df, tables, inputs)
     df = _attempts(df, tables, inputs)
     ranks = _ranks_table(df, procs, tables)

@@ -94,7 +94,9 @@ _PDSH = r"^([A-Za-z0-9][\w.-]*): "
 _HOSTLIKE = r"^(?:[A-Za-z][\w-]*\d[\w.-]*|[\w-]+\.[\w.-]+|[\w]+-[\w-]+|\d+\.\d+\.\d+\.\d+)$"
 _NOT_HOSTS = {"stdout", "stderr", "Traceback", "NCCL", "WARNING", "INFO", "ERROR", "DEBUG"}
 
-_C10D_RANK_ANYWHERE = r"\[rank\d+\]:"
+# Records glued after a progress bar with no newline (training-logs.md section 0 item 4):
+# c10d's `[rankN]:` and a bare ProcessGroupNCCL glog header.
+_C10D_RANK_ANYWHERE = r"\[rank\d+\]:|\[[EWIF](?:\d{3,4} [\d:.]+ )?ProcessGroupNCCL\.cpp:\d+\]"
 
 
 def decode_lines(data: bytes) -> pl.DataFrame:

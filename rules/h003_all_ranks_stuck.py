@@ -34,7 +34,7 @@ SEVERITY = "error"
 def check(ctx: Context) -> list[Finding]:
     out = []
     for state in pg_states(ctx):
-        if state.wait_seq is None or state.behind or state.mismatched or state.silent:
+        if state.wait_seq is None or state.behind or state.mismatched or state.silent or not state.size_stated:
             continue
         if len(state.waiting) < 2 or set(state.waiting) != set(state.snapshot["rank"].to_list()):
             continue

@@ -35,6 +35,7 @@ class PGState:
     members: list[int]
     members_known: bool               # default PG: world size known; others: only observed ranks
     snapshot: pl.DataFrame            # one row per observed member rank
+    size_stated: bool = False         # the world size is stated by the logs (not just ranks seen)
     wait_seq: int | None = None
     majority_op: str | None = None
     majority_numel: int | None = None
@@ -136,7 +137,7 @@ def _classify(pg: str, rows: pl.DataFrame, world: int | None, seen: list[int]) -
         members = list(range(world)) if world is not None else sorted(set(seen) | set(observed))
     else:
         members = observed
-    state = PGState(pg, members, known, rows)
+    state = PGState(pg, members, known, rows, size_stated=known and world is not None)
     ops = set(rows["op"].drop_nulls().to_list())
     state.has_p2p = bool(ops & P2P_OPS)
     collective_rows = rows.filter(~pl.col("op").is_in(list(P2P_OPS)) | pl.col("op").is_null())
@@ -252,6 +253,13 @@ def analyse_hang(ctx: Context) -> HangAnalysis:
             break
     if not result.culprits:
         _silent_members(ctx, result, in_flight)
+    if not result.culprits and not result.inconclusive:
+        for state in hang_states:
+            if not state.behind and not state.mismatched and not state.size_stated:
+                result.inconclusive.append(
+                    f"{len(state.waiting)} rank(s) of {state.key} wait in SeqNum {state.wait_seq}, but the logs never "
+                    "state how many ranks the group has, so a rank that printed nothing cannot be ruled out")
+                break
     if result.culprits:
         _check_culprits(ctx, result)
     return result
