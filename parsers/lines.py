@@ -96,7 +96,7 @@ _NOT_HOSTS = {"stdout", "stderr", "Traceback", "NCCL", "WARNING", "INFO", "ERROR
 
 # Records glued after a progress bar with no newline (training-logs.md section 0 item 4):
 # c10d's `[rankN]:` and a bare ProcessGroupNCCL glog header.
-_C10D_RANK_ANYWHERE = r"\[rank\d+\]:|\[[EWIF](?:\d{3,4} [\d:.]+ )?ProcessGroupNCCL\.cpp:\d+\]"
+_C10D_RANK_ANYWHERE = r"\[rank\d+\]:|\[[EWIF](?:\d{3,4} [\d:.]+)? ProcessGroupNCCL\.cpp:\d+\]"
 
 
 def decode_lines(data: bytes) -> pl.DataFrame:

@@ -151,8 +151,10 @@ def _classify(pg: str, rows: pl.DataFrame, world: int | None, seen: list[int]) -
     state.majority_op = _mode(at_k["op"].to_list())
     state.majority_numel = _mode(at_k["numel_in"].to_list())
     if state.majority_op is not None:
-        odd = at_k.filter((pl.col("op").is_not_null() & (pl.col("op") != state.majority_op))
-                          | (pl.col("numel_in").is_not_null() & (pl.col("numel_in") != state.majority_numel)))
+        other_op = pl.col("op").is_not_null() & (pl.col("op") != state.majority_op)
+        other_size = (pl.col("numel_in").is_not_null() & (pl.col("numel_in") != state.majority_numel)
+                      if state.majority_numel is not None else pl.lit(False))
+        odd = at_k.filter(other_op | other_size)
         state.mismatched = sorted(odd["rank"].to_list())
     behind = rows.filter(
         (pl.col("enqueued").is_not_null() & (pl.col("enqueued") < state.wait_seq))

@@ -58,3 +58,29 @@ def test_heartbeat_and_desync_report_lines_are_understood(torch_dir):
     run, _ = _report(torch_dir)
     kinds = set(run.frame("SELECT kind FROM events")["kind"].to_list())
     assert {"heartbeat_timeout", "watchdog_stuck", "desync_report", "store_barrier", "blocking_wait_timeout"} <= kinds
+
+
+def test_every_real_excerpt_parses_and_is_accounted_for(real_logs):
+    run = analyze([real_logs])
+    build_report(run)
+    inputs = run.frame("SELECT path, lines, parsed_lines, unparsed_lines, kind FROM inputs")
+    assert len(inputs) > 70 and (inputs["kind"] != "skipped").all()
+    assert (inputs["lines"] == inputs["parsed_lines"] + inputs["unparsed_lines"]).all()
+
+
+def test_partial_views_of_a_hang_stay_inconclusive(real_logs):
+    # Watchdog pastes that show a few ranks timing out but never state the group's size:
+    # a silent rank cannot be ruled out, so nobody is blamed and "all stuck" is not claimed.
+    training = real_logs / "training"
+    for name in ("megatron-lm-issue-735-moe-nccl-timeout.log", "nccl-issue-1111-megatron-reduce-scatter-hang.log",
+                 "ace-issue-348-watchdog-torch21-format.log"):
+        run, report = _report(training / name)
+        assert report["verdict"]["status"] == "inconclusive", name
+        assert "H005" in {f["code"] for f in report["findings"]}
+
+
+def test_progress_bar_glued_to_a_watchdog_line_is_split(real_logs):
+    run, _ = _report(real_logs / "training" / "torchrec-issue-189-alltoall-seq-desync.log")
+    colls = run.frame("SELECT pg_rank, seq, op FROM collectives ORDER BY seq")
+    assert colls.to_dicts() == [{"pg_rank": 1, "seq": 4188, "op": "ALLTOALL_BASE"},
+                                {"pg_rank": 4, "seq": 4190, "op": "ALLTOALL_BASE"}]
