@@ -50,6 +50,7 @@ SAMPLE_LINES = [
     "[2025-05-10 23:09:41] node01:47286:63478 [2] transport/nvls.cc:254 NCCL WARN Cuda failure 1 'invalid argument'",
     "node01:47286:63478 [2] transport/net_ib.cc:100 (ncclIbConnect) NCCL WARN NET/IB : Got completion from peer 10.1.1.2<4000> with status=12 opcode=0",
     "node01:630335:630410 [3] NCCL INFO transport/nvls.cc:409 -> 1",
+    "node02:32619:32711 [2] NCCL INFO node02:28579:28579 [7] NCCL INFO comm 0x7f01 rank 7 nranks 8 cudaDev 7 busId db000 - Init COMPLETE",
 ]
 
 _PREFIX = (
@@ -98,17 +99,27 @@ def bus_id_to_pci(bus_id: str | None) -> str | None:
             f"{(value >> 4) & 0xff:02x}.{value & 0xf:x}")
 
 
+# Two processes writing to one pipe can tear a line: `a:1:1 [2] NCCL INFO b:2:2 [7] NCCL INFO msg`
+# (nccl.md section 2.1). The last header starts the record that survived; the fragment before
+# it is truncated and only counted.
+_HEADER_MARK = r":\d+:\d+ (?:\[\d+\] )?(?:\S+ (?:\([^)]*\) )?)?NCCL (?:INFO|WARN|TRACE|CALL)\b"
+_LAST_HEADER = r"^(?:.*\s)?([^\s:]*:\d+:\d+ (?:\[\d+\] )?(?:\S+ (?:\([^)]*\) )?)?NCCL (?:INFO|WARN|TRACE|CALL)\b.*)$"
+
+
 def _prefixed(lines: pl.DataFrame) -> pl.DataFrame:
     df = lines.select("line_no", "text").filter(pl.col("text").str.contains(" NCCL ", literal=True))
     if df.is_empty():
-        return pl.DataFrame(schema={**PROCS_SCHEMA, "src_file": pl.String, "msg": pl.String})
+        return pl.DataFrame(schema={**PROCS_SCHEMA, "src_file": pl.String, "msg": pl.String, "torn": pl.Boolean})
+    torn = pl.col("text").str.count_matches(_HEADER_MARK) >= 2
+    df = df.with_columns(torn=torn, text=pl.when(torn).then(pl.col("text").str.extract(_LAST_HEADER, 1))
+                         .otherwise(pl.col("text")))
     g = pl.col("text").str.extract_groups(_PREFIX)
     df = df.with_columns(_g=g).filter(pl.col("_g").struct.field("pid").is_not_null())
     f = pl.col("_g").struct.field
     return df.select(
         "line_no",
         host=f("host"), pid=to_int(f("pid")), tid=to_int(f("tid")), cuda_dev=to_int(f("dev")),
-        level=f("level"), src_file=f("file"), msg=f("msg"),
+        level=f("level"), src_file=f("file"), msg=f("msg"), torn="torn",
     )
 
 
@@ -152,7 +163,10 @@ def _events(prefixed: pl.DataFrame) -> pl.DataFrame:
     driver = prefixed.filter(pl.col("msg").str.starts_with("cudaDriverVersion ")).select(
         "line_no", "level", "src_file", kind=pl.lit("cuda_driver"),
         detail=pl.col("msg").str.extract(r"(\d+)", 1), message=pl.col("msg"))
-    return pl.concat([warn, chain, driver]).cast(EVENTS_SCHEMA).sort("line_no")
+    torn = prefixed.filter(pl.col("torn")).select(
+        "line_no", "level", "src_file", kind=pl.lit("torn_line"),
+        detail=pl.lit("another process's line was cut off before this record"), message=pl.col("msg"))
+    return pl.concat([warn, chain, driver, torn]).cast(EVENTS_SCHEMA).unique("line_no", keep="first").sort("line_no")
 
 
 def parse(lines: pl.DataFrame) -> ParseResult:

@@ -19,3 +19,14 @@ def test_every_sample_line_is_consumed(module):
 def test_garbage_never_raises(module):
     for data in (b"", b"\x00\xff" * 1000, b"x" * (1 << 20), b"[Rank 99999999999999999999] WorkNCCL(SeqNum=-5"):
         module.parse(envelope(data))
+
+
+def test_torn_nccl_line_keeps_the_record_that_survived():
+    from parsers import nccl
+
+    text = "node02:32619:32711 [2] NCCL INFO node02:28579:28579 [7] NCCL INFO comm 0x7f01 rank 7 nranks 8 " \
+           "cudaDev 7 busId db000 - Init COMPLETE"
+    result = nccl.parse(envelope(text.encode()))
+    comm = result.tables["nccl_comms"].row(0, named=True)
+    assert (comm["host"], comm["pid"], comm["rank"], comm["bus_id"]) == ("node02", 28579, 7, "db000")
+    assert result.tables["events"]["kind"].to_list() == ["torn_line"]
