@@ -11,7 +11,6 @@ from __future__ import annotations
 import bz2
 import gzip
 import lzma
-import os
 import re
 import zlib
 from dataclasses import dataclass, field
@@ -173,8 +172,3 @@ def path_hints(display: str) -> dict:
         hints["pid"] = int(pid.group(1))
     hints["dirs"] = list(parts[:-1])
     return hints
-
-
-def mtime_year(items: list[InputFile]) -> int | None:
-    years = [int(os.path.getmtime(i.path) // 31556952 + 1970) for i in items if i.path.exists()]
-    return max(years) if years else None

@@ -40,3 +40,33 @@ def test_nothing_readable_exits_2(tmp_path):
     missing = subprocess.run([sys.executable, "-m", "analyzer.cli", "report", str(tmp_path / "nope")],
                              capture_output=True, text=True)
     assert missing.returncode == 2 and "no such file" in missing.stderr
+
+
+def test_compressed_inputs_are_read_as_they_are(tmp_path):
+    import bz2
+    import lzma
+
+    import zstandard
+
+    data = (GOOD * 3).encode()
+    (tmp_path / "a.log.gz").write_bytes(gzip.compress(data))
+    (tmp_path / "b.log.bz2").write_bytes(bz2.compress(data))
+    (tmp_path / "c.log.xz").write_bytes(lzma.compress(data))
+    (tmp_path / "d.log.zst").write_bytes(zstandard.ZstdCompressor().compress(data))
+    run = analyze([tmp_path])
+    inputs = run.frame("SELECT path, compression, lines, parsed_lines FROM inputs ORDER BY path")
+    assert inputs["compression"].to_list() == ["gzip", "bz2", "xz", "zstd"]
+    assert inputs["parsed_lines"].to_list() == [3, 3, 3, 3]
+    assert not run.messages
+    # evidence is read back from inside the compressed input
+    from rules.base import Context
+
+    ev = Context(run, 0).evidence(0, 2)
+    assert ev.path == "a.log.gz" and ev.text == GOOD.strip()
+
+
+def test_a_file_still_being_written_keeps_its_torn_last_line(tmp_path):
+    (tmp_path / "live.log").write_bytes((GOOD + GOOD[:80]).encode())  # no trailing newline
+    run = analyze([tmp_path])
+    row = run.frame("SELECT lines, parsed_lines, unparsed_lines FROM inputs").row(0)
+    assert row == (2, 1, 1)
