@@ -179,7 +179,7 @@ def _rules(args) -> int:
     from rules import RULES
 
     for rule in RULES:
-        summary = (rule.__doc__ or "").strip().splitlines()[0]
+        summary = (rule.__doc__ or "").strip().splitlines()[0].removeprefix(f"{rule.CODE} ")
         print(f"{rule.CODE}  {rule.SEVERITY:<8} {summary}")
     return 0
 

@@ -9,7 +9,6 @@ unpickled).
 from __future__ import annotations
 
 import bz2
-import gzip
 import lzma
 import re
 import zlib

@@ -125,4 +125,4 @@ def markdown_report(report: dict) -> str:
 
 def _md_text(text: str) -> str:
     """Escape Markdown/HTML-significant characters in prose that may quote log text."""
-    return re.sub(r"([\\`*_\[\]<>|#])", r"\\\1", safe(text))
+    return re.sub(r"([\\`*_\[\]<>|])", r"\\\1", safe(text))

@@ -1,4 +1,3 @@
-import polars as pl
 
 from parsers.lines import SAMPLE_LINES, decode_lines, envelope
 
