@@ -55,6 +55,10 @@ def check(ctx: Context) -> list[Finding]:
     title = f"rank {rank_ranges(culprits)} never entered {op}" + (
         f" #{state.wait_seq} ({state.key})" if state is not None else "")
     own = _own_progress(state, culprits)
+    waiting_stack = _common_stack(ctx, state.waiting if state is not None else [])
+    if waiting_stack and (state is None or state.majority_op is None):
+        # No descriptor names the op (no timeout fired): say where the waiting ranks are blocked.
+        waited += f" (their py-spy main threads: {' <- '.join(waiting_stack)})"
     message = f"{waited}; rank {rank_ranges(culprits)} ({where}) did not: {own}"
     evidence = _evidence(ctx, hang, culprits)
     instead = _instead(ctx, culprits[0])
@@ -64,6 +68,7 @@ def check(ctx: Context) -> list[Finding]:
         "op": state.majority_op if state else None,
         "numel_in": state.majority_numel if state else None,
         "waiting_ranks": rank_ranges(state.waiting) if state else None,
+        "waiting_ranks_stack": waiting_stack,
         "basis": hang.basis,
         "rank_mapping": {str(r): {"source": s, "confidence": c} for r, (s, c) in hang.mapping.items()},
         "culprit_did_instead": instead,
@@ -77,6 +82,22 @@ def check(ctx: Context) -> list[Finding]:
     return [Finding(CODE, NAME, SEVERITY, hang.confidence, title, message, ranks=culprits,
                     nodes=sorted({g.get("node") for g in gpus if g.get("node")}), gpus=gpus,
                     evidence=evidence, suggestion=suggestion, category="hang", culprit=True, details=details)]
+
+
+def _common_stack(ctx: Context, ranks: list[int], depth: int = 2) -> list[str]:
+    """The innermost ``depth`` main-thread frames most of the waiting ranks' py-spy dumps share."""
+    counts: dict[tuple, int] = {}
+    for r in ranks:
+        frames = stack_of(ctx, r)
+        if frames.is_empty():
+            continue
+        main = frames.filter(frames["thread_name"] == "MainThread").sort("depth").head(depth)
+        key = tuple(f"{f} ({p}:{n})" for f, p, n in main.select("function", "file", "file_line").iter_rows())
+        counts[key] = counts.get(key, 0) + 1
+    if not counts:
+        return []
+    best = max(sorted(counts), key=counts.get)
+    return list(best) if counts[best] > len(ranks) / 2 else []
 
 
 def _gpu_text(g: dict) -> str:
