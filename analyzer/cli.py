@@ -131,9 +131,12 @@ def _exit_code(report: dict, fail_on: str) -> int:
 
 
 def _ingest(args) -> int:
+    from analyzer.report import build_report
+
     run = _analyze(args.paths, args.db, args.quiet)
     if run is None:
         return 2
+    build_report(run)  # fills the findings table
     totals = run.frame("SELECT count(*) AS files, sum(lines) AS lines, sum(parsed_lines) AS parsed, "
                        "sum(unparsed_lines) AS unparsed FROM inputs").row(0, named=True)
     run.con.close()

@@ -66,7 +66,25 @@ def build_report(run: Run) -> dict:
         "messages": run.messages,
         "timings": run.timings,
     }
+    store_findings(run, [f for a in attempts for f in per_attempt[a][1]])
     return report
+
+
+def store_findings(run: Run, findings) -> None:
+    """The rules' output as the ``findings`` table (evidence and details as JSON text)."""
+    from analyzer.store import write_table
+
+    rows = [{"id": f.id, "attempt": f.attempt, "code": f.code, "name": f.name, "severity": f.severity,
+             "confidence": round(f.confidence, 2), "title": f.title, "message": f.message, "ranks": f.ranks,
+             "nodes": f.nodes, "culprit": f.culprit, "category": f.category, "caused_by": f.caused_by,
+             "suggestion": f.suggestion,
+             "evidence": json.dumps([e.__dict__ for e in f.evidence], default=str),
+             "details": json.dumps(f.details, default=str)} for f in findings]
+    schema = {"id": pl.String, "attempt": pl.Int64, "code": pl.String, "name": pl.String, "severity": pl.String,
+              "confidence": pl.Float64, "title": pl.String, "message": pl.String, "ranks": pl.List(pl.Int64),
+              "nodes": pl.List(pl.String), "culprit": pl.Boolean, "category": pl.String,
+              "caused_by": pl.List(pl.String), "suggestion": pl.String, "evidence": pl.String, "details": pl.String}
+    write_table(run.con, "findings", pl.DataFrame(rows, schema=schema))
 
 
 def _verdict(findings) -> dict:

@@ -105,9 +105,11 @@ def schema_markdown(con: duckdb.DuckDBPyConnection) -> str:
 def main() -> None:
     if "--schema" in sys.argv:
         from analyzer.pipeline import analyze
+        from analyzer.report import build_report
 
         sample = Path(__file__).resolve().parents[1] / "sample_logs" / "silent-deadlock-40r"
         run = analyze([sample])
+        build_report(run)  # adds the findings table
         sys.stdout.write(schema_markdown(run.con))
 
 

@@ -30,6 +30,9 @@ def test_report_exit_codes_formats_and_query(tmp_path):
     rows = json.loads(_cli("query", "--db", str(tmp_path / "x.duckdb"), "SELECT rank, node FROM ranks ORDER BY rank",
                            "--format", "json").stdout)
     assert rows[2] == {"rank": 2, "node": "node-02"}
+    found = json.loads(_cli("query", "--db", str(tmp_path / "x.duckdb"),
+                            "SELECT code, severity, ranks FROM findings ORDER BY code", "--format", "json").stdout)
+    assert found[0] == {"code": "H001", "severity": "error", "ranks": [2]}
     assert _cli("query", "--db", str(tmp_path / "x.duckdb"), "SELEC nonsense").returncode == 2
     assert _cli("report", str(folder), "--format", "pdf").returncode == 2
 

@@ -11,9 +11,9 @@ SAMPLE = ROOT / "sample_logs" / "silent-deadlock-40r"
 
 def test_schema_doc_is_current():
     run = analyze([SAMPLE])
+    report = build_report(run)
     assert (ROOT / "docs" / "schema.md").read_text() == schema_markdown(run.con), \
         "regenerate with: python -m analyzer.store --schema > docs/schema.md"
-    report = build_report(run)
     doc = (ROOT / "docs" / "report.md").read_text()
     for key in report:
         assert f"`{key}`" in doc, f"report key {key} is not documented in docs/report.md"
