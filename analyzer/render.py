@@ -110,7 +110,8 @@ def markdown_report(report: dict) -> str:
         for reason in f.get("details", {}).get("why_no_timeout", []):
             out.append(f"- Why no timeout: {_md_text(reason)}")
         for e in f["evidence"]:
-            out.append(f"- `{e['path']}:{e['line']}` {md_code(e['text'][:300])}")
+            where = md_code(f"{e['path']}:{e['line']}")
+            out.append(f"- {where} {md_code(e['text'][:300])}")
         if f.get("suggestion"):
             out.append(f"- **Do:** {_md_text(f['suggestion'])}")
         out.append("")
