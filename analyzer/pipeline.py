@@ -34,6 +34,12 @@ class Run:
     def frame(self, sql: str, params: list | None = None) -> pl.DataFrame:
         return self.con.sql(sql, params=params or None).pl()
 
+    def columns(self, table: str) -> list[str]:
+        """Column names of ``table`` in the store; empty when the run has no such table."""
+        rows = self.con.execute("SELECT column_name FROM information_schema.columns WHERE table_name = ? "
+                                "ORDER BY ordinal_position", [table]).fetchall()
+        return [r[0] for r in rows]
+
 
 class NothingReadable(Exception):
     """No input could be read at all (exit code 2)."""

@@ -151,10 +151,7 @@ def _actions(ctx, findings) -> dict:
 
 def _ended(ctx) -> bool:
     for name, kinds in (("exits", None), ("slurm", None), ("events", ["teardown", "terminate", "watchdog_exception"])):
-        try:
-            t = ctx.table(name)
-        except Exception:
-            continue
+        t = ctx.table(name)
         if t.is_empty():
             continue
         if kinds is None or ("kind" in t.columns and t.filter(pl.col("kind").is_in(kinds)).height):
@@ -207,16 +204,13 @@ def _missing(ctx, findings) -> list[dict]:
 def _run_summary(run: Run, ctx) -> dict:
     ranks = ctx.ranks
     versions = run.frame("SELECT DISTINCT version FROM nccl_versions ORDER BY 1")["version"].to_list() \
-        if _has(run, "nccl_versions") else []
+        if run.columns("nccl_versions") else []
     spans = []
     for name in ("iterations", "events", "collectives", "exits", "slurm"):
-        if _has(run, name):
-            cols = {r[0] for r in run.con.execute(
-                "SELECT column_name FROM information_schema.columns WHERE table_name = ?", [name]).fetchall()}
-            for c in ("ts", "time"):
-                if c in cols:
-                    row = run.con.execute(f'SELECT min("{c}"), max("{c}") FROM "{name}"').fetchall()[0]
-                    spans += [v for v in row if v is not None]
+        for c in ("ts", "time"):
+            if c in run.columns(name):
+                row = run.con.execute(f'SELECT min("{c}"), max("{c}") FROM "{name}"').fetchall()[0]
+                spans += [v for v in row if v is not None]
     return {
         "ranks": run.info.get("world_size"),
         "ranks_seen": len(ranks),
@@ -228,11 +222,6 @@ def _run_summary(run: Run, ctx) -> dict:
                       "zone": "as printed (glog and Megatron print local time without a zone)"},
         "rank_mapping": ranks.group_by("confidence").len().sort("confidence").to_dicts(),
     }
-
-
-def _has(run: Run, table: str) -> bool:
-    return bool(run.con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = ?",
-                                [table]).fetchall()[0][0])
 
 
 def _inputs(run: Run) -> dict:

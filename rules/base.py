@@ -68,11 +68,13 @@ class Context:
         return self.run.frame(sql, params)
 
     def table(self, name: str) -> pl.DataFrame:
-        """The rows of ``name`` in this attempt (all rows when the table has no attempt)."""
+        """The rows of ``name`` in this attempt (all rows when the table has no attempt column;
+        an empty frame when the run has no such table)."""
         if name not in self._cache:
-            columns = {r[0] for r in self.run.con.execute(
-                "SELECT column_name FROM information_schema.columns WHERE table_name = ?", [name]).fetchall()}
-            if "attempt" in columns and self.attempt is not None:
+            columns = self.run.columns(name)
+            if not columns:
+                df = pl.DataFrame()
+            elif "attempt" in columns and self.attempt is not None:
                 df = self.frame(f'SELECT * FROM "{name}" WHERE attempt = ? OR attempt IS NULL', [self.attempt])
             else:
                 df = self.frame(f'SELECT * FROM "{name}"')
@@ -89,11 +91,11 @@ class Context:
 
     def evidence(self, input_id: int, line_no: int, note: str | None = None) -> Evidence:
         row = self.frame(
-            "SELECT i.path, i.abs_path, l.offset, l.length, l.text, l.rank, l.node FROM lines l "
+            "SELECT i.path, i.abs_path, l.offset, l.length, l.rank, l.node FROM lines l "
             "JOIN inputs i USING (input_id) WHERE l.input_id = ? AND l.line_no = ?", [input_id, line_no])
         if row.is_empty():
             return Evidence("?", line_no, "", note=note)
-        path, abs_path, offset, length, _text, rank, node = row.row(0)
+        path, abs_path, offset, length, rank, node = row.row(0)
         # Evidence is the line exactly as it stands in the input, launcher prefix included.
         text = line_text(abs_path, offset, length, self._text_cache)
         return Evidence(path, int(line_no), text.rstrip("\r"), rank, node, note)

@@ -184,14 +184,18 @@ def rank_lines(ctx: Context, rank: int, limit: int = 6) -> pl.DataFrame:
 
 
 def stack_of(ctx: Context, rank: int) -> pl.DataFrame:
-    """The MainThread frames of the rank's py-spy dump (innermost first), if one exists."""
-    stacks = ctx.shared.get("stacks_by_rank")
-    if stacks is None:
-        stacks = _stacks_by_rank(ctx)
-        ctx.shared["stacks_by_rank"] = stacks
+    """The frames of every thread in the rank's py-spy dump (``depth`` 0 innermost), if one exists."""
+    stacks = _stacks(ctx)
     if stacks.is_empty():
         return stacks
     return stacks.filter(pl.col("stack_rank") == rank)
+
+
+def _stacks(ctx: Context) -> pl.DataFrame:
+    """py-spy frames with the rank they belong to, computed once per attempt context."""
+    if "stacks_by_rank" not in ctx.shared:
+        ctx.shared["stacks_by_rank"] = _stacks_by_rank(ctx)
+    return ctx.shared["stacks_by_rank"]
 
 
 def _stacks_by_rank(ctx: Context) -> pl.DataFrame:
@@ -292,10 +296,7 @@ def _silent_members(ctx: Context, result: HangAnalysis, in_flight: set[int]) -> 
 
 def _stack_only(ctx: Context, result: HangAnalysis) -> None:
     """No c10d evidence: compare py-spy stacks (collective frame vs host code)."""
-    stacks = ctx.shared.get("stacks_by_rank")
-    if stacks is None:
-        stacks = _stacks_by_rank(ctx)
-        ctx.shared["stacks_by_rank"] = stacks
+    stacks = _stacks(ctx)
     if stacks.is_empty():
         return
     main = stacks.filter(pl.col("thread_name") == "MainThread")

@@ -43,10 +43,7 @@ def hang_span(ctx: Context):
         last_progress = iterations["ts"].drop_nulls().max()
     ends = []
     for name in ("events", "collectives", "progress", "iterations", "exits", "slurm", "agent"):
-        try:
-            t = ctx.table(name)
-        except Exception:
-            continue
+        t = ctx.table(name)
         for column in ("ts", "time"):
             if column in t.columns and t.schema[column] == pl.Datetime("us"):
                 value = t[column].drop_nulls().max()
