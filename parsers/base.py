@@ -70,3 +70,18 @@ def glog_timestamp(mmdd: pl.Expr, hms: pl.Expr, frac: pl.Expr) -> pl.Expr:
 def to_int(expr: pl.Expr) -> pl.Expr:
     """Parse an integer field; garbage and out-of-range values become null, never raise."""
     return expr.cast(pl.Int64, strict=False)
+
+
+def conform(frame: pl.DataFrame, schema: dict) -> pl.DataFrame:
+    """``frame`` with exactly ``schema``'s columns: regex-captured strings become integers where
+    the schema says Int64 (garbage -> null), missing columns are null, extra columns dropped."""
+    columns = []
+    for name, dtype in schema.items():
+        if name not in frame.columns:
+            columns.append(pl.lit(None, dtype=dtype).alias(name))
+            continue
+        value = pl.col(name)
+        if dtype == pl.Int64 and frame.schema[name] == pl.String:
+            value = to_int(value)
+        columns.append(value.cast(dtype, strict=False).alias(name))
+    return frame.select(columns)

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from parsers.base import GLOG, ParseResult, consumed_of, glog_timestamp, to_int
+from parsers.base import GLOG, ParseResult, conform, consumed_of, glog_timestamp, to_int
 
 NAME = "c10d"
 
@@ -232,16 +232,7 @@ def _rows(df: pl.DataFrame, table: str, schema: dict) -> pl.DataFrame:
             continue
         groups = sub.select(pl.col("msg").str.extract_groups(pattern)).to_series().struct.unnest()
         sub = sub.with_columns(groups)
-        sub = sub.with_columns(message=pl.col("msg"))
-        columns = []
-        for column, dtype in schema.items():
-            if column in sub.columns:
-                value = pl.col(column)
-                value = to_int(value) if dtype == pl.Int64 and sub.schema[column] == pl.String else value
-                columns.append(value.cast(dtype, strict=False).alias(column))
-            else:
-                columns.append(pl.lit(None, dtype=dtype).alias(column))
-        parts.append(sub.select(columns))
+        parts.append(conform(sub.with_columns(message=pl.col("msg")), schema))
     if not parts:
         return pl.DataFrame(schema=schema)
     return pl.concat(parts).sort("line_no")

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from parsers.base import ParseResult, consumed_of, to_int
+from parsers.base import ParseResult, conform, consumed_of, to_int
 
 NAME = "nccl"
 
@@ -145,11 +145,7 @@ def _comms(prefixed: pl.DataFrame) -> pl.DataFrame:
         sub = pl.concat([sub.select("line_no", "host", "pid", "tid"), groups], how="horizontal")
         if "phase" not in sub.columns:
             sub = sub.with_columns(phase=pl.lit("layout"))
-        return sub.select(
-            [(to_int(pl.col(c)) if dtype == pl.Int64 and c in sub.columns and sub.schema[c] == pl.String
-              else pl.col(c) if c in sub.columns else pl.lit(None, dtype=dtype)).cast(dtype).alias(c)
-             for c, dtype in COMMS_SCHEMA.items()]
-        )
+        return conform(sub, COMMS_SCHEMA)
     return pl.concat([extract(_COMM), extract(_LAYOUT)]).sort("line_no")
 
 
