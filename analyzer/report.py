@@ -175,7 +175,7 @@ def _gpu_hours(ctx) -> dict | None:
 def _missing(ctx, findings) -> list[dict]:
     out = []
     world = ctx.world_size
-    seen = set(ctx.frame("SELECT DISTINCT rank FROM lines WHERE rank IS NOT NULL")["rank"].to_list())
+    seen = ctx.logged_ranks()
     if world:
         absent = sorted(set(range(world)) - seen)
         if absent:

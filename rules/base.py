@@ -81,6 +81,18 @@ class Context:
             self._cache[name] = df
         return self._cache[name]
 
+    def logged_ranks(self, this_attempt: bool = False) -> set[int]:
+        """Ranks that any line is attributed to (at any confidence), in the run or this attempt."""
+        key = ("logged_ranks", this_attempt)
+        if key not in self._cache:
+            sql = "SELECT DISTINCT rank FROM lines WHERE rank IS NOT NULL"
+            params = []
+            if this_attempt and self.attempt is not None:
+                sql += " AND (attempt = ? OR attempt IS NULL)"
+                params = [self.attempt]
+            self._cache[key] = set(self.frame(sql, params)["rank"].to_list())
+        return self._cache[key]
+
     @property
     def ranks(self) -> pl.DataFrame:
         return self.table("ranks")

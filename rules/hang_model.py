@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
+from analyzer.ranges import rank_ranges
 from rules.base import Context
 
 P2P_OPS = {"SEND", "RECV", "_SEND", "_RECV", "COALESCED"}
@@ -121,7 +122,7 @@ def pg_states(ctx: Context) -> list[PGState]:
     snap = snapshots(ctx)
     states = []
     if not snap.is_empty():
-        seen = ctx.frame("SELECT DISTINCT rank FROM lines WHERE rank IS NOT NULL")["rank"].to_list()
+        seen = list(ctx.logged_ranks())
         for (pg,), rows in snap.group_by("pg", maintain_order=True):
             states.append(_classify(pg, rows, ctx.world_size, seen))
     ctx.shared["pg_states"] = states
@@ -276,13 +277,10 @@ def _silent_members(ctx: Context, result: HangAnalysis, in_flight: set[int]) -> 
         if not state.members_known or not state.silent:
             continue
         silent = [r for r in state.silent if r not in in_flight]
-        alive = set(ctx.frame("SELECT DISTINCT rank FROM lines WHERE rank IS NOT NULL" +
-                              (" AND (attempt = ? OR attempt IS NULL)" if ctx.attempt is not None else ""),
-                              [ctx.attempt] if ctx.attempt is not None else [])["rank"].to_list())
+        alive = ctx.logged_ranks(this_attempt=True)
         logged = [r for r in silent if r in alive]
         missing = [r for r in silent if r not in alive]
         if missing:
-            from analyzer.ranges import rank_ranges
             result.inconclusive.append(
                 f"no log at all from rank(s) {rank_ranges(missing)}: a missing file is not evidence of guilt")
         if logged and not missing:
