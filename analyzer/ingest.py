@@ -51,7 +51,7 @@ def parse_file(input_id: int, item: InputFile) -> FileResult:
         result.error = f"{item.display}: cannot read: {exc.strerror or exc}"
         return result
     lines = envelope(data)
-    if item.kind == "log" and getattr(parsers.envdump, "looks_like_env_dump", lambda _l: False)(lines):
+    if item.kind == "log" and parsers.envdump.looks_like_env_dump(lines):
         item.kind = "env"
     chosen = parsers.ENV_PARSERS if item.kind == "env" else parsers.LOG_PARSERS
     kind = pl.Series("kind", [None] * len(lines), dtype=pl.String)

@@ -20,6 +20,8 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
+from analyzer.discover import COMPRESSED, InputFile, read_bytes
+
 # Tables every store has, even when a run produced no rows for them.
 REQUIRED = {
     "events": {"input_id": pl.UInt32, "line_no": pl.UInt32, "kind": pl.String, "message": pl.String},
@@ -69,8 +71,6 @@ def write_all(con: duckdb.DuckDBPyConnection, tables: dict[str, pl.DataFrame]) -
 
 def line_text(abs_path: str, offset: int, length: int, cache: dict | None = None) -> str:
     """Read one line back from an input (decompressing it once per cache)."""
-    from analyzer.discover import COMPRESSED, InputFile, read_bytes
-
     if cache is not None and abs_path in cache:
         data = cache[abs_path]
     else:
