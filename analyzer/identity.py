@@ -100,7 +100,7 @@ def resolve(lines: pl.DataFrame, tables: dict[str, pl.DataFrame], inputs: pl.Dat
     """Annotate every line with rank/node/pid/attempt (+ sources); build the ``ranks`` table."""
     world = _world_size(tables)
     procs = _process_map(tables, world)
-    nccl = tables.get("nccl_procs", pl.DataFrame(schema={"input_id": pl.UInt32, "line_no": pl.UInt32,
+    nccl = tables.get("nccl_lines", pl.DataFrame(schema={"input_id": pl.UInt32, "line_no": pl.UInt32,
                                                           "host": pl.String, "pid": pl.Int64, "cuda_dev": pl.Int64}))
     df = lines.join(nccl.select("input_id", "line_no", pl.col("host").alias("nccl_host"), pl.col("pid").alias("nccl_pid"),
                                 pl.col("cuda_dev").alias("nccl_dev")),

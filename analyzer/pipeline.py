@@ -14,7 +14,7 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
-from analyzer import identity, store, timeline
+from analyzer import identity, nccl_model, store, timeline
 from analyzer.discover import discover
 from analyzer.ingest import parse_all
 
@@ -61,7 +61,8 @@ def analyze(paths: list[str | Path], db_path: str | Path | None = None, progress
     year, year_source = timeline.reference_year(tables, [i.mtime for i in items])
     tables = {name: timeline.fix_years(frame, year) for name, frame in tables.items()}
     tables = _fill_attempts(tables)
-    lines = _lines_table(parsed.lines, attribution, parsed.tables.get("nccl_procs"))
+    tables.update(nccl_model.build(tables, ranks))
+    lines = _lines_table(parsed.lines, attribution, parsed.tables.get("nccl_lines"))
     con = store.connect(db_path)
     store.write_table(con, "inputs", parsed.inputs)
     store.write_table(con, "lines", lines)
@@ -105,14 +106,15 @@ def _fill_attempts(tables: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:
     return {name: timeline.fill_attempts(frame, starts, only) for name, frame in tables.items()}
 
 
-def _lines_table(lines: pl.DataFrame, attribution: pl.DataFrame, nccl_procs: pl.DataFrame | None) -> pl.DataFrame:
-    """The per-line index; NCCL INFO text is left to be read back by offset (see analyzer.store).
+def _lines_table(lines: pl.DataFrame, attribution: pl.DataFrame, nccl_lines: pl.DataFrame | None) -> pl.DataFrame:
+    """The per-line index; the text of understood NCCL INFO lines is left to be read back by
+    offset (see analyzer.store); lines the NCCL parser did not understand keep their text.
 
-    The NCCL parser already found every NCCL-prefixed line (``nccl_procs``): reuse that
+    The NCCL parser already found every NCCL-prefixed line (``nccl_lines``): reuse that
     instead of matching the prefix over all lines again."""
     df = lines.join(attribution, on=["input_id", "line_no"], how="left", suffix="_attr")
-    if nccl_procs is not None and not nccl_procs.is_empty():
-        info = nccl_procs.filter(pl.col("level") == "INFO").select("input_id", "line_no", _nccl_info=pl.lit(True))
+    if nccl_lines is not None and not nccl_lines.is_empty():
+        info = nccl_lines.filter((pl.col("level") == "INFO") & pl.col("kind").is_not_null()).select("input_id", "line_no", _nccl_info=pl.lit(True))
         df = df.join(info, on=["input_id", "line_no"], how="left")
         df = df.with_columns(text=pl.when(pl.col("_nccl_info").fill_null(False)).then(None).otherwise(pl.col("text")))
     if df["attempt"].null_count() == len(df):

@@ -37,7 +37,7 @@ REQUIRED = {
     "env": {"input_id": pl.UInt32, "line_no": pl.UInt32, "key": pl.String, "value": pl.String},
 }
 # Intermediate frames that are not worth a table.
-INTERNAL = {"nccl_procs"}
+INTERNAL: set[str] = set()
 
 
 def connect(db_path: str | Path | None) -> duckdb.DuckDBPyConnection:

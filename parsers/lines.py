@@ -48,6 +48,8 @@ SAMPLE_LINES = [
     "Train:  20%|#9   | 375/1881 [3:40:16<14:52:25, 35.55s/it][rank3]:[E918 01:02:03.1 a.cpp:1] y",
     "\x1b[36m(WorkerDict pid=86559)\x1b[0m [rank0]:[E1120 01:02:03.4 ProcessGroupNCCL.cpp:1] z",
     "[trainer0|0]:1|25|Loss: 0.5",
+    "│ node01:59194:59194 [0] NCCL INFO Using network IB                                │",
+    "73e9f9f45158:6243:6442 [3] NCCL INFO Threads per block : 512/640/512                   [22/1819]",
 ]
 
 ENVELOPE_SCHEMA = {
@@ -85,6 +87,7 @@ _PREFIXES: list[tuple[str, str, dict[str, int]]] = [
     ("determined", r"^\[(\d{4}-\d{2}-\d{2}T[^\]]+)\] [0-9a-f]+ \[rank=(\d+)\] \|\| ", {"ext_ts": 1, "rank_tag": 2}),
     ("markdown_quote", r"^(?:> ?)+", {}),
     ("lost_ansi", r"^\[\d{1,2}m ?", {}),
+    ("box_border", r"^[│┃] ", {}),
     ("clock", r"^(\d{2}:\d{2}:\d{2}\.\d{3}) ", {"ext_ts": 1}),
 ]
 
@@ -214,6 +217,11 @@ def envelope(data: bytes, passes: int = 4) -> pl.DataFrame:
         .otherwise(pl.col("prefix")),
         text=pl.when(position > 0).then(pl.col("text").str.slice(position)).otherwise(pl.col("text")),
     )
+    # Right-edge artefacts of terminal copies: a pager's `[22/1819]` position marker, and the
+    # closing border plus padding of a k9s/TUI box (nccl.md section 2).
+    df = df.with_columns(text=pl.col("text").str.replace(r"\s{3,}\[\d+/\d+\]$", "").str.replace(r"\s*[│┃]\s*$", ""))
+    df = df.with_columns(text=pl.when(pl.col("prefix").str.contains("│", literal=True))
+                         .then(pl.col("text").str.strip_chars_end()).otherwise(pl.col("text")))
     glued = pl.col("text").str.extract(r"^\[rank(\d+)\]: ?", 1).cast(pl.Int32, strict=False)
     df = df.with_columns(
         rank_tag=pl.coalesce(pl.col("rank_tag"), glued),

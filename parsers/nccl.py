@@ -1,29 +1,24 @@
-"""NCCL_DEBUG output: the line prefix, the version banner, communicator lifecycle, WARN lines.
+"""NCCL_DEBUG output, every line kind of NCCL 2.4 to 2.30.
 
-Reference: ``formats/nccl.md`` sections 1, 3.1, 3.5, 3.10, 3.11. This module covers what
-the silent-deadlock slice needs (who is which rank on which GPU, which version); the full
-transport/topology/tuning grammar builds on the same prefix parse.
-
-Line prefix (all versions 2.4-2.30, after launcher prefixes are peeled)::
+Reference: ``formats/nccl.md``. The line prefix (section 1, after the launcher prefixes of
+section 2 are peeled by ``parsers.lines``)::
 
     host:pid:tid [cudaDev] NCCL INFO <msg>
-    host:pid:tid [cudaDev] file:line NCCL WARN <msg>            (2.30: file:line (func))
-    [YYYY-MM-DD HH:MM:SS] host:pid:tid [dev] file:line NCCL WARN  (2.26+ WARN timestamps)
+    host:pid:tid [cudaDev] file:line NCCL WARN <msg>                (2.30: file:line (func))
+    [YYYY-MM-DD HH:MM:SS] host:pid:tid [dev] file:line NCCL WARN    (2.26+ WARN timestamps)
+    host:pid:tid [dev] 2311.904785 func:line NCCL TRACE <msg>       (TRACE builds)
+    host [dev] NCCL INFO <msg>                                      (pid/tid redacted by users)
 
-Understood messages:
+The message kinds and their tables are in ``parsers.nccl_catalogue``; this module takes the
+prefix off, classifies every message (first matching kind wins), and shapes the rows:
+connections get their transport decoded and their phase (ring, tree, p2p) from the
+``Connected all rings/trees`` markers of the same thread; ring order lines become rank lists;
+``Trees`` lines are exploded per channel; NIC lists per NIC; the tuning table per cell.
+Lines NCCL writes without a prefix are handled too: the bare version line (before 2.22), the
+``Func/Proto/Algo`` matrix rows (2.24+), and fragments of torn lines (section 2.1).
 
-* ``NCCL version 2.21.5+cuda12.4`` (bare line before 2.22, INFO line from 2.22)
-* ``cudaDriverVersion 12020`` (2.13+)
-* communicator lifecycle, every version: ``comm %p rank %d nranks %d cudaDev %d
-  [nvmlDev %d] [busId %x] [commId 0x%llx] [parent %p [splitCount|childCount %d] color %d
-  key %d]- Init START|Init COMPLETE|Abort COMPLETE|Destroy COMPLETE``, with the API name in
-  front from 2.21 and ``[Rank %d]`` from 2.29
-* the layout line ``comm %p rank %d nRanks %d nNodes %d localRanks %d localRank %d MNNVL %d``
-* ``NCCL WARN`` lines (any message) and the ``file:line -> N`` error chain
-
-Tables: ``nccl_procs`` (every NCCL-prefixed line: host, pid, tid, device; the identity
-resolver uses it to attribute lines of combined logs to processes), ``nccl_comms``,
-``nccl_versions``, ``events``.
+Every NCCL line lands in ``nccl_lines`` with its ``kind``; a null kind is a line this parser
+did not understand (counted, kept with its text, listed by shape in the report).
 """
 
 from __future__ import annotations
@@ -31,60 +26,97 @@ from __future__ import annotations
 import polars as pl
 
 from parsers.base import ParseResult, conform, consumed_of, to_int
+from parsers.nccl_catalogue import FINGERPRINTS, KINDS, RESULT_CODES, WARN_CLASSES
 
 NAME = "nccl"
 
 SAMPLE_LINES = [
     "h20-node-01:2231:2231 [0] NCCL INFO NCCL version 2.21.5+cuda12.4",
     "NCCL version 2.18.5+cuda12.0",
-    "h20-node-01:2231:2231 [0] NCCL INFO cudaDriverVersion 12040",
-    "h20-node-01:2231:2301 [0] NCCL INFO comm 0x55d1c3a4b6f0 rank 0 nranks 40 cudaDev 0 nvmlDev 0 busId 18000 commId 0x5ae77eb5ea4ec1ee - Init START",
-    "h20-node-01:2231:2301 [0] NCCL INFO ncclCommInitRank comm 0x55d1c3a4b6f0 rank 0 nranks 40 cudaDev 0 nvmlDev 0 busId 18000 commId 0x5ae77eb5ea4ec1ee - Init COMPLETE",
-    "h20-node-01:2231:2301 [0] NCCL INFO ncclCommSplit comm 0x55d1c3a4c000 rank 0 nranks 8 cudaDev 0 nvmlDev 0 busId 18000 parent 0x55d1c3a4b6f0 splitCount 1 color 2 key 0- Init START",
-    "h20-node-01:2231:2301 [0] NCCL INFO [Rank 0] ncclCommInitRankConfig comm 0x55d1c3a4b6f0 rank 0 nranks 40 cudaDev 0 nvmlDev 0 busId 18000 commId 0x5ae77eb5ea4ec1ee - Init START",
-    "hw14:798:811 [1] NCCL INFO comm 0x55a7be569d00 rank 1 nRanks 8 nNodes 1 localRanks 8 localRank 1 MNNVL 0",
-    "node1:1234:1234 [3] NCCL INFO comm 0x7f00 rank 3 nranks 8 cudaDev 3 nvmlDev 3 - Init COMPLETE",
-    "node1:1234:1234 [3] NCCL INFO comm 0x7f00 rank 3 nranks 8 cudaDev 3 busId 3d000 - Init COMPLETE",
-    "node1:1234:1290 [3] NCCL INFO comm 0x7f00 rank 3 nranks 8 cudaDev 3 busId 3d000 - Abort COMPLETE",
     "node1:1234:1290 [3] misc/socket.cc:518 NCCL WARN Net : Call to recv from 10.100.2.247<58355> failed : Broken pipe",
     "[2025-05-10 23:09:41] node01:47286:63478 [2] transport/nvls.cc:254 NCCL WARN Cuda failure 1 'invalid argument'",
     "node01:47286:63478 [2] transport/net_ib.cc:100 (ncclIbConnect) NCCL WARN NET/IB : Got completion from peer 10.1.1.2<4000> with status=12 opcode=0",
-    "node01:630335:630410 [3] NCCL INFO transport/nvls.cc:409 -> 1",
     "node02:32619:32711 [2] NCCL INFO node02:28579:28579 [7] NCCL INFO comm 0x7f01 rank 7 nranks 8 cudaDev 7 busId db000 - Init COMPLETE",
+    "gpu-server320 [5] NCCL INFO misc/socket.cc:64 -> 6",
+    "node01:41877:41877 [0] 2311.904785 topoGetAlgoInfo:1203 NCCL TRACE 1048576 Bytes -> Algo 1 proto 2 time 31.452000",
+    "node01:3569861:3571306",
+    "CCL INFO Channel 08/0 : 0[0] -> 1[1] via P2P/IPC",
+] + [f"node01:41877:41878 [0] NCCL INFO {sample}" for kind in KINDS for sample in kind.samples] + [
+    # The matrix block: a prefixed header, then rows NCCL writes without any prefix.
+    "node01:41877:41877 [0] NCCL INFO Enabled NCCL Func/Proto/Algo Matrix:",
+    "     Function |       LL     LL128    Simple   |          Tree           Ring",
+    "    AllReduce |        1         2         1   |             1              1",
 ]
 
 _PREFIX = (
-    r"^(?:\[(?P<nccl_ts>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d+)?)\] )?"
-    r"(?P<host>[^:\s]*):(?P<pid>\d+):(?P<tid>\d+) (?:\[(?P<dev>\d+)\] )?"
+    r"^(?:\[(?P<nccl_ts>\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:\.\d+)?)\] )?"
+    r"(?:(?P<host>[^:\s]*):(?P<pid>\d+):(?P<tid>\d+) (?:\[(?P<dev>\d+)\] )?|(?P<host2>[^:\s\[]+) \[(?P<dev2>\d+)\] )"
+    r"(?:(?P<trace_ms>\d+\.\d+) (?P<trace_fn>\S+):\d+ )?"
     r"(?:(?P<file>\S+?):(?P<fline>\d+)(?: \((?P<fn>[^)]*)\))? )?"
-    r"NCCL (?P<level>INFO|WARN|TRACE|CALL) ?(?P<msg>.*)$"
+    r"NCCL (?P<level>INFO|WARN|TRACE|CALL|ABORT) ?(?P<msg>.*)$"
 )
-_VERSION = r"NCCL version (?P<version>\d+\.\d+\.\d+)(?P<suffix>[^+\s]*)\+cuda(?P<cuda>[\w.]+)"
-_COMM = (
-    r"^(?:\[Rank \d+\] )?(?:(?P<api>nccl\w+) )?comm (?P<comm>0x[0-9a-fA-F]+|\(nil\)) rank (?P<rank>\d+) "
-    r"nranks (?P<nranks>\d+) cudaDev (?P<cuda_dev>\d+)(?: nvmlDev (?P<nvml_dev>\d+))?"
-    r"(?: busId (?P<bus_id>[0-9a-fA-F]+))?(?: commId (?P<comm_id>0x[0-9a-fA-F]+))?"
-    r"(?: parent (?P<parent>0x[0-9a-fA-F]+|\(nil\))(?: (?:splitCount|childCount) \d+)?"
-    r" color (?P<color>-?\d+) key (?P<key>-?\d+))? ?- (?P<phase>Init START|Init COMPLETE|Abort COMPLETE|Destroy COMPLETE|Revoke COMPLETE)"
-)
-_LAYOUT = (
-    r"^comm (?P<comm>0x[0-9a-fA-F]+) rank (?P<rank>\d+) nRanks (?P<nranks>\d+) nNodes (?P<nnodes>\d+) "
-    r"localRanks (?P<local_ranks>\d+) localRank (?P<local_rank>\d+) MNNVL (?P<mnnvl>\d+)"
-)
+_VERSION = r"NCCL version (?P<version>\d+\.\d+\.\d+[^+\s]*)\+cuda(?P<cuda>[\w.]+)"
 
-PROCS_SCHEMA = {"line_no": pl.UInt32, "host": pl.String, "pid": pl.Int64, "tid": pl.Int64,
-                "cuda_dev": pl.Int64, "level": pl.String}
-COMMS_SCHEMA = {
-    "line_no": pl.UInt32, "host": pl.String, "pid": pl.Int64, "tid": pl.Int64, "api": pl.String,
-    "comm": pl.String, "rank": pl.Int64, "nranks": pl.Int64, "cuda_dev": pl.Int64,
-    "nvml_dev": pl.Int64, "bus_id": pl.String, "comm_id": pl.String, "parent": pl.String,
-    "color": pl.Int64, "key": pl.Int64, "phase": pl.String, "nnodes": pl.Int64,
-    "local_ranks": pl.Int64, "local_rank": pl.Int64,
+# Two processes writing to one pipe tear lines: `a:1:1 [2] NCCL INFO b:2:2 [7] NCCL INFO msg`
+# (section 2.1). The last header starts the record that survived.
+_HEADER_MARK = r":\d+:\d+ (?:\[\d+\] )?(?:\S+ (?:\([^)]*\) )?)?NCCL (?:INFO|WARN|TRACE|CALL)\b"
+_LAST_HEADER = r"^(?:.*\s)?([^\s:]*:\d+:\d+ (?:\[\d+\] )?(?:\S+ (?:\([^)]*\) )?)?NCCL (?:INFO|WARN|TRACE|CALL)\b.*)$"
+# What is left of a torn line: a bare header (`node01:3569861:3571306`, `node01:69377:13654 [0] N`)
+# or a message whose header went to another line (`CCL INFO Channel 08/0 : ...`).
+_FRAGMENT = r"^(?:[\w.-]+:\d+:\d*(?: \[\d*\]?)?(?: N?C?C?L?)?\s*|N?C?CL (?:INFO|WARN) .*)$"
+# Rows of the 2.24+ `Enabled NCCL Func/Proto/Algo Matrix:` block (no NCCL prefix).
+_MATRIX_ROW = r"^\s*(?P<func>[A-Za-z]+) \|(?P<protos>(?:\s+[\w.]+)+)\s+\|(?P<algos>(?:\s+[\w.]+)+)\s*$"
+
+LINES_SCHEMA = {"line_no": pl.UInt32, "host": pl.String, "pid": pl.Int64, "tid": pl.Int64,
+                "cuda_dev": pl.Int64, "level": pl.String, "kind": pl.String}
+_BASE = ["line_no", "host", "pid", "tid", "cuda_dev"]
+_B = {"line_no": pl.UInt32, "host": pl.String, "pid": pl.Int64, "tid": pl.Int64, "cuda_dev": pl.Int64, "kind": pl.String}
+SCHEMAS: dict[str, dict] = {
+    "nccl_comms": {**_B, "api": pl.String, "comm": pl.String, "rank": pl.Int64, "nranks": pl.Int64,
+                   "nvml_dev": pl.Int64, "bus_id": pl.String, "comm_id": pl.String, "parent": pl.String,
+                   "color": pl.Int64, "key": pl.Int64, "phase": pl.String, "nnodes": pl.Int64,
+                   "local_ranks": pl.Int64, "local_rank": pl.Int64, "mnnvl": pl.Int64},
+    "nccl_connections": {**_B, "word": pl.String, "channel": pl.Int64, "conn_index": pl.Int64, "src": pl.Int64,
+                         "src_dev": pl.String, "dst": pl.Int64, "dst_dev": pl.String, "side": pl.String,
+                         "via": pl.String, "transport": pl.String, "detail": pl.String, "net": pl.String,
+                         "nic": pl.Int64, "pxn_via": pl.Int64, "gdr": pl.Boolean, "gdr_mode": pl.String,
+                         "shared": pl.Boolean, "read": pl.Boolean, "copy_engine": pl.Boolean,
+                         "indirect_via": pl.Int64, "phase": pl.String},
+    "nccl_rings": {**_B, "channel": pl.Int64, "nchannels": pl.Int64, "order": pl.List(pl.Int64),
+                   "truncated": pl.Boolean, "prev": pl.Int64, "me": pl.Int64, "next": pl.Int64, "order_text": pl.String},
+    "nccl_trees": {**_B, "channel": pl.Int64, "me": pl.Int64, "up": pl.Int64, "down0": pl.Int64,
+                   "down1": pl.Int64, "down2": pl.Int64, "direction": pl.String, "text": pl.String},
+    "nccl_graph": {**_B, "pattern": pl.Int64, "cross_nic": pl.Int64, "nchannels": pl.Int64, "bw_intra": pl.Float64,
+                   "bw_inter": pl.Float64, "type_intra": pl.String, "type_inter": pl.String, "same_channels": pl.Int64,
+                   "channel": pl.Int64, "path": pl.String, "link": pl.String, "link_bw": pl.Float64,
+                   "node": pl.String, "detail": pl.String},
+    "nccl_net": {**_B, "item": pl.Int64, "index": pl.Int64, "name": pl.String, "address": pl.String,
+                 "port": pl.Int64, "link": pl.String, "relaxed_ordering": pl.Boolean, "gdr": pl.String,
+                 "gpu": pl.String, "hca": pl.String, "distance": pl.Int64, "threshold": pl.Int64,
+                 "read": pl.Int64, "mode": pl.String, "threads": pl.Int64, "sockets": pl.Int64,
+                 "which": pl.String, "detail": pl.String},
+    "nccl_env": {**_B, "key": pl.String, "value": pl.String, "default": pl.String},
+    "nccl_tuning": {**_B, "func": pl.String, "bytes": pl.Int64, "algo": pl.String, "proto": pl.String,
+                    "time_us": pl.Float64, "ch_lo": pl.Int64, "ch_hi": pl.Int64, "kernel": pl.String,
+                    "nchannels": pl.Int64, "nthreads": pl.Int64, "nworks": pl.Int64, "latency_us": pl.Float64,
+                    "bandwidth_gbs": pl.Float64, "max_threads": pl.Int64, "enabled": pl.Int64,
+                    "coll_channels": pl.Int64, "collnet_channels": pl.Int64, "nvls_channels": pl.Int64,
+                    "p2p_channels": pl.Int64, "p2p_per_peer": pl.Int64, "min_cc": pl.Int64, "dev": pl.Int64,
+                    "table_line": pl.UInt32, "detail": pl.String},
+    "nccl_info": {**_B, "rank": pl.Int64, "nranks": pl.Int64, "key": pl.String, "value": pl.String,
+                  "detail": pl.String},
+    "nccl_fingerprints": {"line_no": pl.UInt32, "host": pl.String, "pid": pl.Int64, "evidence": pl.String,
+                          "min_minor": pl.Int64, "max_minor": pl.Int64},
+    "nccl_versions": {"line_no": pl.UInt32, "host": pl.String, "pid": pl.Int64, "version": pl.String, "cuda": pl.String},
+    "events": {"line_no": pl.UInt32, "ts": pl.Datetime("us"), "level": pl.String, "src_file": pl.String,
+               "kind": pl.String, "error_class": pl.String, "detail": pl.String, "message": pl.String,
+               "host": pl.String, "pid": pl.Int64, "tid": pl.Int64, "cuda_dev": pl.Int64},
+    "collectives": {"line_no": pl.UInt32, "kind": pl.String, "op": pl.String, "op_count": pl.Int64,
+                    "comm": pl.String, "nranks": pl.Int64, "count": pl.Int64, "datatype": pl.String,
+                    "bytes": pl.Int64, "red_op": pl.String, "root": pl.Int64, "sendbuff": pl.String,
+                    "recvbuff": pl.String, "stream": pl.String, "host": pl.String, "pid": pl.Int64,
+                    "tid": pl.Int64, "cuda_dev": pl.Int64},
 }
-VERSIONS_SCHEMA = {"line_no": pl.UInt32, "host": pl.String, "pid": pl.Int64, "version": pl.String,
-                   "cuda": pl.String}
-EVENTS_SCHEMA = {"line_no": pl.UInt32, "level": pl.String, "src_file": pl.String, "kind": pl.String,
-                 "detail": pl.String, "message": pl.String}
 
 
 def bus_id_to_pci(bus_id: str | None) -> str | None:
@@ -99,82 +131,460 @@ def bus_id_to_pci(bus_id: str | None) -> str | None:
             f"{(value >> 4) & 0xff:02x}.{value & 0xf:x}")
 
 
-# Two processes writing to one pipe can tear a line: `a:1:1 [2] NCCL INFO b:2:2 [7] NCCL INFO msg`
-# (nccl.md section 2.1). The last header starts the record that survived; the fragment before
-# it is truncated and only counted.
-_HEADER_MARK = r":\d+:\d+ (?:\[\d+\] )?(?:\S+ (?:\([^)]*\) )?)?NCCL (?:INFO|WARN|TRACE|CALL)\b"
-_LAST_HEADER = r"^(?:.*\s)?([^\s:]*:\d+:\d+ (?:\[\d+\] )?(?:\S+ (?:\([^)]*\) )?)?NCCL (?:INFO|WARN|TRACE|CALL)\b.*)$"
+# -- the prefix ---------------------------------------------------------------------------------
 
 
 def _prefixed(lines: pl.DataFrame) -> pl.DataFrame:
+    empty = pl.DataFrame(schema={**{k: v for k, v in LINES_SCHEMA.items() if k != "kind"}, "src_file": pl.String,
+                                 "msg": pl.String, "torn": pl.Boolean, "nccl_ts": pl.String,
+                                 "fn": pl.String})
     df = lines.select("line_no", "text").filter(pl.col("text").str.contains(" NCCL ", literal=True))
     if df.is_empty():
-        return pl.DataFrame(schema={**PROCS_SCHEMA, "src_file": pl.String, "msg": pl.String, "torn": pl.Boolean})
+        return empty
     torn = pl.col("text").str.count_matches(_HEADER_MARK) >= 2
     df = df.with_columns(torn=torn, text=pl.when(torn).then(pl.col("text").str.extract(_LAST_HEADER, 1))
                          .otherwise(pl.col("text")))
-    g = pl.col("text").str.extract_groups(_PREFIX)
-    df = df.with_columns(_g=g).filter(pl.col("_g").struct.field("pid").is_not_null())
+    df = df.with_columns(_g=pl.col("text").str.extract_groups(_PREFIX)).filter(
+        pl.col("_g").struct.field("level").is_not_null())
     f = pl.col("_g").struct.field
     return df.select(
         "line_no",
-        host=f("host"), pid=to_int(f("pid")), tid=to_int(f("tid")), cuda_dev=to_int(f("dev")),
-        level=f("level"), src_file=f("file"), msg=f("msg"), torn="torn",
+        host=pl.coalesce(f("host"), f("host2")), pid=to_int(f("pid")), tid=to_int(f("tid")),
+        cuda_dev=to_int(pl.coalesce(f("dev"), f("dev2"))), level=f("level"),
+        src_file=pl.coalesce(f("file"), f("trace_fn")), msg=f("msg").str.strip_chars_end(), torn="torn",
+        nccl_ts=f("nccl_ts"), fn=f("fn"),
+    ).cast(empty.schema)
+
+
+# -- classification -------------------------------------------------------------------------------
+
+
+def _classify(info: pl.DataFrame) -> tuple[dict[str, list[pl.DataFrame]], pl.DataFrame]:
+    """Run the catalogue over INFO/TRACE messages: rows per table, and (line_no, kind) of all."""
+    rows: dict[str, list[pl.DataFrame]] = {}
+    kinds = []
+    remaining = info
+    for kind in KINDS:
+        if remaining.is_empty():
+            break
+        hit = remaining["msg"].str.contains(kind.pattern)
+        if not hit.any():
+            continue
+        sub = remaining.filter(hit)
+        remaining = remaining.filter(~hit)
+        kinds.append(sub.select("line_no", kind=pl.lit(kind.name)))
+        if kind.table is None:
+            continue
+        frame = sub.select(*_BASE, "level", "src_file", "msg", kind=pl.lit(kind.name))
+        if "(?P<" in kind.pattern:
+            fields = sub.select(pl.col("msg").str.extract_groups(kind.pattern)).to_series().struct.unnest()
+            # A field the message states (cudaDev) wins over the prefix's guess of it.
+            frame = pl.concat([frame.drop([c for c in fields.columns if c in frame.columns and c != "line_no"]), fields],
+                              how="horizontal")
+        rows.setdefault(kind.table, []).append(frame)
+    kind_frame = pl.concat(kinds) if kinds else pl.DataFrame(schema={"line_no": pl.UInt32, "kind": pl.String})
+    return rows, kind_frame
+
+
+def _merge(table: str, frames: list[pl.DataFrame] | None) -> pl.DataFrame | None:
+    """One frame per table, with the captured strings of the table's typed columns converted
+    (garbage becomes null) so the shaping code works on numbers."""
+    if not frames:
+        return None
+    frame = pl.concat(frames, how="diagonal_relaxed")
+    schema = SCHEMAS[table]
+    return frame.with_columns([
+        (to_int(pl.col(c)) if schema[c] == pl.Int64 else pl.col(c).cast(schema[c], strict=False))
+        for c in frame.columns
+        if c in schema and c != "line_no" and frame.schema[c] == pl.String and schema[c] in (pl.Int64, pl.Float64)])
+
+
+# -- per-table shaping ---------------------------------------------------------------------------
+
+
+def _connections(df: pl.DataFrame | None, markers: pl.DataFrame) -> pl.DataFrame:
+    """Decode ``via`` (section 3.7) and the phase each connection was made in."""
+    if df is None:
+        return pl.DataFrame(schema=SCHEMAS["nccl_connections"])
+    via = pl.col("via")
+    net = via.str.extract_groups(
+        r"^(?:NET|COLLNET)/(?P<net>.+?)/(?P<nic>\d+)(?:\((?P<pxn>\d+)\))?(?P<flags>(?:/\w+(?:\(\w+\))?)*)$")
+    df = df.with_columns(_n=net)
+    n = pl.col("_n").struct.field
+    transport = (pl.when(via.str.starts_with("P2P/")).then(pl.lit("P2P"))
+                 .when(via.str.starts_with("SHM/") | via.str.contains("shared memory", literal=True)).then(pl.lit("SHM"))
+                 .when(via.str.starts_with("NET/")).then(pl.lit("NET"))
+                 .when(via.str.starts_with("COLLNET/")).then(pl.lit("COLLNET"))
+                 .when(via.str.starts_with("NVLS")).then(pl.lit("NVLS"))
+                 .otherwise(pl.lit("OTHER")))
+    flags = n("flags").fill_null("")
+    detail = (pl.when(via.str.starts_with("P2P/") | via.str.starts_with("SHM/")).then(via.str.replace(r"^\w+/", ""))
+              .when(via.str.contains("shared memory", literal=True)).then(via)
+              .otherwise(flags.str.strip_prefix("/")))
+    df = df.with_columns(
+        transport=transport, detail=detail, net=n("net"), nic=to_int(n("nic")), pxn_via=to_int(n("pxn")),
+        gdr=flags.str.contains("/GDRDMA", literal=True) & transport.is_in(["NET", "COLLNET"]),
+        gdr_mode=flags.str.extract(r"GDRDMA\((\w+)\)", 1),
+        shared=flags.str.contains("/Shared", literal=True) | via.str.ends_with("/Shared"),
+        read=via.str.contains(r"/read\b"), copy_engine=via.str.contains(r"/CE\b"),
+        indirect_via=to_int(via.str.extract(r"^P2P/indirect/(\d+)", 1)),
+    ).drop("_n")
+    return _phase(df, markers)
+
+
+def _phase(conns: pl.DataFrame, markers: pl.DataFrame) -> pl.DataFrame:
+    """ring / tree / p2p per connection (section 3.7 "Which side prints what").
+
+    Connection index 1 is always point-to-point. Otherwise the next ``Connected all rings``
+    or ``Connected all trees`` marker printed by the same thread says which phase the line
+    belonged to; releases before 2.8 print no markers, and every line there is a ring hop
+    (trees reuse the ring connections)."""
+    if markers.is_empty():
+        nxt = conns.with_columns(_marker=pl.lit(None, dtype=pl.String))
+    else:
+        key = ["host", "pid", "tid"]
+        m = markers.select(*key, pl.col("line_no").alias("_mline"), pl.col("key").alias("_marker")).sort("_mline")
+        c = conns.with_columns(_mline=pl.col("line_no")).sort("_mline")
+        nxt = c.join_asof(m, on="_mline", by=key, strategy="forward", check_sortedness=False).drop("_mline")
+    phase = (pl.when(pl.col("conn_index") == 1).then(pl.lit("p2p"))
+             .when(pl.col("kind") == "collnet_connection").then(pl.lit("collnet"))
+             .when(pl.col("_marker") == "Connected all rings").then(pl.lit("ring"))
+             .when(pl.col("_marker") == "Connected all trees").then(pl.lit("tree"))
+             .when(pl.col("_marker") == "Connected NVLS tree").then(pl.lit("nvls"))
+             .when(pl.col("_marker").is_null() & markers.is_empty()).then(pl.lit("ring"))
+             .otherwise(pl.lit(None, dtype=pl.String)))
+    return nxt.with_columns(phase=phase).drop("_marker").sort("line_no")
+
+
+def _rings(df: pl.DataFrame | None) -> pl.DataFrame:
+    if df is None:
+        return pl.DataFrame(schema=SCHEMAS["nccl_rings"])
+    if "order" not in df.columns:
+        df = df.with_columns(order=pl.lit(None, dtype=pl.String))
+    if "cut" not in df.columns:
+        df = df.with_columns(cut=pl.lit(None, dtype=pl.String))
+    return df.with_columns(
+        order_text=pl.col("order").str.strip_chars(),
+        order=pl.col("order").str.extract_all(r"\d+").list.eval(pl.element().cast(pl.Int64)),
+        truncated=pl.col("cut").is_not_null(),
     )
+
+
+def _trees(df: pl.DataFrame | None) -> pl.DataFrame:
+    """``Trees [c] d0/d1/d2->me->up`` (2.8+), ``[c] up->me->d0/d1/d2`` (2.4), and the 2.5-2.7
+    ``[c] up-tree|down-tree`` pair, one row per channel and direction."""
+    if df is None:
+        return pl.DataFrame(schema=SCHEMAS["nccl_trees"])
+    graph = df.filter(pl.col("kind") != "trees")
+    lines = df.filter(pl.col("kind") == "trees")
+    if lines.is_empty():
+        return graph
+    items = lines.with_columns(_item=pl.col("body").str.extract_all(r"\[\d+\] \S+")).explode("_item")
+    items = items.with_columns(channel=pl.col("_item").str.extract(r"^\[(\d+)\]", 1),
+                               _tree=pl.col("_item").str.extract(r"\] (\S+)$", 1))
+    items = items.with_columns(_parts=pl.col("_tree").str.split("|")).with_columns(
+        _n=pl.col("_parts").list.len()).explode("_parts").with_columns(
+        direction=pl.when(pl.col("_n") == 2).then(
+            pl.when(pl.int_range(pl.len()).over("line_no", "channel") % 2 == 0).then(pl.lit("up")).otherwise(pl.lit("down"))))
+    down_first = r"^(?P<down0>-?\d+)/(?P<down1>-?\d+)/(?P<down2>-?\d+)->(?P<me>-?\d+)->(?P<up>-?\d+)$"
+    up_first = r"^(?P<up>-?\d+)->(?P<me>-?\d+)->(?P<down0>-?\d+)/(?P<down1>-?\d+)/(?P<down2>-?\d+)$"
+    a = pl.col("_parts").str.extract_groups(down_first)
+    b = pl.col("_parts").str.extract_groups(up_first)
+    items = items.with_columns(_a=a, _b=b)
+    fields = {}
+    for name in ("me", "up", "down0", "down1", "down2"):
+        fields[name] = to_int(pl.coalesce(pl.col("_a").struct.field(name), pl.col("_b").struct.field(name)))
+    items = items.with_columns(text=pl.col("_parts"), **fields)
+    return pl.concat([items, graph], how="diagonal_relaxed")
+
+
+_ITEM = r"(?:\[(?P<index>\d+)\])?(?P<name>[^\s:\[\]]+):(?P<address>\S+?)<(?P<port>\d+)>"
+_NIC = r"\[(?P<index>\d+)\](?P<name>[\w.+-]+):(?P<port>\d+)/(?P<link>\w+)"
+
+
+def _net(df: pl.DataFrame | None) -> pl.DataFrame:
+    """One row per listed interface or NIC; the other net kinds keep one row per line."""
+    if df is None:
+        return pl.DataFrame(schema=SCHEMAS["nccl_net"])
+    lists = df.filter(pl.col("kind").is_in(["bootstrap_if", "socket_ifs"]))
+    nics = df.filter(pl.col("kind") == "ib_nics")
+    rest = df.filter(~pl.col("kind").is_in(["bootstrap_if", "socket_ifs", "ib_nics"]))
+    parts = [rest.with_columns(index=to_int(pl.col("index")) if "index" in rest.columns else pl.lit(None, dtype=pl.Int64))]
+    if not lists.is_empty():
+        items = lists.with_columns(_i=pl.col("items").str.extract_all(r"\S+")).explode("_i").with_columns(
+            item=pl.int_range(pl.len()).over("line_no"), _g=pl.col("_i").str.extract_groups(_ITEM))
+        parts.append(items.with_columns(
+            index=to_int(pl.col("_g").struct.field("index")), name=pl.col("_g").struct.field("name"),
+            address=pl.col("_g").struct.field("address"), port=to_int(pl.col("_g").struct.field("port"))))
+    if not nics.is_empty():
+        parts += _nic_rows(nics)
+    return pl.concat(parts, how="diagonal_relaxed")
+
+
+def _nic_rows(nics: pl.DataFrame) -> list[pl.DataFrame]:
+    """``NET/IB : Using [0]mlx5_0:1/IB [1]... [RO]; OOB if:addr<port>``: a row per NIC (members of
+    a plugin's merged ``[v]={[0] a:1/RoCE, [1] b:1/RoCE}`` device get the virtual index) and one
+    ``oob`` row for the handshake interface."""
+    base = nics.with_columns(relaxed_ordering=pl.col("items").str.contains("[RO]", literal=True))
+    merged = base.with_columns(_v=pl.col("items").str.extract_all(r"\[\d+\]=\{[^}]*\}")).explode("_v").filter(
+        pl.col("_v").is_not_null())
+    merged = merged.with_columns(index=to_int(pl.col("_v").str.extract(r"^\[(\d+)\]", 1)),
+                                 _m=pl.col("_v").str.extract_all(r"[\w.+-]+:\d+/\w+")).explode("_m")
+    merged = merged.with_columns(_m=pl.concat_str([pl.lit("[0]"), pl.col("_m")]))
+    plain = base.with_columns(_m=pl.col("items").str.replace_all(r"\[\d+\]=\{[^}]*\}", "").str.extract_all(_NIC)
+                              ).explode("_m").with_columns(index=to_int(pl.col("_m").str.extract(r"^\[(\d+)\]", 1)))
+    rows = pl.concat([plain, merged], how="diagonal_relaxed").filter(pl.col("_m").is_not_null())
+    rows = rows.with_columns(_g=pl.col("_m").str.extract_groups(_NIC)).with_columns(
+        name=pl.col("_g").struct.field("name"), port=to_int(pl.col("_g").struct.field("port")),
+        link=pl.col("_g").struct.field("link"), item=pl.int_range(pl.len()).over("line_no"))
+    oob = base.with_columns(kind=pl.lit("oob"), _g=pl.col("oob").str.extract_groups(_ITEM)).with_columns(
+        name=pl.col("_g").struct.field("name"), address=pl.col("_g").struct.field("address"),
+        port=to_int(pl.col("_g").struct.field("port")))
+    no_nic = base.join(rows.select("line_no").unique(), on="line_no", how="anti").with_columns(
+        detail=pl.lit("no devices listed"))
+    return [rows, oob, no_nic]
+
+
+def _tuning(df: pl.DataFrame | None) -> pl.DataFrame:
+    """Decision lines as they are; the model table exploded to one row per (function, algorithm,
+    protocol) cell, each mapped through the header of its own block (section 3.14.3)."""
+    if df is None:
+        return pl.DataFrame(schema=SCHEMAS["nccl_tuning"])
+    table_kinds = ["table_header", "table_algorithms", "table_protocols", "table_max_threads", "table_row"]
+    table = df.filter(pl.col("kind").is_in(table_kinds))
+    rest = df.filter(~pl.col("kind").is_in(table_kinds))
+    rest = rest.with_columns(**({"time_us": pl.col("time_us").cast(pl.Float64, strict=False)} if "time_us" in rest.columns else {}))
+    if table.is_empty():
+        return rest
+    return pl.concat([rest, _table_cells(table)], how="diagonal_relaxed")
+
+
+def _table_cells(table: pl.DataFrame) -> pl.DataFrame:
+    key = ["host", "pid", "tid"]
+    table = table.sort("line_no").with_columns(
+        _cells=pl.col("cells").str.strip_chars().str.strip_suffix("|").str.split("|").list.eval(pl.element().str.strip_chars()))
+    # Column labels per block: 2.5-2.17 `Algo/Proto` pairs on one header; 2.18+ an Algorithm line
+    # (each name spans three protocol columns) followed by a Protocol line.
+    old = pl.col("kind") == "table_header"
+    algos = (pl.when(old).then(pl.col("_cells").list.eval(pl.element().str.split("/").list.first().str.strip_chars()))
+             .when(pl.col("kind") == "table_algorithms").then(
+                 pl.col("_cells").list.eval(pl.element().repeat_by(3).list.explode(keep_nulls=False, empty_as_null=False))))
+    protos = (pl.when(old).then(pl.col("_cells").list.eval(pl.element().str.split("/").list.last().str.strip_chars()))
+              .when(pl.col("kind") == "table_protocols").then(pl.col("_cells")))
+    table = table.with_columns(_algos=algos, _protos=protos, _hdr=pl.when(pl.col("kind").is_in(["table_header", "table_algorithms"]))
+                               .then(pl.col("line_no")))
+    table = table.with_columns(pl.col("_algos", "_protos", "_hdr").forward_fill().over(key))
+    threads = table.filter(pl.col("kind") == "table_max_threads").select(*key, "_hdr", _threads=pl.col("_cells"))
+    rows = table.filter(pl.col("kind") == "table_row").join(threads, on=[*key, "_hdr"], how="left")
+    rows = rows.with_columns(_i=pl.int_ranges(pl.col("_cells").list.len())).explode("_cells", "_i").rename({"_cells": "_cell"})
+    rows = rows.with_columns(
+        algo=pl.col("_algos").list.get(pl.col("_i"), null_on_oob=True),
+        proto=pl.col("_protos").list.get(pl.col("_i"), null_on_oob=True),
+        max_threads=to_int(pl.col("_threads").list.get(pl.col("_i"), null_on_oob=True)),
+        latency_us=pl.col("_cell").str.extract(r"^\s*(-?[\d.]+)/", 1).cast(pl.Float64, strict=False),
+        bandwidth_gbs=pl.col("_cell").str.extract(r"/\s*(-?[\d.]+)\s*$", 1).cast(pl.Float64, strict=False),
+        table_line=pl.col("_hdr").cast(pl.UInt32), kind=pl.lit("table_cell"))
+    headers = table.filter(pl.col("kind") != "table_row")
+    return pl.concat([_no_helpers(headers), _no_helpers(rows)], how="diagonal_relaxed")
+
+
+def _no_helpers(frame: pl.DataFrame) -> pl.DataFrame:
+    """Drop the ``_``-named working columns (their types differ between the frames we concat)."""
+    return frame.drop([c for c in frame.columns if c.startswith("_")])
+
+
+def _matrix(lines: pl.DataFrame, tuning: pl.DataFrame) -> pl.DataFrame:
+    """The unprefixed rows under ``Enabled NCCL Func/Proto/Algo Matrix:`` (2.24+): one row per
+    (function, protocol or algorithm) with its 0/1/2 value, tied to the header line above."""
+    heads = tuning.filter(pl.col("kind") == "matrix") if "kind" in tuning.columns else tuning.head(0)
+    if heads.is_empty():
+        return pl.DataFrame(schema=SCHEMAS["nccl_tuning"])
+    cand = lines.select("line_no", "text").filter(pl.col("text").str.contains(_MATRIX_ROW))
+    if cand.is_empty():
+        return pl.DataFrame(schema=SCHEMAS["nccl_tuning"])
+    cand = cand.with_columns(_g=pl.col("text").str.extract_groups(_MATRIX_ROW)).sort("line_no")
+    h = heads.select(*_BASE, table_line=pl.col("line_no")).sort("table_line")
+    cand = cand.with_columns(_l=pl.col("line_no")).join_asof(h.rename({"line_no": "_hl"}), left_on="_l",
+                                                            right_on="table_line", strategy="backward")
+    # Only rows within a few lines of their header belong to it (the block is 6 lines long).
+    cand = cand.filter((pl.col("line_no") - pl.col("table_line")).is_between(1, 8))
+    g = pl.col("_g").struct.field
+    cand = cand.with_columns(func=g("func"), _p=g("protos").str.extract_all(r"\S+"), _a=g("algos").str.extract_all(r"\S+"))
+    header = cand.filter(pl.col("func") == "Function").select("table_line", _pn=pl.col("_p"), _an=pl.col("_a"))
+    body = cand.filter(pl.col("func") != "Function").join(header, on="table_line", how="left")
+    protos = body.with_columns(_i=pl.int_ranges(pl.col("_p").list.len())).explode("_p", "_i").with_columns(
+        proto=pl.col("_pn").list.get(pl.col("_i"), null_on_oob=True), enabled=to_int(pl.col("_p")))
+    algos = body.with_columns(_i=pl.int_ranges(pl.col("_a").list.len())).explode("_a", "_i").with_columns(
+        algo=pl.col("_an").list.get(pl.col("_i"), null_on_oob=True), enabled=to_int(pl.col("_a")))
+    rows = pl.concat([_no_helpers(protos), _no_helpers(algos)], how="diagonal_relaxed").with_columns(
+        kind=pl.lit("matrix_cell"), line_no=pl.col("line_no").cast(pl.UInt32), table_line=pl.col("table_line").cast(pl.UInt32))
+    header_rows = cand.filter(pl.col("func") == "Function").with_columns(kind=pl.lit("matrix_header"))
+    return pl.concat([rows, _no_helpers(header_rows)], how="diagonal_relaxed")
+
+
+def _env(df: pl.DataFrame | None) -> pl.DataFrame:
+    if df is None:
+        return pl.DataFrame(schema=SCHEMAS["nccl_env"])
+    # Integer parameters are printed `%lld.` (trailing period); strings are not.
+    value = pl.col("value").str.replace(r"^(-?\d+)\.$", "$1")
+    key = pl.when(pl.col("kind") == "comm_config").then(pl.concat_str([pl.lit("config:"), pl.col("key")])).otherwise(pl.col("key"))
+    return df.with_columns(value=value, key=key)
+
+
+def _comms(df: pl.DataFrame | None) -> pl.DataFrame:
+    if df is None:
+        return pl.DataFrame(schema=SCHEMAS["nccl_comms"])
+    if "comm_id2" in df.columns:
+        df = df.with_columns(comm_id=pl.coalesce("comm_id", "comm_id2"))
+    if "phase" not in df.columns:
+        df = df.with_columns(phase=pl.lit(None, dtype=pl.String))
+    return df.with_columns(phase=pl.coalesce(pl.col("phase"), pl.col("kind").str.replace("comm_", "")))
+
+
+def _collectives(df: pl.DataFrame | None) -> pl.DataFrame:
+    from parsers.nccl_catalogue import DATATYPE_BYTES, DATATYPES, RED_OPS
+
+    if df is None:
+        return pl.DataFrame(schema=SCHEMAS["collectives"])
+    dtype = to_int(pl.col("datatype"))
+    red = to_int(pl.col("red_op"))
+    return df.with_columns(
+        kind=pl.lit("nccl_coll"), op_count=pl.col("op_count_hex").str.to_integer(base=16, strict=False),
+        datatype=dtype.replace_strict(DATATYPES, default=None, return_dtype=pl.String).fill_null(dtype.cast(pl.String)),
+        bytes=to_int(pl.col("count")) * dtype.replace_strict(DATATYPE_BYTES, default=None, return_dtype=pl.Int64),
+        red_op=red.replace_strict(RED_OPS, default=None, return_dtype=pl.String).fill_null(
+            pl.concat_str([pl.lit("user"), red.cast(pl.String)])),
+    )
+
+
+def _info(df: pl.DataFrame | None) -> pl.DataFrame:
+    if df is None:
+        return pl.DataFrame(schema=SCHEMAS["nccl_info"])
+    extra = [c for c in ("value2", "value3") if c in df.columns]
+    if extra and "value" in df.columns:
+        df = df.with_columns(value=pl.coalesce("value", *extra))
+    return df
+
+
+def _info_events(df: pl.DataFrame | None) -> pl.DataFrame:
+    """INFO lines that are events: error back-traces, P2P refusals, retries, proxy service."""
+    if df is None:
+        return pl.DataFrame(schema=SCHEMAS["events"])
+    code = to_int(pl.col("code")) if "code" in df.columns else pl.lit(None, dtype=pl.Int64)
+    names = code.replace_strict(RESULT_CODES, default=None, return_dtype=pl.String)
+    detail = pl.when(pl.col("kind") == "error_chain").then(pl.concat_str([code.cast(pl.String), pl.lit(" "), names], ignore_nulls=True))
+    if "dev_a" in df.columns:
+        pairs = [(f"dev_a{s}", f"dev_b{s}") for s in ("", "2", "3", "4") if f"dev_a{s}" in df.columns]
+        dev_a = pl.coalesce(*[pl.col(a) for a, _ in pairs])
+        dev_b = pl.coalesce(*[pl.col(b) for _, b in pairs])
+        detail = detail.when(pl.col("kind") == "p2p_unavailable").then(pl.concat_str([dev_a, pl.lit("-"), dev_b]))
+    if "detail" in df.columns:
+        detail = detail.otherwise(pl.col("detail"))
+    kind = pl.when(pl.col("kind") == "error_chain").then(pl.lit("nccl_error_chain")).otherwise(pl.col("kind"))
+    return df.with_columns(detail=detail, kind=kind, message=pl.col("msg"))
+
+
+def _warn_events(prefixed: pl.DataFrame) -> pl.DataFrame:
+    warns = prefixed.filter(pl.col("level") == "WARN")
+    if warns.is_empty():
+        return pl.DataFrame(schema=SCHEMAS["events"])
+    klass = pl.lit(None, dtype=pl.String)
+    meaning = pl.lit(None, dtype=pl.String)
+    for name, pattern, what in reversed(WARN_CLASSES):
+        hit = pl.col("msg").str.contains(pattern)
+        klass = pl.when(hit).then(pl.lit(name)).otherwise(klass)
+        meaning = pl.when(hit).then(pl.lit(what)).otherwise(meaning)
+    ts = pl.col("nccl_ts").str.strptime(pl.Datetime("us"), "%Y-%m-%d %H:%M:%S%.f", strict=False)
+    status = pl.col("msg").str.extract(r"(?:with status=|with error )(\d+)", 1)
+    detail = pl.when(status.is_not_null()).then(pl.concat_str([pl.lit("status "), status, pl.lit(": "), meaning])).otherwise(meaning)
+    return warns.with_columns(kind=pl.lit("nccl_warn"), error_class=klass.fill_null("other"), detail=detail,
+                              message=pl.col("msg"), ts=ts)
 
 
 def _versions(lines: pl.DataFrame, prefixed: pl.DataFrame) -> pl.DataFrame:
     bare = lines.filter(pl.col("text").str.starts_with("NCCL version ")).select(
-        "line_no", host=pl.lit(None, dtype=pl.String), pid=pl.lit(None, dtype=pl.Int64),
-        msg=pl.col("text"))
+        "line_no", host=pl.lit(None, dtype=pl.String), pid=pl.lit(None, dtype=pl.Int64), msg=pl.col("text"))
     info = prefixed.filter(pl.col("msg").str.starts_with("NCCL version ")).select("line_no", "host", "pid", "msg")
     both = pl.concat([bare, info]).with_columns(_v=pl.col("msg").str.extract_groups(_VERSION))
     return both.filter(pl.col("_v").struct.field("version").is_not_null()).select(
-        "line_no", "host", "pid",
-        version=pl.concat_str([pl.col("_v").struct.field("version"), pl.col("_v").struct.field("suffix")]),
-        cuda=pl.col("_v").struct.field("cuda"),
-    ).cast(VERSIONS_SCHEMA)
+        "line_no", "host", "pid", version=pl.col("_v").struct.field("version"), cuda=pl.col("_v").struct.field("cuda"),
+    ).cast(SCHEMAS["nccl_versions"])
 
 
-def _comms(prefixed: pl.DataFrame) -> pl.DataFrame:
-    def extract(pattern: str) -> pl.DataFrame:
-        sub = prefixed.filter(pl.col("msg").str.contains(pattern))
-        if sub.is_empty():
-            return pl.DataFrame(schema=COMMS_SCHEMA)
-        groups = sub.select(pl.col("msg").str.extract_groups(pattern)).to_series().struct.unnest()
-        sub = pl.concat([sub.select("line_no", "host", "pid", "tid"), groups], how="horizontal")
-        if "phase" not in sub.columns:
-            sub = sub.with_columns(phase=pl.lit("layout"))
-        return conform(sub, COMMS_SCHEMA)
-    return pl.concat([extract(_COMM), extract(_LAYOUT)]).sort("line_no")
+def _fragments(lines: pl.DataFrame, prefixed: pl.DataFrame) -> pl.DataFrame:
+    """Pieces of torn lines without a whole prefix (section 2.1): counted and kept, not parsed."""
+    rest = lines.select("line_no", "text").join(prefixed.select("line_no"), on="line_no", how="anti")
+    return rest.filter(pl.col("text").str.contains(_FRAGMENT)).select(
+        "line_no", kind=pl.lit("torn_line"), detail=pl.lit("fragment of a line torn by another process's output"),
+        message=pl.col("text"), level=pl.lit(None, dtype=pl.String))
 
 
-def _events(prefixed: pl.DataFrame) -> pl.DataFrame:
-    warn = prefixed.filter(pl.col("level") == "WARN").select(
-        "line_no", "level", "src_file", kind=pl.lit("nccl_warn"), detail=pl.lit(None, dtype=pl.String),
-        message=pl.col("msg"))
-    chain = prefixed.filter(pl.col("msg").str.contains(r"^\S+:\d+ -> \d+")).select(
-        "line_no", "level", "src_file", kind=pl.lit("nccl_error_chain"),
-        detail=pl.col("msg").str.extract(r"-> (\d+)", 1), message=pl.col("msg"))
-    driver = prefixed.filter(pl.col("msg").str.starts_with("cudaDriverVersion ")).select(
-        "line_no", "level", "src_file", kind=pl.lit("cuda_driver"),
-        detail=pl.col("msg").str.extract(r"(\d+)", 1), message=pl.col("msg"))
-    torn = prefixed.filter(pl.col("torn")).select(
-        "line_no", "level", "src_file", kind=pl.lit("torn_line"),
-        detail=pl.lit("another process's line was cut off before this record"), message=pl.col("msg"))
-    return pl.concat([warn, chain, driver, torn]).cast(EVENTS_SCHEMA).unique("line_no", keep="first").sort("line_no")
+def _fingerprints(prefixed: pl.DataFrame) -> pl.DataFrame:
+    """Per process, the first line of each version-specific shape it printed (section 4)."""
+    parts = []
+    for evidence, pattern, first, last in FINGERPRINTS:
+        hit = prefixed.filter(pl.col("msg").str.contains(pattern))
+        if not hit.is_empty():
+            parts.append(hit.select("line_no", "host", "pid", evidence=pl.lit(evidence),
+                                    min_minor=pl.lit(first, dtype=pl.Int64), max_minor=pl.lit(last, dtype=pl.Int64)))
+    warns = prefixed.filter(pl.col("level") == "WARN")
+    for evidence, column, first, last in (("NCCL timestamp on WARN lines", "nccl_ts", 26, 30),
+                                          ("`(function)` after file:line on WARN lines", "fn", 30, 30)):
+        if column in warns.columns:
+            hit = warns.filter(pl.col(column).is_not_null())
+            if not hit.is_empty():
+                parts.append(hit.select("line_no", "host", "pid", evidence=pl.lit(evidence),
+                                        min_minor=pl.lit(first, dtype=pl.Int64), max_minor=pl.lit(last, dtype=pl.Int64)))
+    if not parts:
+        return pl.DataFrame(schema=SCHEMAS["nccl_fingerprints"])
+    return pl.concat(parts).sort("line_no").unique(["host", "pid", "evidence"], keep="first", maintain_order=True)
 
 
 def parse(lines: pl.DataFrame) -> ParseResult:
     prefixed = _prefixed(lines)
     versions = _versions(lines, prefixed)
-    if prefixed.is_empty() and versions.is_empty():
+    fragments = _fragments(lines, prefixed)
+    if prefixed.is_empty() and versions.is_empty() and fragments.is_empty():
         return ParseResult()
-    comms = _comms(prefixed)
-    events = _events(prefixed)
-    procs = prefixed.select(list(PROCS_SCHEMA)).cast(PROCS_SCHEMA)
-    return ParseResult(
-        tables={"nccl_procs": procs, "nccl_comms": comms, "nccl_versions": versions,
-                "events": events},
-        consumed=consumed_of(versions, comms, events),
-    )
+    info = prefixed.filter(pl.col("level") != "WARN")
+    rows, kinds = _classify(info)
+    merged = {name: _merge(name, frames) for name, frames in rows.items()}
+    info_table = _info(merged.get("nccl_info"))
+    markers = info_table.filter(pl.col("kind") == "connected") if not info_table.is_empty() else info_table
+    tuning = _tuning(merged.get("nccl_tuning"))
+    matrix = _matrix(lines, tuning)
+    torn = prefixed.filter(pl.col("torn")).select("line_no", "host", "pid", "tid", "cuda_dev", kind=pl.lit("torn_line"),
+                                                  detail=pl.lit("another process's line was cut off before this record"),
+                                                  message=pl.col("msg"))
+    events = pl.concat([_warn_events(prefixed), _info_events(merged.get("events")), torn, fragments], how="diagonal_relaxed")
+    tables = {
+        "nccl_comms": _comms(merged.get("nccl_comms")),
+        "nccl_connections": _connections(merged.get("nccl_connections"), markers),
+        "nccl_rings": _rings(merged.get("nccl_rings")),
+        "nccl_trees": _trees(merged.get("nccl_trees")),
+        "nccl_graph": merged.get("nccl_graph"),
+        "nccl_net": _net(merged.get("nccl_net")),
+        "nccl_env": _env(merged.get("nccl_env")),
+        "nccl_tuning": pl.concat([tuning, matrix], how="diagonal_relaxed"),
+        "nccl_info": info_table,
+        "nccl_versions": versions,
+        "nccl_fingerprints": _fingerprints(prefixed),
+        "events": events.unique("line_no", keep="first").sort("line_no"),
+        "collectives": _collectives(merged.get("collectives")),
+    }
+    tables = {name: conform(frame, SCHEMAS[name]) for name, frame in tables.items() if frame is not None}
+    typed_kinds = pl.concat([
+        kinds,
+        prefixed.filter(pl.col("level") == "WARN").select("line_no", kind=pl.lit("warn")),
+        versions.select("line_no", kind=pl.lit("version")),
+        fragments.select("line_no", kind=pl.lit("torn_line")),
+        matrix.select("line_no", kind=pl.lit("matrix")),
+    ]).unique("line_no", keep="first")
+    nccl_lines = pl.concat([
+        prefixed.select(*_BASE, "level"),
+        versions.select("line_no", level=pl.lit("VERSION")),
+        fragments.select("line_no", level=pl.lit("FRAGMENT")),
+        matrix.select("line_no", level=pl.lit("CONTINUATION")),
+    ], how="diagonal_relaxed").unique("line_no", keep="first").join(typed_kinds, on="line_no", how="left")
+    tables["nccl_lines"] = conform(nccl_lines.sort("line_no"), LINES_SCHEMA)
+    return ParseResult(tables=tables, consumed=consumed_of(typed_kinds))

@@ -78,7 +78,10 @@ def snapshots(ctx: Context) -> pl.DataFrame:
         )
         parts.append(p)
     if not colls.is_empty() and "seq" in colls.columns:
-        c = _pg_key(colls.filter(pl.col("rank").is_not_null() & (pl.col("kind") != "fingerprint")))
+        # PyTorch's view only: NCCL's own COLL trace rows count opCounts per communicator, not
+        # SeqNums per process group, and fingerprints are matched separately (H002).
+        watchdog = pl.col("kind").is_in(["watchdog_timeout", "blocking_wait_timeout"])
+        c = _pg_key(colls.filter(pl.col("rank").is_not_null() & watchdog))
         c = c.sort("ts", "input_id", "line_no").group_by("pg", "rank").agg(
             timeout_seq=pl.col("seq").last(), op=pl.col("op").last(), numel_in=pl.col("numel_in").last(),
             numel_out=pl.col("numel_out").last(), timeout_ms=pl.col("timeout_ms").last(),

@@ -1,0 +1,410 @@
+"""Who talks to whom over what: NCCL communicators, their members, ring order and every hop.
+
+Built over all inputs at once from the NCCL parser's rows (``formats/nccl.md`` section 5):
+
+``nccl_processes``     per (host, pid): NCCL version (exact, or the range its line shapes
+                       allow, section 4), network chosen, bootstrap and OOB interfaces, NICs
+``nccl_communicators`` one row per communicator across ranks: how it was identified (commId;
+                       a split's parent and colour; or, before 2.16, init order), size, members
+                       seen, whether every member completed init
+``nccl_members``       communicator rank -> host, pid, GPU (cuda/nvml device, PCI bus id), global rank
+``nccl_hops``          one row per (communicator, channel, phase, src -> dst): the transport
+                       from the sender's line, the NIC of each side, GDR, and the tier it runs on
+``nccl_ring_order``    ring order per communicator and channel, rebuilt from rank 0's channel
+                       lines, GRAPH ring lines, or the ring hops themselves
+
+A connection line is attributed to a communicator by the printing process and the rank it
+names for itself (sender for P2P/SHM/``[send]``, receiver for ``[receive]``), preferring a
+communicator initialised on the same thread and the nearest init in file order (section 5.1).
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from parsers.nccl import bus_id_to_pci
+
+# How fast a tier is, roughly, for ordering and "slowest hop" questions (lower = faster).
+# The hardware model (bandwidth per tier) prices them; here only the order matters.
+TIER_ORDER = {"NVLink": 0, "NVLink via GPU": 1, "P2P": 2, "PCIe P2P": 3, "IB GDR": 4, "RoCE GDR": 4, "NET GDR": 4,
+              "IB": 5, "RoCE": 5, "NET": 5, "CollNet": 4, "NVLS": 0, "SHM": 6, "Socket": 7, "NET on one host": 8}
+
+EMPTY = {
+    "nccl_processes": {"host": pl.String, "pid": pl.Int64, "version": pl.String, "version_source": pl.String,
+                       "version_min": pl.String, "version_max": pl.String, "network": pl.String,
+                       "bootstrap_if": pl.String, "bootstrap_addr": pl.String, "oob_if": pl.String,
+                       "nics": pl.List(pl.String), "socket_ifs": pl.List(pl.String)},
+    "nccl_communicators": {"comm_key": pl.String, "comm_id": pl.String, "identified_by": pl.String,
+                           "nranks": pl.Int64, "members_seen": pl.Int64, "init_complete": pl.Int64,
+                           "nnodes": pl.Int64, "hosts": pl.List(pl.String), "versions": pl.List(pl.String)},
+    "nccl_members": {"comm_key": pl.String, "rank": pl.Int64, "nranks": pl.Int64, "host": pl.String, "pid": pl.Int64,
+                     "tid": pl.Int64, "comm": pl.String, "cuda_dev": pl.Int64, "nvml_dev": pl.Int64,
+                     "bus_id": pl.String, "pci": pl.String, "global_rank": pl.Int64, "completed": pl.Boolean,
+                     "comm_id": pl.String, "parent": pl.String, "color": pl.Int64, "identified_by": pl.String,
+                     "input_id": pl.UInt32, "line_no": pl.UInt32, "complete_line": pl.UInt32},
+    "nccl_hops": {"comm_key": pl.String, "channel": pl.Int64, "phase": pl.String, "conn_index": pl.Int64,
+                  "src_rank": pl.Int64, "dst_rank": pl.Int64, "src_host": pl.String, "dst_host": pl.String,
+                  "src_gpu": pl.String, "dst_gpu": pl.String, "transport": pl.String, "detail": pl.String,
+                  "net": pl.String, "send_nic": pl.String, "recv_nic": pl.String, "link": pl.String,
+                  "gdr": pl.Boolean, "pxn_via": pl.Int64, "shared": pl.Boolean, "tier": pl.String,
+                  "tier_order": pl.Int64, "same_host": pl.Boolean, "input_id": pl.UInt32, "line_no": pl.UInt32},
+    "nccl_ring_order": {"comm_key": pl.String, "channel": pl.Int64, "order": pl.List(pl.Int64), "source": pl.String,
+                        "complete": pl.Boolean, "agrees_with_hops": pl.Boolean},
+}
+
+
+def _empty(name: str) -> pl.DataFrame:
+    return pl.DataFrame(schema=EMPTY[name])
+
+
+def _get(tables: dict[str, pl.DataFrame], name: str) -> pl.DataFrame | None:
+    frame = tables.get(name)
+    return None if frame is None or frame.is_empty() else frame
+
+
+def build(tables: dict[str, pl.DataFrame], ranks: pl.DataFrame | None = None) -> dict[str, pl.DataFrame]:
+    """All ``nccl_*`` model tables (empty frames when the run has no NCCL output)."""
+    out = {name: _empty(name) for name in EMPTY}
+    processes = _processes(tables)
+    if processes is not None:
+        out["nccl_processes"] = processes
+    members = _members(tables, ranks)
+    if members is None:
+        if _get(tables, "nccl_connections") is None:
+            return out
+        members = _empty("nccl_members")
+    out["nccl_members"] = members
+    conns = _attribute(_get(tables, "nccl_connections"), members)
+    hops = _hops(conns, members, tables)
+    out["nccl_hops"] = hops
+    out["nccl_ring_order"] = _ring_order(tables, members, hops)
+    out["nccl_communicators"] = _communicators(members, processes)
+    return out
+
+
+# -- processes ---------------------------------------------------------------------------------------
+
+
+def _minor_text(minor: pl.Expr) -> pl.Expr:
+    return pl.concat_str([pl.lit("2."), minor.cast(pl.String)])
+
+
+def _processes(tables: dict[str, pl.DataFrame]) -> pl.DataFrame | None:
+    lines = _get(tables, "nccl_lines")
+    if lines is None:
+        return None
+    procs = lines.filter(pl.col("host").is_not_null()).select("host", "pid").unique()
+    versions = _get(tables, "nccl_versions")
+    job_versions: list[str] = []
+    if versions is not None:
+        exact = versions.filter(pl.col("pid").is_not_null()).group_by("host", "pid").agg(exact=pl.col("version").first())
+        procs = procs.join(exact, on=["host", "pid"], how="left", nulls_equal=True)
+        job_versions = versions.filter(pl.col("pid").is_null())["version"].unique().sort().to_list()
+    else:
+        procs = procs.with_columns(exact=pl.lit(None, dtype=pl.String))
+    fps = _get(tables, "nccl_fingerprints")
+    if fps is not None:
+        ranges = fps.group_by("host", "pid").agg(lo=pl.col("min_minor").max(), hi=pl.col("max_minor").min(),
+                                                 evidence=pl.col("evidence"))
+        procs = procs.join(ranges, on=["host", "pid"], how="left", nulls_equal=True)
+    else:
+        procs = procs.with_columns(lo=pl.lit(None, dtype=pl.Int64), hi=pl.lit(None, dtype=pl.Int64))
+    procs = procs.with_columns(_version_decision(job_versions))
+    return procs.join(_net_summary(tables), on=["host", "pid"], how="left", nulls_equal=True).select(
+        list(EMPTY["nccl_processes"])).sort("host", "pid")
+
+
+def _version_decision(job_versions: list[str]) -> list[pl.Expr]:
+    """Exact version from the process's own line (2.22+); else rank 0's bare line (before 2.22
+    only rank 0 prints it) when this process's line shapes allow it; else the range."""
+    minor = lambda v: int(v.split(".")[1])  # noqa: E731
+    job = job_versions[0] if len(job_versions) == 1 else None
+    consistent = (pl.lit(job is not None) & (pl.col("lo").fill_null(0) <= (minor(job) if job else 0))
+                  & (pl.col("hi").fill_null(99) >= (minor(job) if job else 0)))
+    conflicting = pl.col("lo") > pl.col("hi")
+    version = pl.coalesce(pl.col("exact"), pl.when(consistent & ~conflicting.fill_null(False)).then(pl.lit(job)))
+    source = (pl.when(pl.col("exact").is_not_null()).then(pl.lit("its own NCCL version line"))
+              .when(conflicting.fill_null(False)).then(pl.lit("inconsistent line shapes (a patched or mixed build)"))
+              .when(consistent).then(pl.lit("rank 0's version line; this process's line shapes agree"))
+              .when(pl.lit(job is not None) & pl.col("lo").is_not_null()).then(
+                  pl.format("line shapes say 2.{}-2.{}, not {} (rank 0's version line): a different build?",
+                            "lo", "hi", pl.lit(job or "")))
+              .when(pl.col("lo").is_not_null()).then(pl.format("line shapes say 2.{}-2.{}", "lo", "hi")))
+    return [version.alias("version"), source.alias("version_source"),
+            _minor_text(pl.col("lo")).alias("version_min"), _minor_text(pl.col("hi")).alias("version_max")]
+
+
+def _net_summary(tables: dict[str, pl.DataFrame]) -> pl.DataFrame:
+    net = _get(tables, "nccl_net")
+    schema = {"host": pl.String, "pid": pl.Int64, "network": pl.String, "bootstrap_if": pl.String,
+              "bootstrap_addr": pl.String, "oob_if": pl.String, "nics": pl.List(pl.String), "socket_ifs": pl.List(pl.String)}
+    if net is None:
+        return pl.DataFrame(schema=schema)
+    net = net.sort("input_id", "line_no")
+    kind = pl.col("kind")
+    nic = pl.concat_str([pl.col("name"), pl.lit(":"), pl.col("port").cast(pl.String), pl.lit("/"), pl.col("link")])
+    return net.group_by("host", "pid").agg(
+        network=pl.col("name").filter(kind == "network").last(),
+        bootstrap_if=pl.col("name").filter(kind == "bootstrap_if").first(),
+        bootstrap_addr=pl.col("address").filter(kind == "bootstrap_if").first(),
+        oob_if=pl.col("name").filter(kind == "oob").first(),
+        nics=nic.filter((kind == "ib_nics") & pl.col("name").is_not_null()).unique(maintain_order=True),
+        socket_ifs=pl.concat_str([pl.col("name"), pl.lit(":"), pl.col("address")]).filter(kind == "socket_ifs").unique(maintain_order=True),
+    ).cast(schema)
+
+
+# -- communicators and members ---------------------------------------------------------------------
+
+
+def _members(tables: dict[str, pl.DataFrame], ranks: pl.DataFrame | None) -> pl.DataFrame | None:
+    comms = _get(tables, "nccl_comms")
+    if comms is None:
+        return None
+    comms = comms.filter(pl.col("comm").is_not_null()).sort("input_id", "line_no")
+    init = pl.col("phase").str.starts_with("Init")
+    inst = comms.group_by("host", "pid", "comm", maintain_order=True).agg(
+        rank=pl.col("rank").drop_nulls().first(), nranks=pl.col("nranks").drop_nulls().first(),
+        cuda_dev=pl.col("cuda_dev").filter(init).drop_nulls().first(), nvml_dev=pl.col("nvml_dev").drop_nulls().first(),
+        bus_id=pl.col("bus_id").drop_nulls().first(), comm_id=pl.col("comm_id").drop_nulls().first(),
+        parent=pl.col("parent").drop_nulls().first(), color=pl.col("color").drop_nulls().first(),
+        tid=pl.col("tid").filter(init).first(), input_id=pl.col("input_id").first(), line_no=pl.col("line_no").first(),
+        complete_line=pl.col("line_no").filter(pl.col("phase") == "Init COMPLETE").first(),
+        completed=(pl.col("phase") == "Init COMPLETE").any(),
+    )
+    inst = _comm_keys(inst)
+    inst = inst.with_columns(pci=pl.col("bus_id").map_elements(bus_id_to_pci, return_dtype=pl.String))
+    if ranks is not None and not ranks.is_empty():
+        g = ranks.select(host=pl.col("node"), pid="pid", global_rank="rank").drop_nulls(["host", "pid"]).unique(["host", "pid"])
+        inst = inst.join(g, on=["host", "pid"], how="left")
+    else:
+        inst = inst.with_columns(global_rank=pl.lit(None, dtype=pl.Int64))
+    return inst.select(list(EMPTY["nccl_members"]))
+
+
+def _comm_keys(inst: pl.DataFrame) -> pl.DataFrame:
+    """A key shared by every member of one communicator (section 5.1).
+
+    commId (2.16+) when printed. A split without commId (2.23+): its parent's key on the same
+    process plus the colour. Otherwise (before 2.16) the k-th communicator of this size that
+    the process initialised; when that puts two processes on one rank (e.g. several 8-rank
+    groups), per host as well; when even that collides the key says so."""
+    inst = inst.with_columns(_order=pl.int_range(pl.len()).over("host", "pid", "nranks"))
+    by_order = pl.format("size{}#{}", "nranks", "_order")
+    inst = inst.with_columns(_k0=by_order)
+    dup = inst.group_by("_k0", "rank").agg(n=pl.len()).filter(pl.col("n") > 1)["_k0"].unique().to_list()
+    per_host = pl.format("size{}#{}@{}", "nranks", "_order", "host")
+    inst = inst.with_columns(_k1=pl.when(pl.col("_k0").is_in(dup)).then(per_host).otherwise(pl.col("_k0")))
+    dup2 = inst.group_by("_k1", "rank").agg(n=pl.len()).filter(pl.col("n") > 1)["_k1"].unique().to_list()
+    heuristic = pl.when(pl.col("_k1").is_in(dup2)).then(pl.lit("init order (ambiguous: ranks collide)")) \
+        .when(pl.col("_k1") != pl.col("_k0")).then(pl.lit("init order and host")).otherwise(pl.lit("init order"))
+    parents = inst.select("host", "pid", parent="comm", _parent_id="comm_id")
+    inst = inst.join(parents, on=["host", "pid", "parent"], how="left")
+    split_key = pl.format("{}/color{}", "_parent_id", "color")
+    key = (pl.when(pl.col("comm_id").is_not_null()).then(pl.col("comm_id"))
+           .when(pl.col("parent").is_not_null() & pl.col("_parent_id").is_not_null()).then(split_key)
+           .otherwise(pl.col("_k1")))
+    how = (pl.when(pl.col("comm_id").is_not_null()).then(pl.lit("commId"))
+           .when(pl.col("parent").is_not_null() & pl.col("_parent_id").is_not_null()).then(pl.lit("split parent and color"))
+           .otherwise(heuristic))
+    return inst.with_columns(comm_key=key, identified_by=how).drop("_order", "_k0", "_k1", "_parent_id")
+
+
+def _communicators(members: pl.DataFrame, processes: pl.DataFrame | None) -> pl.DataFrame:
+    m = members
+    if processes is not None:
+        m = m.join(processes.select("host", "pid", "version"), on=["host", "pid"], how="left")
+    else:
+        m = m.with_columns(version=pl.lit(None, dtype=pl.String))
+    return m.group_by("comm_key").agg(
+        comm_id=pl.col("comm_id").drop_nulls().first(), identified_by=pl.col("identified_by").first(),
+        nranks=pl.col("nranks").max(), members_seen=pl.col("rank").n_unique(),
+        init_complete=pl.col("rank").filter(pl.col("completed")).n_unique(),
+        nnodes=pl.col("host").n_unique(), hosts=pl.col("host").unique().sort(),
+        versions=pl.col("version").drop_nulls().unique().sort(),
+        _first=pl.col("line_no").min(),
+    ).sort("nranks", "comm_key", descending=[True, False]).drop("_first")
+
+
+# -- connections -> hops ------------------------------------------------------------------------------
+
+
+def _attribute(conns: pl.DataFrame | None, members: pl.DataFrame) -> pl.DataFrame | None:
+    """Each connection line -> the communicator instance on its process where it has that rank."""
+    if conns is None:
+        return None
+    conns = conns.with_columns(_me=pl.when(pl.col("side") == "receive").then(pl.col("dst")).otherwise(pl.col("src")),
+                               _row=pl.int_range(pl.len()))
+    return _nearest_instance(conns, members, "_me")
+
+
+UNIDENTIFIED = "unidentified (no init line names it)"
+
+
+def _nearest_instance(rows: pl.DataFrame, members: pl.DataFrame, rank_col: str) -> pl.DataFrame:
+    """Each row (a line naming ``rank_col`` as its own rank) -> the communicator instance on the
+    same process with that rank: same input, inside its init window, same thread, nearest.
+    When the process's own init line for that rank is missing (a cut excerpt) but the process
+    holds exactly one communicator, the row goes to that one."""
+    picked = _nearest_by_rank(rows, members, rank_col)
+    lone = members.group_by("host", "pid").agg(_only=pl.col("comm_key").unique()).filter(
+        pl.col("_only").list.len() == 1).with_columns(_only=pl.col("_only").list.first())
+    picked = picked.join(lone, on=["host", "pid"], how="left")
+    return picked.with_columns(comm_key=pl.coalesce("comm_key", "_only")).drop("_only")
+
+
+def _nearest_by_rank(rows: pl.DataFrame, members: pl.DataFrame, rank_col: str) -> pl.DataFrame:
+    cand = members.select("host", "pid", "comm_key", "nranks", _rank="rank", _tid="tid", _input="input_id",
+                          _start="line_no", _end="complete_line")
+    joined = rows.join(cand, left_on=["host", "pid", rank_col], right_on=["host", "pid", "_rank"], how="left")
+    inside = (pl.col("line_no") >= pl.col("_start")) & (pl.col("line_no") <= pl.col("_end").fill_null(2**31))
+    score = pl.struct(
+        other_input=(pl.col("_input") != pl.col("input_id")).fill_null(True),
+        outside=~inside.fill_null(False),
+        other_tid=(pl.col("_tid") != pl.col("tid")).fill_null(True),
+        distance=(pl.col("line_no").cast(pl.Int64) - pl.col("_start").cast(pl.Int64)).abs().fill_null(2**31),
+    )
+    joined = joined.with_columns(_score=score).sort("_row", "_score")
+    return joined.unique("_row", keep="first", maintain_order=True).drop("_tid", "_input", "_start", "_end", "_score")
+
+
+def _hops(conns: pl.DataFrame | None, members: pl.DataFrame, tables: dict[str, pl.DataFrame]) -> pl.DataFrame:
+    if conns is None:
+        return _empty("nccl_hops")
+    # Without any init line naming it, a connection's communicator is unknown; rank numbers
+    # are still communicator ranks, so they are grouped under one "unidentified" key.
+    conns = conns.with_columns(comm_key=pl.coalesce(pl.col("comm_key"), pl.lit(UNIDENTIFIED)))
+    conns = _with_nic_names(conns, tables)
+    key = ["comm_key", "channel", "conn_index", "src", "dst"]
+    sender = conns.filter(pl.col("side").is_null() | (pl.col("side") == "send"))
+    receiver = conns.filter(pl.col("side") == "receive").unique(key, keep="first")
+    sender = sender.unique(key, keep="first")
+    # Both sides describe the same hop; a hop whose sender's log is missing keeps the receiver's view.
+    shared_cols = ["transport", "detail", "net", "phase", "pxn_via", "shared", "link", "nranks"]
+    hops = sender.join(receiver.select(*key, *shared_cols, recv_nic="nic_name", _recv_host="host", _recv_gdr="gdr",
+                                       _recv_input="input_id", _recv_line="line_no"),
+                       on=key, how="full", coalesce=True, nulls_equal=True, suffix="_r")
+    hops = hops.with_columns([pl.coalesce(c, f"{c}_r").alias(c) for c in shared_cols]).drop([f"{c}_r" for c in shared_cols])
+    where = members.select("comm_key", "rank", _m_host="host", _m_gpu=pl.coalesce(pl.col("pci"), pl.col("cuda_dev").cast(pl.String)))
+    hops = hops.join(where.rename({"rank": "src", "_m_host": "_src_host", "_m_gpu": "src_gpu"}), on=["comm_key", "src"], how="left")
+    hops = hops.join(where.rename({"rank": "dst", "_m_host": "_dst_host", "_m_gpu": "dst_gpu"}), on=["comm_key", "dst"], how="left")
+    printed_intra = pl.col("transport").is_in(["P2P", "SHM"])
+    hops = hops.with_columns(
+        src_host=pl.coalesce(pl.when(pl.col("side") == "send").then(pl.col("host")), pl.col("_src_host"),
+                             pl.when(printed_intra).then(pl.col("host"))),
+        dst_host=pl.coalesce(pl.col("_recv_host"), pl.col("_dst_host"), pl.when(printed_intra).then(pl.col("host"))),
+        send_nic=pl.when(pl.col("side") == "send").then(pl.col("nic_name")),
+        gdr=pl.col("gdr").fill_null(False) | pl.col("_recv_gdr").fill_null(False),
+        input_id=pl.coalesce("input_id", "_recv_input"), line_no=pl.coalesce("line_no", "_recv_line"),
+    )
+    hops = hops.with_columns(same_host=pl.col("src_host") == pl.col("dst_host"))
+    hops = hops.with_columns(tier=_tier(tables, hops)).with_columns(
+        tier_order=pl.col("tier").replace_strict(TIER_ORDER, default=9, return_dtype=pl.Int64))
+    return hops.rename({"src": "src_rank", "dst": "dst_rank"}).select(list(EMPTY["nccl_hops"])).sort(
+        "comm_key", "channel", "phase", "src_rank", nulls_last=True)
+
+
+def _with_nic_names(conns: pl.DataFrame, tables: dict[str, pl.DataFrame]) -> pl.DataFrame:
+    """``NET/IB/2`` names the printing process's NIC #2: look its name and link layer up."""
+    net = _get(tables, "nccl_net")
+    if net is None:
+        return conns.with_columns(nic_name=pl.lit(None, dtype=pl.String), link=pl.lit(None, dtype=pl.String))
+    nics = net.filter(pl.col("kind") == "ib_nics", pl.col("index").is_not_null()).group_by("host", "pid", "index").agg(
+        nic_name=pl.col("name").unique(maintain_order=True).str.join("+"), link=pl.col("link").first())
+    conns = conns.join(nics, left_on=["host", "pid", "nic"], right_on=["host", "pid", "index"], how="left")
+    return conns.with_columns(nic_name=pl.coalesce(pl.col("nic_name"),
+                                                   pl.when(pl.col("nic").is_not_null()).then(
+                                                       pl.format("{}/{}", "net", "nic"))))
+
+
+def _tier(tables: dict[str, pl.DataFrame], hops: pl.DataFrame) -> pl.Expr:
+    """What the hop runs on (nccl.md section 5.3). P2P is NVLink when NCCL used read mode or the
+    GRAPH search reported an NVLink intra-node path; PCIe when it reported a PCIe path type."""
+    graph = _get(tables, "nccl_graph")
+    nvl_hosts, pcie_hosts = [], []
+    if graph is not None and "type_intra" in graph.columns:
+        types = graph.filter(pl.col("kind") == "graph_pattern").group_by("host").agg(t=pl.col("type_intra").unique())
+        nvl_hosts = types.filter(pl.col("t").list.contains("NVL"))["host"].to_list()
+        pcie_hosts = types.filter(~pl.col("t").list.contains("NVL") & pl.col("t").list.eval(
+            pl.element().is_in(["PIX", "PXB", "PHB", "SYS"])).list.any())["host"].to_list()
+    t, net, link = pl.col("transport"), pl.col("net").fill_null(""), pl.col("link").fill_null("")
+    fabric = (pl.when(net == "Socket").then(pl.lit("Socket"))
+              .when(link == "RoCE").then(pl.lit("RoCE"))
+              .when((link == "IB") | (net == "IB")).then(pl.lit("IB"))
+              .otherwise(pl.lit("NET")))
+    fabric = pl.when((fabric != "Socket") & pl.col("gdr")).then(pl.concat_str([fabric, pl.lit(" GDR")])).otherwise(fabric)
+    return (pl.when(t == "P2P").then(
+                pl.when(pl.col("detail").str.starts_with("indirect")).then(pl.lit("NVLink via GPU"))
+                .when(pl.col("detail").str.contains(r"/read\b|^read") | pl.col("src_host").is_in(nvl_hosts)).then(pl.lit("NVLink"))
+                .when(pl.col("src_host").is_in(pcie_hosts)).then(pl.lit("PCIe P2P"))
+                .otherwise(pl.lit("P2P")))
+            .when(t == "SHM").then(pl.lit("SHM"))
+            .when(t == "COLLNET").then(pl.lit("CollNet"))
+            .when(t == "NVLS").then(pl.lit("NVLS"))
+            .when((t == "NET") & pl.col("same_host").fill_null(False)).then(pl.lit("NET on one host"))
+            .when(t == "NET").then(fabric)
+            .otherwise(t))
+
+
+# -- ring order -----------------------------------------------------------------------------------
+
+
+def _ring_order(tables: dict[str, pl.DataFrame], members: pl.DataFrame, hops: pl.DataFrame) -> pl.DataFrame:
+    """Per communicator and channel: rank 0's printed order when it is complete, else the chain
+    of next-neighbours from GRAPH ``Ring`` lines or from the ring hops."""
+    nranks = members.group_by("comm_key").agg(nranks=pl.col("nranks").max())
+    nxt_parts = []
+    ring_hops = hops.filter(pl.col("phase") == "ring").select("comm_key", "channel", src="src_rank", dst="dst_rank")
+    if not ring_hops.is_empty():
+        nxt_parts.append(ring_hops.with_columns(source=pl.lit("ring connection lines")))
+    rings = _get(tables, "nccl_rings")
+    printed = pl.DataFrame(schema={"comm_key": pl.String, "channel": pl.Int64, "order": pl.List(pl.Int64)})
+    if rings is not None:
+        neigh = rings.filter(pl.col("kind") == "ring_neighbors")
+        if not neigh.is_empty():
+            neigh = _nearest_instance(neigh.with_columns(_row=pl.int_range(pl.len())), members, "me")
+            nxt_parts.append(neigh.select("comm_key", "channel", src="me", dst="next", source=pl.lit("GRAPH ring lines")))
+        lists = rings.filter(pl.col("kind") == "ring_order", ~pl.col("truncated"))
+        if not lists.is_empty():
+            lists = _nearest_instance(lists.with_columns(_zero=pl.lit(0, dtype=pl.Int64), _row=pl.int_range(pl.len())),
+                                      members, "_zero")
+            printed = lists.filter(pl.col("comm_key").is_not_null()).unique(["comm_key", "channel"], keep="first").select(
+                "comm_key", "channel", "order")
+    chains = _chains(pl.concat(nxt_parts) if nxt_parts else None)
+    out = printed.join(nranks, on="comm_key", how="left").filter(pl.col("order").list.len() == pl.col("nranks"))
+    out = out.select("comm_key", "channel", "order", source=pl.lit("rank 0's channel line"))
+    if chains is not None:
+        missing = chains.join(out.select("comm_key", "channel"), on=["comm_key", "channel"], how="anti")
+        out = pl.concat([out, missing.select("comm_key", "channel", "order", "source")])
+        check = chains.select("comm_key", "channel", _hop_order="order")
+        out = out.join(check, on=["comm_key", "channel"], how="left").with_columns(
+            agrees_with_hops=pl.when(pl.col("_hop_order").is_not_null()).then(pl.col("_hop_order") == pl.col("order"))
+        ).drop("_hop_order")
+    else:
+        out = out.with_columns(agrees_with_hops=pl.lit(None, dtype=pl.Boolean))
+    out = out.join(nranks, on="comm_key", how="left").with_columns(complete=pl.col("order").list.len() == pl.col("nranks"))
+    return out.select(list(EMPTY["nccl_ring_order"])).sort("comm_key", "channel")
+
+
+def _chains(nxt: pl.DataFrame | None) -> pl.DataFrame | None:
+    """Follow next-neighbour pointers from rank 0 on each (communicator, channel).
+
+    A small loop over ring positions (at most the ring length), each step one vectorised join
+    over every ring at once: position k+1 = next(position k)."""
+    if nxt is None or nxt.is_empty():
+        return None
+    nxt = nxt.unique(["comm_key", "channel", "src"], keep="first")
+    source = nxt.group_by("comm_key", "channel").agg(source=pl.col("source").first())
+    walk = nxt.filter(pl.col("src") == 0).select("comm_key", "channel", order=pl.concat_list([pl.lit(0, dtype=pl.Int64)]),
+                                                  cur=pl.col("src"))
+    longest = int(nxt.group_by("comm_key", "channel").len()["len"].max())
+    links = nxt.select("comm_key", "channel", cur="src", _next="dst")
+    for _ in range(longest):
+        walk = walk.join(links, on=["comm_key", "channel", "cur"], how="left")
+        done = pl.col("_next").is_null() | (pl.col("_next") == 0) | pl.col("order").list.contains(pl.col("_next"))
+        if walk.select(done.all()).item():
+            walk = walk.drop("_next")
+            break
+        walk = walk.with_columns(
+            order=pl.when(done).then(pl.col("order")).otherwise(pl.concat_list("order", "_next")),
+            cur=pl.when(done).then(pl.col("cur")).otherwise(pl.col("_next"))).drop("_next")
+    return walk.join(source, on=["comm_key", "channel"], how="left").select("comm_key", "channel", "order", "source")
