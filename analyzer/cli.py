@@ -20,6 +20,8 @@ examples:
   postmortem report job/ --fail-on warning; echo $?        1 when any warning or error
   postmortem ingest job/ --db job.duckdb                   build the store, query it later
   postmortem query --db job.duckdb "SELECT rank, node, pid, bus_id, source FROM ranks"
+  postmortem transports job/                               which transport each NCCL ring hop used
+  postmortem transports --db job.duckdb --all --format json
   postmortem rules                                         list rule codes
   postmortem explain H001                                  what a rule detects and why
 
@@ -62,6 +64,19 @@ def _parser() -> argparse.ArgumentParser:
     q.add_argument("--format", default="table", choices=["table", "csv", "json"],
                    help="table (default), csv, or json (a list of row objects)")
 
+    t = sub.add_parser(
+        "transports", help="per NCCL communicator: ring order and the transport of every hop",
+        description="Show, per NCCL communicator, its members (rank -> host, GPU), the ring order of every "
+                    "channel and the transport each hop used (NVLink/PCIe P2P, SHM, IB/RoCE with or without "
+                    "GPUDirect RDMA, sockets), with the NICs on both sides and the hops slower than the rest. "
+                    "Needs NCCL_DEBUG=INFO output; GRAPH and TUNING subsystems add ring lines and algorithm choices.")
+    t.add_argument("paths", nargs="*", metavar="PATH", help="job folder(s) or files (or use --db)")
+    t.add_argument("--db", metavar="FILE", help="read a store written by postmortem ingest instead of parsing")
+    t.add_argument("--comm", help="only communicators whose key (commId) contains this text")
+    t.add_argument("--all", action="store_true", help="list every hop, not just the slow ones")
+    t.add_argument("--format", default="text", choices=["text", "json"])
+    t.add_argument("--quiet", action="store_true", help="no progress on stderr")
+
     sub.add_parser("rules", help="list the rules and their codes")
     e = sub.add_parser("explain", help="show a rule's documentation")
     e.add_argument("code")
@@ -75,8 +90,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return {"report": _report, "ingest": _ingest, "query": _query, "rules": _rules,
-                "explain": _explain}[args.command](args)
+        return {"report": _report, "ingest": _ingest, "query": _query, "transports": _transports,
+                "rules": _rules, "explain": _explain}[args.command](args)
     except BrokenPipeError:
         return 0
 
@@ -175,6 +190,39 @@ def _query(args) -> int:
         print("  ".join(c.ljust(w) for c, w in zip(columns, widths)))
         for row in rows:
             print("  ".join(safe(str(v))[:w].ljust(w) for v, w in zip(row, widths)))
+    return 0
+
+
+def _open_store(path: str):
+    """A read-only ``Run`` over an existing store, or None (with a message) when it cannot be opened."""
+    import duckdb
+
+    from analyzer.pipeline import Run
+
+    if not Path(path).exists():
+        print(f"postmortem: {path}: no such database", file=sys.stderr)
+        return None
+    try:
+        return Run(duckdb.connect(path, read_only=True), db_path=path)
+    except duckdb.Error as exc:
+        print(f"postmortem: {path}: cannot open: {exc}", file=sys.stderr)
+        return None
+
+
+def _transports(args) -> int:
+    from analyzer.transports import render_text, view
+
+    if bool(args.paths) == bool(args.db):
+        print("postmortem transports: give either PATH... or --db FILE", file=sys.stderr)
+        return 2
+    run = _open_store(args.db) if args.db else _analyze(args.paths, None, args.quiet)
+    if run is None:
+        return 2
+    v = view(run, comm=args.comm)
+    if args.format == "json":
+        sys.stdout.write(json.dumps(v, default=str, indent=1) + "\n")
+    else:
+        sys.stdout.write(render_text(v, all_hops=args.all))
     return 0
 
 

@@ -78,6 +78,7 @@ def build(tables: dict[str, pl.DataFrame], ranks: pl.DataFrame | None = None) ->
     hops = _hops(conns, members, tables)
     out["nccl_hops"] = hops
     out["nccl_ring_order"] = _ring_order(tables, members, hops)
+    out["nccl_hops"] = _settle_phase(hops, out["nccl_ring_order"])
     out["nccl_communicators"] = _communicators(members, processes)
     return out
 
@@ -383,6 +384,23 @@ def _ring_order(tables: dict[str, pl.DataFrame], members: pl.DataFrame, hops: pl
         out = out.with_columns(agrees_with_hops=pl.lit(None, dtype=pl.Boolean))
     out = out.join(nranks, on="comm_key", how="left").with_columns(complete=pl.col("order").list.len() == pl.col("nranks"))
     return out.select(list(EMPTY["nccl_ring_order"])).sort("comm_key", "channel")
+
+
+def _settle_phase(hops: pl.DataFrame, rings: pl.DataFrame) -> pl.DataFrame:
+    """A hop between ring neighbours is a ring hop when no marker said otherwise, and always
+    when it is P2P/SHM: NCCL prints those once, at ring setup, even if trees reuse them."""
+    if hops.is_empty() or rings.is_empty():
+        return hops
+    pairs = rings.select("comm_key", "channel", "order").with_columns(
+        src_rank=pl.col("order"), dst_rank=pl.col("order").list.shift(-1).list.concat(pl.col("order").list.slice(0, 1)))
+    pairs = pairs.with_columns(dst_rank=pl.col("dst_rank").list.drop_nulls()).with_columns(
+        dst_rank=pl.when(pl.col("dst_rank").list.len() == pl.col("src_rank").list.len()).then(pl.col("dst_rank"))
+        .otherwise(pl.col("order").list.slice(1).list.concat(pl.col("order").list.slice(0, 1))))
+    pairs = pairs.explode("src_rank", "dst_rank").select("comm_key", "channel", "src_rank", "dst_rank", _neighbours=pl.lit(True))
+    hops = hops.join(pairs, on=["comm_key", "channel", "src_rank", "dst_rank"], how="left")
+    neighbours = pl.col("_neighbours").fill_null(False) & (pl.col("conn_index").fill_null(0) != 1)
+    ring = neighbours & (pl.col("phase").is_null() | pl.col("transport").is_in(["P2P", "SHM"]))
+    return hops.with_columns(phase=pl.when(ring).then(pl.lit("ring")).otherwise(pl.col("phase"))).drop("_neighbours")
 
 
 def _chains(nxt: pl.DataFrame | None) -> pl.DataFrame | None:

@@ -80,6 +80,12 @@ def _summary_lines(report: dict) -> list[str]:
             f"{a['attempt']} ({a['errors']} error(s))" for a in att["all"]))
     lines.append(f"Inputs: {t['files']} files ({t['skipped']} skipped), {t['lines']} lines: "
                  f"{t['parsed_lines']} parsed, {t['unparsed_lines']} unparsed")
+    n = report["inputs"]["nccl_lines"]
+    if n["total"]:
+        lines.append(f"NCCL lines: {n['typed']} of {n['total']} understood"
+                     + (f"; {n['untyped']} not, in {len(report['inputs']['nccl_gaps'])} shape(s):" if n["untyped"] else ""))
+        for gap in report["inputs"]["nccl_gaps"][:10]:
+            lines.append(f"  ? {gap['count']:>6} x {safe(gap['shape'])[:100]}  (e.g. {safe(gap['example'])})")
     for m in report["messages"]:
         lines.append(f"  ! {safe(m)}")
     return lines

@@ -229,7 +229,25 @@ def _inputs(run: Run) -> dict:
     return {"files": rows.to_dicts(),
             "totals": {"files": len(rows), "skipped": int((rows["kind"] == "skipped").sum()),
                        "lines": int(rows["lines"].sum()), "parsed_lines": int(rows["parsed_lines"].sum()),
-                       "unparsed_lines": int(rows["unparsed_lines"].sum())}}
+                       "unparsed_lines": int(rows["unparsed_lines"].sum())},
+            **_nccl_coverage(run)}
+
+
+def _nccl_coverage(run: Run) -> dict:
+    """How many NCCL lines landed in a typed table, and the shapes of those that did not (digits
+    and hex folded), each with one example line, so parser gaps are visible, not silent."""
+    if not run.columns("nccl_lines"):
+        return {"nccl_lines": {"total": 0, "typed": 0, "untyped": 0}, "nccl_gaps": []}
+    totals = run.frame("SELECT count(*) AS total, count(kind) AS typed FROM nccl_lines").row(0, named=True)
+    gaps = run.frame(
+        "SELECT regexp_replace(regexp_replace(coalesce(l.text, ''), '0x[0-9a-fA-F]+', '0xX', 'g'), '[0-9]+', 'N', 'g') "
+        "AS shape, count(*) AS count, min(i.path || ':' || n.line_no) AS example "
+        "FROM nccl_lines n JOIN lines l USING (input_id, line_no) JOIN inputs i USING (input_id) "
+        "WHERE n.kind IS NULL GROUP BY 1 ORDER BY count DESC, shape LIMIT 50")
+    gaps = gaps.with_columns(pl.col("shape").str.slice(0, 160))
+    return {"nccl_lines": {"total": totals["total"], "typed": totals["typed"],
+                           "untyped": totals["total"] - totals["typed"]},
+            "nccl_gaps": gaps.to_dicts()}
 
 
 def to_json(report: dict) -> str:

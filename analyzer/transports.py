@@ -1,0 +1,245 @@
+"""``postmortem transports``: per communicator, which transport each ring hop uses and why.
+
+The view is built from the store's NCCL model tables (``analyzer.nccl_model``): members,
+ring order per channel, hops with their NICs and tier, processes (network, interfaces,
+version) and, where TUNING lines exist, the algorithm/protocol decisions. ``view`` returns a
+JSON-ready dict; ``render_text`` prints it for people (80 columns friendly).
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from analyzer.nccl_model import TIER_ORDER
+
+
+def view(run, comm: str | None = None) -> dict:
+    tables = {name: run.frame(f"SELECT * FROM {name}") if run.columns(name) else pl.DataFrame()
+              for name in ("nccl_communicators", "nccl_members", "nccl_hops", "nccl_ring_order", "nccl_processes",
+                           "nccl_tuning", "events")}
+    comms = tables["nccl_communicators"]
+    hops = tables["nccl_hops"]
+    keys = comms["comm_key"].to_list() if not comms.is_empty() else []
+    if not hops.is_empty():
+        keys += [k for k in hops["comm_key"].unique().sort().to_list() if k not in keys]
+    if comm:
+        keys = [k for k in keys if comm in k]
+    return {
+        "communicators": [_communicator(key, tables) for key in keys],
+        "processes": tables["nccl_processes"].to_dicts() if not tables["nccl_processes"].is_empty() else [],
+        "p2p_refusals": _refusals(tables["events"]),
+    }
+
+
+def _rows(frame: pl.DataFrame, key: str) -> pl.DataFrame:
+    return frame.filter(pl.col("comm_key") == key) if not frame.is_empty() else frame
+
+
+def _communicator(key: str, tables: dict[str, pl.DataFrame]) -> dict:
+    info = _rows(tables["nccl_communicators"], key)
+    members = _rows(tables["nccl_members"], key).sort("rank")
+    hops = _rows(tables["nccl_hops"], key)
+    rings = _rows(tables["nccl_ring_order"], key).sort("channel")
+    if info.is_empty():
+        hosts = sorted({h for c in ("src_host", "dst_host") for h in hops[c].drop_nulls().to_list()}) if not hops.is_empty() else []
+        head = {"comm_key": key, "comm_id": None, "identified_by": "no init line names it", "nranks": None,
+                "members_seen": None, "init_complete": None, "nnodes": len(hosts) or None, "hosts": hosts, "versions": []}
+    else:
+        head = info.row(0, named=True)
+    member_rows = [{"rank": m["rank"], "host": m["host"], "pid": m["pid"], "cuda_dev": m["cuda_dev"], "pci": m["pci"],
+                    "global_rank": m["global_rank"], "init_complete": m["completed"]} for m in members.iter_rows(named=True)]
+    return {
+        **{k: head.get(k) for k in ("comm_key", "comm_id", "identified_by", "nranks", "members_seen", "init_complete",
+                                    "nnodes", "hosts", "versions")},
+        "members": member_rows,
+        "tiers": _tier_counts(hops),
+        "rings": [_ring(r, hops) for r in rings.iter_rows(named=True)],
+        "hops": [_hop(h) for h in hops.sort("channel", "phase", "src_rank", nulls_last=True).iter_rows(named=True)],
+        "attention": [_hop(h) for h in _attention(hops).iter_rows(named=True)],
+        "tuning": _tuning(tables["nccl_tuning"], members),
+    }
+
+
+def _tier_counts(hops: pl.DataFrame) -> list[dict]:
+    if hops.is_empty():
+        return []
+    counts = hops.group_by("phase", "tier").agg(hops=pl.len(), channels=pl.col("channel").n_unique())
+    counts = counts.with_columns(_o=pl.col("tier").replace_strict(TIER_ORDER, default=9, return_dtype=pl.Int64))
+    return counts.sort("phase", "_o", nulls_last=True).drop("_o").to_dicts()
+
+
+def _hop(h: dict) -> dict:
+    return {k: h.get(k) for k in ("channel", "phase", "conn_index", "src_rank", "dst_rank", "src_host", "dst_host",
+                                  "src_gpu", "dst_gpu", "transport", "detail", "net", "send_nic", "recv_nic", "link",
+                                  "gdr", "pxn_via", "tier", "input_id", "line_no")}
+
+
+def _ring(ring: dict, hops: pl.DataFrame) -> dict:
+    order = ring["order"] or []
+    by_pair = {}
+    if not hops.is_empty():
+        for h in hops.filter((pl.col("channel") == ring["channel"]) & (pl.col("phase") == "ring")).iter_rows(named=True):
+            by_pair[(h["src_rank"], h["dst_rank"])] = h
+    links = []
+    for i, src in enumerate(order):
+        dst = order[(i + 1) % len(order)] if ring["complete"] else (order[i + 1] if i + 1 < len(order) else None)
+        if dst is None:
+            break
+        hop = by_pair.get((src, dst))
+        links.append({"src_rank": src, "dst_rank": dst, "tier": hop["tier"] if hop else None,
+                      "src_host": hop["src_host"] if hop else None, "dst_host": hop["dst_host"] if hop else None})
+    slowest = max((link for link in links if link["tier"]), key=lambda link: TIER_ORDER.get(link["tier"], 9), default=None)
+    return {"channel": ring["channel"], "order": order, "source": ring["source"], "complete": ring["complete"],
+            "agrees_with_hops": ring["agrees_with_hops"], "links": links, "slowest": slowest}
+
+
+def _attention(hops: pl.DataFrame) -> pl.DataFrame:
+    """Hops slower than they should be: intra-node hops that did not use P2P (SHM, or the
+    network on one host), and inter-node hops on sockets or without GDR where other hops of
+    the same communicator had GDR (nccl.md section 5.3)."""
+    if hops.is_empty():
+        return hops
+    intra_slow = pl.col("same_host").fill_null(False) & pl.col("tier").is_in(["SHM", "NET on one host"])
+    socket = pl.col("tier") == "Socket"
+    any_gdr = bool(hops["gdr"].any())
+    no_gdr = pl.lit(any_gdr) & (pl.col("transport") == "NET") & ~pl.col("gdr") & ~pl.col("same_host").fill_null(False)
+    return hops.filter(intra_slow | socket | no_gdr).sort("channel", "src_rank")
+
+
+def _tuning(tuning: pl.DataFrame, members: pl.DataFrame) -> list[dict]:
+    """Decision lines printed by this communicator's rank 0 process (they name no communicator,
+    so with several communicators on that process they are shown for each, marked shared)."""
+    if tuning.is_empty() or members.is_empty() or "kind" not in tuning.columns:
+        return []
+    zero = members.filter(pl.col("rank") == 0)
+    if zero.is_empty():
+        return []
+    host, pid = zero.row(0, named=True)["host"], zero.row(0, named=True)["pid"]
+    picked = tuning.filter((pl.col("host") == host) & (pl.col("pid") == pid)
+                           & pl.col("kind").is_in(["decision", "decision_numeric", "decision_symmetric", "decision_ce"]))
+    return picked.select("func", "bytes", "algo", "proto", "ch_lo", "ch_hi", "kernel", "time_us").unique(
+        maintain_order=True).head(200).to_dicts()
+
+
+def _refusals(events: pl.DataFrame) -> list[dict]:
+    """Why a hop fell back: NCCL's own "P2P is disabled / Could not enable P2P" lines."""
+    if events.is_empty() or "kind" not in events.columns:
+        return []
+    rows = events.filter(pl.col("kind") == "p2p_unavailable")
+    cols = [c for c in ("host", "pid", "detail", "message", "input_id", "line_no") if c in rows.columns]
+    return rows.select(cols).to_dicts()
+
+
+# -- text ---------------------------------------------------------------------------------------------
+
+
+def render_text(v: dict, all_hops: bool = False) -> str:
+    if not v["communicators"] and not v["processes"]:
+        return "No NCCL_DEBUG output found (is NCCL_DEBUG=INFO set?).\n"
+    out = []
+    procs = {(p["host"], p["pid"]): p for p in v["processes"]}
+    for c in v["communicators"]:
+        out += _render_comm(c, procs, all_hops)
+    if not v["communicators"]:
+        out += ["No communicator or connection lines (init did not get that far, or the excerpt is cut).", ""]
+    out += _render_hosts(v["processes"])
+    if v["p2p_refusals"]:
+        out.append("P2P refused by NCCL (why intra-node hops fell back):")
+        out += [f"  {r.get('host')}:{r.get('pid')}  {r.get('message')}" for r in v["p2p_refusals"][:20]]
+    return "\n".join(out) + "\n"
+
+
+def _render_comm(c: dict, procs: dict, all_hops: bool) -> list[str]:
+    size = f"{c['nranks']} ranks" if c["nranks"] else "size unknown"
+    complete = f", {c['init_complete']}/{c['nranks']} init complete" if c["nranks"] else ""
+    versions = f", NCCL {', '.join(c['versions'])}" if c["versions"] else ""
+    lines = [f"Communicator {c['comm_key']}", f"  {size} on {c['nnodes'] or '?'} node(s){complete}{versions}; "
+             f"identified by {c['identified_by']}"]
+    lines += _render_network(c, procs)
+    if c["tiers"]:
+        by_phase: dict[str, list[str]] = {}
+        for t in c["tiers"]:
+            by_phase.setdefault(t["phase"] or "unknown phase", []).append(f"{t['tier']} {t['hops']}")
+        lines.append("  hops: " + "; ".join(f"{phase}: {', '.join(items)}" for phase, items in by_phase.items()))
+    for ring in c["rings"]:
+        lines.append(_render_ring(ring))
+    if c["attention"]:
+        lines.append("  slower than expected:")
+        lines += [f"    {_hop_text(h)}" for h in c["attention"][:40]]
+        if len(c["attention"]) > 40:
+            lines.append(f"    ... {len(c['attention']) - 40} more (use --format json)")
+    if c["tuning"]:
+        lines.append("  algorithm/protocol chosen by rank 0 (TUNING lines):")
+        for t in c["tuning"][:12]:
+            choice = t["kernel"] or f"{t['algo']}/{t['proto']}"
+            channels = f" channels {t['ch_lo']}..{t['ch_hi']}" if t["ch_lo"] is not None else ""
+            lines.append(f"    {t['func'] or '?'} {t['bytes']} bytes -> {choice}{channels}")
+    if all_hops:
+        lines.append("  every hop:")
+        lines += [f"    {_hop_text(h)}" for h in c["hops"]]
+    lines.append("")
+    return lines
+
+
+def _render_network(c: dict, procs: dict) -> list[str]:
+    mine = [procs[(m["host"], m["pid"])] for m in c["members"] if (m["host"], m["pid"]) in procs]
+    if not mine:
+        return []
+    networks = sorted({p["network"] or "not in the log" for p in mine})
+    boot = sorted({f"{p['bootstrap_if']} {p['bootstrap_addr']}" for p in mine if p["bootstrap_if"]})
+    nics = sorted({n for p in mine for n in (p["nics"] or [])})
+    lines = [f"  network: {', '.join(networks)}" + (f"; NICs {', '.join(nics[:8])}" + (" ..." if len(nics) > 8 else "")
+                                                    if nics else "")]
+    if boot:
+        lines.append(f"  bootstrap: {', '.join(boot[:6])}" + (" ..." if len(boot) > 6 else ""))
+    return lines
+
+
+def _render_hosts(processes: list[dict]) -> list[str]:
+    """Per host, what its NCCL processes chose: version, network, bootstrap interface, NICs."""
+    if not processes:
+        return []
+    groups: dict[tuple, list] = {}
+    for p in processes:
+        version = p["version"] or "?"
+        if not p["version"] and p["version_min"]:
+            span = p["version_min"] if p["version_min"] == p["version_max"] else f"{p['version_min']}-{p['version_max']}"
+            version = f"{span} (by line shapes)"
+        key = (p["host"], version, p["network"] or "-", f"{p['bootstrap_if'] or '-'} {p['bootstrap_addr'] or ''}".strip(),
+               ", ".join(p["nics"] or []) or ", ".join(p["socket_ifs"] or []) or "-")
+        groups.setdefault(key, []).append(p["pid"])
+    lines = ["Per host (NCCL version, network, bootstrap interface, NICs or socket interfaces):"]
+    for (host, version, network, boot, nics), pids in sorted(groups.items(), key=lambda kv: str(kv[0])):
+        lines.append(f"  {host or '?'} ({len(pids)} process{'es' if len(pids) > 1 else ''}): NCCL {version}; "
+                     f"network {network}; bootstrap {boot}; {nics}")
+    return lines + [""]
+
+
+def _render_ring(ring: dict) -> str:
+    order = ring["order"]
+    shown = " ".join(str(r) for r in order[:24]) + (" ..." if len(order) > 24 else "")
+    state = "" if ring["complete"] else " (partial)"
+    slow = ""
+    if ring["slowest"]:
+        s = ring["slowest"]
+        slow = f"; slowest hop {s['src_rank']}->{s['dst_rank']} {s['tier']}"
+        if s["src_host"] and s["dst_host"]:
+            slow += f" ({s['src_host']} -> {s['dst_host']})"
+    return f"  ring {ring['channel']:02d}: {shown}{state}{slow}"
+
+
+def _hop_text(h: dict) -> str:
+    nic = ""
+    if h["send_nic"] or h["recv_nic"]:
+        nic = f" [{h['send_nic'] or '?'} -> {h['recv_nic'] or '?'}]"
+    gpu = lambda host, g: f"{host or '?'}{('/' + g) if g else ''}"  # noqa: E731
+    return (f"ch {h['channel']:02d} {h['phase'] or '?':5s} {h['src_rank']}->{h['dst_rank']}  "
+            f"{gpu(h['src_host'], h['src_gpu'])} -> {gpu(h['dst_host'], h['dst_gpu'])}  "
+            f"{_via(h)}{nic}  {h['tier']}")
+
+
+def _via(h: dict) -> str:
+    """The hop's transport the way NCCL writes it after ``via``."""
+    if h["transport"] in ("NET", "COLLNET"):
+        return "/".join(p for p in (h["transport"], h["net"], h["detail"]) if p)
+    return "/".join(p for p in (h["transport"], h["detail"]) if p)
