@@ -5,8 +5,8 @@ file interleaving NCCL, PyTorch and framework output is classified line by line)
 decides which parser's name a line gets in ``lines.kind`` when two understand it.
 """
 
-from parsers import c10d, envdump, megatron, nccl, pyspy, torchrun
+from parsers import c10d, envdump, megatron, nccl, nccl_ras, pyspy, torchrun
 
-LOG_PARSERS = [c10d, nccl, torchrun, megatron, pyspy]
+LOG_PARSERS = [c10d, nccl, torchrun, megatron, pyspy, nccl_ras]
 ENV_PARSERS = [envdump]
 ALL_PARSERS = LOG_PARSERS + ENV_PARSERS
