@@ -53,7 +53,7 @@ def parse_file(input_id: int, item: InputFile) -> FileResult:
     lines = envelope(data)
     if item.kind == "log" and parsers.envdump.looks_like_env_dump(lines):
         item.kind = "env"
-    chosen = parsers.ENV_PARSERS if item.kind == "env" else parsers.LOG_PARSERS
+    chosen = parsers.ENV_PARSERS if item.kind == "env" else [m for m in parsers.LOG_PARSERS if m not in parsers.BATCHED]
     kind = pl.Series("kind", [None] * len(lines), dtype=pl.String)
     for module in chosen:
         try:
@@ -70,12 +70,64 @@ def parse_file(input_id: int, item: InputFile) -> FileResult:
         if len(parsed.consumed):
             hit = lines["line_no"].is_in(parsed.consumed.implode())
             kind = pl.select(pl.when(hit & kind.is_null()).then(pl.lit(module.NAME)).otherwise(kind)).to_series()
-    # Blank lines are understood (NCCL puts one before every WARN): they count as parsed.
-    blank = lines["text"].str.strip_chars() == ""
-    kind = pl.select(pl.when(kind.is_null() & blank).then(pl.lit("blank")).otherwise(kind)).to_series()
     result.lines = lines.with_columns(kind=kind, input_id=pl.lit(input_id, dtype=pl.UInt32))
     result.tables = {name: pl.concat(frames, how="diagonal_relaxed") for name, frames in result.tables.items()}
     return result
+
+
+def _parse_batched(results: list[FileResult]) -> None:
+    """Run the batched parsers once over the lines of every log input that mentions them.
+
+    A job folder holds hundreds of small per-rank files; a parser that makes a few dozen
+    Polars calls per input pays that overhead per file. These parsers get one frame of all
+    inputs instead, with ``line_no`` renumbered to a global row; their rows are mapped back to
+    (input_id, line_no) here, so to them and to everything after them nothing changes."""
+    logs = [r for r in results if r.lines is not None and r.item.kind == "log"]
+    for module in parsers.BATCHED:
+        chosen = [r for r in logs if r.lines["text"].str.contains(module.BATCH_LITERAL, literal=True).any()]
+        if not chosen:
+            continue
+        combined = pl.concat([r.lines.drop("kind") for r in chosen], how="vertical_relaxed")
+        mapping = combined.select(_row=pl.int_range(1, pl.len() + 1, dtype=pl.UInt32), input_id="input_id", _line="line_no")
+        try:
+            parsed = module.parse(combined.with_columns(line_no=mapping["_row"]))
+        except Exception as exc:  # a parser bug must not cost the rest of the run
+            for r in chosen:
+                r.item.problems.append(f"parser {module.NAME} failed ({type(exc).__name__}: {exc}); "
+                                       "its lines are counted as unparsed")
+            continue
+        for name, frame in parsed.tables.items():
+            if frame.is_empty():
+                continue
+            frame = _unbatch(frame, mapping).with_columns(parser=pl.lit(module.NAME))
+            for (input_id,), part in frame.group_by("input_id"):
+                result = next(r for r in chosen if r.input_id == input_id)
+                result.tables[name] = pl.concat([result.tables[name], part], how="diagonal_relaxed") \
+                    if name in result.tables else part
+        consumed = mapping.filter(pl.col("_row").is_in(parsed.consumed.implode()))
+        for r in chosen:
+            hit = r.lines["line_no"].is_in(consumed.filter(pl.col("input_id") == r.input_id)["_line"].implode())
+            r.lines = r.lines.with_columns(kind=pl.when(hit & pl.col("kind").is_null()).then(pl.lit(module.NAME))
+                                           .otherwise(pl.col("kind")))
+
+
+def _unbatch(frame: pl.DataFrame, mapping: pl.DataFrame) -> pl.DataFrame:
+    """Global rows back to (input_id, line_no) in every line-number column of a batched table."""
+    out = frame.join(mapping, left_on="line_no", right_on="_row", how="left").with_columns(
+        line_no=pl.col("_line")).drop("_line")
+    if "table_line" in out.columns:
+        back = mapping.select(table_line="_row", _t="_line")
+        out = out.join(back, on="table_line", how="left").with_columns(table_line=pl.col("_t")).drop("_t")
+    return out
+
+
+def _mark_blank(result: FileResult) -> None:
+    """Blank lines are understood (NCCL puts one before every WARN): they count as parsed."""
+    if result.lines is None:
+        return
+    blank = pl.col("text").str.strip_chars() == ""
+    result.lines = result.lines.with_columns(kind=pl.when(pl.col("kind").is_null() & blank).then(pl.lit("blank"))
+                                             .otherwise(pl.col("kind")))
 
 
 def parse_all(items: list[InputFile], workers: int | None = None, progress: bool = False) -> Parsed:
@@ -93,6 +145,9 @@ def parse_all(items: list[InputFile], workers: int | None = None, progress: bool
             results = _collect(mapped, len(items), progress)
     else:
         results = _collect((parse_file(*pair) for pair in jobs), len(items), progress)
+    _parse_batched(results)
+    for result in results:
+        _mark_blank(result)
     return _combine(results)
 
 

@@ -12,6 +12,8 @@ Built over all inputs at once from the NCCL parser's rows (``formats/nccl.md`` s
                        from the sender's line, the NIC of each side, GDR, and the tier it runs on
 ``nccl_ring_order``    ring order per communicator and channel, rebuilt from rank 0's channel
                        lines, GRAPH ring lines, or the ring hops themselves
+``nccl_fingerprints``  per process, the version-specific line shapes it printed and the
+                       release range each allows (nccl.md section 4)
 
 A connection line is attributed to a communicator by the printing process and the rank it
 names for itself (sender for P2P/SHM/``[send]``, receiver for ``[receive]``), preferring a
@@ -22,7 +24,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from parsers.nccl import bus_id_to_pci
+from parsers.nccl import bus_id_to_pci, fingerprints
 
 # How fast a tier is, roughly, for ordering and "slowest hop" questions (lower = faster).
 # The hardware model (bandwidth per tier) prices them; here only the order matters.
@@ -44,7 +46,8 @@ EMPTY = {
                      "input_id": pl.UInt32, "line_no": pl.UInt32, "complete_line": pl.UInt32},
     "nccl_hops": {"comm_key": pl.String, "channel": pl.Int64, "phase": pl.String, "conn_index": pl.Int64,
                   "src_rank": pl.Int64, "dst_rank": pl.Int64, "src_host": pl.String, "dst_host": pl.String,
-                  "src_gpu": pl.String, "dst_gpu": pl.String, "transport": pl.String, "detail": pl.String,
+                  "src_gpu": pl.Int64, "dst_gpu": pl.Int64, "src_pci": pl.String, "dst_pci": pl.String,
+                  "transport": pl.String, "detail": pl.String,
                   "net": pl.String, "send_nic": pl.String, "recv_nic": pl.String, "link": pl.String,
                   "gdr": pl.Boolean, "pxn_via": pl.Int64, "shared": pl.Boolean, "tier": pl.String,
                   "tier_order": pl.Int64, "same_host": pl.Boolean, "input_id": pl.UInt32, "line_no": pl.UInt32},
@@ -65,6 +68,9 @@ def _get(tables: dict[str, pl.DataFrame], name: str) -> pl.DataFrame | None:
 def build(tables: dict[str, pl.DataFrame], ranks: pl.DataFrame | None = None) -> dict[str, pl.DataFrame]:
     """All ``nccl_*`` model tables (empty frames when the run has no NCCL output)."""
     out = {name: _empty(name) for name in EMPTY}
+    shapes = _get(tables, "nccl_shapes")
+    if shapes is not None:
+        out["nccl_fingerprints"] = fingerprints(shapes)
     processes = _processes(tables)
     if processes is not None:
         out["nccl_processes"] = processes
@@ -74,7 +80,7 @@ def build(tables: dict[str, pl.DataFrame], ranks: pl.DataFrame | None = None) ->
             return out
         members = _empty("nccl_members")
     out["nccl_members"] = members
-    conns = _attribute(_get(tables, "nccl_connections"), members)
+    conns = _attribute(_get(tables, "nccl_connections"), members, tables, processes)
     hops = _hops(conns, members, tables)
     out["nccl_hops"] = hops
     out["nccl_ring_order"] = _ring_order(tables, members, hops)
@@ -103,8 +109,9 @@ def _processes(tables: dict[str, pl.DataFrame]) -> pl.DataFrame | None:
         job_versions = versions.filter(pl.col("pid").is_null())["version"].unique().sort().to_list()
     else:
         procs = procs.with_columns(exact=pl.lit(None, dtype=pl.String))
-    fps = _get(tables, "nccl_fingerprints")
-    if fps is not None:
+    shapes = _get(tables, "nccl_shapes")
+    fps = fingerprints(shapes) if shapes is not None else None
+    if fps is not None and not fps.is_empty():
         ranges = fps.group_by("host", "pid").agg(lo=pl.col("min_minor").max(), hi=pl.col("max_minor").min(),
                                                  evidence=pl.col("evidence"))
         procs = procs.join(ranges, on=["host", "pid"], how="left", nulls_equal=True)
@@ -141,7 +148,7 @@ def _net_summary(tables: dict[str, pl.DataFrame]) -> pl.DataFrame:
               "bootstrap_addr": pl.String, "oob_if": pl.String, "nics": pl.List(pl.String), "socket_ifs": pl.List(pl.String)}
     if net is None:
         return pl.DataFrame(schema=schema)
-    net = net.sort("input_id", "line_no")
+    net = net.sort("input_id", "line_no", "item", nulls_last=True)
     kind = pl.col("kind")
     nic = pl.concat_str([pl.col("name"), pl.lit(":"), pl.col("port").cast(pl.String), pl.lit("/"), pl.col("link")])
     return net.group_by("host", "pid").agg(
@@ -229,43 +236,121 @@ def _communicators(members: pl.DataFrame, processes: pl.DataFrame | None) -> pl.
 # -- connections -> hops ------------------------------------------------------------------------------
 
 
-def _attribute(conns: pl.DataFrame | None, members: pl.DataFrame) -> pl.DataFrame | None:
-    """Each connection line -> the communicator instance on its process where it has that rank."""
+def _attribute(conns: pl.DataFrame | None, members: pl.DataFrame, tables: dict[str, pl.DataFrame],
+               processes: pl.DataFrame | None) -> pl.DataFrame | None:
+    """Each connection line -> the communicator instance on its process where it has that rank
+    and whose member at the peer's rank is the GPU the line names (section 5.1)."""
     if conns is None:
         return None
-    conns = conns.with_columns(_me=pl.when(pl.col("side") == "receive").then(pl.col("dst")).otherwise(pl.col("src")),
-                               _row=pl.int_range(pl.len()))
-    return _nearest_instance(conns, members, "_me")
+    receive = pl.col("side") == "receive"
+    conns = conns.with_columns(
+        _me=pl.when(receive).then(pl.col("dst")).otherwise(pl.col("src")),
+        _peer=pl.when(receive).then(pl.col("src")).otherwise(pl.col("dst")),
+        _peer_dev=pl.when(receive).then(pl.col("src_dev")).otherwise(pl.col("dst_dev")),
+        _row=pl.int_range(pl.len()))
+    conns = _nearest_instance(_with_blocks(conns, tables), members, "_me", peers=True)
+    # SHM lines never print a connection index: take the one the other lines of the same setup
+    # block printed, when they agree.
+    in_block = pl.col("_block").is_not_null()
+    conns = conns.with_columns(
+        _idx=pl.when(in_block & (pl.col("conn_index").n_unique().over("_block") == 1)).then(
+            pl.col("conn_index").max().over("_block")))
+    # Before 2.22 rings and trees are connected during init, so a line without a connection
+    # index (P2P before 2.14, NET before 2.12, SHM always) printed after the communicator's Init
+    # COMPLETE is a lazy point-to-point connection. From 2.22 rings connect at the first
+    # collective, after Init COMPLETE, but then a `Connected all ...` marker follows them on
+    # their thread; lazy p2p connections print none.
+    conns = conns.join(_runtime_connect(processes), on=["host", "pid"], how="left")
+    after_init = (pl.col("input_id") == pl.col("comm_input")) & (pl.col("line_no") > pl.col("comm_complete_line"))
+    lazy = (pl.col("conn_index").is_null() & pl.col("_idx").is_null() & after_init.fill_null(False)
+            & (~pl.col("_runtime_connect").fill_null(False) | pl.col("_block").is_null()))
+    phase = pl.when((pl.col("_idx") == 1) | lazy).then(pl.lit("p2p")).otherwise(pl.col("phase"))
+    return conns.with_columns(phase=phase).drop("comm_input", "comm_complete_line", "_block", "_idx", "_runtime_connect")
+
+
+def _runtime_connect(processes: pl.DataFrame | None) -> pl.DataFrame:
+    """(host, pid) of processes running NCCL 2.22 or later (by version line or line shapes)."""
+    schema = {"host": pl.String, "pid": pl.Int64, "_runtime_connect": pl.Boolean}
+    if processes is None or processes.is_empty():
+        return pl.DataFrame(schema=schema)
+    minor = pl.coalesce(pl.col("version").str.extract(r"^2\.(\d+)", 1), pl.col("version_min").str.extract(r"^2\.(\d+)", 1))
+    return processes.select("host", "pid", _runtime_connect=minor.cast(pl.Int64) >= 22).cast(schema)
+
+
+def _with_blocks(conns: pl.DataFrame, tables: dict[str, pl.DataFrame]) -> pl.DataFrame:
+    """``_block``: the lines one thread printed up to its next ``Connected all ...`` marker. They
+    set up one communicator, so a line that can only belong to one candidate decides for all."""
+    info = _get(tables, "nccl_info")
+    if info is None or "kind" not in info.columns:
+        return conns.with_columns(_block=pl.lit(None, dtype=pl.String))
+    key = ["input_id", "host", "pid", "tid"]
+    # A ring and the trees that follow it on one thread are one communicator's setup: the block
+    # ends at `Connected all trees` (or NVLS), not at `Connected all rings`.
+    markers = info.filter((pl.col("kind") == "connected") & (pl.col("key") != "Connected all rings")).select(
+        *key, _mline=pl.col("line_no")).sort("_mline")
+    if markers.is_empty():
+        return conns.with_columns(_block=pl.lit(None, dtype=pl.String))
+    joined = conns.with_columns(_l=pl.col("line_no")).sort("_l").join_asof(
+        markers, left_on="_l", right_on="_mline", by=key, strategy="forward", check_sortedness=False)
+    block = pl.when(pl.col("_mline").is_not_null()).then(pl.format("{}:{}:{}:{}:{}", *key, "_mline"))
+    return joined.with_columns(_block=block).drop("_l", "_mline").sort("_row")
 
 
 UNIDENTIFIED = "unidentified (no init line names it)"
 
 
-def _nearest_instance(rows: pl.DataFrame, members: pl.DataFrame, rank_col: str) -> pl.DataFrame:
+def _nearest_instance(rows: pl.DataFrame, members: pl.DataFrame, rank_col: str, peers: bool = False) -> pl.DataFrame:
     """Each row (a line naming ``rank_col`` as its own rank) -> the communicator instance on the
-    same process with that rank: same input, inside its init window, same thread, nearest.
-    When the process's own init line for that rank is missing (a cut excerpt) but the process
-    holds exactly one communicator, the row goes to that one."""
-    picked = _nearest_by_rank(rows, members, rank_col)
+    same process with that rank. When the process's own init line for that rank is missing (a
+    cut excerpt) but the process holds exactly one communicator, the row goes to that one."""
+    picked = _nearest_by_rank(rows, members, rank_col, peers)
     lone = members.group_by("host", "pid").agg(_only=pl.col("comm_key").unique()).filter(
         pl.col("_only").list.len() == 1).with_columns(_only=pl.col("_only").list.first())
     picked = picked.join(lone, on=["host", "pid"], how="left")
     return picked.with_columns(comm_key=pl.coalesce("comm_key", "_only")).drop("_only")
 
 
-def _nearest_by_rank(rows: pl.DataFrame, members: pl.DataFrame, rank_col: str) -> pl.DataFrame:
+def _nearest_by_rank(rows: pl.DataFrame, members: pl.DataFrame, rank_col: str, peers: bool) -> pl.DataFrame:
+    """Rank the candidate instances of each row, best first:
+
+    1. same input file;
+    2. consistent with the line (``peers``): the peer rank exists in the communicator and its
+       member there is the GPU the line names (bus id before 2.18, device index from 2.18);
+       judged over the whole ``_block`` when the row has one;
+    3. printed during that communicator's init (before its Init COMPLETE), nearest completion
+       first; else after it, nearest first (lazy connections);
+    4. same thread as the init."""
     cand = members.select("host", "pid", "comm_key", "nranks", _rank="rank", _tid="tid", _input="input_id",
                           _start="line_no", _end="complete_line")
     joined = rows.join(cand, left_on=["host", "pid", rank_col], right_on=["host", "pid", "_rank"], how="left")
-    inside = (pl.col("line_no") >= pl.col("_start")) & (pl.col("line_no") <= pl.col("_end").fill_null(2**31))
+    bad = pl.lit(False)
+    if peers:
+        peer = members.select("comm_key", _peer="rank", _peer_bus="bus_id",
+                              _peer_idx=pl.coalesce("nvml_dev", "cuda_dev"))
+        joined = joined.join(peer, on=["comm_key", "_peer"], how="left")
+        dev = pl.col("_peer_dev").str.to_lowercase()
+        hexlike = (dev.str.len_chars() >= 3) | dev.str.contains("[a-f]")
+        bad = ((pl.col("_peer") >= pl.col("nranks")).fill_null(False)
+               | (hexlike & (pl.col("_peer_bus").str.to_lowercase() != dev)).fill_null(False)
+               | (~hexlike & (dev.cast(pl.Int64, strict=False) != pl.col("_peer_idx"))).fill_null(False))
+    joined = joined.with_columns(_bad=bad)
+    if peers:
+        joined = joined.with_columns(_bad=pl.when(pl.col("_block").is_not_null())
+                                     .then(pl.col("_bad").any().over("_block", "comm_key")).otherwise(pl.col("_bad")))
+    line, end = pl.col("line_no").cast(pl.Int64), pl.col("_end").cast(pl.Int64)
+    during = (line <= end).fill_null(False)
     score = pl.struct(
         other_input=(pl.col("_input") != pl.col("input_id")).fill_null(True),
-        outside=~inside.fill_null(False),
+        bad=pl.col("_bad"),
+        after=~during,
+        distance=pl.when(during).then(end - line).otherwise((line - end).abs()).fill_null(
+            (line - pl.col("_start").cast(pl.Int64)).abs()).fill_null(2**31),
         other_tid=(pl.col("_tid") != pl.col("tid")).fill_null(True),
-        distance=(pl.col("line_no").cast(pl.Int64) - pl.col("_start").cast(pl.Int64)).abs().fill_null(2**31),
     )
     joined = joined.with_columns(_score=score).sort("_row", "_score")
-    return joined.unique("_row", keep="first", maintain_order=True).drop("_tid", "_input", "_start", "_end", "_score")
+    drop = ["_tid", "_start", "_score", "_bad"] + (["_peer_bus", "_peer_idx"] if peers else [])
+    return joined.unique("_row", keep="first", maintain_order=True).drop(drop).rename(
+        {"_input": "comm_input", "_end": "comm_complete_line"})
 
 
 def _hops(conns: pl.DataFrame | None, members: pl.DataFrame, tables: dict[str, pl.DataFrame]) -> pl.DataFrame:
@@ -275,19 +360,24 @@ def _hops(conns: pl.DataFrame | None, members: pl.DataFrame, tables: dict[str, p
     # are still communicator ranks, so they are grouped under one "unidentified" key.
     conns = conns.with_columns(comm_key=pl.coalesce(pl.col("comm_key"), pl.lit(UNIDENTIFIED)))
     conns = _with_nic_names(conns, tables)
-    key = ["comm_key", "channel", "conn_index", "src", "dst"]
+    # The connection slot: the printed index, else (releases that print none) 1 for a lazy
+    # point-to-point connection and 0 for ring/tree ones, so a p2p hop between ring
+    # neighbours is not merged with the ring hop.
+    conns = conns.with_columns(_slot=pl.coalesce(pl.col("conn_index"), pl.when(pl.col("phase") == "p2p").then(1).otherwise(0)))
+    key = ["comm_key", "channel", "_slot", "src", "dst"]
     sender = conns.filter(pl.col("side").is_null() | (pl.col("side") == "send"))
     receiver = conns.filter(pl.col("side") == "receive").unique(key, keep="first")
     sender = sender.unique(key, keep="first")
     # Both sides describe the same hop; a hop whose sender's log is missing keeps the receiver's view.
-    shared_cols = ["transport", "detail", "net", "phase", "pxn_via", "shared", "link", "nranks"]
+    shared_cols = ["transport", "detail", "net", "phase", "pxn_via", "shared", "link", "nranks", "conn_index"]
     hops = sender.join(receiver.select(*key, *shared_cols, recv_nic="nic_name", _recv_host="host", _recv_gdr="gdr",
                                        _recv_input="input_id", _recv_line="line_no"),
                        on=key, how="full", coalesce=True, nulls_equal=True, suffix="_r")
     hops = hops.with_columns([pl.coalesce(c, f"{c}_r").alias(c) for c in shared_cols]).drop([f"{c}_r" for c in shared_cols])
-    where = members.select("comm_key", "rank", _m_host="host", _m_gpu=pl.coalesce(pl.col("pci"), pl.col("cuda_dev").cast(pl.String)))
-    hops = hops.join(where.rename({"rank": "src", "_m_host": "_src_host", "_m_gpu": "src_gpu"}), on=["comm_key", "src"], how="left")
-    hops = hops.join(where.rename({"rank": "dst", "_m_host": "_dst_host", "_m_gpu": "dst_gpu"}), on=["comm_key", "dst"], how="left")
+    where = members.select("comm_key", "rank", _m_host="host", _m_gpu="cuda_dev", _m_pci="pci")
+    for side in ("src", "dst"):
+        hops = hops.join(where.rename({"rank": side, "_m_host": f"_{side}_host", "_m_gpu": f"{side}_gpu",
+                                       "_m_pci": f"{side}_pci"}), on=["comm_key", side], how="left")
     printed_intra = pl.col("transport").is_in(["P2P", "SHM"])
     hops = hops.with_columns(
         src_host=pl.coalesce(pl.when(pl.col("side") == "send").then(pl.col("host")), pl.col("_src_host"),
@@ -398,9 +488,15 @@ def _settle_phase(hops: pl.DataFrame, rings: pl.DataFrame) -> pl.DataFrame:
         .otherwise(pl.col("order").list.slice(1).list.concat(pl.col("order").list.slice(0, 1))))
     pairs = pairs.explode("src_rank", "dst_rank").select("comm_key", "channel", "src_rank", "dst_rank", _neighbours=pl.lit(True))
     hops = hops.join(pairs, on=["comm_key", "channel", "src_rank", "dst_rank"], how="left")
-    neighbours = pl.col("_neighbours").fill_null(False) & (pl.col("conn_index").fill_null(0) != 1)
+    known = rings.select("comm_key", "channel", _known=pl.col("complete"))
+    hops = hops.join(known, on=["comm_key", "channel"], how="left")
+    init_time = (pl.col("conn_index").fill_null(0) != 1) & (pl.col("phase").fill_null("") != "p2p")
+    neighbours = pl.col("_neighbours").fill_null(False) & init_time
     ring = neighbours & (pl.col("phase").is_null() | pl.col("transport").is_in(["P2P", "SHM"]))
-    return hops.with_columns(phase=pl.when(ring).then(pl.lit("ring")).otherwise(pl.col("phase"))).drop("_neighbours")
+    # Before 2.8 no markers: an init-time hop that is not between ring neighbours is a tree hop.
+    tree = pl.col("phase").is_null() & init_time & ~pl.col("_neighbours").fill_null(False) & pl.col("_known").fill_null(False)
+    phase = pl.when(ring).then(pl.lit("ring")).when(tree).then(pl.lit("tree")).otherwise(pl.col("phase"))
+    return hops.with_columns(phase=phase).drop("_neighbours", "_known")
 
 
 def _chains(nxt: pl.DataFrame | None) -> pl.DataFrame | None:

@@ -36,8 +36,9 @@ REQUIRED = {
     "settings": {"input_id": pl.UInt32, "line_no": pl.UInt32, "key": pl.String, "value": pl.String},
     "env": {"input_id": pl.UInt32, "line_no": pl.UInt32, "key": pl.String, "value": pl.String},
 }
-# Intermediate frames that are not worth a table.
-INTERNAL: set[str] = set()
+# Intermediate frames that are not worth a table (the NCCL parser's distinct message shapes
+# feed nccl_fingerprints).
+INTERNAL = {"nccl_shapes"}
 
 
 def connect(db_path: str | Path | None) -> duckdb.DuckDBPyConnection:

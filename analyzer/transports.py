@@ -70,7 +70,7 @@ def _tier_counts(hops: pl.DataFrame) -> list[dict]:
 
 def _hop(h: dict) -> dict:
     return {k: h.get(k) for k in ("channel", "phase", "conn_index", "src_rank", "dst_rank", "src_host", "dst_host",
-                                  "src_gpu", "dst_gpu", "transport", "detail", "net", "send_nic", "recv_nic", "link",
+                                  "src_gpu", "dst_gpu", "src_pci", "dst_pci", "transport", "detail", "net", "send_nic", "recv_nic", "link",
                                   "gdr", "pxn_via", "tier", "input_id", "line_no")}
 
 
@@ -145,7 +145,11 @@ def render_text(v: dict, all_hops: bool = False) -> str:
     out += _render_hosts(v["processes"])
     if v["p2p_refusals"]:
         out.append("P2P refused by NCCL (why intra-node hops fell back):")
-        out += [f"  {r.get('host')}:{r.get('pid')}  {r.get('message')}" for r in v["p2p_refusals"][:20]]
+        seen: dict[tuple, int] = {}
+        for r in v["p2p_refusals"]:
+            key = (r.get("host"), r.get("message"))
+            seen[key] = seen.get(key, 0) + 1
+        out += [f"  {host}: {message}" + (f" (x{n})" if n > 1 else "") for (host, message), n in list(seen.items())[:20]]
     return "\n".join(out) + "\n"
 
 
@@ -161,13 +165,13 @@ def _render_comm(c: dict, procs: dict, all_hops: bool) -> list[str]:
         for t in c["tiers"]:
             by_phase.setdefault(t["phase"] or "unknown phase", []).append(f"{t['tier']} {t['hops']}")
         lines.append("  hops: " + "; ".join(f"{phase}: {', '.join(items)}" for phase, items in by_phase.items()))
-    for ring in c["rings"]:
-        lines.append(_render_ring(ring))
+    lines += _render_rings(c["rings"])
     if c["attention"]:
         lines.append("  slower than expected:")
-        lines += [f"    {_hop_text(h)}" for h in c["attention"][:40]]
-        if len(c["attention"]) > 40:
-            lines.append(f"    ... {len(c['attention']) - 40} more (use --format json)")
+        groups = _group_hops(c["attention"])
+        lines += [f"    {text}" for text in groups[:30]]
+        if len(groups) > 30:
+            lines.append(f"    ... {len(groups) - 30} more (use --all or --format json)")
     if c["tuning"]:
         lines.append("  algorithm/protocol chosen by rank 0 (TUNING lines):")
         for t in c["tuning"][:12]:
@@ -215,27 +219,63 @@ def _render_hosts(processes: list[dict]) -> list[str]:
     return lines + [""]
 
 
-def _render_ring(ring: dict) -> str:
-    order = ring["order"]
-    shown = " ".join(str(r) for r in order[:24]) + (" ..." if len(order) > 24 else "")
-    state = "" if ring["complete"] else " (partial)"
-    slow = ""
-    if ring["slowest"]:
-        s = ring["slowest"]
-        slow = f"; slowest hop {s['src_rank']}->{s['dst_rank']} {s['tier']}"
-        if s["src_host"] and s["dst_host"]:
-            slow += f" ({s['src_host']} -> {s['dst_host']})"
-    return f"  ring {ring['channel']:02d}: {shown}{state}{slow}"
+def _render_rings(rings: list[dict]) -> list[str]:
+    """Channels with the same ring order are shown once; then the slowest ring hops."""
+    lines = []
+    by_order: dict[tuple, list[int]] = {}
+    for ring in rings:
+        by_order.setdefault((tuple(ring["order"]), ring["complete"]), []).append(ring["channel"])
+    for (order, complete), channels in by_order.items():
+        shown = " ".join(str(r) for r in order[:24]) + (" ..." if len(order) > 24 else "")
+        lines.append(f"  ring {_channels(channels)}: {shown}{'' if complete else ' (partial)'}")
+    slowest = [r["slowest"] for r in rings if r["slowest"]]
+    tiers = {link["tier"] for r in rings for link in r["links"] if link["tier"]}
+    if len(tiers) == 1 and all(link["tier"] for r in rings for link in r["links"]):
+        lines.append(f"  every ring hop: {tiers.pop()}")
+    elif slowest:
+        worst = max(TIER_ORDER.get(s["tier"], 9) for s in slowest)
+        pairs: dict[tuple, list[int]] = {}
+        for ring in rings:
+            s = ring["slowest"]
+            if s and TIER_ORDER.get(s["tier"], 9) == worst:
+                pairs.setdefault((s["src_rank"], s["dst_rank"], s["tier"], s["src_host"], s["dst_host"]), []).append(ring["channel"])
+        shown = [f"{src}->{dst} {tier}" + (f" ({sh} -> {dh})" if sh and dh else "") + f" on ring {_channels(chs)}"
+                 for (src, dst, tier, sh, dh), chs in list(pairs.items())[:3]]
+        lines.append("  slowest ring hop: " + "; ".join(shown) + (" ..." if len(pairs) > 3 else ""))
+    return lines
 
 
-def _hop_text(h: dict) -> str:
+def _channels(channels: list[int]) -> str:
+    """[0, 1, 2, 5] -> ``00-02,05``."""
+    channels = sorted(set(channels))
+    parts, start = [], None
+    for i, ch in enumerate(channels):
+        if start is None:
+            start = ch
+        if i + 1 == len(channels) or channels[i + 1] != ch + 1:
+            parts.append(f"{start:02d}" if start == ch else f"{start:02d}-{ch:02d}")
+            start = None
+    return ",".join(parts)
+
+
+def _group_hops(hops: list[dict]) -> list[str]:
+    """The same hop on several channels is one line naming its channels."""
+    groups: dict[str, list[int]] = {}
+    for h in hops:
+        groups.setdefault(_hop_text(h, with_channel=False), []).append(h["channel"])
+    return [f"ch {_channels(chs)}  {text}" for text, chs in groups.items()]
+
+
+def _hop_text(h: dict, with_channel: bool = True) -> str:
     nic = ""
     if h["send_nic"] or h["recv_nic"]:
         nic = f" [{h['send_nic'] or '?'} -> {h['recv_nic'] or '?'}]"
-    gpu = lambda host, g: f"{host or '?'}{('/' + g) if g else ''}"  # noqa: E731
-    return (f"ch {h['channel']:02d} {h['phase'] or '?':5s} {h['src_rank']}->{h['dst_rank']}  "
-            f"{gpu(h['src_host'], h['src_gpu'])} -> {gpu(h['dst_host'], h['dst_gpu'])}  "
-            f"{_via(h)}{nic}  {h['tier']}")
+    gpu = lambda g: f" GPU{g}" if g is not None else ""  # noqa: E731
+    src = f"{h['src_host'] or '?'}{gpu(h['src_gpu'])}"
+    dst = gpu(h["dst_gpu"]).strip() if h["src_host"] and h["src_host"] == h["dst_host"] else \
+        f"{h['dst_host'] or '?'}{gpu(h['dst_gpu'])}"
+    channel = f"ch {h['channel']:02d} " if with_channel else ""
+    return f"{channel}{h['phase'] or '?':5s} {h['src_rank']}->{h['dst_rank']}  {src} -> {dst or '?'}  {_via(h)}{nic}  {h['tier']}"
 
 
 def _via(h: dict) -> str:

@@ -23,15 +23,19 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from .rungen.base import Clock, build_cluster, default_hosts, reset_order
 from .rungen.eras import ERAS, era_for
 from .rungen.layout import write_run
 from .rungen.nccl import NcclVersion
+from .rungen.nccl_topology import CONNECTIONS, FABRICS, INTRA, SUBSYSTEMS, subsys_names
 from .rungen.story import Story
 
+# NCCL variables the generator writes itself, from the other nccl_* fields.
+MANAGED_NCCL_ENV = {"NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_SOCKET_IFNAME", "NCCL_IB_HCA", "NCCL_IB_GID_INDEX",
+                    "NCCL_IB_DISABLE", "NCCL_P2P_DISABLE", "NCCL_CUMEM_ENABLE"}
 SCENARIOS = ("deadlock", "healthy", "all-stuck", "desync-op", "desync-size")
 LAUNCHERS = ("torchrun-logdir", "srun-per-gpu", "srun-torchrun")
 GROUPS = ("default", "node")
@@ -51,8 +55,19 @@ class RunSpec:
     group: str = "default"                  # "default" (all ranks) or "node" (hang inside the culprit node's EP group)
     torch_era: str = "2.8"                  # "2.1", "2.3", "2.4", "2.6", "2.8"
     launcher: str = "torchrun-logdir"       # "torchrun-logdir" | "srun-per-gpu" | "srun-torchrun"
-    nccl_version: str = "2.21.5"            # selects Init START/COMPLETE and the other version-dependent lines
+    nccl_version: str = "2.21.5"            # 2.4.x and later: selects the shape of every NCCL line
     nccl_debug: bool = True                 # NCCL_DEBUG=INFO init output per rank
+    nccl_fabric: str = "roce"               # "roce" | "ib" | "socket" (NCCL_IB_DISABLE=1) | "socket-nodev" | "ofi"
+    nccl_gdr: bool = True                   # GPUDirect RDMA on the NET hops (ignored on sockets)
+    nccl_pxn: bool = False                  # PXN: rings leave a node through the NIC of the GPU they entered at (2.12+)
+    nccl_intra: str = "nvlink"              # "nvlink" | "pcie" | "direct" | "shm" | "indirect" (2.8+)
+    nccl_cumem: bool = True                 # 2.18+: P2P/CUMEM (False: NCCL_CUMEM_ENABLE=0, P2P/IPC)
+    nccl_shm_node: int | None = None        # node whose GPUs cannot P2P: its intra-node hops use SHM
+    nccl_bootstrap_if: dict[int, str] = field(default_factory=dict)   # node -> "ifname[:addr]" (default eth0)
+    nccl_nvls: bool = False                 # NVLink SHARP available (2.17+)
+    nccl_connections: str = "rings"         # "rings": ring hops, rank-order rings; "full": varied rings, trees, p2p
+    nccl_subsys: str | None = None          # NCCL_DEBUG_SUBSYS, e.g. "INIT,ENV,GRAPH,TUNING,COLL" (default per version)
+    nccl_env: dict[str, str] = field(default_factory=dict)  # extra NCCL_* variables, e.g. NCCL_ALGO, NCCL_PROTO
     timeout_s: int = 600                    # collective timeout (Timeout(ms) in WorkNCCL)
     hang_duration_s: int = 18000            # how long the job hung before it was killed
     work_updates: bool = False              # TORCH_CPP_LOG_LEVEL=INFO periodic work update lines
@@ -72,10 +87,10 @@ class RunSpec:
         if self.group not in GROUPS:
             raise ValueError(f"group must be one of {', '.join(GROUPS)}, got {self.group!r}")
         era_for(self.torch_era)
-        NcclVersion.parse(self.nccl_version)
         world = self.nodes * self.gpus_per_node
         if self.nodes < 1 or self.gpus_per_node < 1:
             raise ValueError("nodes and gpus_per_node must be at least 1")
+        self.validate_nccl()
         if self.hosts is not None and len(self.hosts) != self.nodes:
             raise ValueError(f"{len(self.hosts)} hosts given for {self.nodes} nodes")
         if self.scenario not in ("all-stuck", "healthy") and not 0 <= self.culprit < world:
@@ -86,6 +101,34 @@ class RunSpec:
             raise ValueError("attempts and iterations_before_hang must be >= 1, hang sequence numbers >= 10")
         if self.step_s <= 0 or self.timeout_s <= 0 or self.hang_duration_s <= 0:
             raise ValueError("step_s, timeout_s and hang_duration_s must be positive")
+
+    def validate_nccl(self) -> None:
+        version = NcclVersion.parse(self.nccl_version)
+        for name, value, allowed in (("nccl_fabric", self.nccl_fabric, FABRICS), ("nccl_intra", self.nccl_intra, INTRA),
+                                     ("nccl_connections", self.nccl_connections, CONNECTIONS)):
+            if value not in allowed:
+                raise ValueError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
+        if self.nccl_pxn and not (version.at_least(12) and self.nccl_fabric in ("roce", "ib")
+                                  and self.nccl_intra in ("nvlink", "indirect")):
+            raise ValueError("nccl_pxn needs NCCL 2.12+, an IB/RoCE fabric and NVLink inside the node")
+        if self.nccl_intra == "indirect" and not (version.at_least(8) and self.gpus_per_node % 2 == 0):
+            raise ValueError("nccl_intra='indirect' needs NCCL 2.8+ and an even number of GPUs per node")
+        if self.nccl_nvls and not version.at_least(17):
+            raise ValueError("nccl_nvls needs NCCL 2.17+")
+        if self.nccl_shm_node is not None and not 0 <= self.nccl_shm_node < self.nodes:
+            raise ValueError(f"nccl_shm_node {self.nccl_shm_node} is not a node of this {self.nodes}-node job")
+        for node, value in self.nccl_bootstrap_if.items():
+            if not (isinstance(node, int) and 0 <= node < self.nodes) or not value or not value.split(":")[0]:
+                raise ValueError(f"nccl_bootstrap_if: {node}={value!r} must map a node index to 'ifname[:addr]'")
+        if self.nccl_subsys is not None:
+            names = subsys_names(self.nccl_subsys)[1]
+            if not names or names - set(SUBSYSTEMS) - {"ALL"}:
+                raise ValueError(f"nccl_subsys: unknown subsystem in {self.nccl_subsys!r} "
+                                 f"(known: {', '.join(SUBSYSTEMS)}, ALL)")
+        for key in self.nccl_env:
+            if not key.startswith("NCCL_") or key in MANAGED_NCCL_ENV:
+                raise ValueError(f"nccl_env: {key!r} is not an NCCL_ variable the generator leaves to you "
+                                 f"({', '.join(sorted(MANAGED_NCCL_ENV))} follow from the other nccl_* fields)")
 
 
 def generate_run(out_dir: Path, spec: RunSpec, write_truth: bool = False) -> dict:
@@ -121,8 +164,24 @@ _HELP = {
     "launcher": "torchrun-logdir: per-rank files under logs/<host>/<run>/attempt_N/<local_rank>/; "
                 "srun-per-gpu: everything in slurm-4242.out behind 'rank: ' labels; "
                 "srun-torchrun: slurm-4242.out with 'node: [defaultN]:' prefixes",
-    "nccl_version": "NCCL release whose init lines to write (2.14 and later), e.g. 2.18.3, 2.21.5, 2.23.4",
+    "nccl_version": "NCCL release whose lines to write (2.4.x to 2.30.x), e.g. 2.7.8, 2.12.12, 2.21.5, 2.28.3",
     "nccl_debug": "write NCCL_DEBUG=INFO init output for every rank",
+    "nccl_fabric": "inter-node transport: roce / ib (NET/IB over mlx5, one NIC per GPU), socket (NCCL_IB_DISABLE=1), "
+                   "socket-nodev (hosts without IB devices), ofi (AWS Libfabric plugin, one EFA NIC per two GPUs)",
+    "nccl_gdr": "GPUDirect RDMA on NET hops (/GDRDMA); ignored on sockets",
+    "nccl_pxn": "PXN: a ring leaves each node through the NIC of the GPU it entered at (NET/IB/n(rank)); 2.12+",
+    "nccl_intra": "intra-node transport: nvlink (P2P .../read), pcie (P2P without /read), direct (P2P/direct pointer), "
+                  "shm (NCCL_P2P_DISABLE=1: SHM), indirect (two NVLink islands: P2P/indirect/k between them)",
+    "nccl_cumem": "2.18+: P2P over cuMem (P2P/CUMEM); --no-nccl-cumem: NCCL_CUMEM_ENABLE=0, P2P/IPC",
+    "nccl_shm_node": "index of a node whose GPUs cannot P2P: its intra-node hops use SHM, with NCCL's "
+                     "'P2P is disabled' (2.12+) / 'Could not enable P2P' lines",
+    "nccl_bootstrap_if": "NODE=IFNAME[:ADDR] (repeatable): the interface a node bootstraps on, e.g. 2=docker0:172.17.0.2 "
+                         "(default eth0 with the node's address)",
+    "nccl_nvls": "NVLink SHARP available: NVLS lines and nvls channels (2.17+)",
+    "nccl_connections": "rings: ring hops only, every ring in rank order (the default output); full: odd channels "
+                        "traverse each node in another order, tree hops, lazy p2p connections (2.12+)",
+    "nccl_subsys": "NCCL_DEBUG_SUBSYS, e.g. INIT,ENV,GRAPH,TUNING,COLL (default: the version's default mask)",
+    "nccl_env": "KEY=VALUE (repeatable): an NCCL_* variable every rank has set, e.g. NCCL_ALGO=Ring, NCCL_PROTO=Simple",
     "timeout_s": "collective timeout in seconds (Timeout(ms) in WorkNCCL); the watchdog fires when it is "
                  "shorter than --hang-duration-s, otherwise the hang is silent until Slurm cancels the job",
     "hang_duration_s": "seconds between the start of the hang and the job being cancelled",
@@ -167,20 +226,38 @@ def build_parser() -> argparse.ArgumentParser:
         default = getattr(defaults, f.name)
         if f.name == "hosts":
             parser.add_argument(flag, type=lambda s: s.split(","), default=None, help=_HELP[f.name])
-        elif f.name == "culprit":
+        elif f.name in ("culprit", "nccl_shm_node"):
             parser.add_argument(flag, type=int, default=None, help=_HELP[f.name])
+        elif f.name == "nccl_subsys":
+            parser.add_argument(flag, default=None, help=_HELP[f.name])
+        elif f.name in ("nccl_bootstrap_if", "nccl_env"):
+            parser.add_argument(flag, action="append", type=_key_value, default=None, metavar="KEY=VALUE",
+                                help=_HELP[f.name])
         elif isinstance(default, bool):
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default, help=_HELP[f.name])
         elif f.name == "numel_out":
             parser.add_argument(flag, type=int, default=None, help=_HELP[f.name])
         else:
-            choices = {"scenario": SCENARIOS, "launcher": LAUNCHERS, "group": GROUPS}.get(f.name)
+            choices = {"scenario": SCENARIOS, "launcher": LAUNCHERS, "group": GROUPS, "nccl_fabric": FABRICS,
+                       "nccl_intra": INTRA, "nccl_connections": CONNECTIONS}.get(f.name)
             parser.add_argument(flag, type=type(default), default=default, choices=choices, help=_HELP[f.name])
     return parser
 
 
+def _key_value(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key, value
+
+
 def spec_from_args(args: argparse.Namespace) -> RunSpec:
     values = {f.name: getattr(args, f.name) for f in fields(RunSpec)}
+    values["nccl_env"] = dict(values["nccl_env"] or [])
+    try:
+        values["nccl_bootstrap_if"] = {int(node): value for node, value in values["nccl_bootstrap_if"] or []}
+    except ValueError:
+        raise ValueError("--nccl-bootstrap-if takes NODE=IFNAME[:ADDR] with a node index") from None
     if args.ranks is not None:
         if args.ranks % args.gpus_per_node:
             raise ValueError(f"--ranks {args.ranks} is not a multiple of --gpus-per-node {args.gpus_per_node}")

@@ -81,7 +81,7 @@ _PREFIXES: list[tuple[str, str, dict[str, int]]] = [
     ("torchrun_tpl", r"^\[([A-Za-z_]+)(\d+)\|(\d+)\]:", {"local_rank": 2, "rank_tag": 3}),
     ("rank_tag", r"^\[rank(\d+)\]: ?", {"rank_tag": 1}),
     ("torchrun", r"^\[[A-Za-z_]+?(\d+)\]:", {"local_rank": 1}),
-    ("ray", r"^(?:\x1b?\[\d+m\s*)?\((?:\w+) pid=(\d+)(?:, ip=([\d.]+))?\)(?:\x1b?\[\d+m)? ", {"ray_pid": 1, "host_tag": 2}),
+    ("ray", r"^(?:\x1b?\[\d+m\s*)?\((?:\w+ )?pid=(\d+)(?:, ip=([\d.]+))?\)(?:\x1b?\[\d+m)? ", {"ray_pid": 1, "host_tag": 2}),
     ("host_stream", r"^([A-Za-z0-9][\w.-]*) \[(?:stdout|stderr)\] ", {"host_tag": 1}),
     ("stream", r"^(?:stdout|stderr): ", {}),
     ("determined", r"^\[(\d{4}-\d{2}-\d{2}T[^\]]+)\] [0-9a-f]+ \[rank=(\d+)\] \|\| ", {"ext_ts": 1, "rank_tag": 2}),
@@ -176,6 +176,17 @@ def _peel_pass(df: pl.DataFrame, prefixes: list[tuple[str, str, dict[str, int]]]
     return df.drop("_stripped", "_taken", "_hit")
 
 
+# A user launcher's `[155] ` rank tag (nccl.md section 2). `[N] ` also starts other lines, so
+# it is peeled only where it prefixes a good share of the file, like pdsh's tag.
+_RANK_BRACKET = r"^\[(\d+)\] "
+
+
+def _rank_brackets(text: pl.Series) -> bool:
+    hits = int(text.str.contains(_RANK_BRACKET).sum())
+    filled = int((text.str.strip_chars() != "").sum())
+    return hits >= max(3, int(0.1 * len(text))) or (hits > 0 and hits == filled)
+
+
 def _pdsh_hosts(text: pl.Series) -> set[str]:
     """Host-like tokens that prefix enough lines of this file to be pdsh's ``host:`` tag."""
     tokens = text.str.extract(_PDSH, 1).drop_nulls()
@@ -204,6 +215,8 @@ def envelope(data: bytes, passes: int = 4) -> pl.DataFrame:
     if hosts:
         alternatives = "|".join(sorted((h.replace(".", r"\.") for h in hosts), key=len, reverse=True))
         prefixes.append(("pdsh", rf"^({alternatives}): ", {"host_tag": 1}))
+    if _rank_brackets(df["text"]):
+        prefixes.append(("rank_bracket", _RANK_BRACKET, {"mpi_rank": 1}))
     for _ in range(passes):
         before = df["text"]
         df = _peel_pass(df, prefixes)

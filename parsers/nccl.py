@@ -23,12 +23,16 @@ did not understand (counted, kept with its text, listed by shape in the report).
 
 from __future__ import annotations
 
+import re
+
 import polars as pl
 
 from parsers.base import ParseResult, conform, consumed_of, to_int
 from parsers.nccl_catalogue import FINGERPRINTS, KINDS, RESULT_CODES, WARN_CLASSES
 
 NAME = "nccl"
+# Inputs without this text hold no NCCL line (torn fragments come with whole lines).
+BATCH_LITERAL = "CCL"
 
 SAMPLE_LINES = [
     "h20-node-01:2231:2231 [0] NCCL INFO NCCL version 2.21.5+cuda12.4",
@@ -59,11 +63,15 @@ _VERSION = r"NCCL version (?P<version>\d+\.\d+\.\d+[^+\s]*)\+cuda(?P<cuda>[\w.]+
 
 # Two processes writing to one pipe tear lines: `a:1:1 [2] NCCL INFO b:2:2 [7] NCCL INFO msg`
 # (section 2.1). The last header starts the record that survived.
-_HEADER_MARK = r":\d+:\d+ (?:\[\d+\] )?(?:\S+ (?:\([^)]*\) )?)?NCCL (?:INFO|WARN|TRACE|CALL)\b"
-_LAST_HEADER = r"^(?:.*\s)?([^\s:]*:\d+:\d+ (?:\[\d+\] )?(?:\S+ (?:\([^)]*\) )?)?NCCL (?:INFO|WARN|TRACE|CALL)\b.*)$"
+_HEADER_BODY = r":\d+:\d+ (?:\[\d+\] )?(?:\d+\.\d+ \S+:\d+ )?(?:\S+ (?:\([^)]*\) )?)?NCCL (?:INFO|WARN|TRACE|CALL)\b"
+_HEADER_MARK = _HEADER_BODY
+_LAST_HEADER = rf"^(?:.*\s)?([^\s:]*{_HEADER_BODY}.*)$"
+# A surviving 2.26+ WARN keeps the timestamp NCCL wrote in front of its header.
+_TORN_WARN_TS = rf"(\[\d{{4}}-\d{{2}}-\d{{2}}[ T]\d{{2}}:\d{{2}}:\d{{2}}(?:\.\d+)?\]) [^\s:]*{_HEADER_BODY}"
 # What is left of a torn line: a bare header (`node01:3569861:3571306`, `node01:69377:13654 [0] N`)
 # or a message whose header went to another line (`CCL INFO Channel 08/0 : ...`).
-_FRAGMENT = r"^(?:[\w.-]+:\d+:\d*(?: \[\d*\]?)?(?: N?C?C?L?)?\s*|N?C?CL (?:INFO|WARN) .*)$"
+_FRAGMENT = (r"^(?:[\w.-]+:\d+:\d*(?: \[\d*\]?)?(?: N?C?C?L?)?\s*|N?C?CL (?:INFO|WARN) .*"
+             r"|\w+: opCount [0-9a-fA-F]+ sendbuff \S+ recvbuff .*)$")
 # Rows of the 2.24+ `Enabled NCCL Func/Proto/Algo Matrix:` block (no NCCL prefix).
 _MATRIX_ROW = r"^\s*(?P<func>[A-Za-z]+) \|(?P<protos>(?:\s+[\w.]+)+)\s+\|(?P<algos>(?:\s+[\w.]+)+)\s*$"
 
@@ -105,8 +113,8 @@ SCHEMAS: dict[str, dict] = {
                     "table_line": pl.UInt32, "detail": pl.String},
     "nccl_info": {**_B, "rank": pl.Int64, "nranks": pl.Int64, "key": pl.String, "value": pl.String,
                   "detail": pl.String},
-    "nccl_fingerprints": {"line_no": pl.UInt32, "host": pl.String, "pid": pl.Int64, "evidence": pl.String,
-                          "min_minor": pl.Int64, "max_minor": pl.Int64},
+    "nccl_shapes": {"line_no": pl.UInt32, "host": pl.String, "pid": pl.Int64, "level": pl.String,
+                    "msg": pl.String, "has_ts": pl.Boolean, "has_fn": pl.Boolean},
     "nccl_versions": {"line_no": pl.UInt32, "host": pl.String, "pid": pl.Int64, "version": pl.String, "cuda": pl.String},
     "events": {"line_no": pl.UInt32, "ts": pl.Datetime("us"), "level": pl.String, "src_file": pl.String,
                "kind": pl.String, "error_class": pl.String, "detail": pl.String, "message": pl.String,
@@ -142,8 +150,11 @@ def _prefixed(lines: pl.DataFrame) -> pl.DataFrame:
     if df.is_empty():
         return empty
     torn = pl.col("text").str.count_matches(_HEADER_MARK) >= 2
-    df = df.with_columns(torn=torn, text=pl.when(torn).then(pl.col("text").str.extract(_LAST_HEADER, 1))
-                         .otherwise(pl.col("text")))
+    survivor = pl.col("text").str.extract(_LAST_HEADER, 1)
+    stamp = pl.col("text").str.extract_all(_TORN_WARN_TS).list.last().str.extract(r"^(\[[^\]]*\]) ", 1)
+    survivor = pl.when(survivor.str.contains(r"NCCL WARN") & stamp.is_not_null()).then(
+        pl.concat_str([stamp, pl.lit(" "), survivor])).otherwise(survivor)
+    df = df.with_columns(torn=torn, text=pl.when(torn).then(survivor).otherwise(pl.col("text")))
     df = df.with_columns(_g=pl.col("text").str.extract_groups(_PREFIX)).filter(
         pl.col("_g").struct.field("level").is_not_null())
     f = pl.col("_g").struct.field
@@ -159,19 +170,35 @@ def _prefixed(lines: pl.DataFrame) -> pl.DataFrame:
 # -- classification -------------------------------------------------------------------------------
 
 
+_COMPILED = [re.compile(kind.pattern) for kind in KINDS]
+# Numbers folded the same way for every line: lines of one shape are one kind (no kind's
+# pattern depends on a digit's value, only on where digits are).
+_FOLD_HEX = r"0x[0-9a-fA-F]+"
+
+
+def _kind_of(shape: str) -> int | None:
+    return next((i for i, pattern in enumerate(_COMPILED) if pattern.search(shape)), None)
+
+
 def _classify(info: pl.DataFrame) -> tuple[dict[str, list[pl.DataFrame]], pl.DataFrame]:
-    """Run the catalogue over INFO/TRACE messages: rows per table, and (line_no, kind) of all."""
+    """Run the catalogue over INFO/TRACE messages: rows per table, and (line_no, kind) of all.
+
+    Kinds are decided once per distinct message shape (numbers folded), so a file of a million
+    COLL lines costs a handful of pattern tests; each kind's fields are then extracted with one
+    vectorised pass over its own lines."""
     rows: dict[str, list[pl.DataFrame]] = {}
+    empty = pl.DataFrame(schema={"line_no": pl.UInt32, "kind": pl.String})
+    if info.is_empty():
+        return rows, empty
+    shape = pl.col("msg").str.replace_all(_FOLD_HEX, "0x0").str.replace_all(r"\b\d+\b", "0")
+    info = info.with_columns(_shape=shape)
+    shapes = info["_shape"].unique()
+    index = pl.DataFrame({"_shape": shapes, "_kind": [_kind_of(s) for s in shapes.to_list()]},
+                         schema={"_shape": pl.String, "_kind": pl.Int64})
+    info = info.join(index, on="_shape", how="left").filter(pl.col("_kind").is_not_null())
     kinds = []
-    remaining = info
-    for kind in KINDS:
-        if remaining.is_empty():
-            break
-        hit = remaining["msg"].str.contains(kind.pattern)
-        if not hit.any():
-            continue
-        sub = remaining.filter(hit)
-        remaining = remaining.filter(~hit)
+    for (i,), sub in info.group_by("_kind"):
+        kind = KINDS[i]
         kinds.append(sub.select("line_no", kind=pl.lit(kind.name)))
         if kind.table is None:
             continue
@@ -182,8 +209,7 @@ def _classify(info: pl.DataFrame) -> tuple[dict[str, list[pl.DataFrame]], pl.Dat
             frame = pl.concat([frame.drop([c for c in fields.columns if c in frame.columns and c != "line_no"]), fields],
                               how="horizontal")
         rows.setdefault(kind.table, []).append(frame)
-    kind_frame = pl.concat(kinds) if kinds else pl.DataFrame(schema={"line_no": pl.UInt32, "kind": pl.String})
-    return rows, kind_frame
+    return rows, (pl.concat(kinds) if kinds else empty)
 
 
 def _merge(table: str, frames: list[pl.DataFrame] | None) -> pl.DataFrame | None:
@@ -237,23 +263,32 @@ def _phase(conns: pl.DataFrame, markers: pl.DataFrame) -> pl.DataFrame:
 
     Connection index 1 is always point-to-point. Otherwise the next ``Connected all rings``
     or ``Connected all trees`` marker printed by the same thread says which phase the line
-    belonged to; releases before 2.8 print no markers, and every line there is a ring hop
-    (trees reuse the ring connections)."""
+    belonged to. A thread that stopped before its marker (an init hang) still followed the
+    order: no rings marker yet -> ring hop; rings marker but no trees marker -> tree hop.
+    Releases before 2.8 print no markers at all: the phase stays null here and the analyzer
+    decides it from the ring order (``analyzer.nccl_model``)."""
+    key = ["host", "pid", "tid"]
     if markers.is_empty():
-        nxt = conns.with_columns(_marker=pl.lit(None, dtype=pl.String))
-    else:
-        key = ["host", "pid", "tid"]
-        m = markers.select(*key, pl.col("line_no").alias("_mline"), pl.col("key").alias("_marker")).sort("_mline")
-        c = conns.with_columns(_mline=pl.col("line_no")).sort("_mline")
-        nxt = c.join_asof(m, on="_mline", by=key, strategy="forward", check_sortedness=False).drop("_mline")
+        return conns.with_columns(phase=pl.when(pl.col("conn_index") == 1).then(pl.lit("p2p"))
+                                  .when(pl.col("kind") == "collnet_connection").then(pl.lit("collnet"))
+                                  .otherwise(pl.lit(None, dtype=pl.String))).sort("line_no")
+    m = markers.select(*key, pl.col("line_no").alias("_mline"), pl.col("key").alias("_marker")).sort("_mline")
+    c = conns.with_columns(_mline=pl.col("line_no")).sort("_mline")
+    nxt = c.join_asof(m, on="_mline", by=key, strategy="forward", check_sortedness=False)
+    prev = m.rename({"_marker": "_before"})
+    nxt = nxt.drop("_mline").with_columns(_mline=pl.col("line_no")).sort("_mline").join_asof(
+        prev, on="_mline", by=key, strategy="backward", check_sortedness=False).drop("_mline")
+    # Markers exist (2.8+): a thread without one after its lines stopped before it.
+    stalled = pl.col("_marker").is_null()
     phase = (pl.when(pl.col("conn_index") == 1).then(pl.lit("p2p"))
              .when(pl.col("kind") == "collnet_connection").then(pl.lit("collnet"))
              .when(pl.col("_marker") == "Connected all rings").then(pl.lit("ring"))
              .when(pl.col("_marker") == "Connected all trees").then(pl.lit("tree"))
              .when(pl.col("_marker") == "Connected NVLS tree").then(pl.lit("nvls"))
-             .when(pl.col("_marker").is_null() & markers.is_empty()).then(pl.lit("ring"))
+             .when(stalled & pl.col("_before").is_null()).then(pl.lit("ring"))
+             .when(stalled & (pl.col("_before") == "Connected all rings")).then(pl.lit("tree"))
              .otherwise(pl.lit(None, dtype=pl.String)))
-    return nxt.with_columns(phase=phase).drop("_marker").sort("line_no")
+    return nxt.with_columns(phase=phase).drop("_marker", "_before").sort("line_no")
 
 
 def _rings(df: pl.DataFrame | None) -> pl.DataFrame:
@@ -263,9 +298,12 @@ def _rings(df: pl.DataFrame | None) -> pl.DataFrame:
         df = df.with_columns(order=pl.lit(None, dtype=pl.String))
     if "cut" not in df.columns:
         df = df.with_columns(cut=pl.lit(None, dtype=pl.String))
+    numbers = pl.col("order").str.extract_all(r"\d+").list.eval(pl.element().cast(pl.Int64))
+    # `...` glued to a number (2.23+ overwrites the last three characters): that number is partial.
+    partial = pl.col("cut").fill_null("").str.starts_with(".")
     return df.with_columns(
         order_text=pl.col("order").str.strip_chars(),
-        order=pl.col("order").str.extract_all(r"\d+").list.eval(pl.element().cast(pl.Int64)),
+        order=pl.when(partial).then(numbers.list.slice(0, numbers.list.len() - 1)).otherwise(numbers),
         truncated=pl.col("cut").is_not_null(),
     )
 
@@ -298,7 +336,8 @@ def _trees(df: pl.DataFrame | None) -> pl.DataFrame:
     return pl.concat([items, graph], how="diagonal_relaxed")
 
 
-_ITEM = r"(?:\[(?P<index>\d+)\])?(?P<name>[^\s:\[\]]+):(?P<address>\S+?)<(?P<port>\d+)>"
+# `[i]name:addr<port>`, or (2.24+, bootstrap over a net plugin) `name:port`.
+_ITEM = r"(?:\[(?P<index>\d+)\])?(?P<name>[^\s:\[\]]+):(?:(?P<address>\S+?)<(?P<port>\d+)>|(?P<port2>\d+)$)"
 _NIC = r"\[(?P<index>\d+)\](?P<name>[\w.+-]+):(?P<port>\d+)/(?P<link>\w+)"
 
 
@@ -309,13 +348,19 @@ def _net(df: pl.DataFrame | None) -> pl.DataFrame:
     lists = df.filter(pl.col("kind").is_in(["bootstrap_if", "socket_ifs"]))
     nics = df.filter(pl.col("kind") == "ib_nics")
     rest = df.filter(~pl.col("kind").is_in(["bootstrap_if", "socket_ifs", "ib_nics"]))
+    # Per-HCA GDR lines name the HCA by index and name; the reason in parentheses is detail.
+    for column, fallback in (("hca", "hca_index"), ("name", "hca_name"), ("detail", "why")):
+        if fallback in rest.columns:
+            rest = rest.with_columns(pl.coalesce(column, fallback).alias(column) if column in rest.columns
+                                     else pl.col(fallback).alias(column))
     parts = [rest.with_columns(index=to_int(pl.col("index")) if "index" in rest.columns else pl.lit(None, dtype=pl.Int64))]
     if not lists.is_empty():
         items = lists.with_columns(_i=pl.col("items").str.extract_all(r"\S+")).explode("_i").with_columns(
             item=pl.int_range(pl.len()).over("line_no"), _g=pl.col("_i").str.extract_groups(_ITEM))
+        g = pl.col("_g").struct.field
         parts.append(items.with_columns(
-            index=to_int(pl.col("_g").struct.field("index")), name=pl.col("_g").struct.field("name"),
-            address=pl.col("_g").struct.field("address"), port=to_int(pl.col("_g").struct.field("port"))))
+            index=to_int(g("index")), name=g("name"), address=g("address"),
+            port=to_int(pl.coalesce(g("port"), g("port2")))))
     if not nics.is_empty():
         parts += _nic_rows(nics)
     return pl.concat(parts, how="diagonal_relaxed")
@@ -495,7 +540,7 @@ def _warn_events(prefixed: pl.DataFrame) -> pl.DataFrame:
         klass = pl.when(hit).then(pl.lit(name)).otherwise(klass)
         meaning = pl.when(hit).then(pl.lit(what)).otherwise(meaning)
     ts = pl.col("nccl_ts").str.strptime(pl.Datetime("us"), "%Y-%m-%d %H:%M:%S%.f", strict=False)
-    status = pl.col("msg").str.extract(r"(?:with status=|with error )(\d+)", 1)
+    status = pl.col("msg").str.extract(r"(?:with status=|with error |status=\w+\()(\d+)", 1)
     detail = pl.when(status.is_not_null()).then(pl.concat_str([pl.lit("status "), status, pl.lit(": "), meaning])).otherwise(meaning)
     return warns.with_columns(kind=pl.lit("nccl_warn"), error_class=klass.fill_null("other"), detail=detail,
                               message=pl.col("msg"), ts=ts)
@@ -519,25 +564,38 @@ def _fragments(lines: pl.DataFrame, prefixed: pl.DataFrame) -> pl.DataFrame:
         message=pl.col("text"), level=pl.lit(None, dtype=pl.String))
 
 
-def _fingerprints(prefixed: pl.DataFrame) -> pl.DataFrame:
-    """Per process, the first line of each version-specific shape it printed (section 4)."""
+def _shapes(prefixed: pl.DataFrame, kinds: pl.DataFrame) -> pl.DataFrame:
+    """Each process's distinct message shapes (numbers folded, lengths kept), first line of
+    each, for version fingerprinting over all inputs at once (``analyzer.nccl_model``). COLL
+    trace lines are left out: they are the bulk and fingerprint nothing."""
+    df = prefixed.join(kinds, on="line_no", how="left").filter(pl.col("kind").fill_null("") != "coll")
+    shape = pl.col("msg").str.replace_all(r"0x[0-9a-fA-F]+", "0x0").str.replace_all(r"\d", "0")
+    df = df.with_columns(shape=shape).sort("line_no").unique(["host", "pid", "shape"], keep="first", maintain_order=True)
+    return df.select("line_no", "host", "pid", "level", "msg", has_ts=pl.col("nccl_ts").is_not_null(),
+                     has_fn=pl.col("fn").is_not_null())
+
+
+def fingerprints(shapes: pl.DataFrame) -> pl.DataFrame:
+    """Per process, the first line of each version-specific shape it printed (section 4), from
+    ``nccl_shapes`` rows (of one input or of all): ``evidence``, ``min_minor``, ``max_minor``."""
+    schema = {"line_no": pl.UInt32, "host": pl.String, "pid": pl.Int64, "evidence": pl.String,
+              "min_minor": pl.Int64, "max_minor": pl.Int64}
+    extra = [c for c in ("input_id",) if c in shapes.columns]
     parts = []
-    for evidence, pattern, first, last in FINGERPRINTS:
-        hit = prefixed.filter(pl.col("msg").str.contains(pattern))
-        if not hit.is_empty():
-            parts.append(hit.select("line_no", "host", "pid", evidence=pl.lit(evidence),
-                                    min_minor=pl.lit(first, dtype=pl.Int64), max_minor=pl.lit(last, dtype=pl.Int64)))
-    warns = prefixed.filter(pl.col("level") == "WARN")
-    for evidence, column, first, last in (("NCCL timestamp on WARN lines", "nccl_ts", 26, 30),
-                                          ("`(function)` after file:line on WARN lines", "fn", 30, 30)):
-        if column in warns.columns:
-            hit = warns.filter(pl.col(column).is_not_null())
-            if not hit.is_empty():
-                parts.append(hit.select("line_no", "host", "pid", evidence=pl.lit(evidence),
-                                        min_minor=pl.lit(first, dtype=pl.Int64), max_minor=pl.lit(last, dtype=pl.Int64)))
+    info = pl.col("level") == "INFO"
+    checks = [(evidence, pl.col("msg").str.contains(pattern) & (info if evidence.endswith("(INFO)") else True), first, last)
+              for evidence, pattern, first, last in FINGERPRINTS]
+    warn = pl.col("level") == "WARN"
+    checks += [("NCCL timestamp on WARN lines", warn & pl.col("has_ts"), 26, 30),
+               ("`(function)` after file:line on WARN lines", warn & pl.col("has_fn"), 30, 30)]
+    for evidence, hit, first, last in checks:
+        rows = shapes.filter(hit)
+        if not rows.is_empty():
+            parts.append(rows.select(*extra, "line_no", "host", "pid", evidence=pl.lit(evidence),
+                                     min_minor=pl.lit(first, dtype=pl.Int64), max_minor=pl.lit(last, dtype=pl.Int64)))
     if not parts:
-        return pl.DataFrame(schema=SCHEMAS["nccl_fingerprints"])
-    return pl.concat(parts).sort("line_no").unique(["host", "pid", "evidence"], keep="first", maintain_order=True)
+        return pl.DataFrame(schema=schema)
+    return pl.concat(parts).sort(*extra, "line_no").unique(["host", "pid", "evidence"], keep="first", maintain_order=True)
 
 
 def parse(lines: pl.DataFrame) -> ParseResult:
@@ -568,7 +626,7 @@ def parse(lines: pl.DataFrame) -> ParseResult:
         "nccl_tuning": pl.concat([tuning, matrix], how="diagonal_relaxed"),
         "nccl_info": info_table,
         "nccl_versions": versions,
-        "nccl_fingerprints": _fingerprints(prefixed),
+        "nccl_shapes": _shapes(prefixed, kinds),
         "events": events.unique("line_no", keep="first").sort("line_no"),
         "collectives": _collectives(merged.get("collectives")),
     }

@@ -71,14 +71,14 @@ KINDS: list[Kind] = [
 
     # -- section 3.6: rings and trees ---------------------------------------------------------------
     Kind("ring_order", "nccl_rings",
-         r"^Channel (?P<channel>\d+)(?:/(?P<nchannels>\d+))? :(?P<order>(?: +\d+)+)(?P<cut> \.\.\.)?$",
+         r"^Channel (?P<channel>\d+)(?:/(?P<nchannels>\d+))? :(?P<order>(?: +\d+)+)(?P<cut> ?\.\.\.)?$",
          "2.4-2.30",
          ("Channel 00 :    0   1   2   3", "Channel 01/02 :    0   3   2   1",
           "Channel 20/24 : 0 1 2 3 4 5 6 7", "Channel 00/04 : 0 1 2 3 4 5 6 7 8 9 10 11 ...")),
     Kind("ring_neighbors", "nccl_rings",
          r"^Ring (?P<channel>\d+) : (?P<prev>-?\d+) -> (?P<me>\d+) -> (?P<next>-?\d+)$",
          "2.10-2.30 (GRAPH)", ("Ring 03 : 7 -> 0 -> 1",)),
-    Kind("trees", "nccl_trees", r"^Trees(?P<body>(?: \[\d+\] \S+)+)$", "2.4-2.30",
+    Kind("trees", "nccl_trees", r"^Trees(?P<body>(?: \[\d+\] \S+)+)(?P<cut> \[\d*)?$", "2.4-2.30 (cut at 1023 bytes: a partial last label)",
          ("Trees [0] 1/-1/-1->0->-1 [1] -1/-1/-1->0->1",
           "Trees [0] -1/-1/-1->3->2|2->3->-1/-1/-1 [1] 1/-1/-1->3->2|2->3->1/-1/-1",
           "Trees [0] -1->0->1/-1/-1")),
@@ -118,7 +118,7 @@ KINDS: list[Kind] = [
 
     # -- section 3.10: error back-traces (INFO, every level of a failing call) -------------------
     Kind("error_chain", "events",
-         r"^(?P<src>[\w./-]+\.(?:cc|h|cpp|c)):(?P<src_line>\d+)(?: \((?P<fn>[^)]*)\))? -> (?P<code>\d+)(?P<rest>.*)$",
+         r"^(?P<src>[\w./-]+\.(?:cc|cu|h|cpp|c)):(?P<src_line>\d+)(?: \((?P<fn>[^)]*)\))? -> (?P<code>\d+)(?P<rest>.*)$",
          "2.4-2.30",
          ("transport/net_ib.cc:368 -> 2", "group.cc:64 -> 3 [Async thread]", "proxy.cc:1234 -> 6 [Progress Thread]",
           "misc/socket.cc:607 -> 6 socketWait(NCCL_SOCKET_SEND, sock, &sock->type, sizeof(sock->type), &sent)",
@@ -133,7 +133,8 @@ KINDS: list[Kind] = [
     Kind("bootstrap_if", "nccl_net", r"^Bootstrap ?: Using(?P<items>(?: \S+)+)$", "2.4-2.30",
          ("Bootstrap : Using [0]eth0:10.100.3.64<0> [1]ib0:10.200.3.64<0>", "Bootstrap : Using bond0:10.100.4.184<0>",
           "Bootstrap: Using eno1:10.100.5.89<0>", "Bootstrap : Using [0]veth75fa783:fe80::14ad:64ff:fe64:b31e%veth75fa783<0>")),
-    Kind("ib_nics", "nccl_net", r"^NET/IB ?: Using(?P<items>.*?) ?; OOB (?P<oob>\S+)$", "2.4-2.30",
+    Kind("ib_nics", "nccl_net", r"^NET/IB ?: Using(?P<items>(?: ?(?:\[\d+\]=\{[^}]*\}?|\[\d+\]\S*|\[RO\]))*) ?(?:; OOB (?P<oob>\S+))?$",
+         "2.4-2.30 (a line cut at 1023 bytes loses the OOB tail)",
          ("NET/IB : Using [0]mlx5_1:1/IB [1]mlx5_3:1/IB [2]mlx5_2:1/RoCE ; OOB eth0:10.100.3.64<0>",
           "NET/IB : Using [0]mlx5_10:1/RoCE [1]mlx5_11:1/RoCE [RO]; OOB enp220s0np0:10.100.7.136<0>",
           "NET/IB : Using [RO]; OOB eno1:10.100.5.89<0>",
@@ -147,7 +148,7 @@ KINDS: list[Kind] = [
     Kind("network", "nccl_net", r"^Using network (?P<name>.+)$", "2.6-2.30",
          ("Using network IB", "Using network Socket", "Using network AWS Libfabric")),
     Kind("gdr", "nccl_net",
-         r"(?:^|: )GPU Direct RDMA (?P<gdr>Enabled|Disabled) for (?:GPU (?P<gpu>[0-9a-fA-F]+)(?:\[\d+\])? / HCA (?P<hca>[0-9a-fA-Fx]+)"
+         r"^(?:NET/[\w ]+?: ?)?GPU Direct RDMA (?P<gdr>Enabled|Disabled) for (?:GPU (?P<gpu>[0-9a-fA-F]+)(?:\[\d+\])? / HCA (?P<hca>[0-9a-fA-Fx]+)"
          r"|HCA (?P<hca_index>\d+) '(?P<hca_name>[^']*)')(?: \((?:distance (?P<distance>\d+) \S+ (?P<threshold>\d+)|(?P<why>[^)]*))\))?"
          r"(?:, read (?P<read>\d+))?(?: mode (?P<mode>\w+))?",
          "2.4-2.30 (NET)",
@@ -186,6 +187,9 @@ KINDS: list[Kind] = [
          ("NCCL_IB_HCA set to mlx5", "NCCL_SOCKET_IFNAME set to =eth0")),
     Kind("env_invalid", "nccl_env", r"^Invalid value (?P<value>.*) for (?P<key>\S+), using default (?P<default>.*?)\.?$", "2.4-2.30",
          ("Invalid value abc for NCCL_IB_TIMEOUT, using default 18.",)),
+    Kind("env_invalid_range", "nccl_env",
+         r"^Invalid (?P<key>[A-Za-z_]\w*) (?P<value>-?\d+) \((?P<default>must be a multiple of \d+|maximum \d+|minimum \d+)\)\.?$",
+         "2.27-2.30", ("Invalid NCCL_NTHREADS 100 (must be a multiple of 32)", "Invalid NCCL_LL128_NTHREADS 2048 (maximum 640).")),
     Kind("comm_config", "nccl_env", r"^Comm config (?P<key>\w+) set to (?P<value>.*)$", "2.2x", ("Comm config Blocking set to 1",)),
 
     # -- section 3.14: tuning -------------------------------------------------------------------------
@@ -202,6 +206,10 @@ KINDS: list[Kind] = [
                        "AllReduce [Symmetric]: 8388608 Bytes -> Kernel AllReduce_RSxLDMC_AGxSTMC nchannels 16 nthreads 512 nWorks 1")),
     Kind("decision_ce", "nccl_tuning", r"^(?P<func>\w+) \[(?P<kernel>Copy Engine|Hierarchical CE)\]: (?P<bytes>\d+) Bytes -> (?P<detail>.+)$",
          "2.29-2.30", ("AllGather [Copy Engine]: 16777216 Bytes -> cudaMemcpy; CE synchronization with NVLS",)),
+    Kind("decision_trace", "nccl_tuning",
+         r"^Collective (?P<func>\w+)\((?P<red_op>[^,]*), (?P<datatype>[^,]*), (?P<algo>[^,]*), (?P<proto>[^)]*)\) "
+         r"(?P<detail>count=\d+(?:.*? channel\{Lo\.\.Hi\}=\{(?P<ch_lo>\d+)\.\.(?P<ch_hi>\d+)\}.*|.*))$",
+         "2.24-2.30 (TRACE)", ("Collective AllReduce(Sum, float32, RING, SIMPLE) count=1048576 devFuncId=42 channel{Lo..Hi}={0..7} count{Lo,Mid,Hi}={0,0,0} chunkBytes{Lo,Mid,Hi}={0,0,0}",)),
     Kind("tuner_chunk", "nccl_tuning", r"^(?P<func>\w+): tuner chunk size (?P<detail>.*)$", "2.30",
          ("AllReduce: tuner chunk size 4194304 exceeds buffer max 2097152, clamping",)),
     Kind("table_header", "nccl_tuning", r"^Latency/AlgBw \|(?P<cells>.*)$", "2.5-2.17",
@@ -382,7 +390,8 @@ def algorithm_name(algo_id: int, minor: int | None) -> str:
 
 # -- version fingerprints (section 4 and 3.14.6): message shapes only some releases print ------
 # (evidence, pattern on the message, first minor, last minor); 2.X is written as minor X.
-# The analyzer intersects the ranges a process shows (``analyzer.nccl_model``).
+# Applied by the analyzer once over every process's distinct message shapes
+# (``analyzer.nccl_model``), which intersects the ranges a process shows.
 FINGERPRINTS: list[tuple[str, str, int, int]] = [
     ("2.4 NET ring line without device ids", r"^Ring \d+ : \d+ -> \d+ \[(?:send|receive)\] via NET/", 4, 4),
     ("`Ring NN : a[dev] -> b[dev]` connection line", r"^Ring \d+ : \d+\[[0-9a-fA-F]+\] -> \d+\[[0-9a-fA-F]+\] via ", 4, 6),
@@ -406,8 +415,11 @@ FINGERPRINTS: list[tuple[str, str, int, int]] = [
     ("API name before `comm`", r"^(?:\[Rank \d+\] )?nccl\w+ comm ", 21, 30),
     ("`[Rank N]` before the API name", r"^\[Rank \d+\] nccl\w+ comm ", 29, 30),
     ("layout line (nNodes, localRanks, MNNVL)", r"^comm \S+ rank \d+ nRanks \d+ nNodes ", 20, 30),
-    ("ring order with %3d columns", r"^Channel \d+/\d+ :    0(?: |$)", 5, 22),
+    # %3d columns hold at most 20 ranks and are never cut; the 2.23+ minimal width looks the
+    # same for 1000+ ranks (width 4) but is then always cut at 128 characters with `...`.
+    ("ring order with %3d columns", r"^Channel \d+/\d+ :    0(?: +\d+){0,19}$", 5, 22),
     ("ring order with minimal-width columns", r"^Channel \d+/\d+ : {1,3}0 ", 23, 30),
+    ("ring order cut at 128 characters", r"^Channel \d+/\d+ : +\d+(?: +\d+)* ?\.\.\.$", 23, 30),
     ("`Channel NN :` ring order without channel count", r"^Channel \d+ :    0(?: |$)", 4, 4),
     ("`Connected all rings/trees`", r"^Connected all (?:rings|trees)", 8, 30),
     ("`Connected all rings, use ring PXN`", r"^Connected all rings, use ring PXN", 24, 30),
@@ -435,8 +447,9 @@ FINGERPRINTS: list[tuple[str, str, int, int]] = [
     ("`Init timings - api:`", r"^Init timings - ", 23, 30),
     ("`CC x, Multi-GPU CC y`", r"^CC \w+, Multi-GPU CC", 22, 23),
     ("`CC x, workFifoBytes`", r"^CC \w+, workFifoBytes", 24, 30),
-    ("numeric decision line without function", r"^\d+ Bytes -> Algo -?\d+ proto", 20, 22),
-    ("numeric decision line with function", r"^\w+: \d+ Bytes -> Algo -?\d+ proto", 23, 23),
+    # As INFO lines only: the same text is a TRACE line in 2.5-2.19 builds (checked by level).
+    ("numeric decision line without function (INFO)", r"^\d+ Bytes -> Algo -?\d+ proto", 20, 22),
+    ("numeric decision line with function (INFO)", r"^\w+: \d+ Bytes -> Algo -?\d+ proto", 23, 23),
     ("named decision line", r" Bytes -> Algo \w+ proto \w+ channel\{", 24, 30),
     ("`Latency/AlgBw` tuning table", r"^Latency/AlgBw \|", 5, 17),
     ("`Algorithm` block tuning table", r"^\s*Algorithm\s+\|", 18, 30),

@@ -22,6 +22,8 @@ from .envdump import env_dump
 from .eras import Era
 from .megatron import MEGATRON_ROOT, megatron_oom
 from .nccl import Comm, NcclLog, NcclVersion
+from .nccl_topology import NcclSetup
+from .nccl_truth import NcclTruth
 from .pyspy import CULPRIT_MAIN, DOWNSTREAM_MAIN, WAITING_MAIN, collective_frames, dump
 from .run import Attempt, Run, Waiter
 
@@ -46,6 +48,17 @@ class Story(Endings):
         self.torn: tuple[int, int, str] | None = None
         self.truth: dict = {}
         self.agents_seen: dict[int, tuple[int, int]] = {}
+        self.nccl_setup = NcclSetup(
+            gpus_per_node=cluster.gpus_per_node, fabric=spec.nccl_fabric, gdr=spec.nccl_gdr, pxn=spec.nccl_pxn,
+            intra=spec.nccl_intra, cumem=spec.nccl_cumem, shm_node=spec.nccl_shm_node,
+            bootstrap_if=tuple(sorted(spec.nccl_bootstrap_if.items())), nvls=spec.nccl_nvls,
+            connections=spec.nccl_connections, subsys=spec.nccl_subsys, env=tuple(spec.nccl_env.items()),
+            world=cluster.world)
+        self.nccl_truth = NcclTruth(nccl.text)
+        # NCCL detail that older generator versions did not write draws from its own stream, so
+        # that the default output stays byte-identical.
+        self.nrng = random.Random(f"nccl-{spec.seed}")
+        self.nccl_comms: dict[tuple[int, int], list[Comm]] = {}      # (attempt, rank) -> world, expert comm
 
     # -- identities --------------------------------------------------------------------
 
@@ -88,6 +101,8 @@ class Story(Endings):
         run_dirs = {n: f"{self.cluster.job_id}_{_random_suffix(self.rng)}" for n in range(self.cluster.nodes)}
         self.truth.update(world_size=self.cluster.world, hosts=list(self.cluster.hosts), attempts=spec.attempts,
                           analysed_attempt=spec.attempts - 1)
+        if spec.nccl_debug:
+            self.truth["nccl"] = self.nccl_truth.finish([p for a in attempts for p in a.procs])
         return Run(self.cluster, attempts, self.job_lines, self.pyspy, self.env_dumps(), self.torn, run_dirs,
                    self.truth)
 
@@ -101,7 +116,7 @@ class Story(Endings):
         for t, text in megatron.after_init_chatter(self.clock, t_init):
             attempt.procs[0].out(t, text)
         attempt.t_train0 = t_init + 32.2
-        self.connect_rings_lazily(attempt)
+        self.nccl_at_training_start(attempt)
         return attempt
 
     def spawn(self, attempt: Attempt, last_pids: dict[int, int]) -> None:
@@ -157,53 +172,98 @@ class Story(Endings):
             attempt.t_pg_init[proc.rank] = t_pg
             self.pg_banners(proc, t_pg, self.world_pg, proc.rank)
             if spec.nccl_debug:
-                nlog = NcclLog(self.nccl, proc.slot, proc.pid)
+                nlog = self.nlog(proc)
                 t_nccl = t_pg + 0.8 + jitter(rng, 0, 0.2)
-                proc.out(t_nccl, *nlog.process_start(proc.rank == 0))
+                self._nccl_out(proc, t_nccl, nlog.process_start(proc.rank == 0))
+                self.nccl_truth.process(nlog)
                 comm = Comm(world_ptrs[proc.rank], proc.rank, self.cluster.world, world_id,
-                            self.cluster.slots)
+                            self.cluster.slots, key=world_id)
+                self.nccl_comms[(attempt.index, proc.rank)] = [comm]
                 total = jitter(rng, 2.2, 3.4)
-                self._spread(proc, t_nccl + 0.25, total,
-                             nlog.comm_init(proc.tids["init"], comm, self.cluster.gpus_per_node, self.cluster.nodes, total))
+                self._spread(proc, t_nccl + 0.25, total, nlog.comm_init(proc.tids["init"], comm, total, first=True))
                 complete.append(t_nccl + 0.25 + total)
             else:
                 complete.append(t_pg + 3.0)
+        if spec.nccl_debug:
+            self.nccl_truth.comm(self.nlog(attempt.procs[0]), self.nccl_comms[(attempt.index, 0)][0],
+                                 {p.rank: p.pid for p in attempt.procs})
         t_init = max(complete) + 0.1
         self.init_expert_groups(attempt, t_init + 0.6, world_ptrs)
         return t_init
 
     def init_expert_groups(self, attempt: Attempt, t: float, world_ptrs: dict[int, str]) -> None:
-        """The 8-rank EP communicator of each node, split from the world communicator."""
+        """The 8-rank EP communicator of each node, split from the world communicator (NCCL 2.18+;
+        a communicator of its own with a fresh unique id before)."""
         rng = self.rng
+        split = self.nccl.at_least(18)      # ncclCommSplit is 2.18+; before, a fresh ncclCommInitRank
         for node in range(self.cluster.nodes):
             pg = self.ep_pg(node)
             members = self.cluster.node_slots(node)
             ep_comm_id = comm_id(rng)
+            color = 0x12345 + node
+            # 2.23+ split comms print no commId: name them by rank 0's parent pointer and the color.
+            key = f"{world_ptrs[members[0].rank]}/{color}" if self.nccl.at_least(23) else ep_comm_id
             for slot in members:
                 proc = attempt.procs[slot.rank]
                 self.pg_banners(proc, t + jitter(rng, 0, 0.05), pg, slot.local_rank)
                 if not self.spec.nccl_debug:
                     continue
                 comm = Comm(pointer(rng), slot.local_rank, len(members), ep_comm_id, members,
-                            parent=world_ptrs[slot.rank], color=0x12345 + node)
+                            parent=world_ptrs[slot.rank] if split else None, color=color, key=key)
+                self.nccl_comms[(attempt.index, slot.rank)].append(comm)
                 total = jitter(rng, 0.7, 1.2)
-                nlog = NcclLog(self.nccl, slot, proc.pid)
+                nlog = self.nlog(proc)
                 self._spread(proc, t + 0.4 + jitter(rng, 0, 0.05), total,
-                             nlog.comm_init(proc.tids["ep_init"], comm, self.cluster.gpus_per_node, 1, total))
+                             nlog.comm_init(proc.tids["ep_init"], comm, total, first=False))
+            if self.spec.nccl_debug:
+                self.nccl_truth.comm(self.nlog(attempt.procs[members[0].rank]),
+                                     self.nccl_comms[(attempt.index, members[0].rank)][1],
+                                     {p.rank: p.pid for p in attempt.procs})
 
-    def connect_rings_lazily(self, attempt: Attempt) -> None:
-        """From NCCL 2.22 ring connections are made at the first collective, on the calling thread."""
-        if not (self.spec.nccl_debug and self.nccl.at_least(22)):
+    def nccl_at_training_start(self, attempt: Attempt) -> None:
+        """What NCCL prints once training starts: the first collectives (COLL, TUNING decisions),
+        from 2.22 the ring/tree connections they trigger (on the calling thread), and with
+        ``nccl_connections="full"`` the lazy point-to-point connections (2.12+, their own thread)."""
+        if not self.spec.nccl_debug:
             return
         for proc in attempt.procs:
-            nlog = NcclLog(self.nccl, proc.slot, proc.pid)
-            world = Comm("", proc.rank, self.cluster.world, None, self.cluster.slots)
-            expert = Comm("", proc.slot.local_rank, self.cluster.gpus_per_node, None,
-                          self.cluster.node_slots(proc.slot.node))
+            nlog = self.nlog(proc)
+            world, expert = self.nccl_comms[(attempt.index, proc.rank)]
+            self.first_collectives(attempt, proc, nlog, world)
+            self.connect_p2p(attempt, proc, nlog, world, expert)
+            if not self.nccl.at_least(22):
+                continue
             t = attempt.t_train0 + jitter(self.rng, 0.3, 0.5)
-            proc.out(t, *(nlog.info(proc.pid, text) for text in nlog.connection_lines(world)))
+            self._nccl_out(proc, t, [nlog.info(proc.pid, text) for text in nlog.connect(world)])
             # The first MoE all-to-all connects the expert communicator a moment later.
-            proc.out(t + jitter(self.rng, 1.5, 3.0), *(nlog.info(proc.pid, text) for text in nlog.connection_lines(expert)))
+            self._nccl_out(proc, t + jitter(self.rng, 1.5, 3.0), [nlog.info(proc.pid, text) for text in nlog.connect(expert)])
+
+    def first_collectives(self, attempt: Attempt, proc: Proc, nlog: NcclLog, world: Comm) -> None:
+        """COLL: each rank's first three collectives on the world comm; TUNING: rank 0's choice."""
+        coll = nlog.shows("COLL")
+        if not (coll or (nlog.shows("TUNING") and world.rank == 0)):
+            return
+        bf16 = 9 if self.nccl.at_least(10) else 6
+        calls = (("AllReduce", 1, 7, 4, 0.1), ("AllGather", 1 << 20, bf16, 2, 4.0), ("ReduceScatter", 1 << 20, bf16, 2, 4.1))
+        stream = pointer(self.nrng)
+        for op_count, (op, count, dtype, size, dt) in enumerate(calls):
+            t = attempt.t_train0 + dt + jitter(self.nrng, 0, 0.05)
+            send = f"0x7f{self.nrng.randrange(16 ** 7):07x}000"         # device buffers, page aligned
+            recv = send if op == "AllReduce" else f"0x7f{self.nrng.randrange(16 ** 7):07x}000"
+            lines = [nlog.coll_line(world, op, op_count, send, recv, count, dtype, stream)] if coll else []
+            if nlog.shows("TUNING") and world.rank == 0:
+                lines.append(nlog.decision_line(world, op, count * size))
+            self._nccl_out(proc, t, [nlog.info(proc.pid, text) for text in lines if text])
+
+    def connect_p2p(self, attempt: Attempt, proc: Proc, nlog: NcclLog, world: Comm, expert: Comm) -> None:
+        """Lazy send/recv connections (connection index 1): the pipeline send to the next node on
+        the world comm, the first all-to-all peer on the expert comm; each by a preconnect thread."""
+        for comm, dt in ((world, 1.2), (expert, 3.6)):
+            lines = nlog.connection_lines(comm, "p2p")
+            if lines:
+                tid = proc.tids["init"] + 2600 + self.nrng.randrange(40, 400)
+                t = attempt.t_train0 + dt + jitter(self.nrng, 0, 0.2)
+                self._nccl_out(proc, t, [nlog.info(tid, text) for text in lines])
 
     def pg_banners(self, proc: Proc, t: float, pg: PG, pg_rank: int) -> None:
         if not (self.spec.work_updates and self.era.env_banners):
@@ -212,12 +272,19 @@ class Story(Endings):
         proc.err(t, *self.log_of(proc).init_banners(t, pg, pg_rank, self.spec.timeout_s * 1000,
                                                    self.nccl.text, 1, trace_buffer))
 
-    @staticmethod
-    def _spread(proc: Proc, t: float, span: float, lines: list[str]) -> None:
-        """Print ``lines`` evenly over ``span`` seconds (init output is not instantaneous)."""
+    def nlog(self, proc: Proc) -> NcclLog:
+        return NcclLog(self.nccl, proc.slot, proc.pid, self.nccl_setup)
+
+    def _nccl_out(self, proc: Proc, t: float, lines: list[str]) -> None:
+        """Print NCCL messages at ``t``, recording them for ``truth["nccl"]``."""
+        for text in lines:
+            self.nccl_truth.emit(proc, t, text)
+
+    def _spread(self, proc: Proc, t: float, span: float, lines: list[str]) -> None:
+        """Print NCCL ``lines`` evenly over ``span`` seconds (init output is not instantaneous)."""
         step = span / max(1, len(lines) - 1)
         for i, text in enumerate(lines):
-            proc.out(t + i * step, text)
+            self.nccl_truth.emit(proc, t + i * step, text)
 
     def train_config(self) -> megatron.TrainConfig:
         healthy = self.spec.scenario == "healthy"
@@ -316,10 +383,12 @@ class Story(Endings):
         t_exit = t_end + 43.0
         for proc in attempt.procs:
             if spec.nccl_debug:
-                nlog = NcclLog(self.nccl, proc.slot, proc.pid)
-                comm = Comm(attempt.world_ptrs.get(proc.rank, ""), proc.rank, self.cluster.world, None,
-                            self.cluster.slots)
-                proc.out(t_exit + jitter(rng, 0, 0.4), nlog.destroy_complete(proc.pid, comm))
+                nlog = self.nlog(proc)
+                comm = self.nccl_comms[(attempt.index, proc.rank)][0]
+                line = nlog.destroy_complete(proc.pid, comm)
+                t_destroy = t_exit + jitter(rng, 0, 0.4)
+                if line:
+                    self._nccl_out(proc, t_destroy, [line])
             proc.end(t_exit + jitter(rng, 0.5, 1.5), 0)
         for log in attempt.agent_logs:
             log.finished(t_exit + jitter(rng, 1.6, 2.0))
@@ -507,13 +576,14 @@ class Story(Endings):
         self.truth["fault_host"] = self.cluster.hosts[node]
         for slot in self.cluster.node_slots(node)[:3]:
             proc = attempt.procs[slot.rank]
-            nlog = NcclLog(self.nccl, slot, proc.pid)
+            nlog = self.nlog(proc)
             t = t_hang + jitter(rng, 15, 40)
             local_gid = f"10.30.{slot.local_rank}.{11 + node}"
             remote_gid = f"10.30.{slot.local_rank}.{11 + peer}"
-            proc.out(t, nlog.ib_completion_error(proc.tids["proxy"], self.cluster.slots[peer * self.cluster.gpus_per_node].ip,
-                                                 rng.randrange(32768, 61000), local_gid, remote_gid,
-                                                 self.clock.megatron(t)))
+            warn = nlog.network_error(proc.tids["proxy"], self.cluster.slots[peer * self.cluster.gpus_per_node].ip,
+                                      rng.randrange(32768, 61000), local_gid, remote_gid, self.clock.megatron(t))
+            if warn:
+                self._nccl_out(proc, t, [warn])
 
     # -- INFO-level progress and NCCL service-thread chatter ---------------------------------
 
@@ -542,9 +612,9 @@ class Story(Endings):
                 if proc is dead:
                     continue
                 t = dead.exit_t + jitter(self.rng, 0.001, 0.05)
-                if proc.alive_at(t):
-                    nlog = NcclLog(self.nccl, proc.slot, proc.pid)
-                    proc.out(t, nlog.service_thread_closed(proc.tids["proxy"], dead.slot.local_rank))
+                line = self.nlog(proc).service_thread_closed(proc.tids["proxy"], dead.slot.local_rank)
+                if proc.alive_at(t) and line:
+                    self._nccl_out(proc, t, [line])
 
     # -- py-spy, env, truth ---------------------------------------------------------------------
 
