@@ -15,6 +15,8 @@ Built over all inputs at once from the NCCL parser's rows (``formats/nccl.md`` s
 ``nccl_fingerprints``  per process, the version-specific line shapes it printed and the
                        release range each allows (nccl.md section 4)
 
+``nccl_env`` and ``nccl_tuning`` rows printed during a communicator's init get its ``comm_key``.
+
 A connection line is attributed to a communicator by the printing process and the rank it
 names for itself (sender for P2P/SHM/``[send]``, receiver for ``[receive]``), preferring a
 communicator initialised on the same thread and the nearest init in file order (section 5.1).
@@ -86,6 +88,11 @@ def build(tables: dict[str, pl.DataFrame], ranks: pl.DataFrame | None = None) ->
     out["nccl_ring_order"] = _ring_order(tables, members, hops)
     out["nccl_hops"] = _settle_phase(hops, out["nccl_ring_order"])
     out["nccl_communicators"] = _communicators(members, processes)
+    keys = members.select("host", "pid", comm="comm", comm_key="comm_key").unique(["host", "pid", "comm"])
+    for name in ("nccl_env", "nccl_tuning"):
+        frame = _get(tables, name)
+        if frame is not None and "comm" in frame.columns:
+            out[name] = frame.drop("comm_key", strict=False).join(keys, on=["host", "pid", "comm"], how="left")
     return out
 
 

@@ -103,14 +103,14 @@ SCHEMAS: dict[str, dict] = {
                  "gpu": pl.String, "hca": pl.String, "distance": pl.Int64, "threshold": pl.Int64,
                  "read": pl.Int64, "mode": pl.String, "threads": pl.Int64, "sockets": pl.Int64,
                  "which": pl.String, "detail": pl.String},
-    "nccl_env": {**_B, "key": pl.String, "value": pl.String, "default": pl.String},
+    "nccl_env": {**_B, "key": pl.String, "value": pl.String, "default": pl.String, "comm": pl.String},
     "nccl_tuning": {**_B, "func": pl.String, "bytes": pl.Int64, "algo": pl.String, "proto": pl.String,
                     "time_us": pl.Float64, "ch_lo": pl.Int64, "ch_hi": pl.Int64, "kernel": pl.String,
                     "nchannels": pl.Int64, "nthreads": pl.Int64, "nworks": pl.Int64, "latency_us": pl.Float64,
                     "bandwidth_gbs": pl.Float64, "max_threads": pl.Int64, "enabled": pl.Int64,
                     "coll_channels": pl.Int64, "collnet_channels": pl.Int64, "nvls_channels": pl.Int64,
                     "p2p_channels": pl.Int64, "p2p_per_peer": pl.Int64, "min_cc": pl.Int64, "dev": pl.Int64,
-                    "table_line": pl.UInt32, "detail": pl.String},
+                    "table_line": pl.UInt32, "detail": pl.String, "comm": pl.String},
     "nccl_info": {**_B, "rank": pl.Int64, "nranks": pl.Int64, "key": pl.String, "value": pl.String,
                   "detail": pl.String},
     "nccl_shapes": {"line_no": pl.UInt32, "host": pl.String, "pid": pl.Int64, "level": pl.String,
@@ -476,6 +476,23 @@ def _env(df: pl.DataFrame | None) -> pl.DataFrame:
     return df.with_columns(value=value, key=key)
 
 
+_RUNTIME_TUNING = ["decision_numeric", "decision", "decision_symmetric", "decision_ce", "decision_trace", "tuner_chunk"]
+
+
+def _with_comm(df: pl.DataFrame, comms: pl.DataFrame) -> pl.DataFrame:
+    """Init-time lines (env echoes, the tuning table, thresholds, channel counts) -> the
+    communicator whose ``Init COMPLETE`` the same thread prints next: NCCL_ALGO/NCCL_PROTO and
+    the tuning step repeat at every communicator init (nccl.md 3.14.4)."""
+    key = ["host", "pid", "tid"]
+    done = comms.filter(pl.col("phase") == "Init COMPLETE").select(*key, _c_line="line_no", _comm="comm").sort("_c_line")
+    if df.is_empty() or done.is_empty():
+        return df.with_columns(comm=pl.lit(None, dtype=pl.String))
+    runtime = pl.col("kind").is_in(_RUNTIME_TUNING)
+    out = df.with_columns(_c_line=pl.col("line_no")).sort("_c_line").join_asof(
+        done, on="_c_line", by=key, strategy="forward", check_sortedness=False)
+    return out.with_columns(comm=pl.when(runtime).then(None).otherwise(pl.col("_comm"))).drop("_c_line", "_comm").sort("line_no")
+
+
 def _comms(df: pl.DataFrame | None) -> pl.DataFrame:
     if df is None:
         return pl.DataFrame(schema=SCHEMAS["nccl_comms"])
@@ -615,15 +632,16 @@ def parse(lines: pl.DataFrame) -> ParseResult:
                                                   detail=pl.lit("another process's line was cut off before this record"),
                                                   message=pl.col("msg"))
     events = pl.concat([_warn_events(prefixed), _info_events(merged.get("events")), torn, fragments], how="diagonal_relaxed")
+    comms = _comms(merged.get("nccl_comms"))
     tables = {
-        "nccl_comms": _comms(merged.get("nccl_comms")),
+        "nccl_comms": comms,
         "nccl_connections": _connections(merged.get("nccl_connections"), markers),
         "nccl_rings": _rings(merged.get("nccl_rings")),
         "nccl_trees": _trees(merged.get("nccl_trees")),
         "nccl_graph": merged.get("nccl_graph"),
         "nccl_net": _net(merged.get("nccl_net")),
-        "nccl_env": _env(merged.get("nccl_env")),
-        "nccl_tuning": pl.concat([tuning, matrix], how="diagonal_relaxed"),
+        "nccl_env": _with_comm(_env(merged.get("nccl_env")), comms),
+        "nccl_tuning": _with_comm(pl.concat([tuning, matrix], how="diagonal_relaxed"), comms),
         "nccl_info": info_table,
         "nccl_versions": versions,
         "nccl_shapes": _shapes(prefixed, kinds),

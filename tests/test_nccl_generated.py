@@ -175,3 +175,17 @@ def test_docker0_bootstrap_on_one_node_is_in_nccl_net(tmp_path):
     assert boot.rows() == [("h20-node-01", "eth0", boot["address"][0]), ("h20-node-02", "eth0", boot["address"][1]),
                            ("h20-node-03", "docker0", "172.17.0.2")]
     assert "docker0 172.17.0.2" in _transports(tmp_path)
+
+
+def test_algo_env_and_tuning_table_belong_to_each_communicator_init(tmp_path):
+    # NCCL_PROTO is echoed by every rank at every communicator init (nccl.md 3.14.4); the
+    # tuning table by rank 0 of each communicator.
+    truth = generate_run(tmp_path, RunSpec(nodes=2, gpus_per_node=4, scenario="healthy", pyspy=False,
+                                           nccl_version="2.24.3", nccl_subsys="INIT,ENV,TUNING",
+                                           nccl_env={"NCCL_PROTO": "^LL128"}))["nccl"]
+    run = analyze([tmp_path])
+    mapping = _comm_map(run, truth)
+    env = run.frame("SELECT comm_key, count(*) AS n FROM nccl_env WHERE key = 'NCCL_PROTO' GROUP BY 1")
+    assert dict(env.rows()) == {mapping[c["key"]]: c["nranks"] for c in truth["comms"]}
+    tables = run.frame("SELECT DISTINCT comm_key FROM nccl_tuning WHERE kind = 'table_cell'")["comm_key"].to_list()
+    assert sorted(tables) == sorted(mapping.values())
