@@ -192,11 +192,22 @@ def _render_network(c: dict, procs: dict) -> list[str]:
     networks = sorted({p["network"] or "not in the log" for p in mine})
     boot = sorted({f"{p['bootstrap_if']} {p['bootstrap_addr']}" for p in mine if p["bootstrap_if"]})
     nics = sorted({n for p in mine for n in (p["nics"] or [])})
-    lines = [f"  network: {', '.join(networks)}" + (f"; NICs {', '.join(nics[:8])}" + (" ..." if len(nics) > 8 else "")
-                                                    if nics else "")]
+    lines = [f"  network: {', '.join(networks)}" + (f"; NICs {_nic_span(nics)}" if nics else "")]
     if boot:
-        lines.append(f"  bootstrap: {', '.join(boot[:6])}" + (" ..." if len(boot) > 6 else ""))
+        lines.append(f"  bootstrap: {', '.join(boot[:3])}" + (f" and {len(boot) - 3} more" if len(boot) > 3 else ""))
     return lines
+
+
+def _nic_span(nics: list[str]) -> str:
+    """``mlx5_0:1/RoCE .. mlx5_7:1/RoCE`` -> ``mlx5_0..7:1/RoCE`` when they differ only in the number."""
+    import re
+
+    parts = [re.fullmatch(r"(.*?)(\d+)(:\d+/\w+)", n) for n in nics]
+    if len(nics) > 2 and all(parts) and len({(p[1], p[3]) for p in parts}) == 1:
+        numbers = sorted(int(p[2]) for p in parts)
+        if numbers == list(range(numbers[0], numbers[-1] + 1)):
+            return f"{parts[0][1]}{numbers[0]}..{numbers[-1]}{parts[0][3]}"
+    return ", ".join(nics[:6]) + (f" and {len(nics) - 6} more" if len(nics) > 6 else "")
 
 
 def _render_hosts(processes: list[dict]) -> list[str]:
@@ -226,7 +237,7 @@ def _render_rings(rings: list[dict]) -> list[str]:
     for ring in rings:
         by_order.setdefault((tuple(ring["order"]), ring["complete"]), []).append(ring["channel"])
     for (order, complete), channels in by_order.items():
-        shown = " ".join(str(r) for r in order[:24]) + (" ..." if len(order) > 24 else "")
+        shown = " ".join(str(r) for r in order[:16]) + (" ..." if len(order) > 16 else "")
         lines.append(f"  ring {_channels(channels)}: {shown}{'' if complete else ' (partial)'}")
     slowest = [r["slowest"] for r in rings if r["slowest"]]
     tiers = {link["tier"] for r in rings for link in r["links"] if link["tier"]}
