@@ -286,8 +286,13 @@ def _ranks_table(df: pl.DataFrame, procs: pl.DataFrame, tables: dict[str, pl.Dat
         agg = agg.with_columns(bus_id=pl.lit(None, dtype=pl.String))
     exits = tables.get("exits")
     if exits is not None and not exits.is_empty():
-        lr = exits.drop_nulls(["rank"]).group_by("rank").agg(x_local=pl.col("local_rank").drop_nulls().first())
-        agg = agg.join(lr, on="rank", how="left").with_columns(local_rank=pl.coalesce("local_rank", "x_local")).drop("x_local")
+        # torchrun's failure summary states each rank's pid and host: fill what the lines lacked.
+        lr = exits.drop_nulls(["rank"]).group_by("rank").agg(
+            x_local=pl.col("local_rank").drop_nulls().first(), x_pid=pl.col("pid").drop_nulls().last(),
+            x_node=_short(pl.col("host").drop_nulls().first()))
+        agg = agg.join(lr, on="rank", how="left").with_columns(
+            local_rank=pl.coalesce("local_rank", "x_local"), pid=pl.coalesce("pid", "x_pid"),
+            node=pl.coalesce("node", "x_node")).drop("x_local", "x_pid", "x_node")
     agg = agg.with_columns(local_rank=pl.coalesce(pl.col("local_rank"), pl.col("cuda_dev")),
                            bus_id=pl.col("bus_id").map_elements(bus_id_to_pci, return_dtype=pl.String))
     return agg.select("rank", "node", "pid", "local_rank", "cuda_dev", "bus_id", "source", "confidence", "inputs").sort("rank")
