@@ -96,7 +96,7 @@ def _verdict(findings) -> dict:
         top = causes[0]
         gpus = top.gpus
         where = ", ".join(
-            f"{g.get('node') or '?'} GPU {g.get('cuda_dev') if g.get('cuda_dev') is not None else '?'}"
+            (g.get("node") or "?") + (f" GPU {g['cuda_dev']}" if g.get("cuda_dev") is not None else "")
             + (f" ({g['bus_id']})" if g.get("bus_id") else "") for g in gpus[:3])
         sentence = f"{top.title}: rank {rank_ranges(top.ranks)} on {where}. {top.message}."
         return {"status": "culprit", "category": top.category, "confidence": round(top.confidence, 2),

@@ -37,6 +37,23 @@ def test_the_culprit_rule_names_the_injected_rank_in_hang_cases(name):
 
 
 @pytest.mark.parametrize("name", ["kill", "raise"])
+def test_the_first_failure_rule_names_the_injected_rank(name):
+    case = _case(name)
+    report = build_report(analyze([CORPUS / name]))
+    x001 = [f for f in report["findings"] if f["code"] == "X001"]
+    assert x001 and x001[0]["ranks"] == [case["culprit_rank"]]
+    assert report["verdict"]["status"] == "culprit"
+    expected = "SIGKILL" if name == "kill" else "injected failure"
+    assert expected in x001[0]["message"]
+
+
+@pytest.mark.parametrize("name", [n for n in CASES if _case(n)["hang"]])
+def test_the_first_failure_rule_stays_quiet_in_hangs(name):
+    report = build_report(analyze([CORPUS / name]))
+    assert not [f for f in report["findings"] if f["code"] == "X001"]
+
+
+@pytest.mark.parametrize("name", ["kill", "raise"])
 def test_torchrun_names_the_injected_rank_as_root_cause(name):
     case = _case(name)
     run = analyze([CORPUS / name])
