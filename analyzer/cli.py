@@ -22,6 +22,7 @@ examples:
   postmortem query --db job.duckdb "SELECT rank, node, pid, bus_id, source FROM ranks"
   postmortem transports job/                               which transport each NCCL ring hop used
   postmortem transports --db job.duckdb --all --format json
+  postmortem hw H100                                       a GPU's numbers, sources and machine balance
   postmortem rules                                         list rule codes
   postmortem explain H001                                  what a rule detects and why
 
@@ -74,8 +75,16 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--db", metavar="FILE", help="read a store written by postmortem ingest instead of parsing")
     t.add_argument("--comm", help="only communicators whose key (commId) contains this text")
     t.add_argument("--all", action="store_true", help="list every hop, not just the slow ones")
+    t.add_argument("--gpu", metavar="MODEL", help="the GPU model, to price each hop (e.g. H100, A100-80GB); "
+                                                   "default: the nvidia-smi name in the inputs")
     t.add_argument("--format", default="text", choices=["text", "json"])
     t.add_argument("--quiet", action="store_true", help="no progress on stderr")
+
+    hw = sub.add_parser("hw", help="the hardware model: accelerators, link tiers, a GPU's machine balance",
+                        description="Without MODEL: every accelerator in the model. With MODEL: its numbers, their "
+                                    "sources, its machine balance and link tiers.")
+    hw.add_argument("model", nargs="?", metavar="MODEL")
+    hw.add_argument("--format", default="text", choices=["text", "json"])
 
     sub.add_parser("rules", help="list the rules and their codes")
     e = sub.add_parser("explain", help="show a rule's documentation")
@@ -91,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return {"report": _report, "ingest": _ingest, "query": _query, "transports": _transports,
-                "rules": _rules, "explain": _explain}[args.command](args)
+                "hw": _hw, "rules": _rules, "explain": _explain}[args.command](args)
     except BrokenPipeError:
         return 0
 
@@ -218,11 +227,45 @@ def _transports(args) -> int:
     run = _open_store(args.db) if args.db else _analyze(args.paths, None, args.quiet)
     if run is None:
         return 2
-    v = view(run, comm=args.comm)
+    v = view(run, comm=args.comm, gpu=args.gpu)
     if args.format == "json":
         sys.stdout.write(json.dumps(v, default=str, indent=1) + "\n")
     else:
         sys.stdout.write(render_text(v, all_hops=args.all))
+    return 0
+
+
+def _hw(args) -> int:
+    from analyzer import hardware
+
+    if args.model:
+        acc = hardware.find(args.model)
+        if acc is None:
+            names = ", ".join(a["name"] for a in hardware.accelerators())
+            print(f"postmortem: no accelerator matches {args.model!r}; the model has: {names}", file=sys.stderr)
+            return 2
+        rows = [acc]
+    else:
+        rows = hardware.accelerators()
+    if args.format == "json":
+        sys.stdout.write(json.dumps([{**a, "machine_balance_flop_per_byte": hardware.machine_balance(a),
+                                      "nvlink_tier": hardware.tier(a.get("nvlink")),
+                                      "pcie_tier": hardware.tier(a.get("pcie"))} for a in rows], indent=1) + "\n")
+        return 0
+    print(f"{'GPU':24s} {'BF16 TF/s':>9s} {'HBM TB/s':>8s} {'FLOP/B':>6s} {'mem GB':>6s}  {'GPU-GPU link (per dir.)':28s} host")
+    for a in rows:
+        balance = hardware.machine_balance(a)
+        link = f"{a['nvlink']} {a['nvlink_unidir_gbs']} GB/s" if a.get("nvlink") else "PCIe only"
+        print(f"{a['name']:24s} {a.get('bf16_dense_tflops', '?'):>9} {a.get('hbm_tbps', '?'):>8} "
+              f"{balance:>6.0f} {a.get('memory_gb', '?'):>6}  {link:28s} {a.get('pcie', '?')}")
+    if args.model:
+        acc = rows[0]
+        print(f"\nsource: {acc['source']} (confidence: {acc['confidence']})")
+        for name in (acc.get("nvlink"), acc.get("pcie")):
+            t = hardware.tier(name)
+            if t:
+                achievable = f", achievable ~{t['achievable_gbyte_s']:g}" if t.get("achievable_gbyte_s") else ""
+                print(f"{t['name']}: line {t['line_gbyte_s']:g} GB/s per direction{achievable} ({t['source']})")
     return 0
 
 

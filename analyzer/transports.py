@@ -10,10 +10,27 @@ from __future__ import annotations
 
 import polars as pl
 
+from analyzer import hardware
 from analyzer.nccl_model import TIER_ORDER
 
 
-def view(run, comm: str | None = None) -> dict:
+def accelerator(run, gpu: str | None = None) -> tuple[dict | None, str]:
+    """The GPU model: ``--gpu`` when given, else the name nvidia-smi reported in the inputs."""
+    if gpu:
+        acc = hardware.find(gpu)
+        return acc, (f"--gpu {gpu}" if acc else f"--gpu {gpu}: not in the hardware model")
+    for table, column in (("gpus", "name"), ("gpu_health", "product")):
+        if column in run.columns(table):
+            names = run.frame(f'SELECT "{column}" AS n, count(*) AS c FROM "{table}" WHERE "{column}" IS NOT NULL '
+                              "GROUP BY 1 ORDER BY c DESC LIMIT 1")
+            if not names.is_empty():
+                acc = hardware.find(names["n"][0])
+                if acc:
+                    return acc, f"{table}: {names['n'][0]}"
+    return None, "not in the inputs (give --gpu MODEL)"
+
+
+def view(run, comm: str | None = None, gpu: str | None = None) -> dict:
     tables = {name: run.frame(f"SELECT * FROM {name}") if run.columns(name) else pl.DataFrame()
               for name in ("nccl_communicators", "nccl_members", "nccl_hops", "nccl_ring_order", "nccl_processes",
                            "nccl_tuning", "events")}
@@ -24,8 +41,10 @@ def view(run, comm: str | None = None) -> dict:
         keys += [k for k in hops["comm_key"].unique().sort().to_list() if k not in keys]
     if comm:
         keys = [k for k in keys if comm in k]
+    acc, acc_source = accelerator(run, gpu)
     return {
-        "communicators": [_communicator(key, tables) for key in keys],
+        "accelerator": {"name": acc["name"] if acc else None, "source": acc_source},
+        "communicators": [_communicator(key, tables, acc) for key in keys],
         "processes": tables["nccl_processes"].to_dicts() if not tables["nccl_processes"].is_empty() else [],
         "p2p_refusals": _refusals(tables["events"]),
     }
@@ -35,7 +54,7 @@ def _rows(frame: pl.DataFrame, key: str) -> pl.DataFrame:
     return frame.filter(pl.col("comm_key") == key) if not frame.is_empty() else frame
 
 
-def _communicator(key: str, tables: dict[str, pl.DataFrame]) -> dict:
+def _communicator(key: str, tables: dict[str, pl.DataFrame], acc: dict | None = None) -> dict:
     info = _rows(tables["nccl_communicators"], key)
     members = _rows(tables["nccl_members"], key).sort("rank")
     hops = _rows(tables["nccl_hops"], key)
@@ -52,10 +71,10 @@ def _communicator(key: str, tables: dict[str, pl.DataFrame]) -> dict:
         **{k: head.get(k) for k in ("comm_key", "comm_id", "identified_by", "nranks", "members_seen", "init_complete",
                                     "nnodes", "hosts", "versions")},
         "members": member_rows,
-        "tiers": _tier_counts(hops),
-        "rings": [_ring(r, hops) for r in rings.iter_rows(named=True)],
-        "hops": [_hop(h) for h in hops.sort("channel", "phase", "src_rank", nulls_last=True).iter_rows(named=True)],
-        "attention": [_hop(h) for h in _attention(hops).iter_rows(named=True)],
+        "tiers": [{**t, **_price(t["tier"], acc)} for t in _tier_counts(hops)],
+        "rings": [_ring(r, hops, acc) for r in rings.iter_rows(named=True)],
+        "hops": [_hop(h, acc) for h in hops.sort("channel", "phase", "src_rank", nulls_last=True).iter_rows(named=True)],
+        "attention": [_hop(h, acc) for h in _attention(hops).iter_rows(named=True)],
         "tuning": _tuning(tables["nccl_tuning"], members),
     }
 
@@ -68,13 +87,18 @@ def _tier_counts(hops: pl.DataFrame) -> list[dict]:
     return counts.sort("phase", "_o", nulls_last=True).drop("_o").to_dicts()
 
 
-def _hop(h: dict) -> dict:
-    return {k: h.get(k) for k in ("channel", "phase", "conn_index", "src_rank", "dst_rank", "src_host", "dst_host",
+def _price(tier_label: str | None, acc: dict | None) -> dict:
+    price = hardware.price_hop(tier_label, acc)
+    return {"gbyte_s": price.gbyte_s, "priced_as": price.link, "price_basis": price.basis}
+
+
+def _hop(h: dict, acc: dict | None = None) -> dict:
+    return {**_price(h.get("tier"), acc), **{k: h.get(k) for k in ("channel", "phase", "conn_index", "src_rank", "dst_rank", "src_host", "dst_host",
                                   "src_gpu", "dst_gpu", "src_pci", "dst_pci", "transport", "detail", "net", "send_nic", "recv_nic", "link",
-                                  "gdr", "pxn_via", "tier", "input_id", "line_no")}
+                                  "gdr", "pxn_via", "tier", "input_id", "line_no")}}
 
 
-def _ring(ring: dict, hops: pl.DataFrame) -> dict:
+def _ring(ring: dict, hops: pl.DataFrame, acc: dict | None = None) -> dict:
     order = ring["order"] or []
     by_pair = {}
     if not hops.is_empty():
@@ -89,6 +113,8 @@ def _ring(ring: dict, hops: pl.DataFrame) -> dict:
         links.append({"src_rank": src, "dst_rank": dst, "tier": hop["tier"] if hop else None,
                       "src_host": hop["src_host"] if hop else None, "dst_host": hop["dst_host"] if hop else None})
     slowest = max((link for link in links if link["tier"]), key=lambda link: TIER_ORDER.get(link["tier"], 9), default=None)
+    if slowest is not None:
+        slowest = {**slowest, **_price(slowest["tier"], acc)}
     return {"channel": ring["channel"], "order": order, "source": ring["source"], "complete": ring["complete"],
             "agrees_with_hops": ring["agrees_with_hops"], "links": links, "slowest": slowest}
 
@@ -136,7 +162,8 @@ def _refusals(events: pl.DataFrame) -> list[dict]:
 def render_text(v: dict, all_hops: bool = False) -> str:
     if not v["communicators"] and not v["processes"]:
         return "No NCCL_DEBUG output found (is NCCL_DEBUG=INFO set?).\n"
-    out = []
+    acc = v.get("accelerator") or {}
+    out = [f"GPU model: {acc.get('name') or 'unknown'} ({acc.get('source')})", ""]
     procs = {(p["host"], p["pid"]): p for p in v["processes"]}
     for c in v["communicators"]:
         out += _render_comm(c, procs, all_hops)
@@ -163,7 +190,8 @@ def _render_comm(c: dict, procs: dict, all_hops: bool) -> list[str]:
     if c["tiers"]:
         by_phase: dict[str, list[str]] = {}
         for t in c["tiers"]:
-            by_phase.setdefault(t["phase"] or "unknown phase", []).append(f"{t['tier']} {t['hops']}")
+            price = f" (~{t['gbyte_s']:g} GB/s)" if t.get("gbyte_s") else ""
+            by_phase.setdefault(t["phase"] or "unknown phase", []).append(f"{t['tier']} {t['hops']}{price}")
         lines.append("  hops: " + "; ".join(f"{phase}: {', '.join(items)}" for phase, items in by_phase.items()))
     lines += _render_rings(c["rings"])
     if c["attention"]:
@@ -253,6 +281,11 @@ def _render_rings(rings: list[dict]) -> list[str]:
         shown = [f"{src}->{dst} {tier}" + (f" ({sh} -> {dh})" if sh and dh else "") + f" on ring {_channels(chs)}"
                  for (src, dst, tier, sh, dh), chs in list(pairs.items())[:3]]
         lines.append("  slowest ring hop: " + "; ".join(shown) + (" ..." if len(pairs) > 3 else ""))
+        worst_hop = next(s for s in slowest if TIER_ORDER.get(s["tier"], 9) == worst)
+        if worst_hop.get("gbyte_s"):
+            lines.append(f"    it caps each ring at ~{worst_hop['gbyte_s']:g} GB/s per direction ({worst_hop['price_basis']})")
+        else:
+            lines.append(f"    its bandwidth: {worst_hop.get('price_basis')}")
     return lines
 
 
