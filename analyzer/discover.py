@@ -2,8 +2,10 @@
 
 Inputs are only ever opened for reading. Compressed files (.gz, .zst, .bz2, .xz) are read
 as they are; a truncated stream keeps what could be decompressed and says so. Binary files,
-SQLite databases and pickles are not logs: they are listed with a reason and skipped (never
-unpickled).
+Nsight Systems SQLite exports and Kineto JSON traces go to their readers (``analyzer.ingest``);
+other SQLite databases are not logs: they are listed with a reason and skipped. Pickles and
+FR-shaped JSON are offered to the Flight Recorder reader (never ``pickle.load``; see
+``parsers.flight_recorder``).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ class InputFile:
     size: int
     mtime: float
     compression: str | None = None
-    kind: str = "log"               # log | pyspy | env | skipped
+    kind: str = "log"               # log | pyspy | env | flight_recorder | nsys | kineto | skipped
     problems: list[str] = field(default_factory=list)
 
 
@@ -141,9 +143,24 @@ def sniff(item: InputFile, data: bytes) -> str:
     if not data:
         raise InputError(f"{item.display}: empty file")
     if head.startswith(b"SQLite format 3\x00"):
-        raise InputError(f"{item.display}: SQLite database (Nsight Systems exports are not read yet); skipped")
+        # Uncompressed nsys exports never get here (analyzer.ingest routes them to parsers.nsys).
+        raise InputError(f"{item.display}: SQLite database that is not a readable Nsight Systems export "
+                         "(compressed, or no nsys tables); skipped")
+    if item.path.suffix.lower() in (".nsys-rep", ".qdrep"):
+        # Issue 8: the report itself is a proprietary format; the SQLite export is what we read.
+        raise InputError(f"{item.display}: Nsight Systems report (needs nsys to read); export it with "
+                         f"`nsys export --type sqlite {item.path.name}` and analyse the .sqlite; skipped")
+    # PyTorch profiler / Kineto Chrome traces (issue 8): a JSON object with "traceEvents"
+    # (before the Flight Recorder check: newer Kineto traces carry "pg_config" too).
+    if head.lstrip()[:1] == b"{" and b'"traceEvents"' in data[:1 << 22]:
+        return "kineto"
+    # Pickles and FR-shaped JSON go to the Flight Recorder reader (parsers.flight_recorder),
+    # which unpickles with a find_class that refuses every global and rejects anything that is
+    # not FR-shaped with a message; plain pickle.load is never used.
     if head[:1] == b"\x80" and len(head) > 1 and head[1] in (2, 3, 4, 5):
-        raise InputError(f"{item.display}: Python pickle (Flight Recorder dumps are not read yet; pickles are never unpickled); skipped")
+        return "flight_recorder"
+    if head.lstrip()[:1] == b"{" and (b'"entries"' in head or b'"pg_status"' in head or b'"pg_config"' in head):
+        return "flight_recorder"
     if _looks_binary(head):
         raise InputError(f"{item.display}: binary file, not a text log; skipped")
     if _PYSPY_HEAD.match(head) and b"\nThread " in head:

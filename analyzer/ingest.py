@@ -39,6 +39,10 @@ class Parsed:
 
 def parse_file(input_id: int, item: InputFile) -> FileResult:
     result = FileResult(input_id, item)
+    if item.compression is None and _is_sqlite(item):
+        # Nsight Systems SQLite exports (issue 8) are read from the file by parsers.nsys;
+        # other SQLite files are skipped there with a message. No `lines` rows.
+        return _parse_nsys(result)
     try:
         data = read_bytes(item)
         item.kind = sniff(item, data)
@@ -50,6 +54,13 @@ def parse_file(input_id: int, item: InputFile) -> FileResult:
         item.kind = "skipped"
         result.error = f"{item.display}: cannot read: {exc.strerror or exc}"
         return result
+    if item.kind == "flight_recorder":
+        # Flight Recorder dumps (pickle or JSON) are not line logs: their tables come whole
+        # from parsers.flight_recorder (safe unpickler); they have no `lines` rows.
+        return _parse_flight_recorder(result, data)
+    if item.kind == "kineto":
+        # PyTorch profiler / Kineto traces (issue 8): tables come whole from parsers.kineto.
+        return _parse_kineto(result, data)
     lines = envelope(data)
     if item.kind == "log" and parsers.envdump.looks_like_env_dump(lines):
         item.kind = "env"
@@ -72,6 +83,84 @@ def parse_file(input_id: int, item: InputFile) -> FileResult:
             kind = pl.select(pl.when(hit & kind.is_null()).then(pl.lit(module.NAME)).otherwise(kind)).to_series()
     result.lines = lines.with_columns(kind=kind, input_id=pl.lit(input_id, dtype=pl.UInt32))
     result.tables = {name: pl.concat(frames, how="diagonal_relaxed") for name, frames in result.tables.items()}
+    return result
+
+
+def _parse_flight_recorder(result: FileResult, data: bytes) -> FileResult:
+    from parsers import flight_recorder
+
+    item = result.item
+    try:
+        parsed, problems = flight_recorder.parse_dump(data, item.display)
+    except flight_recorder.NotFlightRecorder as exc:
+        item.kind = "skipped"
+        result.error = f"{item.display}: {exc}"
+        return result
+    except Exception as exc:  # a reader bug must not cost the rest of the run
+        item.kind = "skipped"
+        result.error = f"{item.display}: Flight Recorder reader failed ({type(exc).__name__}: {exc}); skipped"
+        return result
+    item.problems.extend(f"Flight Recorder dump: {p}" for p in problems)
+    for name, frame in parsed.tables.items():
+        if not frame.is_empty():
+            result.tables[name] = frame.with_columns(input_id=pl.lit(result.input_id, dtype=pl.UInt32),
+                                                     parser=pl.lit(flight_recorder.NAME))
+    return result
+
+
+def _is_sqlite(item: InputFile) -> bool:
+    try:
+        with open(item.path, "rb") as handle:
+            return handle.read(16) == b"SQLite format 3\x00"
+    except OSError:
+        return False
+
+
+def _parse_nsys(result: FileResult) -> FileResult:
+    """Issue 8: an nsys export -> kernels, nvtx, memcpy, gpu_memory, gpus, profile_* tables."""
+    from parsers import nsys
+
+    item = result.item
+    ok, why = nsys.is_nsys_export(item.path)
+    if not ok:
+        item.kind, result.error = "skipped", f"{item.display}: {why}; skipped"
+        return result
+    try:
+        tables, problems = nsys.read(item.path, item.display)
+    except nsys.NsysError as exc:
+        item.kind, result.error = "skipped", str(exc)
+        return result
+    except Exception as exc:  # a reader bug must not cost the rest of the run
+        item.kind = "skipped"
+        result.error = f"{item.display}: nsys reader failed ({type(exc).__name__}: {exc}); skipped"
+        return result
+    item.kind = "nsys"
+    return _stamp_profile(result, tables, problems, nsys.NAME)
+
+
+def _parse_kineto(result: FileResult, data: bytes) -> FileResult:
+    """Issue 8: a Kineto trace -> kernels, cpu_ops, profile_* tables."""
+    from parsers import kineto
+
+    item = result.item
+    try:
+        tables, problems = kineto.read(data, item.display)
+    except kineto.KinetoError as exc:
+        item.kind, result.error = "skipped", str(exc)
+        return result
+    except Exception as exc:  # a reader bug must not cost the rest of the run
+        item.kind = "skipped"
+        result.error = f"{item.display}: Kineto reader failed ({type(exc).__name__}: {exc}); skipped"
+        return result
+    return _stamp_profile(result, tables, problems, kineto.NAME)
+
+
+def _stamp_profile(result: FileResult, tables: dict[str, pl.DataFrame], problems: list[str], name: str) -> FileResult:
+    result.item.problems.extend(problems)
+    for table, frame in tables.items():
+        if not frame.is_empty():
+            result.tables[table] = frame.with_columns(input_id=pl.lit(result.input_id, dtype=pl.UInt32),
+                                                      parser=pl.lit(name))
     return result
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
-from analyzer import identity, nccl_model, store, timeline
+from analyzer import collective_timing, env_model, identity, nccl_model, node_model, store, timeline
 from analyzer.discover import discover
 from analyzer.ingest import parse_all
 
@@ -55,13 +55,22 @@ def analyze(paths: list[str | Path], db_path: str | Path | None = None, progress
     parsed = parse_all(items, workers=workers, progress=progress)
     t_parse = time.perf_counter()
     if parsed.lines.is_empty():
-        raise NothingReadable("no readable log lines: " + "; ".join(errors + parsed.messages))
+        # Issue 8: profiler inputs (nsys exports, Kineto traces) have tables but no lines.
+        # Flight Recorder dumps (issue 4) likewise: a folder of dumps alone is analysable.
+        if not any(name in parsed.tables for name in (*collective_timing.PROFILE_TABLES, "fr_dumps")):
+            raise NothingReadable("no readable log lines: " + "; ".join(errors + parsed.messages))
+        parsed.lines = collective_timing.empty_lines()
     attribution, ranks, info = identity.resolve(parsed.lines, parsed.tables, parsed.inputs)
     tables = _annotate(parsed.tables, attribution)
     year, year_source = timeline.reference_year(tables, [i.mtime for i in items])
     tables = {name: timeline.fix_years(frame, year) for name, frame in tables.items()}
     tables = _fill_attempts(tables)
+    # Issue 8: NCCL kernels of nsys/Kineto timelines -> collectives rows and collective_timing.
+    tables.update(collective_timing.build(tables))
+    ranks = collective_timing.extend_ranks(ranks, tables)
     tables.update(nccl_model.build(tables, ranks))
+    tables.update(node_model.build(tables, ranks, parsed.inputs))  # issue 5: node evidence, GPU join, clocks
+    tables.update(env_model.build(tables, parsed.lines, parsed.inputs))
     lines = _lines_table(parsed.lines, attribution, parsed.tables.get("nccl_lines"))
     con = store.connect(db_path)
     store.write_table(con, "inputs", parsed.inputs)
@@ -91,6 +100,16 @@ def _annotate(tables: dict[str, pl.DataFrame], attribution: pl.DataFrame) -> dic
         if "line_no" not in frame.columns or "input_id" not in frame.columns:
             out[name] = frame
             continue
+        # Flight Recorder rows (parsers.flight_recorder) state their own rank (from the dump's file
+        # name; a dump has no lines to attribute): they keep it, every other row takes attribution's.
+        own = [c for c in ("rank", "rank_source", "rank_confidence") if c in frame.columns] \
+            if "parser" in frame.columns and (frame["parser"] == "flight_recorder").any() else []
+        if own:
+            fr = pl.col("parser") == "flight_recorder"
+            frame = frame.join(attribution.select("input_id", "line_no", *own), on=["input_id", "line_no"],
+                               how="left", suffix="_attr").with_columns(
+                [pl.when(fr).then(pl.col(c)).otherwise(pl.col(f"{c}_attr")).alias(c) for c in own]
+            ).drop([f"{c}_attr" for c in own])
         extra = attribution.drop([c for c in attribution.columns if c in frame.columns and c not in ("input_id", "line_no")])
         out[name] = frame.join(extra, on=["input_id", "line_no"], how="left").sort(["input_id", "line_no"])
     return out

@@ -35,6 +35,13 @@ REQUIRED = {
     "memory": {"input_id": pl.UInt32, "line_no": pl.UInt32},
     "settings": {"input_id": pl.UInt32, "line_no": pl.UInt32, "key": pl.String, "value": pl.String},
     "env": {"input_id": pl.UInt32, "line_no": pl.UInt32, "key": pl.String, "value": pl.String},
+    # issue 5: node and scheduler evidence (rules query them on every run)
+    "node_events": {"input_id": pl.UInt32, "line_no": pl.UInt32, "node": pl.String, "kind": pl.String,
+                    "code": pl.String, "pci": pl.String, "ts_utc": pl.Datetime("us"), "message": pl.String},
+    "job": {"input_id": pl.UInt32, "line_no": pl.UInt32, "job_id": pl.String, "state": pl.String,
+            "reason": pl.String, "nodelist": pl.String},
+    "job_nodes": {"input_id": pl.UInt32, "line_no": pl.UInt32, "job_id": pl.String, "node": pl.String,
+                  "has_logs": pl.Boolean},
 }
 # Intermediate frames that are not worth a table (the NCCL parser's distinct message shapes
 # feed nccl_fingerprints).

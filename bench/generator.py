@@ -28,6 +28,7 @@ from pathlib import Path
 
 from .rungen.base import Clock, build_cluster, default_hosts, reset_order
 from .rungen.eras import ERAS, era_for
+from .rungen.frameworks import FRAMEWORKS
 from .rungen.layout import write_run
 from .rungen.nccl import NcclVersion
 from .rungen.nccl_topology import CONNECTIONS, FABRICS, INTRA, SUBSYSTEMS, subsys_names
@@ -39,6 +40,8 @@ MANAGED_NCCL_ENV = {"NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_SOCKET_IFNAME", "NC
 SCENARIOS = ("deadlock", "healthy", "all-stuck", "desync-op", "desync-size")
 LAUNCHERS = ("torchrun-logdir", "srun-per-gpu", "srun-torchrun")
 GROUPS = ("default", "node")
+FLIGHT_RECORDER = ("none", "pickle", "json")
+from .rungen.c10d import CRASH_KINDS
 
 
 @dataclass
@@ -78,6 +81,21 @@ class RunSpec:
     start: str = "2026-07-24 08:00:00"      # job start (UTC)
     seed: int = 0
     node_hang_seq: int = 3841               # group="node": the SeqNum of the hung collective in the EP group
+    # Flight Recorder dumps of every rank (bench/rungen/flight_recorder.py); "none" keeps the
+    # bundled samples byte-identical.
+    flight_recorder: str = "none"           # "none" | "pickle" | "json"
+    flight_recorder_prefix: str = "nccl_trace_rank_"   # TORCH_NCCL_DEBUG_INFO_TEMP_FILE's file-name part
+    crash_kind: str = "oom"                 # attempts > 1: how earlier attempts crash ("oom" keeps the samples as they are)
+    # Node and scheduler evidence (issue 5, bench/rungen/node_logs.py); the defaults write nothing new.
+    node_logs: bool = False                 # kernel logs, nvidia-smi -q, sacct/scontrol under node_logs/ and slurm/
+    node_fault: str | None = None           # "xid79" | "xid48" | "xid94": the culprit's GPU fails just before the hang
+    clock_skew_s: float = 0.0               # the skew node's host clock runs this many seconds ahead
+    skew_node: int | None = None            # node index with the skewed clock (default: the culprit's node)
+    # Training framework whose log lines the ranks print (bench/rungen/frameworks.py, issue 4);
+    # "megatron" keeps the bundled samples byte-identical.
+    framework: str = "megatron"             # "megatron" | "deepspeed" | "hf" | "torchtitan" | "lightning"
+    # Config and hardware-tool files (bench/rungen/config_files.py); off keeps the samples byte-identical.
+    config_files: bool = False              # collect_env, pip freeze, sbatch, topo -m, nvidia-smi csv, nccl-tests
 
     def validate(self) -> None:
         if self.scenario not in SCENARIOS:
@@ -101,6 +119,18 @@ class RunSpec:
             raise ValueError("attempts and iterations_before_hang must be >= 1, hang sequence numbers >= 10")
         if self.step_s <= 0 or self.timeout_s <= 0 or self.hang_duration_s <= 0:
             raise ValueError("step_s, timeout_s and hang_duration_s must be positive")
+        if self.framework not in FRAMEWORKS:
+            raise ValueError(f"framework must be one of {', '.join(FRAMEWORKS)}, got {self.framework!r}")
+        if self.crash_kind not in CRASH_KINDS:
+            raise ValueError(f"crash_kind must be one of {', '.join(CRASH_KINDS)}, got {self.crash_kind!r}")
+        if self.node_fault is not None and self.node_fault not in ("xid79", "xid48", "xid94"):
+            raise ValueError(f"node_fault must be one of xid79, xid48, xid94, got {self.node_fault!r}")
+        if self.skew_node is not None and not 0 <= self.skew_node < self.nodes:
+            raise ValueError(f"skew_node {self.skew_node} is not a node of this {self.nodes}-node job")
+        if self.flight_recorder not in FLIGHT_RECORDER:
+            raise ValueError(f"flight_recorder must be one of {', '.join(FLIGHT_RECORDER)}, got {self.flight_recorder!r}")
+        if not self.flight_recorder_prefix or "/" in self.flight_recorder_prefix or self.flight_recorder_prefix[-1].isdigit():
+            raise ValueError("flight_recorder_prefix must be a file-name prefix that does not end in a digit")
 
     def validate_nccl(self) -> None:
         version = NcclVersion.parse(self.nccl_version)
@@ -139,13 +169,57 @@ def generate_run(out_dir: Path, spec: RunSpec, write_truth: bool = False) -> dic
     cluster = build_cluster(hosts, spec.gpus_per_node)
     story = Story(spec, cluster, era_for(spec.torch_era), NcclVersion.parse(spec.nccl_version), Clock(spec.start))
     run = story.build()
+    if spec.crash_kind != "oom":
+        _swap_crash(run, spec)
     write_run(run, Path(out_dir), spec.launcher, write_truth)
+    if spec.config_files:
+        from .rungen.config_files import write_config_files
+        write_config_files(Path(out_dir), spec, cluster, era_for(spec.torch_era))
+    # Flight Recorder dumps: written after the logs, from the story's progress (no rng draws).
+    from .rungen.flight_recorder import write_dumps
+    write_dumps(run, spec, Clock(spec.start), Path(out_dir))
+    if spec.node_logs or spec.node_fault:
+        from .rungen.node_logs import write_node_logs
+        fault = write_node_logs(run, spec, Clock(spec.start), Path(out_dir))
+        if fault:
+            run.truth["node_fault"] = fault
+            if write_truth:
+                import json
+                (Path(out_dir) / ".truth.json").write_text(json.dumps(run.truth, indent=2, sort_keys=True) + "\n")
     return run.truth
+
+
+def _swap_crash(run, spec: RunSpec) -> None:
+    """Earlier attempts crash with ``spec.crash_kind`` instead of the story's CUDA OOM: the OOM
+    line of the victim's traceback is replaced (same time and prefix), with the kind's lines
+    before and after it. The exit code stays 1 (a Python exception in every kind)."""
+    from .rungen.base import Line, next_order
+    from .rungen.c10d import crash_text
+
+    before, exception, after = crash_text(spec.crash_kind, spec.torch_era)
+    for attempt in run.attempts[:-1]:
+        for proc in attempt.procs:
+            for i, line in enumerate(proc.lines):
+                at = line.text.find("CUDA out of memory. Tried to allocate")
+                if at < 0:
+                    continue
+                prefix = line.text[:at].rsplit(" ", 1)[0] if line.text.startswith("[rank") else ""
+                prefix = prefix[:prefix.index("]:") + 2] + " " if prefix.startswith("[rank") else ""
+                line.text = prefix + exception
+                start = next(j for j in range(i, -1, -1) if "Traceback (most recent call last)" in proc.lines[j].text)
+                proc.lines[start:start] = [Line(line.t - 0.001, next_order(), line.stream, b)  # device printf: no prefix
+                                           for b in before]
+                proc.lines.extend(Line(line.t, next_order(), line.stream, prefix + a) for a in after)
+                break
+    for failure in run.truth.get("earlier_failures", []):
+        failure["kind"] = spec.crash_kind
 
 
 # -- command line ------------------------------------------------------------------------------
 
 _HELP = {
+    "config_files": "also write config/ (collect_env, pip freeze, the sbatch script) and hw/ (nvidia-smi topo -m "
+                    "and --query-gpu csv per node, an all_reduce_perf run)",
     "scenario": "story of the run: deadlock (one rank never enters the collective the others wait in), "
                 "healthy (trains to the end), all-stuck (everyone waits: a network fault), desync-op / "
                 "desync-size (the culprit runs another op / another size at the same SeqNum)",
@@ -197,6 +271,17 @@ _HELP = {
     "nodes": "number of nodes (use --ranks to give the world size instead)",
     "gpus_per_node": "GPUs (ranks) per node",
     "hosts": "comma-separated host names, one per node (default h20-node-01, h20-node-02, ...)",
+    "flight_recorder": "write a Flight Recorder dump of every rank of the last attempt under flight_recorder/<host>/: "
+                       "pickle (as torch writes it) or json (the _dump_nccl_trace_json shape); none: no dumps",
+    "node_logs": "write node and scheduler evidence: kernel logs (dmesg, journalctl -k), nvidia-smi -q, sacct and "
+                 "scontrol output (node_logs/<host>/, slurm/)",
+    "node_fault": "a node fault behind the hang: xid79 (the culprit's GPU falls off the bus), xid48, xid94; implies --node-logs",
+    "clock_skew_s": "seconds the skew node's host clock runs ahead (its journal and its ranks' c10d times)",
+    "skew_node": "index of the node with the skewed clock (default: the culprit's node)",
+    "framework": "training framework whose log lines the ranks print: megatron, deepspeed, hf (Trainer), "
+                 "torchtitan, lightning",
+    "crash_kind": f"with --attempts > 1: how the earlier attempts crash ({', '.join(CRASH_KINDS)})",
+    "flight_recorder_prefix": "file-name prefix of the dumps (TORCH_NCCL_DEBUG_INFO_TEMP_FILE's last part); the rank follows",
 }
 
 
@@ -226,8 +311,10 @@ def build_parser() -> argparse.ArgumentParser:
         default = getattr(defaults, f.name)
         if f.name == "hosts":
             parser.add_argument(flag, type=lambda s: s.split(","), default=None, help=_HELP[f.name])
-        elif f.name in ("culprit", "nccl_shm_node"):
+        elif f.name in ("culprit", "nccl_shm_node", "skew_node"):
             parser.add_argument(flag, type=int, default=None, help=_HELP[f.name])
+        elif f.name == "node_fault":
+            parser.add_argument(flag, default=None, choices=("xid79", "xid48", "xid94"), help=_HELP[f.name])
         elif f.name == "nccl_subsys":
             parser.add_argument(flag, default=None, help=_HELP[f.name])
         elif f.name in ("nccl_bootstrap_if", "nccl_env"):
@@ -239,6 +326,7 @@ def build_parser() -> argparse.ArgumentParser:
             parser.add_argument(flag, type=int, default=None, help=_HELP[f.name])
         else:
             choices = {"scenario": SCENARIOS, "launcher": LAUNCHERS, "group": GROUPS, "nccl_fabric": FABRICS,
+                       "flight_recorder": FLIGHT_RECORDER, "crash_kind": CRASH_KINDS, "framework": FRAMEWORKS,
                        "nccl_intra": INTRA, "nccl_connections": CONNECTIONS}.get(f.name)
             parser.add_argument(flag, type=type(default), default=default, choices=choices, help=_HELP[f.name])
     return parser

@@ -24,7 +24,11 @@ global ranks. Messages handled, into tables:
 * ``events``: every other understood message: heartbeat monitor, watchdog stuck, teardown,
   watchdog exception, dump coordination, store errors, NCCL and CUDA errors, terminate /
   what(), C++ frames, DESYNC_DEBUG reports, monitoredBarrier, store-based barrier,
-  ncclUniqueId store errors, Python tracebacks and exception lines.
+  ncclUniqueId store errors, Python tracebacks and exception lines; DETAIL's 2023+ diff lines
+  (``fingerprint_diff``), DDP's model check (``ddp_model_mismatch``), the failed collective's
+  stack (``failed_collective_stack``) and the watchdog-stuck follow-ups (GIL, C++ stack dump).
+  ``parsers.torch_errors`` adds the multi-line and normalised views (one event per traceback,
+  OOM sizes in MiB, CUDA fault classes, faulthandler, Gloo, rendezvous, signals).
 * ``settings``: the HeartbeatMonitor / PGNCCL Watchdog / ProcessGroupNCCL environment banners.
 
 Lines wrapped by whoever pasted them (``...operation timeout: `` + newline + ``WorkNCCL(``)
@@ -85,6 +89,11 @@ SAMPLE_LINES = [
     "torch.distributed.DistBackendError: [3] is setting up NCCL communicator and retrieving ncclUniqueId from [0] via c10d key-value store by key '0', but store->get('0') got error: Socket Timeout",
     "[I0724 08:00:10.1 ProcessGroupNCCL.cpp:900] [PG ID 0 PG GUID 0(default_pg) Rank 3] HeartbeatMonitor environments: TORCH_NCCL_ENABLE_MONITORING (Whether to kill program when no watchdog heartbeat detected): 1, TORCH_NCCL_DUMP_ON_TIMEOUT: 1, TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILSEC: 15000, TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC: 480, TORCH_NCCL_COORD_CHECK_MILSEC: 1000",
     "[I0724 08:00:10.1 ProcessGroupNCCL.cpp:901] [PG ID 0 PG GUID 0(default_pg) Rank 3] PGNCCL Watchdog environments: TORCH_NCCL_RETHROW_CUDA_ERRORS: 1, TORCH_NCCL_PROPAGATE_ERROR: 0, TORCH_NCCL_DESYNC_DEBUG: 0",
+    "Collectives differ in the following aspects: \tOp type: ALLREDUCEvs REDUCE",
+    "\tTensor Tensor shapes: 195812480vs 51123456",
+    "RuntimeError: DDP expects same model across all ranks, but Rank 3 has 51 params, while rank 0 has inconsistent 0 params.",
+    "[E0724 13:05:29.1 ProcessGroupNCCL.cpp:2049] [PG ID 0 PG GUID 0(default_pg) Rank 3] Stack trace of the failed collective not found, potentially because FlightRecorder is disabled. You can enable it by setting TORCH_NCCL_TRACE_BUFFER_SIZE to a non-zero value.",
+    "[E0724 13:05:29.1 ProcessGroupNCCL.cpp:1400] [PG ID 0 PG GUID 0(default_pg) Rank 3] Could not acquire GIL within 300 ms on exit, possible GIL induced hang",
     "Traceback (most recent call last):",
     '  File "/usr/lib/python3.10/runpy.py", line 196, in _run_module_as_main',
     "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.26 GiB. GPU 3 has a total capacity of 95.00 GiB of which 0.2 GiB is free.",
@@ -109,6 +118,9 @@ _LITERALS = [
     "finished ranks:", "] started ", "] finished ", "monitoredBarrier", "store based barrier",
     "store-based barrier", "ncclUniqueId", "Traceback (most recent call last)", '  File "',
     "Error", "Exception", "environments:",
+    # issue 4: DETAIL diff lines, DDP model check, failed-collective stack, watchdog-stuck follow-ups
+    "differ in the following", "vs ", "DDP expects same model", "Stack trace of the failed collective",
+    "acquire GIL", "c++ stacktraces", "wait longer to verify", "store_based_barrier_key",
 ]
 
 # (kind, table, regex on the message). First match wins for the event kind.
@@ -136,6 +148,11 @@ _MESSAGES: list[tuple[str, str, str]] = [
     ("cuda_error", "events", r"CUDA error: (?P<detail>.*)"),
     ("cuda_error", "events", r"^CUDA kernel errors might be asynchronously reported|^For debugging consider passing CUDA_LAUNCH_BLOCKING=1|^Compile with `TORCH_USE_CUDA_DSA`"),
     ("fingerprint_mismatch", "events", r"Detected mismatch between collectives on ranks"),
+    # 2023+ DETAIL suffix, on its own line when the message is printed with its newlines/tabs.
+    ("fingerprint_diff", "events", r"Collectives differ in the following aspects|^\s*(?:Op type|Sequence number|Tensor Tensor shapes|Tensor Tensor dtypes|Tensor Tensor device types|Tensor shapes|Tensor dtypes|Tensor device types):\s*(?P<detail>\S.*vs\s*\S.*)$"),
+    ("ddp_model_mismatch", "events", r"DDP expects same model across all ranks(?P<detail>.*)"),
+    ("failed_collective_stack", "events", r"Stack trace of the failed collective(?P<detail> not found)?"),
+    ("watchdog_stuck", "events", r"Could not acquire GIL within \d+ ms|Dumping c\+\+ stacktraces|Finished c\+\+ stacktraces dump|slept for \d+ because we want to wait longer"),
     ("desync_report", "events", r"^\s*- \[\d+\] Timeout at collective: \w+, #\d+|lagging ranks|lagging/dead/mismatched ranks|^\s*#\d+ (?:started|finished) ranks:|^\s*\[[\d, ]+\] (?:started|finished) \w+|joined but didn't finish collective|didn't join collective"),
     ("monitored_barrier", "events", r"failed to pass monitoredBarrier"),
     ("store_barrier", "events", r"(?:Waiting in|Timed out initializing process group in|Completed) store[- ]based barrier|Added key: store_based_barrier_key"),

@@ -21,7 +21,10 @@ Line kinds handled:
   Other lines are left unconsumed and do not change the section.
 
 ``looks_like_env_dump`` is for discovery: true when most non-empty lines of the input (its
-first 5000 lines) are ``KEY=VALUE`` lines with an upper-case key. The analyzer calls
+first 5000 lines) are ``KEY=VALUE`` lines with an upper-case key, or when the input is one
+``NCCL_*=value`` line under ``#`` comments (an ``/etc/nccl.conf`` or ``~/.nccl.conf`` copy; NCCL
+reads the same ``KEY=VALUE`` lines there, ``analyzer.env_model`` tells them apart by file name);
+never for a batch script (``#!``/``#SBATCH`` lines: ``parsers.config`` reads those). The analyzer calls
 ``parse`` only for files classified that way; in an ordinary log this parser is not used.
 """
 
@@ -29,9 +32,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from parsers.lines import with_stream
-
 from parsers.base import ParseResult, consumed_of
+from parsers.lines import with_stream
 
 NAME = "envdump"
 
@@ -142,11 +144,16 @@ def looks_like_env_dump(lines: pl.DataFrame) -> bool:
     upper-case key (continuation lines of multi-line values are not counted)."""
     if lines is None or lines.is_empty() or "text" not in lines.columns:
         return False
+    if lines["text"].head(5000).str.contains(r"^#SBATCH|^#!/").any():
+        return False  # a batch script: parsers.config reads its options, exports and commands
     head = _classify(lines.head(5000))
     counted = head.filter(~pl.col("kind").is_in(["cont", "blank"]))
     if counted.is_empty():
         return False
     upper = counted.filter(pl.col("text").str.contains(_UPPER_KV)).height
+    if upper == 1 and counted.filter(~pl.col("text").str.contains(r"^\s*#")).height == 1:
+        # a one-variable nccl.conf copy (`NCCL_IB_GID_INDEX=3` under a comment)
+        return bool(counted.filter(pl.col("text").str.contains(_UPPER_KV))["text"].str.contains(r"^NCCL_").all())
     return upper >= 2 and upper * 2 > counted.height
 
 

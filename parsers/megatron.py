@@ -47,15 +47,38 @@ model-parallel size: M``, 2021 ``data-parallel-size``, the 2025 missing comma
 with size P`` / 2020 ``> initializing model parallel with size M``, and the datetime markers
 ``[after dataloaders are built] datetime: 2022-10-31 08:35:51`` (key ``datetime:<label>``,
 value the timestamp).
+
+Added for issue 4 (shared shapes in ``parsers.trainlog``):
+
+``iterations`` also from NeMo 2 / nemo_run ``Training epoch E, iteration I/N | lr: ... |
+max_memory_reserved: <bytes> | reduced_train_loss: ... | train_step_timing in s: ...``
+(``framework`` ``nemo``; ``iteration`` is ``global_step``) and nanotron ``MM/DD/YYYY HH:MM:SS
+[INFO|DP=0|PP=0|TP=0|host]: iteration: I / N | ...`` (K/M/G suffixes, 1000-based, [mem]); the
+columns ``consumed_tokens``, ``skipped_samples``, ``num_zeros``, ``params_norm``,
+``energy_j_per_gpu``, ``power_w_per_gpu``, ``samples_per_s``.
+``memory`` also from NeMo's byte counters and nanotron's ``cuda_*`` keys (``source_unit`` says so).
+``events`` -- checkpoint save start/done (``duration_s`` from the two timestamps, ``finished``
+false when the next done line of the stream is missing or for another iteration), async saves,
+load start/done (2020 wording too), ``could not find the metadata file`` / ``will not load any
+checkpoints``, ``progress.txt`` lines, rerun state machine ``Unexpected result`` lines (kinds
+``nan_detected`` / ``inf_detected`` / ``loss_spike``, with the rank), NaN/inf values and
+skipped/NaN iteration counters of iteration lines, and the startup chatter
+(``megatron_startup``: ``> initializing torch distributed ...``, ``building GPT model ...``, ...).
+``timers`` -- one-line ``time (ms) | name: x |`` (< 2022-08), the ``(min, max)`` / ``max`` /
+``all`` blocks, Megatron-Bridge ``Step Time : Xs``.
+``job_config`` -- the settings rows with canonical keys (``tp``, ``pp``, ``ep``, ``dp``, ``cp``,
+...), parameter counts (every wording), theoretical memory and parameter billions, number of
+microbatches, params dtype, padded vocab, dataset target sizes, and ``--flag value`` pairs of
+launch command lines (source ``cmdline``, any log).
 """
 
 from __future__ import annotations
 
 import polars as pl
 
-from parsers.lines import with_stream
-
+from parsers import trainlog
 from parsers.base import ParseResult, consumed_of, to_int
+from parsers.lines import with_stream
 
 NAME = "megatron"
 
@@ -108,39 +131,85 @@ SAMPLE_LINES = [
     "  micro_batch_size ................................ 1",
     "  an_argument_name_longer_than_forty_eight_characters_x  True",
     "-------------------- end of arguments ---------------------",
+    # model build and theoretical memory (section 2.3, 2.5)
+    " > number of parameters on (tensor, pipeline) model parallel rank (0, 0): 15798591488",
+    " > number of parameters on (tensor, gtp_weight_remat, pipeline) model parallel rank (1, 0, 3): 1234567",
+    " > number of parameters on model parallel rank 0: 354871296",
+    "Number of parameters in transformer block in billions:  0.08",
+    "Number of active parameters in transformer block in billions:  0.03",
+    "Number of parameters in embedding layers in billions: 0.04",
+    "Total number of parameters in billions: 0.12",
+    "Total number of active parameters in billions: 0.07",
+    "Number of parameters in most loaded shard in billions: 0.1236",
+    "Theoretical memory footprints: weight and optimizer=2121.85 MB, activation=3456.78 MB, total=5578.63 MB",
+    # timers: one-line (< 2022-08), (min, max) block, max block, `all` block, Megatron-Bridge step time
+    "time (ms) | model-and-optimizer-setup: 294.00 | train/valid/test-data-iterators-setup: 3654.81",
+    "(min, max) time across ranks (ms):",
+    "    save-checkpoint ................................: (3413.14, 3413.14)",
+    "    forward-backward ...............................: (8012.33, 8120.91)",
+    "max time across ranks (ms):",
+    "    load-checkpoint ................................: 1021.55",
+    "times across ranks (ms):",
+    "  optimizer:",
+    "     rank  0: 12.34",
+    "     rank  1: 13.01",
+    "Step Time : 4.65s GPU utilization: 412.3MODEL_TFLOP/s/GPU",
+    # checkpoints (section 2.6)
+    "[2026-02-01 03:10:00.000001] saving checkpoint at iteration     200 to /ckpt/run1 in torch_dist format",
+    "  [2026-02-01 03:10:41.300001] successfully saved checkpoint from iteration     200 to /ckpt/run1 "
+    "[ t 1/1, p 1/1 ]",
+    "saving checkpoint at iteration     400 to /ckpt/run1 in torch_dist format",
+    " loading distributed checkpoint from /ckpt/run1 at iteration 200",
+    "  successfully loaded checkpoint from /ckpt/run1 [ t 1/1, p 1/1 ] at iteration 200",
+    "WARNING: could not find the metadata file /ckpt/run1/latest_checkpointed_iteration.txt",
+    "    will not load any checkpoints and will start from random",
+    "global rank 0 is loading checkpoint checkpoints/gpt2_345m/release/mp_rank_00/model_optim_rng.pt",
+    "  successfully loaded checkpoints/gpt2_345m/release/mp_rank_00/model_optim_rng.pt",
+    "could not find arguments in the checkpoint ...",
+    "2026-02-01 03:10:41\tJob ID: 4242\t# GPUs: 40\tSaved checkpoint\tIteration: 200\tJob throughput: "
+    "13.1 TFLOP/s/GPU",
+    # startup chatter (section 2.5)
+    "using torch.bfloat16 for parameters ...",
+    "setting number of microbatches to constant 16",
+    "> building GPT2BPETokenizer tokenizer ...",
+    " > padded vocab (size: 50257) with 47 dummy tokens (new size: 50304)",
+    "> initializing torch distributed ...",
+    "> setting random seeds to 1234 ...",
+    "building GPT model ...",
+    "> building train, validation, and test datasets ...",
+    " > datasets target sizes (minimum size):",
+    "    train:      32000000",
+    "    validation: 3200640",
+    "    test:       640",
+    "> building train, validation, and test datasets for GPT ...",
+    "> finished creating GPT datasets ...",
+    "done with setup ...",
+    "training ...",
+    # nanotron (values with K/M/G suffixes)
+    "05/14/2024 10:11:12 [INFO|DP=0|PP=0|TP=0|node-1]: iteration: 991 / 1000 | consumed_tokens: 634K | "
+    "elapsed_time_per_iteration_ms: 45 | tokens_per_sec: 14.1K | tokens_per_sec_per_gpu: 14.1K | global_batch_size: 16 "
+    "| lm_loss: 2.1 | lr: 0.0003 | model_tflops_per_gpu: 1.2 | hardware_tflops_per_gpu: 1.2 | grad_norm: 0.31 | "
+    "cuda_memory_allocated: 75.2M | cuda_max_memory_reserved: 547M",
+    # launch command line (job_config source `cmdline`)
+    "Process 413930: /usr/bin/python -u pretrain_gpt.py --tensor-model-parallel-size 2 --pipeline-model-parallel-size "
+    "4 --expert-model-parallel-size 8 --seq-length 4096 --bf16 --use-distributed-optimizer --lr=1.5e-4",
+    # rerun state machine (section 2.7)
+    "Rank 17, node h20-node-03, device 1, iteration 4242: Unexpected result nan (message='found NaN in local "
+    "forward loss calculation')",
+    "Unexpected result 1e+30 on rank 5 at iteration #77 invocation #1 (message='Spiky loss')",
+    # NeMo 2 / nemo_run (section 2.9)
+    "Training epoch 0, iteration 7/29 | lr: 5.389e-06 | global_batch_size: 512 | global_step: 7 | "
+    "max_memory_reserved: 57466159104 | max_memory_allocated: 53930270720 | reduced_train_loss: 10.22 | "
+    "train_step_timing in s: 27.01 | consumed_samples: 4096 | TFLOPS_per_GPU: 48.58",
+    "Training epoch 1, iteration 3/100 | lr: 1e-05 | global_batch_size: 8 | global_step: 103 | "
+    "reduced_train_loss: 2.5 | train_step_timing in s: 0.5",
 ]
 
-ITERATIONS_SCHEMA = {
-    "line_no": pl.UInt32,
-    "ts": pl.Datetime("us"),
-    "validation": pl.Boolean,
-    "iteration": pl.Int64,
-    "train_iters": pl.Int64,
-    "consumed_samples": pl.Int64,
-    "elapsed_ms": pl.Float64,
-    "throughput_tflops": pl.Float64,
-    "learning_rate": pl.Float64,
-    "global_batch_size": pl.Int64,
-    "lm_loss": pl.Float64,
-    "loss_scale": pl.Float64,
-    "grad_norm": pl.Float64,
-    "skipped_iterations": pl.Int64,
-    "nan_iterations": pl.Int64,
-    "fields": pl.String,
-}
-
-MEMORY_SCHEMA = {
-    "line_no": pl.UInt32,
-    "reported_rank": pl.Int64,
-    "label": pl.String,
-    "iteration": pl.Int64,
-    "allocated_mib": pl.Float64,
-    "max_allocated_mib": pl.Float64,
-    "reserved_mib": pl.Float64,
-    "max_reserved_mib": pl.Float64,
-    "device_used_mib": pl.Float64,
-    "source_unit": pl.String,
-}
+ITERATIONS_SCHEMA = trainlog.ITERATIONS_SCHEMA
+MEMORY_SCHEMA = trainlog.MEMORY_SCHEMA
+EVENTS_SCHEMA = trainlog.EVENTS_SCHEMA
+JOB_CONFIG_SCHEMA = trainlog.JOB_CONFIG_SCHEMA
+TIMERS_SCHEMA = trainlog.TIMERS_SCHEMA
 
 SETTINGS_SCHEMA = {
     "line_no": pl.UInt32,
@@ -203,11 +272,18 @@ _FLOAT_KEYS = {
     "loss_scale": ["loss scale"],
     "grad_norm": ["grad norm"],
 }
+_FLOAT_KEYS["samples_per_s"] = ["samples per second"]
+_FLOAT_KEYS["num_zeros"] = ["num zeros"]
+_FLOAT_KEYS["params_norm"] = ["params norm"]
+_FLOAT_KEYS["energy_j_per_gpu"] = ["energy per GPU (J/iter/GPU)"]
+_FLOAT_KEYS["power_w_per_gpu"] = ["power per GPU (W/GPU)"]
 _INT_KEYS = {
     "consumed_samples": ["consumed samples"],
     "global_batch_size": ["global batch size"],
     "skipped_iterations": ["number of skipped iterations"],
     "nan_iterations": ["number of nan iterations"],
+    "consumed_tokens": ["consumed tokens"],
+    "skipped_samples": ["skipped samples"],
 }
 _MEMORY_KEYS = {
     "allocated_mib": ["allocated"],
@@ -299,10 +375,9 @@ def _iterations(df: pl.DataFrame) -> pl.DataFrame:
         ts=pl.col("ts").str.replace("T", " ")
         .str.strptime(pl.Datetime("us"), "%Y-%m-%d %H:%M:%S%.f", strict=False),
         fields=pl.col("fields").fill_null("{}"),
+        framework=pl.lit(NAME),
     )
-    return out.select(
-        [pl.col(c).cast(dtype, strict=False) for c, dtype in ITERATIONS_SCHEMA.items()]
-    )
+    return trainlog.conform(out, ITERATIONS_SCHEMA)
 
 
 def _memory(df: pl.DataFrame) -> pl.DataFrame:
@@ -333,8 +408,8 @@ def _memory(df: pl.DataFrame) -> pl.DataFrame:
     ])
     out = heads.join(values, on="line_no", how="inner", maintain_order="left").filter(
         pl.any_horizontal([pl.col(c).is_not_null() for c in _MEMORY_KEYS])
-    ).with_columns(source_unit=pl.lit("MB=MiB"))
-    return out.select([pl.col(c).cast(dtype, strict=False) for c, dtype in MEMORY_SCHEMA.items()])
+    ).with_columns(source_unit=pl.lit("MB=MiB"), framework=pl.lit(NAME))
+    return trainlog.conform(out, MEMORY_SCHEMA)
 
 
 def _settings(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.Series]:
@@ -420,23 +495,438 @@ def _validation_rules(df: pl.DataFrame, iterations: pl.DataFrame) -> pl.Series:
     return rules["line_no"].cast(pl.UInt32)
 
 
+# -- NeMo 2 / nemo_run (section 2.9) ------------------------------------------------------------
+_NEMO = r"^\s*Training epoch (?P<epoch>\d+), iteration (?P<it>\d+)/(?P<total>\d+)\s*\|(?P<rest>.*)$"
+_NEMO_FLOAT = {
+    "learning_rate": ["lr"], "lm_loss": ["reduced_train_loss", "train_loss"],
+    "throughput_tflops": ["TFLOPS_per_GPU"], "_step_s": ["train_step_timing in s"],
+}
+_NEMO_INT = {"global_batch_size": ["global_batch_size"], "consumed_samples": ["consumed_samples"],
+             "_global_step": ["global_step"]}
+_NEMO_MEMORY = {"max_reserved_mib": ["max_memory_reserved"], "max_allocated_mib": ["max_memory_allocated"]}
+
+
+def _nemo(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    t = pl.col("text")
+    sub = df.filter(t.str.contains("Training epoch ", literal=True))
+    if sub.is_empty():
+        return _empty(ITERATIONS_SCHEMA), _empty(MEMORY_SCHEMA)
+    m = t.str.extract_groups(_NEMO)
+    heads = sub.select("line_no", epoch=m.struct.field("epoch"), it=m.struct.field("it"),
+                       train_iters=m.struct.field("total"), rest=m.struct.field("rest")
+                       ).filter(pl.col("rest").is_not_null())
+    if heads.is_empty():
+        return _empty(ITERATIONS_SCHEMA), _empty(MEMORY_SCHEMA)
+    pieces = _pieces(heads)
+    aggs = [_value(keys).str.strip_chars().cast(pl.Float64, strict=False).alias(name)
+            for name, keys in {**_NEMO_FLOAT, **_NEMO_MEMORY}.items()]
+    aggs += [to_int(_value(keys).str.strip_chars()).alias(name) for name, keys in _NEMO_INT.items()]
+    values = pieces.group_by("line_no").agg(aggs).join(trainlog.kv_json(pieces), on="line_no", how="left")
+    out = heads.join(values, on="line_no", how="left", maintain_order="left").with_columns(
+        iteration=pl.coalesce(pl.col("_global_step"), to_int(pl.col("it"))),
+        elapsed_ms=pl.col("_step_s") * 1000.0,
+        validation=pl.lit(False),
+        framework=pl.lit("nemo"),
+    )
+    iterations = trainlog.conform(out, ITERATIONS_SCHEMA)
+    memory = out.filter(pl.col("max_reserved_mib").is_not_null() | pl.col("max_allocated_mib").is_not_null())
+    memory = memory.with_columns(
+        max_reserved_mib=pl.col("max_reserved_mib") / 1048576.0,
+        max_allocated_mib=pl.col("max_allocated_mib") / 1048576.0,
+        label=pl.lit("train step"), source_unit=pl.lit("bytes"),
+    )
+    return iterations, trainlog.conform(memory, MEMORY_SCHEMA)
+
+
+# -- nanotron (section 2.2 variants): `MM/DD/YYYY HH:MM:SS [INFO|DP=0|PP=0|TP=0|host]: iteration: ...`
+_NANOTRON = (r"^\s*(?P<ts>\d{2}/\d{2}/\d{4} \d{2}:\d{2}:\d{2}) \[\w+\|DP=\d+\|PP=\d+\|TP=\d+[^\]]*\]: "
+             r"iteration: (?P<it>\d+) / (?P<total>\d+) \|(?P<rest>.*)$")
+_NANO_FLOAT = {"elapsed_ms": ["elapsed_time_per_iteration_ms"], "tokens_per_s": ["tokens_per_sec"],
+               "lm_loss": ["lm_loss"], "throughput_tflops": ["model_tflops_per_gpu"], "grad_norm": ["grad_norm"],
+               "learning_rate": ["lr"], "consumed_tokens": ["consumed_tokens"], "global_batch_size": ["global_batch_size"],
+               "allocated_mib": ["cuda_memory_allocated"], "max_reserved_mib": ["cuda_max_memory_reserved"],
+               "max_allocated_mib": ["cuda_max_memory_allocated"], "reserved_mib": ["cuda_memory_reserved"]}
+
+
+def _suffixed(expr: pl.Expr) -> pl.Expr:
+    """nanotron's human_format numbers (``634K``, ``75.2M``, ``1.2G``; 1000-based) -> Float64."""
+    text = expr.str.strip_chars()
+    base = trainlog.num(text.str.extract(r"^(-?[\d.]+(?:[eE][-+]?\d+)?|nan|-?inf)", 1))
+    unit = text.str.extract(r"^[-\d.eE+]+\s*([KMGTP])$", 1)
+    factor = unit.replace_strict({"K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}, default=1.0,
+                                 return_dtype=pl.Float64)
+    return base * factor
+
+
+def _nanotron(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    t = pl.col("text")
+    sub = df.filter(t.str.contains("]: iteration: ", literal=True))
+    if sub.is_empty():
+        return _empty(ITERATIONS_SCHEMA), _empty(MEMORY_SCHEMA)
+    m = t.str.extract_groups(_NANOTRON)
+    heads = sub.select("line_no", ts=m.struct.field("ts"), it=m.struct.field("it"),
+                       train_iters=m.struct.field("total"), rest=m.struct.field("rest")
+                       ).filter(pl.col("rest").is_not_null())
+    if heads.is_empty():
+        return _empty(ITERATIONS_SCHEMA), _empty(MEMORY_SCHEMA)
+    pieces = _pieces(heads)
+    values = pieces.group_by("line_no").agg(
+        [_suffixed(_value(keys)).alias(name) for name, keys in _NANO_FLOAT.items()]
+    ).join(trainlog.kv_json(pieces), on="line_no", how="left")
+    out = heads.join(values, on="line_no", how="left", maintain_order="left").with_columns(
+        ts=pl.col("ts").str.strptime(pl.Datetime("us"), "%m/%d/%Y %H:%M:%S", strict=False),
+        iteration=to_int(pl.col("it")), validation=pl.lit(False), framework=pl.lit("nanotron"),
+        consumed_tokens=pl.col("consumed_tokens").round(0),
+    )
+    memory = out.filter(pl.any_horizontal([pl.col(c).is_not_null() for c in
+                                           ("allocated_mib", "max_reserved_mib", "max_allocated_mib", "reserved_mib")]))
+    memory = memory.with_columns([(pl.col(c) / 1048576.0).alias(c) for c in
+                                  ("allocated_mib", "max_reserved_mib", "max_allocated_mib", "reserved_mib")]
+                                 ).with_columns(label=pl.lit("iteration"), source_unit=pl.lit("bytes(K/M/G=1e3)"))
+    return trainlog.conform(out, ITERATIONS_SCHEMA), trainlog.conform(memory, MEMORY_SCHEMA)
+
+
+# -- checkpoint, rerun and datetime events (sections 2.5-2.7) ----------------------------------
+_CK_TS = r"^\s*(?:\[(?P<ts>\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:\.\d+)?)\]\s*)?"
+_EVENT_PATTERNS = [
+    # (kind, literal prefilter, regex with optional ts / it / path / detail groups)
+    ("checkpoint_save_start", "saving checkpoint at iteration",
+     _CK_TS + r"saving checkpoint at iteration\s+(?P<it>\d+) to (?P<path>\S+)(?: in (?P<detail>\S+) format)?"),
+    ("checkpoint_save_done", "successfully saved checkpoint",
+     _CK_TS + r"successfully saved checkpoint (?:from|at) iteration\s+(?P<it>\d+) to (?P<path>\S+)(?P<detail>.*)$"),
+    ("checkpoint_async", "async checkpoint",
+     _CK_TS + r"(?P<detail>.*?async checkpoint save) (?:at|for) iteration\s+(?P<it>\d+)(?: to (?P<path>\S+))?"),
+    ("checkpoint_load_start", "checkpoint from",
+     _CK_TS + r"loading (?P<detail>distributed |torch_dist |)checkpoint from (?P<path>\S+) at iteration (?P<it>\d+)"),
+    ("checkpoint_load_done", "successfully loaded checkpoint",
+     _CK_TS + r"successfully loaded checkpoint from (?P<path>\S+)(?P<detail>[^\n]*?) at iteration (?P<it>\d+)"),
+    ("checkpoint_load_start", "is loading checkpoint",
+     r"^\s*(?P<detail>global rank \d+) is loading checkpoint (?P<path>\S+)"),
+    ("checkpoint_load_done", "successfully loaded ",
+     r"^\s+successfully loaded (?P<path>/?[\w.-]+(?:/[\w.-]+)+\.\w+)\s*$"),
+    ("checkpoint_missing", "could not find the metadata file",
+     r"^\s*WARNING: could not find the metadata file (?P<path>\S+)"),
+    ("checkpoint_none", "will not load any checkpoints",
+     r"^\s*(?P<detail>will not load any checkpoints and will start from random)"),
+    ("checkpoint_warning", "could not find arguments in the checkpoint",
+     r"^\s*(?P<detail>could not find arguments in the checkpoint)"),
+    ("rerun_unexpected", "Unexpected result",
+     r"^.*?Rank (?P<rank>\d+), node (?P<host>\S+), device (?P<dev>\d+), iteration (?P<it>\d+): "
+     r"Unexpected result (?P<value>\S+) \(message='(?P<detail>.*?)'\)"),
+    ("rerun_unexpected", "Unexpected result",
+     r"^.*?Unexpected result (?P<value>\S+) on rank (?P<rank>\d+) at iteration #(?P<it>\d+) "
+     r"invocation #\d+ \(message='(?P<detail>.*?)'\)"),
+    ("progress_txt", "\tJob ID: ",
+     r"^(?P<ts>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})\tJob ID: [^\t]*\t# GPUs: \d+\t(?P<detail>[^\t]*)"
+     r"(?:\tIteration: (?P<it>\d+))?"),
+]
+
+
+def _match_events(df: pl.DataFrame) -> pl.DataFrame:
+    t = pl.col("text")
+    frames = []
+    taken = pl.Series("line_no", [], dtype=pl.UInt32)
+    for kind, literal, pattern in _EVENT_PATTERNS:
+        sub = df.filter(t.str.contains(literal, literal=True) & ~pl.col("line_no").is_in(taken.implode()))
+        if sub.is_empty():
+            continue
+        m = t.str.extract_groups(pattern)
+        groups = {g for g in ("ts", "it", "path", "detail", "rank", "value")
+                  if f"(?P<{g}>" in pattern}
+        cols = {"kind": pl.lit(kind), "_hit": t.str.contains(pattern)}
+        for g in groups:
+            cols[{"it": "iteration", "rank": "reported_rank"}.get(g, g)] = m.struct.field(g)
+        sub = sub.select("line_no", "_stream", "text", **cols).filter(pl.col("_hit")).drop("_hit")
+        if sub.is_empty():
+            continue
+        frames.append(sub)
+        taken = pl.concat([taken, sub["line_no"].cast(pl.UInt32)])
+    if not frames:
+        return pl.DataFrame()
+    out = pl.concat(frames, how="diagonal_relaxed")
+    for c in ("ts", "iteration", "path", "detail", "reported_rank", "value"):
+        if c not in out.columns:
+            out = out.with_columns(pl.lit(None, dtype=pl.String).alias(c))
+    return out.with_columns(
+        ts=pl.col("ts").str.replace("T", " ").str.strptime(pl.Datetime("us"), "%Y-%m-%d %H:%M:%S%.f", strict=False),
+        iteration=to_int(pl.col("iteration")),
+        detail=pl.col("detail").str.strip_chars().replace("", None),
+        value=trainlog.num(pl.col("value").str.strip_chars("'\"")),
+        message=pl.col("text").str.strip_chars(),
+    ).sort("line_no")
+
+
+def _pair(events: pl.DataFrame, start: str, done: str) -> pl.DataFrame:
+    """``start`` rows with ``finished`` and ``duration_s`` from the next ``done`` row of the same
+    stream (saves are sequential: a next ``done`` of another iteration means this one never finished)."""
+    starts = events.filter(pl.col("kind") == start)
+    if starts.is_empty():
+        return starts
+    dones = events.filter(pl.col("kind") == done).select(
+        "_stream", "line_no", d_line=pl.col("line_no"), d_ts=pl.col("ts"), d_it=pl.col("iteration"))
+    both = pl.concat([starts.select("_stream", "line_no", _start=pl.lit(True)),
+                      dones.select("_stream", "line_no", "d_line", "d_ts", "d_it", _start=pl.lit(False))],
+                     how="diagonal_relaxed").sort("_stream", "line_no")
+    nxt = both.with_columns(pl.col("d_line", "d_ts", "d_it").backward_fill().over("_stream")).filter("_start")
+    starts = starts.drop("duration_s", "finished", strict=False).join(
+        nxt.select("line_no", "d_line", "d_ts", "d_it"), on="line_no", how="left")
+    ok = pl.col("d_line").is_not_null() & (
+        pl.col("iteration").is_null() | pl.col("d_it").is_null() | (pl.col("iteration") == pl.col("d_it")))
+    return starts.with_columns(
+        finished=ok,
+        duration_s=pl.when(ok).then((pl.col("d_ts") - pl.col("ts")).dt.total_microseconds() / 1e6),
+    ).drop("d_line", "d_ts", "d_it")
+
+
+def _iteration_events(iterations: pl.DataFrame) -> pl.DataFrame:
+    """NaN/inf values and skipped / NaN iteration counters of the iteration lines as events."""
+    it = iterations.filter(~pl.col("validation").fill_null(False))
+    if it.is_empty():
+        return pl.DataFrame()
+    checks = [
+        ("nan_loss", pl.col("lm_loss").is_nan(), pl.col("lm_loss")),
+        ("inf_loss", pl.col("lm_loss").is_infinite(), pl.col("lm_loss")),
+        ("nan_grad_norm", pl.col("grad_norm").is_nan(), pl.col("grad_norm")),
+        ("inf_grad_norm", pl.col("grad_norm").is_infinite(), pl.col("grad_norm")),
+        ("skipped_iterations", pl.col("skipped_iterations") > 0, pl.col("skipped_iterations").cast(pl.Float64)),
+        ("nan_iterations", pl.col("nan_iterations") > 0, pl.col("nan_iterations").cast(pl.Float64)),
+    ]
+    frames = [it.filter(cond.fill_null(False)).select(
+        "line_no", "ts", "iteration", "framework", kind=pl.lit(kind), value=value,
+        message=pl.concat_str([pl.lit(kind.replace("_", " ") + " at iteration "),
+                               pl.col("iteration").cast(pl.String).fill_null("?")]))
+        for kind, cond, value in checks]
+    return pl.concat(frames, how="vertical_relaxed")
+
+
+def _events(df: pl.DataFrame, iterations: pl.DataFrame) -> pl.DataFrame:
+    raw = _match_events(df)
+    parts = [_iteration_events(iterations)]
+    if not raw.is_empty():
+        raw = raw.with_columns(finished=pl.lit(None, dtype=pl.Boolean), duration_s=pl.lit(None, dtype=pl.Float64))
+        saves = _pair(raw, "checkpoint_save_start", "checkpoint_save_done")
+        loads = _pair(raw, "checkpoint_load_start", "checkpoint_load_done")
+        paired = pl.concat([saves, loads], how="diagonal_relaxed") if not (saves.is_empty() and loads.is_empty()) \
+            else raw.clear()
+        rest = raw.filter(~pl.col("line_no").is_in(paired["line_no"].implode()))
+        merged = pl.concat([rest, paired], how="diagonal_relaxed").with_columns(
+            level=pl.when(pl.col("kind").is_in(["checkpoint_missing", "checkpoint_warning", "rerun_unexpected"]))
+            .then(pl.lit("warning")).otherwise(pl.lit("info")),
+            kind=pl.when((pl.col("kind") == "rerun_unexpected") & pl.col("detail").str.contains("(?i)nan"))
+            .then(pl.lit("nan_detected"))
+            .when((pl.col("kind") == "rerun_unexpected") & pl.col("detail").str.contains("(?i)inf"))
+            .then(pl.lit("inf_detected"))
+            .when((pl.col("kind") == "rerun_unexpected") & pl.col("detail").str.contains("(?i)spiky"))
+            .then(pl.lit("loss_spike")).otherwise(pl.col("kind")),
+        )
+        parts.append(merged)
+    out = trainlog.stack([trainlog.conform(p, EVENTS_SCHEMA) for p in parts if not p.is_empty()], EVENTS_SCHEMA)
+    return out.with_columns(framework=pl.col("framework").fill_null(NAME))
+
+
+# -- timers (section 2.4) -----------------------------------------------------------------------
+_TIMER_HEADER = r"^\s*(?:\(min, max\) time across ranks|max time across ranks|times across ranks) \(ms\):\s*$"
+_TIMER_MINMAX = r"^\s{2,}(?P<name>[\w./-]+(?: [\w./-]+)*) \.*: \((?P<min>[\d.]+), (?P<max>[\d.]+)\)\s*$"
+_TIMER_MAX = r"^\s{2,}(?P<name>[\w./-]+(?: [\w./-]+)*) \.*: (?P<max>[\d.]+)\s*$"
+_TIMER_NAME = r"^\s{2,}(?P<name>[\w./-]+):\s*$"
+_TIMER_RANK = r"^\s{2,}rank\s+(?P<rank>\d+): (?P<max>[\d.]+)\s*$"
+_BRIDGE_STEP = r"^\s*Step Time : (?P<s>[\d.]+)s(?: GPU utilization: (?P<tf>[\d.]+)\s*(?:MODEL_)?TFLOP/s/GPU)?"
+
+
+def _timers(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.Series]:
+    t = pl.col("text")
+    frames = []
+    extra = pl.Series("line_no", [], dtype=pl.UInt32)
+    # One-line form (before 2022-08): `time (ms) | name: 1.23 | ...`
+    one = df.filter(t.str.contains("time (ms) |", literal=True) & ~t.str.contains("rank=", literal=True))
+    if not one.is_empty():
+        heads = one.select("line_no", rest=t.str.extract(r"^\s*time \(ms\) \|(.*)$", 1)).filter(
+            pl.col("rest").is_not_null())
+        if not heads.is_empty():
+            p = _pieces(heads)
+            frames.append(p.select("line_no", name="k", max_ms=trainlog.num(pl.col("v")),
+                                   min_ms=pl.lit(None, dtype=pl.Float64)).filter(pl.col("max_ms").is_not_null()))
+    # Block form: a header, then `    name ......: (min, max)` / `: max` / the `all` layout.
+    blockish = df.filter(t.str.starts_with("  ") | t.str.contains("across ranks (ms):", literal=True))
+    if not blockish.is_empty():
+        b = blockish.with_columns(
+            is_head=t.str.contains(_TIMER_HEADER),
+            mm=t.str.extract_groups(_TIMER_MINMAX), mx=t.str.extract_groups(_TIMER_MAX),
+            nm=t.str.extract(_TIMER_NAME, 1), rk=t.str.extract_groups(_TIMER_RANK))
+        extra = b.filter(pl.col("is_head"))["line_no"]
+        mm = b.filter(pl.col("mm").struct.field("name").is_not_null() & pl.col("text").str.contains(r" \.{2,}:|\S:"))
+        frames.append(mm.select("line_no", name=pl.col("mm").struct.field("name"),
+                                min_ms=trainlog.num(pl.col("mm").struct.field("min")),
+                                max_ms=trainlog.num(pl.col("mm").struct.field("max"))))
+        mx = b.filter(pl.col("mx").struct.field("name").is_not_null() & pl.col("mm").struct.field("name").is_null()
+                      & pl.col("text").str.contains(r" \.{2,}: "))
+        frames.append(mx.select("line_no", name=pl.col("mx").struct.field("name"),
+                                min_ms=pl.lit(None, dtype=pl.Float64),
+                                max_ms=trainlog.num(pl.col("mx").struct.field("max"))))
+        # `times across ranks (ms):` then `  name:` and `     rank  r: t` lines, followed per stream.
+        heads_all = b.filter(pl.col("is_head") & pl.col("text").str.contains("times across ranks", literal=True))
+        if not heads_all.is_empty():
+            s = "_stream"
+            contiguous = (pl.col("_seq").shift(1).over(s) == pl.col("_seq") - 1).fill_null(False)
+            run = b.filter(pl.col("is_head") | pl.col("nm").is_not_null()
+                           | pl.col("rk").struct.field("rank").is_not_null()).with_columns(
+                _start=pl.col("is_head") | ~contiguous)
+            run = run.with_columns(
+                _block=pl.col("_start").cum_sum().over(s),
+            ).with_columns(
+                _in=pl.col("is_head").first().over([s, "_block"]) & pl.col("text").first().over([s, "_block"])
+                .str.contains("times across ranks", literal=True),
+                _name=pl.col("nm").forward_fill().over([s, "_block"]),
+            ).filter(pl.col("_in") & ~pl.col("is_head"))
+            names = run.filter(pl.col("nm").is_not_null())
+            ranks = run.filter(pl.col("rk").struct.field("rank").is_not_null() & pl.col("_name").is_not_null())
+            frames.append(ranks.select("line_no", name="_name", min_ms=pl.lit(None, dtype=pl.Float64),
+                                       max_ms=trainlog.num(pl.col("rk").struct.field("max")),
+                                       reported_rank=to_int(pl.col("rk").struct.field("rank"))))
+            extra = pl.concat([extra, names["line_no"]])
+    bridge = df.filter(t.str.contains("Step Time :", literal=True))
+    if not bridge.is_empty():
+        m = t.str.extract_groups(_BRIDGE_STEP)
+        frames.append(bridge.select("line_no", name=pl.lit("step-time"), min_ms=pl.lit(None, dtype=pl.Float64),
+                                    max_ms=trainlog.num(m.struct.field("s")) * 1000.0).filter(
+            pl.col("max_ms").is_not_null()))
+    frames = [trainlog.conform(f, TIMERS_SCHEMA, framework=NAME) for f in frames if not f.is_empty()]
+    return trainlog.stack(frames, TIMERS_SCHEMA), extra.cast(pl.UInt32)
+
+
+# -- parameter counts, theoretical memory -> job_config (sections 2.3, 2.5) --------------------
+_PARAMS = (r"^\s*>?\s*number of parameters on (?P<where>\(tensor(?:, gtp_weight_remat)?, pipeline\) model parallel "
+           r"rank \([\d, ]+\)|model parallel rank \d+): (?P<n>\d+)\s*$")
+_THEORY = r"^\s*(?P<k>(?:Total number|Number) of (?:active )?parameters(?: in [\w ]+?)? in billions):\s*(?P<v>[\d.]+)"
+_THEORY_KEYS = {
+    "Number of parameters in transformer block in billions": "params_transformer_b",
+    "Number of parameters in transformer layers in billions": "params_transformer_b",
+    "Number of active parameters in transformer block in billions": "params_active_transformer_b",
+    "Number of parameters in embedding layers in billions": "params_embedding_b",
+    "Total number of parameters in billions": "params_total_b",
+    "Total number of active parameters in billions": "params_active_total_b",
+    "Number of parameters in most loaded shard in billions": "params_most_loaded_shard_b",
+}
+_FOOTPRINT = r"Theoretical memory footprints: (?P<rest>.*)$"
+
+
+def _job_config(df: pl.DataFrame, settings: pl.DataFrame) -> pl.DataFrame:
+    t = pl.col("text")
+    frames = []
+    cfg = settings.filter(~pl.col("key").str.starts_with("datetime:"))
+    if not cfg.is_empty():
+        frames.append(cfg.select("line_no", "source", key=trainlog.canonical(pl.col("key")),
+                                 value="value", raw_key="key"))
+    sub = df.filter(t.str.contains("number of parameters on", literal=True))
+    if not sub.is_empty():
+        m = t.str.extract_groups(_PARAMS)
+        frames.append(sub.select("line_no", source=pl.lit("megatron-model"), key=pl.lit("num_parameters"),
+                                 value=m.struct.field("n"),
+                                 raw_key=pl.concat_str([pl.lit("number of parameters on "), m.struct.field("where")])
+                                 ).filter(pl.col("value").is_not_null()))
+    sub = df.filter(t.str.contains(" parameters in ", literal=True) & t.str.contains("in billions", literal=True))
+    if not sub.is_empty():
+        m = t.str.extract_groups(_THEORY)
+        frames.append(sub.select("line_no", source=pl.lit("megatron-theoretical"),
+                                 key=m.struct.field("k").replace_strict(_THEORY_KEYS, default=None,
+                                                                        return_dtype=pl.String),
+                                 value=m.struct.field("v"), raw_key=m.struct.field("k")
+                                 ).filter(pl.col("value").is_not_null()))
+    sub = df.filter(t.str.contains("Theoretical memory footprints:", literal=True))
+    if not sub.is_empty():
+        long = sub.select("line_no", piece=t.str.extract(_FOOTPRINT, 1).str.split(",")).explode("piece").select(
+            "line_no", raw_key=pl.col("piece").str.extract(r"^\s*([\w ]+?)\s*=", 1),
+            value=pl.col("piece").str.extract(r"=\s*([\d.]+)\s*MB", 1)).filter(pl.col("value").is_not_null())
+        frames.append(long.select("line_no", source=pl.lit("megatron-theoretical"),
+                                  key=pl.concat_str([pl.lit("theoretical_"),
+                                                     pl.col("raw_key").str.replace_all(" ", "_"), pl.lit("_mib")]),
+                                  value="value", raw_key="raw_key"))
+    frames = [trainlog.conform(f, JOB_CONFIG_SCHEMA, framework=NAME) for f in frames if not f.is_empty()]
+    return trainlog.stack(frames, JOB_CONFIG_SCHEMA)
+
+
+# Startup chatter (section 2.5 "Other"), rank 0; the `> ` may already be peeled by the envelope.
+_STARTUP = (r"^\s*(?:>\s*)?(?P<m>initializing torch distributed|setting random seeds to \d+|building \w+ model|"
+            r"done with setup|training|finished creating \w+ datasets|building train, validation, and test datasets"
+            r"(?: for \w+)?|building \w+ tokenizer|compiling dataset index builder|compiling and loading fused kernels"
+            r"|done with dataset index builder\. Compilation time: [\d.]+ seconds|done with compiling and loading "
+            r"fused kernels\. Compilation time: [\d.]+ seconds)\s*(?:\.\.\.)?\s*$")
+_STARTUP_CFG = [
+    ("num_microbatches", r"^\s*setting number of microbatches to constant (?P<v>\d+)\s*$"),
+    ("params_dtype", r"^\s*using (?P<v>torch\.\w+) for parameters \.\.\.\s*$"),
+    ("padded_vocab_size", r"^\s*>?\s*padded vocab \(size: \d+\) with \d+ dummy tokens \(new size: (?P<v>\d+)\)\s*$"),
+]
+_TARGET_HEAD = r"^\s*>?\s*datasets target sizes \(minimum size\):\s*$"
+_TARGET_LINE = r"^\s{4}(?P<k>train|validation|test):\s+(?P<v>\d+)\s*$"
+
+
+def _startup(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(events, job_config) of Megatron's startup chatter."""
+    t = pl.col("text")
+    ev = df.filter(t.str.contains(" ...", literal=True) | t.str.contains("Compilation time", literal=True))
+    ev = ev.filter(t.str.contains(_STARTUP)).select(
+        "line_no", kind=pl.lit("megatron_startup"), level=pl.lit("info"),
+        detail=t.str.extract(_STARTUP, 1), message=t.str.strip_chars())
+    cfg = []
+    for (key, pattern), literal in zip(_STARTUP_CFG, ("number of microbatches", " for parameters ", "padded vocab")):
+        sub = df.filter(t.str.contains(literal, literal=True))
+        sub = sub.filter(t.str.contains(pattern))
+        if not sub.is_empty():
+            cfg.append(sub.select("line_no", source=pl.lit("megatron-startup"), key=pl.lit(key),
+                                  value=t.str.extract(pattern, 1), raw_key=t.str.strip_chars()))
+    has_sizes = bool(df["text"].str.contains("datasets target sizes", literal=True).any())
+    cand = df.filter(t.str.starts_with("    ") | t.str.contains("datasets target sizes", literal=True)) \
+        if has_sizes else df.clear()
+    cand = cand.filter(t.str.contains(_TARGET_HEAD) | t.str.contains(_TARGET_LINE))
+    if not cand.is_empty() and cand["text"].str.contains(_TARGET_HEAD).any():
+        s = "_stream"
+        contiguous = (pl.col("_seq").shift(1).over(s) == pl.col("_seq") - 1).fill_null(False)
+        cand = cand.with_columns(_head=t.str.contains(_TARGET_HEAD))
+        cand = cand.with_columns(_block=(pl.col("_head") | ~contiguous).cum_sum().over(s))
+        cand = cand.filter(pl.col("_head").first().over([s, "_block"]))
+        heads = cand.filter(pl.col("_head"))
+        ev = pl.concat([ev, heads.select("line_no", kind=pl.lit("megatron_startup"), level=pl.lit("info"),
+                                         detail=pl.lit("datasets target sizes"), message=t.str.strip_chars())])
+        body = cand.filter(~pl.col("_head"))
+        cfg.append(body.select("line_no", source=pl.lit("megatron-startup"),
+                               key=pl.concat_str([pl.lit("dataset_target_"), t.str.extract(_TARGET_LINE, 1)]),
+                               value=t.str.extract(_TARGET_LINE, 2), raw_key=t.str.strip_chars()))
+    cfg = [trainlog.conform(f, JOB_CONFIG_SCHEMA, framework=NAME) for f in cfg if not f.is_empty()]
+    return (trainlog.conform(ev, EVENTS_SCHEMA, framework=NAME),
+            trainlog.stack(cfg, JOB_CONFIG_SCHEMA))
+
+
+def _empty_tables() -> dict[str, pl.DataFrame]:
+    return {"iterations": _empty(ITERATIONS_SCHEMA), "memory": _empty(MEMORY_SCHEMA),
+            "settings": _empty(SETTINGS_SCHEMA), "events": _empty(EVENTS_SCHEMA),
+            "job_config": _empty(JOB_CONFIG_SCHEMA), "timers": _empty(TIMERS_SCHEMA)}
+
+
 def parse(lines: pl.DataFrame) -> ParseResult:
     if lines is None or lines.is_empty() or "text" not in lines.columns:
-        return ParseResult(tables={
-            "iterations": _empty(ITERATIONS_SCHEMA),
-            "memory": _empty(MEMORY_SCHEMA),
-            "settings": _empty(SETTINGS_SCHEMA),
-        })
+        return ParseResult(tables=_empty_tables())
     df = with_stream(lines)
     iterations = _iterations(df)
     memory = _memory(df)
+    nemo_it, nemo_mem = _nemo(df)
+    nano_it, nano_mem = _nanotron(df)
+    iterations = trainlog.stack([iterations, nemo_it, nano_it], ITERATIONS_SCHEMA)
+    memory = trainlog.stack([memory, nemo_mem, nano_mem], MEMORY_SCHEMA)
     settings, banners = _settings(df)
     rules = _validation_rules(df, iterations)
+    events = _events(df, iterations)
+    timers, timer_heads = _timers(df)
+    job_config = _job_config(df, settings)
+    startup_events, startup_cfg = _startup(df)
+    events = trainlog.stack([events, startup_events], EVENTS_SCHEMA)
+    job_config = trainlog.stack([job_config, startup_cfg, trainlog.cmdline_config(df, NAME)], JOB_CONFIG_SCHEMA)
     consumed = consumed_of(
-        iterations, memory, settings,
+        iterations, memory, settings, events, timers, job_config,
         pl.DataFrame({"line_no": banners}), pl.DataFrame({"line_no": rules}),
+        pl.DataFrame({"line_no": timer_heads}),
     )
     return ParseResult(
-        tables={"iterations": iterations, "memory": memory, "settings": settings},
+        tables={"iterations": iterations, "memory": memory, "settings": settings, "events": events,
+                "job_config": job_config, "timers": timers},
         consumed=consumed,
     )

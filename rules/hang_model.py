@@ -203,12 +203,38 @@ def _stacks(ctx: Context) -> pl.DataFrame:
 
 
 def _stacks_by_rank(ctx: Context) -> pl.DataFrame:
-    """py-spy dumps name a pid; the rank comes from the (node, pid) of the rank map.
+    """Live stacks per rank: py-spy dumps and faulthandler dumps (tracebacks of exceptions are
+    not where a rank waits, so they are left out).
 
-    The node is taken from the dump's folder names when one of them is a known node; a
-    pid that matches one rank only is accepted on its own (pids rarely collide in one job).
+    py-spy dumps name a pid; the rank comes from the (node, pid) of the rank map. The node is
+    taken from the dump's folder names when one of them is a known node; a pid that matches one
+    rank only is accepted on its own (pids rarely collide in one job). faulthandler dumps are
+    lines of the rank's own stderr: they take the rank those lines are attributed to, when
+    that attribution is certain or derived; their main thread is the one whose outermost
+    frame is the script's ``<module>``.
     """
     stacks = ctx.frame("SELECT s.*, i.path FROM stacks s JOIN inputs i USING (input_id)")
+    if stacks.is_empty():
+        return pl.DataFrame()
+    source = pl.col("source") if "source" in stacks.columns else pl.lit(None, dtype=pl.String)
+    stacks = stacks.with_columns(_source=source)
+    parts = [_pyspy_by_rank(ctx, stacks.filter(pl.col("_source").is_null() | (pl.col("_source") == "pyspy")))]
+    parts.append(_faulthandler_by_rank(stacks.filter(pl.col("_source") == "faulthandler")))
+    parts = [p for p in parts if not p.is_empty()]
+    return pl.concat(parts, how="diagonal_relaxed") if parts else pl.DataFrame()
+
+
+def _faulthandler_by_rank(stacks: pl.DataFrame) -> pl.DataFrame:
+    if stacks.is_empty() or "rank" not in stacks.columns:
+        return pl.DataFrame()
+    trusted = stacks.filter(pl.col("rank").is_not_null() & pl.col("rank_confidence").is_in(["certain", "derived"]))
+    thread = ["input_id", "dump_index", "thread_id"]
+    main = (pl.col("function") == "<module>").any().over(thread)
+    return trusted.with_columns(stack_rank=pl.col("rank"), thread_name=pl.when(main).then(pl.lit("MainThread"))
+                                .otherwise(pl.col("thread_name")))
+
+
+def _pyspy_by_rank(ctx: Context, stacks: pl.DataFrame) -> pl.DataFrame:
     ranks = ctx.ranks.drop_nulls(["pid"])
     if stacks.is_empty() or ranks.is_empty():
         return pl.DataFrame()
@@ -296,7 +322,8 @@ def _silent_members(ctx: Context, result: HangAnalysis, in_flight: set[int]) -> 
 
 
 def _stack_only(ctx: Context, result: HangAnalysis) -> None:
-    """No c10d evidence: compare py-spy stacks (collective frame vs host code)."""
+    """No c10d evidence: compare live stacks (py-spy, faulthandler): collective frame vs host code.
+    A rank seen in a collective or sync point in any dump is waiting, not the one that never came."""
     stacks = _stacks(ctx)
     if stacks.is_empty():
         return
@@ -312,8 +339,8 @@ def _stack_only(ctx: Context, result: HangAnalysis) -> None:
         result.culprits, result.basis = sorted(others), "stack"
         result.confidence = 0.6
         result.notes.append(
-            f"{len(waiting)} py-spy dumps show the main thread in a collective or sync point; "
-            f"{len(others)} show it elsewhere")
+            f"{len(waiting)} stack dumps (py-spy or faulthandler) show the main thread in a collective or sync "
+            f"point; {len(others)} show it elsewhere")
 
 
 def _check_culprits(ctx: Context, result: HangAnalysis) -> None:

@@ -70,3 +70,16 @@ def test_wrong_world_size_shows_the_rendezvous_timeout():
     run = analyze([CORPUS / "world"])
     events = run.frame("SELECT kind, message FROM events")
     assert events.filter(pl.col("message").str.contains("RendezvousTimeoutError")).height >= 1
+
+
+@pytest.mark.parametrize("name", [n for n in CASES if _case(n)["hang"]])
+def test_faulthandler_dumps_alone_name_the_culprit(name, tmp_path):
+    """Without the py-spy dumps, the step watchdog's faulthandler dumps (stderr, behind the
+    torchrun rank prefix) are enough."""
+    import shutil
+
+    case = _case(name)
+    shutil.copytree(CORPUS / name, tmp_path / name, ignore=shutil.ignore_patterns("pyspy"))
+    report = build_report(analyze([tmp_path / name]))
+    h001 = [f for f in report["findings"] if f["code"] == "H001"]
+    assert h001 and h001[0]["ranks"] == [case["culprit_rank"]]

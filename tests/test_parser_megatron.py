@@ -114,14 +114,17 @@ def test_validation_lines(sample, extra):
 
 
 def test_not_iteration_lines(extra):
-    assert extra.tables["iterations"]["line_no"].to_list() == [1, 2]
+    # line 8 is NeMo 2's iteration line (framework "nemo"), the others are not iterations
+    it = extra.tables["iterations"]
+    assert it["line_no"].to_list() == [1, 2, 8]
+    assert it.filter(line_no=8)["framework"].to_list() == ["nemo"]
     consumed = set(extra.consumed.to_list())
-    assert not consumed & {8, 9, 10, 11, 12}
+    assert not consumed & {9, 10, 11, 12}
 
 
 def test_memory_reports(sample, extra):
     _, result = sample
-    mem = result.tables["memory"]
+    mem = result.tables["memory"].filter(framework="megatron")
     assert mem.select("reported_rank", "label", "iteration", "allocated_mib", "max_allocated_mib",
                       "reserved_mib", "max_reserved_mib", "device_used_mib").rows() == [
         (16, "after 10 iterations", 10, 20245.03, 61234.5, 63210.0, 63210.0, 71002.12),
@@ -217,9 +220,16 @@ def test_real_pai_megatron_arguments_dump():
     assert args["min_lr"] == "1e-06"
 
 
-def test_real_nemo_lines_are_not_megatron_iterations():
+def test_real_nemo_lines_are_nemo_iterations():
     result = real("training/nemo-issue-14850-srun-label-moe.log")
-    assert result.tables["iterations"].is_empty()
+    it = result.tables["iterations"]
+    assert it.select("iteration", "train_iters", "framework").rows() == [
+        (8, 29, "nemo"), (9, 29, "nemo"), (10, 29, "nemo"), (11, 29, "nemo")]
+    assert it["lm_loss"].to_list() == [10.22, 10.1, 10.06, 9.924]
+    assert it["elapsed_ms"].to_list() == [27010.0, 27880.0, 26630.0, 26930.0]
+    mem = result.tables["memory"]
+    assert mem["source_unit"].unique().to_list() == ["bytes"]
+    assert mem["max_reserved_mib"].to_list()[-1] == 57675874304 / 1048576
 
 
 def test_no_false_positives_in_non_megatron_real_logs():
@@ -228,13 +238,15 @@ def test_no_false_positives_in_non_megatron_real_logs():
     megatron_files = {
         "megatron-deepspeed-issue-396-grad-norm-nan.log", "megatron-llm-issue-33-nan-loss-omitted.log",
         "megatron-lm-issue-51-2020-startup.log", "nccl-issue-743-megatron-bert-old-timers.log",
-        "pai-megatron-patch-issue-671-arguments-dump.log",
+        "pai-megatron-patch-issue-671-arguments-dump.log", "nemo-issue-14850-srun-label-moe.log",
     }
     for path in sorted(REAL.glob("*/*.log")):
         if path.name in megatron_files:
             continue
         result = megatron.parse(bare(path.read_bytes()))
         for name, table in result.tables.items():
+            if name == "job_config":     # launch command lines are read in any log
+                table = table.filter(pl.col("source") != "cmdline")
             assert table.is_empty(), (path.name, name, table)
 
 
@@ -244,7 +256,8 @@ def test_garbage_returns_empty_tables():
     for frame in (_env(b""), _env(junk), bare(b"iteration |" * 100_000), bare(b"|" * 100_000)):
         result = megatron.parse(frame)
         for name, schema in (("iterations", megatron.ITERATIONS_SCHEMA), ("memory", megatron.MEMORY_SCHEMA),
-                             ("settings", megatron.SETTINGS_SCHEMA)):
+                             ("settings", megatron.SETTINGS_SCHEMA), ("events", megatron.EVENTS_SCHEMA),
+                             ("job_config", megatron.JOB_CONFIG_SCHEMA), ("timers", megatron.TIMERS_SCHEMA)):
             assert result.tables[name].is_empty() and dict(result.tables[name].schema) == schema
         assert result.consumed.is_empty()
 

@@ -252,3 +252,32 @@ class C10dLog:
                          + "PGNCCL Watchdog environments: TORCH_NCCL_RETHROW_CUDA_ERRORS: 1, "
                          "TORCH_NCCL_PROPAGATE_ERROR: 0, TORCH_NCCL_DESYNC_DEBUG: 0")
         return lines
+
+
+# -- other crash kinds for the earlier attempts (RunSpec.crash_kind; issue 4) -----------------------
+
+CRASH_KINDS = ("oom", "cuda-ecc", "illegal-address", "device-assert", "gloo-closed")
+_CUDA_TRAILER = [
+    "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below might be incorrect.",
+    "For debugging consider passing CUDA_LAUNCH_BLOCKING=1",
+    "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.",
+]
+
+
+def crash_text(kind: str, era_name: str) -> tuple[list[str], str, list[str]]:
+    """(lines printed before the traceback, the exception line, lines after it) for a crash of
+    ``kind`` (``formats/pytorch-failures.md`` sections 5 and 6.3). ``oom`` is the story's own."""
+    error = "torch.AcceleratorError" if era_name >= "2.8" else "RuntimeError"
+    if kind == "cuda-ecc":
+        return [], f"{error}: CUDA error: uncorrectable ECC error encountered", list(_CUDA_TRAILER)
+    if kind == "illegal-address":
+        return [], f"{error}: CUDA error: an illegal memory access was encountered", list(_CUDA_TRAILER)
+    if kind == "device-assert":
+        before = [f"/pytorch/aten/src/ATen/native/cuda/IndexKernel.cu:92: operator(): block: [{b},0,0], thread: "
+                  f"[{t},0,0] Assertion `-sizes[i] <= index && index < sizes[i] && \"index out of bounds\"` failed."
+                  for b, t in ((117, 32), (117, 33))]
+        return before, f"{error}: CUDA error: device-side assert triggered", list(_CUDA_TRAILER)
+    if kind == "gloo-closed":
+        return [], ("RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer "
+                    "[10.0.0.2]:45123"), []
+    raise ValueError(f"unknown crash kind {kind!r}")

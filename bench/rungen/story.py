@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import random
 
-from . import megatron
+from . import frameworks, megatron
 from .base import Agent, Clock, Cluster, Line, Proc, comm_id, jitter, next_order, pointer
 from .c10d import PG, C10dLog, Work
 from .elastic import AgentLog
+from .node_logs import SkewedClock, skew_node
 from .endings import Endings
 from .envdump import env_dump
 from .eras import Era
@@ -69,8 +70,15 @@ class Story(Endings):
     def log_of(self, proc: Proc) -> C10dLog:
         key = (proc.attempt, proc.rank)
         if key not in self.c10d:
-            self.c10d[key] = C10dLog(self.era, self.clock, proc.rank, self.rng)
+            self.c10d[key] = C10dLog(self.era, self.clock_of(proc.slot.node), proc.rank, self.rng)
         return self.c10d[key]
+
+    def clock_of(self, node: int):
+        """The clock a node's processes print with: the job clock, or skewed (RunSpec.clock_skew_s)."""
+        skew = getattr(self.spec, "clock_skew_s", 0.0)
+        if not skew or node != skew_node(self.spec, self.cluster):
+            return self.clock
+        return SkewedClock(self.clock, skew)
 
     def job(self, t: float, text: str) -> None:
         self.job_lines.append(Line(t, next_order(), "err", text))
@@ -113,7 +121,7 @@ class Story(Endings):
         self.spawn(attempt, last_pids)
         self.start_agents(attempt)
         t_init = self.init_process_groups(attempt)
-        for t, text in megatron.after_init_chatter(self.clock, t_init):
+        for t, text in frameworks.after_init_chatter(self.spec, self.clock, t_init):
             attempt.procs[0].out(t, text)
         attempt.t_train0 = t_init + 32.2
         self.nccl_at_training_start(attempt)
@@ -162,7 +170,7 @@ class Story(Endings):
         """Megatron startup, PG creation banners and NCCL comm init; returns when model-parallel init ends."""
         rng, spec = self.rng, self.spec
         t_start = attempt.t0 + 2.4 + jitter(rng, 0, 0.3)
-        for dt, text in megatron.startup_chatter(self.train_config()):
+        for dt, text in frameworks.startup_chatter(self.spec, self.train_config(), self.clock, t_start + 1.5):
             attempt.procs[0].out(t_start + 1.5 + dt, text)
         world_ptrs = attempt.world_ptrs = {p.rank: pointer(rng) for p in attempt.procs}
         world_id = comm_id(rng)       # every attempt builds a new world communicator
@@ -297,7 +305,7 @@ class Story(Endings):
     def train(self, attempt: Attempt, iterations: int) -> None:
         """Iterations 1..N: the last rank prints each iteration line, rank 0 the memory report."""
         rng, step = self.rng, self.spec.step_s
-        itlog = megatron.IterationLog(self.train_config(), self.clock, rng)
+        itlog = frameworks.iteration_log(self.spec, self.train_config(), self.clock, rng)
         t = attempt.t_train0
         attempt.iteration_ends = []
         for it in range(1, iterations + 1):
@@ -306,7 +314,8 @@ class Story(Endings):
             attempt.iteration_ends.append(t)
             attempt.procs[-1].out(t + 0.004, itlog.iteration_line(t, it, elapsed * 1000.0))
             if it <= 2:
-                attempt.procs[0].out(t + 0.006, itlog.memory_line(0, it))
+                if memory := itlog.memory_line(0, it):   # frameworks without a memory report print none
+                    attempt.procs[0].out(t + 0.006, memory)
 
     def set_rates(self, attempt: Attempt, t_ref: float, seq_at_ref: dict[int, int]) -> None:
         """Collectives per second per PG, so that PG ``uid`` has completed ``seq_at_ref[uid]`` at t_ref."""
@@ -378,7 +387,7 @@ class Story(Endings):
         iterations = spec.iterations_before_hang + HEALTHY_EXTRA_ITERATIONS
         self.train(attempt, iterations)
         t_end = attempt.iteration_ends[-1] + 0.5
-        for t, text in megatron.save_lines(self.clock, t_end, iterations):
+        for t, text in frameworks.save_lines(self.spec, self.clock, t_end, iterations):
             attempt.procs[0].out(t, text)
         t_exit = t_end + 43.0
         for proc in attempt.procs:

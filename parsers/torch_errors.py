@@ -1,0 +1,396 @@
+"""PyTorch failures that are not c10d watchdog lines: OOMs, CUDA faults, Python tracebacks,
+faulthandler dumps, Gloo errors, rendezvous / TCPStore errors, fatal signals.
+
+References: ``formats/pytorch-failures.md`` sections 5-7 and ``formats/training-logs.md``
+section 7 (OOM text by version). ``parsers.c10d`` already classifies many of these lines one
+by one (``exception``, ``traceback``, ``cuda_error`` events); this parser adds what needs more
+than one line or a normalised value:
+
+* ``memory`` (label ``cuda_oom``): every CUDA OOM wording, sizes normalised to MiB --
+  ``requested_mib``, ``capacity_mib``, ``free_mib``, ``allocated_mib``, ``reserved_mib``,
+  ``reserved_unallocated_mib``, ``private_pools_mib``, ``process_in_use_mib``, ``gpu``
+  (process-local CUDA index) and ``oom_format``:
+
+  - ``<=1.3``: ``Tried to allocate S (GPU d; T total capacity; A already allocated; F free; C cached)``
+  - ``1.4-2.0``: ``... ; R reserved in total by PyTorch)`` (RuntimeError, torch.cuda.OutOfMemoryError)
+  - ``2.1+``: ``Tried to allocate S. GPU d has a total capac(i)ty of T of which F is free.
+    [Process P has X memory in use. ]*[Including non-PyTorch memory, this process has X memory
+    in use. ]Of the allocated memory A is allocated by PyTorch, [with P allocated in private
+    pools (e.g., CUDA Graphs), ]and U is reserved by PyTorch but unallocated.`` (2.1's
+    ``capacty`` typo, 2.5's ``torch.OutOfMemoryError`` alias)
+  - ``raw``: ``CUDA error: out of memory`` / NCCL ``Cuda failure 'out of memory'`` (no sizes)
+
+* ``events``:
+
+  - ``cuda_oom`` per OOM message;
+  - ``cuda_fault`` per CUDA error line, ``detail`` = class (``device_side_assert``,
+    ``illegal_memory_access``, ``ecc``, ``launch_failure``, ``misaligned_address``,
+    ``illegal_instruction``, ``out_of_memory``, ``launch_timeout``, ``other``) and the kernel
+    assertion lines (``...cu:92: ...: block: [0,0,0], thread: [0,0,0] Assertion `...` failed.``);
+  - ``python_traceback``: one row per ``Traceback (most recent call last):`` block (followed
+    per process stream), at the header line, with ``exc_type``, ``detail`` (the message),
+    ``exc_line_no`` and ``frames``; its frames go to ``stacks`` (``source`` ``traceback``,
+    ``depth`` 0 = innermost, ``dump_index`` = the traceback's header line);
+  - ``faulthandler``: ``Fatal Python error: <what>``; the ``Thread 0x... (most recent call
+    first):`` / ``Current thread 0x...`` / ``Stack (most recent call first):`` blocks and their
+    ``  File "f", line N in func`` frames go to ``stacks`` (``source`` ``faulthandler``,
+    ``thread_state`` ``current`` for the crashing thread);
+  - ``gloo_error``: ``[.../gloo/transport/tcp/pair.cc:N] <detail>`` (Connection closed by
+    peer, Connection reset), ``Timed out waiting Nms for send|recv operation``, ``Gloo
+    connectFullMesh failed``;
+  - ``rendezvous_error``: ``RendezvousTimeoutError`` / ``RendezvousClosedError`` /
+    ``RendezvousConnectionError`` / ``RendezvousError``, ``DistStoreError: Timed out after N
+    seconds waiting for clients. J/N clients joined.``, ``DistNetworkError`` (EADDRINUSE...);
+  - ``fr_trace`` / ``fr_trace_detail``: the ``fr_trace`` analyzer's verdict lines (``Not all
+    ranks joining collective, sequence number: N`` -- ``value`` holds N --, ``Input/output
+    mismatch ...``, ``... has errors``, undecidable, no errors, too many mismatches) and the
+    ``internal record id: / group info: / missing ranks: / error msg: ...`` lines under them;
+  - ``signal``: glog's ``*** SIGSEGV (@0x0) received by PID P (TID T) ...; stack trace: ***``
+    and the shell's ``Segmentation fault (core dumped)`` / ``Aborted (core dumped)`` / ``Bus error``.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from parsers.base import ParseResult, conform, consumed_of, to_int
+from parsers.lines import with_stream
+
+NAME = "torch_errors"
+
+SAMPLE_LINES = [
+    "RuntimeError: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 10.92 GiB total capacity; 9.82 GiB already allocated; 30.56 MiB free; 1.01 GiB cached)",
+    "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 786.00 MiB (GPU 0; 31.74 GiB total capacity; 28.82 GiB already allocated; 577.12 MiB free; 29.97 GiB reserved in total by PyTorch) If reserved memory is >> allocated memory try setting max_split_size_mb to avoid fragmentation.  See documentation for Memory Management and PYTORCH_CUDA_ALLOC_CONF",
+    "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacty of 79.15 GiB of which 1.06 GiB is free. Process 12345 has 78.08 GiB memory in use. Of the allocated memory 75.20 GiB is allocated by PyTorch, and 1.38 GiB is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting max_split_size_mb to avoid fragmentation.  See documentation for Memory Management and PYTORCH_CUDA_ALLOC_CONF",
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.26 GiB. GPU 3 has a total capacity of 95.00 GiB of which 204.81 MiB is free. Including non-PyTorch memory, this process has 94.79 GiB memory in use. Of the allocated memory 90.11 GiB is allocated by PyTorch, with 1.50 GiB allocated in private pools (e.g., CUDA Graphs), and 2.43 GiB is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)",
+    "RuntimeError: CUDA error: out of memory",
+    "RuntimeError: CUDA error: device-side assert triggered",
+    "/pytorch/aten/src/ATen/native/cuda/IndexKernel.cu:92: operator(): block: [0,0,0], thread: [0,0,0] Assertion `-sizes[i] <= index && index < sizes[i] && \"index out of bounds\"` failed.",
+    "torch.AcceleratorError: CUDA error: an illegal memory access was encountered",
+    "RuntimeError: CUDA error: uncorrectable ECC error encountered",
+    "RuntimeError: CUDA error: unspecified launch failure",
+    "RuntimeError: CUDA error: misaligned address",
+    "Traceback (most recent call last):",
+    '  File "/usr/lib/python3.10/runpy.py", line 196, in _run_module_as_main',
+    "    return _run_code(code, main_globals, None,",
+    "           ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^",
+    "ValueError: boom",
+    "Fatal Python error: Segmentation fault",
+    "Thread 0x00007f3a1c9e3700 (most recent call first):",
+    '  File "/usr/lib/python3.10/threading.py", line 324 in wait',
+    "Current thread 0x00007f3a2d1f4740 (most recent call first):",
+    '  File "/workspace/train.py", line 88 in forward',
+    "Stack (most recent call first):",
+    "[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [10.1.2.3]:23456",
+    "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:598] Connection closed by peer [10.1.2.3]:41072",
+    "RuntimeError: [/opt/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 1800000ms for recv operation to complete",
+    "RuntimeError: Timed out waiting 12000ms for send operation to complete",
+    "RuntimeError: Gloo connectFullMesh failed with [../third_party/gloo/gloo/transport/tcp/pair.cc:144] no error",
+    "torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError",
+    "torch.distributed.elastic.rendezvous.api.RendezvousClosedError",
+    "torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: The connection to the C10d store has failed. See inner exception for details.",
+    "torch.distributed.DistStoreError: Timed out after 1801 seconds waiting for clients. 1/3 clients joined.",
+    "torch.distributed.DistNetworkError: The server socket has failed to listen on any local network address. port: 29500, useIpv6: 0, code: -98, name: EADDRINUSE, message: address already in use",
+    "*** SIGSEGV (@0x0) received by PID 1734 (TID 0x7f3a2d1f4740) from PID 0; stack trace: ***",
+    "Segmentation fault (core dumped)",
+    "Aborted (core dumped)",
+    "/var/spool/slurmd/job4242/slurm_script: line 12:  1734 Killed                  python train.py",
+    "Not all ranks joining collective, sequence number: 7219",
+    "internal record id: 11058",
+    "group info: 0:default_pg",
+    "collective: nccl:_all_gather_base",
+    "missing ranks: {17}",
+    "input sizes: [[8069120]]",
+    "output sizes: [[322764800]]",
+    "world size: 40",
+    "expected ranks: {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39}",
+    "collective state: scheduled",
+    "error msg: Culprit rank 17; Error type: COLLECTIVE_TYPE_MISMATCH, Expected collective type: 'all_reduce' does not match found collective type: 'broadcast'",
+    "collective stack trace:",
+    "Input/output mismatch in the collective sequence number: 12",
+    "Collective sequence number: 12 has errors",
+    "We cannot decide what's wrong with this collective entry because we missed FR dumps from ranks ({3}) so we don't have enough information. If you want to debug further use -j to dump all raw trace",
+    "No errors found for this collective entry, There could be some other reasons why we see collective timeout.",
+]
+
+_LITERALS = ["out of memory", "CUDA error", "Assertion `", "Traceback (most recent call last)", '  File "',
+             "Fatal Python error", "most recent call first", "gloo", "Gloo", "Timed out waiting",
+             "Rendezvous", "DistStoreError", "DistNetworkError", "clients joined", "***", "core dumped",
+             "Segmentation fault", "Bus error", "Cuda failure", "Aborted", "Killed", "Illegal instruction",
+             "Floating point exception", "sequence number:", "collective entry", "Too many mismatches",
+             "record id:", "group info:", "collective:", "missing ranks:", "input sizes:", "output sizes:",
+             "world size:", "expected ranks:", "collective state:", "error msg:", "collective stack trace:"]
+
+MEMORY_SCHEMA = {
+    "line_no": pl.UInt32, "label": pl.String, "framework": pl.String, "source_unit": pl.String,
+    "oom_format": pl.String, "gpu": pl.Int64, "requested_mib": pl.Float64, "capacity_mib": pl.Float64,
+    "free_mib": pl.Float64, "allocated_mib": pl.Float64, "reserved_mib": pl.Float64,
+    "reserved_unallocated_mib": pl.Float64, "private_pools_mib": pl.Float64,
+    "process_in_use_mib": pl.Float64, "oom_pid": pl.Int64,
+}
+EVENTS_SCHEMA = {
+    "line_no": pl.UInt32, "kind": pl.String, "exc_type": pl.String, "detail": pl.String,
+    "message": pl.String, "exc_line_no": pl.UInt32, "frames": pl.Int64, "value": pl.Float64,
+}
+STACKS_SCHEMA = {
+    "line_no": pl.UInt32, "dump_index": pl.Int64, "pid": pl.Int64, "cmdline": pl.String,
+    "thread_id": pl.String, "thread_name": pl.String, "thread_state": pl.String, "depth": pl.Int64,
+    "function": pl.String, "file": pl.String, "file_line": pl.Int64, "source": pl.String,
+}
+
+_SIZE = r"[\d.]+ (?:[KMGT]iB|bytes|B)"
+_OOM_OLD = (
+    rf"CUDA out of memory\. Tried to allocate (?P<req>{_SIZE}) \(GPU (?P<gpu>\d+); (?P<total>{_SIZE}) total capacity; "
+    rf"(?P<alloc>{_SIZE}) already allocated; (?P<free>{_SIZE}) free; "
+    rf"(?:(?P<reserved>{_SIZE}) reserved in total by PyTorch|(?P<cached>{_SIZE}) cached)"
+)
+_OOM_NEW = (
+    rf"CUDA out of memory\. Tried to allocate (?P<req>{_SIZE})\. GPU (?P<gpu>\d+) has a total capac(?P<typo>i?)ty of "
+    rf"(?P<total>{_SIZE}) of which (?P<free>{_SIZE}) is free\."
+    rf"(?: Process (?P<pid>\d+) has (?P<proc>{_SIZE}) memory in use\.)*"
+    rf"(?: Including non-PyTorch memory, this process has (?P<inuse>{_SIZE}) memory in use\.)?"
+    rf"(?: Of the allocated memory (?P<alloc>{_SIZE}) is allocated by PyTorch,"
+    rf"(?: with (?P<pools>{_SIZE}) allocated in private pools \(e\.g\., CUDA Graphs\),)?"
+    rf" and (?P<unalloc>{_SIZE}) is reserved by PyTorch but unallocated\.)?"
+)
+_OOM_RAW = r"CUDA error: out of memory|Cuda failure '?out of memory'?|CUDA out of memory"
+_EXC_HEAD = r"^\s*(?P<exc>(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit|Warning))(?::\s*(?P<msg>.*))?$"
+
+_CUDA_CLASSES = [
+    ("device_side_assert", r"device-side assert"),
+    ("illegal_memory_access", r"illegal memory access"),
+    ("ecc", r"ECC error"),
+    ("launch_failure", r"unspecified launch failure|launch failure"),
+    ("misaligned_address", r"misaligned address"),
+    ("illegal_instruction", r"illegal instruction"),
+    ("out_of_memory", r"out of memory"),
+    ("launch_timeout", r"launch timed out"),
+]
+
+# (kind, regex on text, detail group or None)
+_SINGLE = [
+    ("gloo_error", r"gloo/[\w/]+\.cc:\d+\]\s*(?P<d>.*)$", "d"),
+    ("gloo_error", r"(?P<d>Timed out waiting \d+ms for (?:send|recv)(?: operation)?)", "d"),
+    ("gloo_error", r"Gloo connectFullMesh failed(?: with)?\s*(?P<d>.*)$", "d"),
+    ("rendezvous_error", r"(?P<d>Rendezvous(?:Timeout|Closed|Connection|State)?Error)\b", "d"),
+    ("rendezvous_error", r"(?P<d>Timed out after \d+ seconds waiting for clients\. \d+/\d+ clients joined)", "d"),
+    ("rendezvous_error", r"DistNetworkError: (?P<d>.*)$", "d"),
+    ("signal", r"^\*\*\* (?P<d>SIG[A-Z]+) \(@0x[0-9a-f]+\) received by PID \d+", "d"),
+    # torch.distributed.flight_recorder.fr_trace output (pytorch-failures.md 9.5): the verdict
+    # lines (value = the sequence number) and the block of fields printed under each.
+    ("fr_trace", r"(?P<d>Not all ranks joining collective)[,:] sequence number: \d+", "d"),
+    ("fr_trace", r"(?P<d>Input/output mismatch) in the collective sequence number: \d+", "d"),
+    ("fr_trace", r"^Collective sequence number: \d+ (?P<d>has errors)", "d"),
+    ("fr_trace", r"(?P<d>We cannot decide what's wrong with this collective entry) because we missed FR dumps", "d"),
+    ("fr_trace", r"(?P<d>No errors found for this collective entry), There could be some other reasons", "d"),
+    ("fr_trace", r"(?P<d>Too many mismatches for process_group) \S+: aborting", "d"),
+    ("fr_trace_detail", r"^\s*(?P<d>internal record id|group info|collective|missing ranks|input sizes|output sizes|world size|expected ranks|collective state|error msg|collective stack trace):(?:\s|$)", "d"),
+    # The shell's report of a dead child: `Segmentation fault (core dumped)`, or bash's
+    # `bash: line 1:  1734 Aborted  (core dumped) python train.py`; not faulthandler's header.
+    ("signal", r"^(?P<d>Segmentation fault|Aborted|Bus error|Illegal instruction|Floating point exception)(?:\s+\(core dumped\))?\s*$", "d"),
+    ("signal", r"line \d+:\s+\d+ (?P<d>Segmentation fault|Aborted|Bus error|Illegal instruction|Floating point exception|Killed)\b", "d"),
+]
+
+
+def _mib(size: pl.Expr) -> pl.Expr:
+    """``786.00 MiB`` / ``31.74 GiB`` / ``0 bytes`` -> MiB (1024-based, as c10's format_size)."""
+    number = size.str.extract(r"^([\d.]+)", 1).cast(pl.Float64, strict=False)
+    unit = size.str.extract(r" (\S+)$", 1)
+    factor = (pl.when(unit == "KiB").then(1 / 1024).when(unit == "MiB").then(1.0).when(unit == "GiB").then(1024.0)
+              .when(unit == "TiB").then(1024.0 * 1024).when(unit.is_in(["bytes", "B"])).then(1 / (1024 * 1024))
+              .otherwise(None))
+    return number * factor
+
+
+def _ooms(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    sub = df.filter(pl.col("text").str.contains("out of memory", literal=True)
+                    | pl.col("text").str.contains("Cuda failure", literal=True))
+    sub = sub.filter(pl.col("text").str.contains(_OOM_RAW))
+    if sub.is_empty():
+        return pl.DataFrame(schema=MEMORY_SCHEMA), pl.DataFrame(schema=EVENTS_SCHEMA)
+    old = pl.col("text").str.extract_groups(_OOM_OLD)
+    new = pl.col("text").str.extract_groups(_OOM_NEW)
+    sub = sub.with_columns(_o=old, _n=new)
+    o = lambda f: pl.col("_o").struct.field(f)
+    n = lambda f: pl.col("_n").struct.field(f)
+    is_old, is_new = o("req").is_not_null(), n("req").is_not_null()
+    mem = sub.select(
+        "line_no",
+        label=pl.lit("cuda_oom"), framework=pl.lit("torch"), source_unit=pl.lit("MiB"),
+        oom_format=pl.when(is_old & o("cached").is_not_null()).then(pl.lit("<=1.3"))
+        .when(is_old).then(pl.lit("1.4-2.0"))
+        .when(is_new & (n("typo") == "")).then(pl.lit("2.1"))
+        .when(is_new).then(pl.lit("2.2+"))
+        .otherwise(pl.lit("raw")),
+        gpu=to_int(pl.coalesce(o("gpu"), n("gpu"))),
+        requested_mib=_mib(pl.coalesce(o("req"), n("req"))),
+        capacity_mib=_mib(pl.coalesce(o("total"), n("total"))),
+        free_mib=_mib(pl.coalesce(o("free"), n("free"))),
+        allocated_mib=_mib(pl.coalesce(o("alloc"), n("alloc"))),
+        # 1.4-2.0 print reserved; <= 1.3's "cached" and >= 2.1's "reserved by PyTorch but
+        # unallocated" are the cached-but-unused part U: reserved = A + U.
+        reserved_mib=pl.coalesce(_mib(o("reserved")), _mib(o("alloc")) + _mib(o("cached")),
+                                 _mib(n("alloc")) + _mib(n("unalloc"))),
+        reserved_unallocated_mib=pl.coalesce(_mib(n("unalloc")), _mib(o("cached")),
+                                             _mib(o("reserved")) - _mib(o("alloc"))),
+        private_pools_mib=_mib(n("pools")),
+        process_in_use_mib=_mib(pl.coalesce(n("inuse"), n("proc"))),
+        oom_pid=to_int(n("pid")),
+    )
+    events = sub.select(
+        "line_no", kind=pl.lit("cuda_oom"),
+        exc_type=pl.col("text").str.extract(r"^\s*((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception)):", 1),
+        detail=pl.col("text").str.extract(r"((?:CUDA|Cuda).*)$", 1),
+        message=pl.col("text"),
+        value=_mib(pl.coalesce(o("req"), n("req"))),
+    )
+    return conform(mem, MEMORY_SCHEMA), conform(events, EVENTS_SCHEMA)
+
+
+def _cuda_faults(df: pl.DataFrame) -> pl.DataFrame:
+    err = pl.col("text").str.contains(r"CUDA error: ") & ~pl.col("text").str.contains("CUDA error: out of memory", literal=True)
+    assertion = pl.col("text").str.contains(r"\.cuh?:\d+: .*block: \[[\d,]+\], thread: \[[\d,]+\] Assertion `")
+    sub = df.filter(err | assertion)
+    if sub.is_empty():
+        return pl.DataFrame(schema=EVENTS_SCHEMA)
+    cls = pl.lit("other")
+    for name, pattern in reversed(_CUDA_CLASSES):
+        cls = pl.when(pl.col("text").str.contains(pattern)).then(pl.lit(name)).otherwise(cls)
+    cls = pl.when(assertion).then(pl.lit("device_side_assert")).otherwise(cls)
+    out = sub.select(
+        "line_no", kind=pl.lit("cuda_fault"),
+        exc_type=pl.col("text").str.extract(r"^\s*((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception)):", 1),
+        detail=cls, message=pl.col("text"),
+    )
+    return conform(out, EVENTS_SCHEMA)
+
+
+def _singles(df: pl.DataFrame) -> pl.DataFrame:
+    parts = []
+    taken = pl.Series("line_no", [], dtype=pl.UInt32)
+    for kind, pattern, group in _SINGLE:
+        sub = df.filter(pl.col("text").str.contains(pattern) & ~pl.col("line_no").is_in(taken.implode()))
+        if sub.is_empty():
+            continue
+        taken = pl.concat([taken, sub["line_no"]])
+        parts.append(conform(sub.select(
+            "line_no", kind=pl.lit(kind),
+            exc_type=pl.col("text").str.extract(r"^\s*((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception)):?", 1),
+            detail=pl.col("text").str.extract(pattern, 1) if group else pl.lit(None, dtype=pl.String),
+            message=pl.col("text"),
+            value=pl.coalesce(pl.col("text").str.extract(r"Timed out waiting (\d+)ms", 1),
+                              pl.col("text").str.extract(r"sequence number: (\d+)", 1),
+                              pl.col("text").str.extract(r"^Collective sequence number: (\d+)", 1))
+            .cast(pl.Float64, strict=False),
+        ), EVENTS_SCHEMA))
+    return pl.concat(parts) if parts else pl.DataFrame(schema=EVENTS_SCHEMA)
+
+
+_TB_HEAD = r"^\s*Traceback \(most recent call last\):\s*$"
+_TB_FRAME = r'^\s+File "(?P<file>[^"]*)", line (?P<line>\d+)(?:, in (?P<func>.*?))?\s*$'
+_FH_FATAL = r"^\s*Fatal Python error: (?P<what>.*?)\s*$"
+_FH_THREAD = r"^\s*(?:(?P<current>Current thread)|Thread) (?P<tid>0x[0-9a-fA-F]+) \(most recent call first\):\s*$|^\s*Stack \(most recent call first\):\s*$"
+_FH_FRAME = r'^\s+File "(?P<file>[^"]*)", line (?P<line>\d+) in (?P<func>.*?)\s*$'
+
+
+def _tracebacks(st: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.Series]:
+    """Python tracebacks followed per stream: header, indented lines (frames, code, carets),
+    then the first unindented line, which is the exception (``Type: message``)."""
+    empty = (pl.DataFrame(schema=EVENTS_SCHEMA), pl.DataFrame(schema=STACKS_SCHEMA), pl.Series("line_no", [], dtype=pl.UInt32))
+    if not st["text"].str.contains("Traceback (most recent call last)", literal=True).any():
+        return empty
+    df = st.sort("_stream", "_seq").with_columns(
+        _head=pl.col("text").str.contains(_TB_HEAD),
+        _indent=pl.col("text").str.contains(r"^\s+\S"),
+    )
+    # A segment starts at a header or at any unindented line; header segments are tracebacks.
+    df = df.with_columns(_seg=(pl.col("_head") | ~pl.col("_indent")).cast(pl.Int64).cum_sum().over("_stream"))
+    df = df.with_columns(_seg_head=pl.col("_head").first().over("_stream", "_seg"))
+    body = df.filter(pl.col("_seg_head"))
+    # The exception line: the first line of the next segment, when it is not itself a header.
+    nxt = df.with_columns(_prev_tb=pl.col("_seg_head").shift(1).over("_stream").fill_null(False))
+    exc = nxt.filter(pl.col("_prev_tb") & ~pl.col("_head") & pl.col("text").str.contains(_EXC_HEAD))
+    exc = exc.with_columns(_seg=pl.col("_seg") - 1).select(
+        "_stream", "_seg", exc_line_no="line_no",
+        exc_type=pl.col("text").str.extract(_EXC_HEAD, 1), detail=pl.col("text").str.extract(_EXC_HEAD, 2),
+        message=pl.col("text").str.strip_chars())
+    frames = body.filter(pl.col("text").str.contains(_TB_FRAME)).with_columns(
+        pl.col("text").str.extract_groups(_TB_FRAME).struct.unnest())
+    heads = body.filter(pl.col("_head")).select("_stream", "_seg", head_line="line_no")
+    frames = frames.join(heads, on=["_stream", "_seg"]).with_columns(
+        _n=pl.len().over("_stream", "_seg"), _i=pl.int_range(pl.len()).over("_stream", "_seg"))
+    stacks = frames.select(
+        "line_no", dump_index=pl.col("head_line").cast(pl.Int64), function=pl.col("func"), file=pl.col("file"),
+        file_line=to_int(pl.col("line")), depth=(pl.col("_n") - 1 - pl.col("_i")).cast(pl.Int64),
+        source=pl.lit("traceback"))
+    counts = frames.group_by("_stream", "_seg").agg(frames=pl.len())
+    events = heads.join(exc, on=["_stream", "_seg"], how="left").join(counts, on=["_stream", "_seg"], how="left").select(
+        line_no="head_line", kind=pl.lit("python_traceback"), exc_type="exc_type", detail="detail",
+        message=pl.coalesce("message", pl.lit("Traceback (most recent call last):")),
+        exc_line_no="exc_line_no", frames=pl.col("frames").fill_null(0))
+    consumed = pl.concat([body["line_no"], exc["exc_line_no"]])
+    return conform(events, EVENTS_SCHEMA).sort("line_no"), conform(stacks, STACKS_SCHEMA).sort("line_no"), consumed
+
+
+def _faulthandler(st: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.Series]:
+    empty = (pl.DataFrame(schema=EVENTS_SCHEMA), pl.DataFrame(schema=STACKS_SCHEMA), pl.Series("line_no", [], dtype=pl.UInt32))
+    if not st["text"].str.contains("most recent call first", literal=True).any() and \
+            not st["text"].str.contains("Fatal Python error", literal=True).any():
+        return empty
+    df = st.sort("_stream", "_seq").with_columns(
+        _fatal=pl.col("text").str.contains(_FH_FATAL), _thread=pl.col("text").str.contains(_FH_THREAD),
+        _frame=pl.col("text").str.contains(_FH_FRAME))
+    df = df.with_columns(
+        _fatal_line=pl.when(pl.col("_fatal")).then(pl.col("line_no")).forward_fill().over("_stream"),
+        _thread_line=pl.when(pl.col("_thread")).then(pl.col("line_no"))
+        .when(~pl.col("_frame")).then(pl.lit(None, dtype=pl.UInt32)).forward_fill().over("_stream"),
+    )
+    # forward_fill above also carries across non-frame lines; a frame belongs to a thread only
+    # when every line between them is a frame: recompute with a segment id.
+    df = df.with_columns(_seg=(~pl.col("_frame")).cast(pl.Int64).cum_sum().over("_stream"))
+    df = df.with_columns(_seg_thread=pl.col("_thread").first().over("_stream", "_seg"),
+                         _seg_head=pl.col("line_no").first().over("_stream", "_seg"))
+    heads = df.filter(pl.col("_thread")).select(
+        "_stream", "_seg", "_fatal_line",
+        tid=pl.col("text").str.extract_groups(_FH_THREAD).struct.field("tid"),
+        current=pl.col("text").str.contains(r"^\s*Current thread"))
+    frames = df.filter(pl.col("_frame") & pl.col("_seg_thread")).with_columns(
+        pl.col("text").str.extract_groups(_FH_FRAME).struct.unnest())
+    frames = frames.drop("_fatal_line").join(heads, on=["_stream", "_seg"])
+    stacks = frames.with_columns(_i=pl.int_range(pl.len()).over("_stream", "_seg")).select(
+        "line_no", dump_index=pl.col("_fatal_line").cast(pl.Int64), thread_id="tid",
+        thread_state=pl.when(pl.col("current")).then(pl.lit("current")).otherwise(pl.lit(None, dtype=pl.String)),
+        depth=pl.col("_i").cast(pl.Int64), function="func", file="file", file_line=to_int(pl.col("line")),
+        source=pl.lit("faulthandler"))
+    fatal = df.filter(pl.col("_fatal")).select(
+        "line_no", kind=pl.lit("faulthandler"), detail=pl.col("text").str.extract(_FH_FATAL, 1),
+        message=pl.col("text").str.strip_chars())
+    nframes = frames.group_by("_fatal_line").agg(frames=pl.len()).rename({"_fatal_line": "line_no"})
+    events = fatal.join(nframes, on="line_no", how="left").with_columns(pl.col("frames").fill_null(0))
+    consumed = pl.concat([df.filter(pl.col("_fatal") | pl.col("_thread"))["line_no"], frames["line_no"]])
+    return conform(events, EVENTS_SCHEMA).sort("line_no"), conform(stacks, STACKS_SCHEMA).sort("line_no"), consumed
+
+
+def parse(lines: pl.DataFrame) -> ParseResult:
+    if lines.is_empty():
+        return ParseResult()
+    hit = lines.filter(pl.col("text").str.contains_any(_LITERALS))
+    if hit.is_empty():
+        return ParseResult()
+    df = hit.select("line_no", "text")
+    memory, oom_events = _ooms(df)
+    faults = _cuda_faults(df)
+    singles = _singles(df)
+    st = with_stream(lines) if (hit["text"].str.contains("Traceback (most recent call last)", literal=True).any()
+                                or hit["text"].str.contains("most recent call first", literal=True).any()
+                                or hit["text"].str.contains("Fatal Python error", literal=True).any()) else None
+    tb_events = tb_stacks = fh_events = fh_stacks = None
+    tb_consumed = fh_consumed = pl.Series("line_no", [], dtype=pl.UInt32)
+    if st is not None:
+        tb_events, tb_stacks, tb_consumed = _tracebacks(st)
+        fh_events, fh_stacks, fh_consumed = _faulthandler(st)
+    events = pl.concat([f for f in (oom_events, faults, singles, tb_events, fh_events) if f is not None]).sort("line_no")
+    stack_parts = [f for f in (tb_stacks, fh_stacks) if f is not None and not f.is_empty()]
+    stacks = pl.concat(stack_parts).sort("line_no") if stack_parts else pl.DataFrame(schema=STACKS_SCHEMA)
+    consumed = pl.concat([consumed_of(memory, events), tb_consumed.cast(pl.UInt32), fh_consumed.cast(pl.UInt32)]).unique().sort()
+    return ParseResult(tables={"memory": memory, "events": events, "stacks": stacks}, consumed=consumed)
