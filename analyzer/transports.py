@@ -34,6 +34,7 @@ def view(run, comm: str | None = None, gpu: str | None = None) -> dict:
     tables = {name: run.frame(f"SELECT * FROM {name}") if run.columns(name) else pl.DataFrame()
               for name in ("nccl_communicators", "nccl_members", "nccl_hops", "nccl_ring_order", "nccl_processes",
                            "nccl_tuning", "events")}
+    tables["nic_rates"] = _nic_rates(run)
     comms = tables["nccl_communicators"]
     hops = tables["nccl_hops"]
     keys = comms["comm_key"].to_list() if not comms.is_empty() else []
@@ -48,6 +49,15 @@ def view(run, comm: str | None = None, gpu: str | None = None) -> dict:
         "processes": tables["nccl_processes"].to_dicts() if not tables["nccl_processes"].is_empty() else [],
         "p2p_refusals": _refusals(tables["events"]),
     }
+
+
+def _nic_rates(run) -> dict[tuple[str, str], float]:
+    """(node, NIC name) -> line rate in Gb/s from ibstat output, where the inputs hold it."""
+    if not {"node", "ca", "rate_gbps"} <= set(run.columns("nic_ports")):
+        return {}
+    rows = run.frame("SELECT node, ca, max(rate_gbps) AS rate FROM nic_ports WHERE rate_gbps IS NOT NULL "
+                     "AND node IS NOT NULL GROUP BY 1, 2")
+    return {(r["node"], r["ca"]): r["rate"] for r in rows.iter_rows(named=True)}
 
 
 def _rows(frame: pl.DataFrame, key: str) -> pl.DataFrame:
@@ -72,9 +82,10 @@ def _communicator(key: str, tables: dict[str, pl.DataFrame], acc: dict | None = 
                                     "nnodes", "hosts", "versions")},
         "members": member_rows,
         "tiers": [{**t, **_price(t["tier"], acc)} for t in _tier_counts(hops)],
-        "rings": [_ring(r, hops, acc) for r in rings.iter_rows(named=True)],
-        "hops": [_hop(h, acc) for h in hops.sort("channel", "phase", "src_rank", nulls_last=True).iter_rows(named=True)],
-        "attention": [_hop(h, acc) for h in _attention(hops).iter_rows(named=True)],
+        "rings": [_ring(r, hops, acc, tables["nic_rates"]) for r in rings.iter_rows(named=True)],
+        "hops": [_hop(h, acc, tables["nic_rates"])
+                 for h in hops.sort("channel", "phase", "src_rank", nulls_last=True).iter_rows(named=True)],
+        "attention": [_hop(h, acc, tables["nic_rates"]) for h in _attention(hops).iter_rows(named=True)],
         "tuning": _tuning(tables["nccl_tuning"], members),
     }
 
@@ -87,18 +98,27 @@ def _tier_counts(hops: pl.DataFrame) -> list[dict]:
     return counts.sort("phase", "_o", nulls_last=True).drop("_o").to_dicts()
 
 
-def _price(tier_label: str | None, acc: dict | None) -> dict:
-    price = hardware.price_hop(tier_label, acc)
+def _price(tier_label: str | None, acc: dict | None, nic_gbit: float | None = None) -> dict:
+    price = hardware.price_hop(tier_label, acc, nic_gbit)
     return {"gbyte_s": price.gbyte_s, "priced_as": price.link, "price_basis": price.basis}
 
 
-def _hop(h: dict, acc: dict | None = None) -> dict:
-    return {**_price(h.get("tier"), acc), **{k: h.get(k) for k in ("channel", "phase", "conn_index", "src_rank", "dst_rank", "src_host", "dst_host",
+def _nic_gbit(h: dict, rates: dict | None) -> float | None:
+    """The slower of the two NICs a network hop uses, when ibstat gave their rates."""
+    if not rates:
+        return None
+    ends = [rates.get((h.get("src_host"), h.get("send_nic"))), rates.get((h.get("dst_host"), h.get("recv_nic")))]
+    known = [r for r in ends if r]
+    return min(known) if known else None
+
+
+def _hop(h: dict, acc: dict | None = None, rates: dict | None = None) -> dict:
+    return {**_price(h.get("tier"), acc, _nic_gbit(h, rates)), **{k: h.get(k) for k in ("channel", "phase", "conn_index", "src_rank", "dst_rank", "src_host", "dst_host",
                                   "src_gpu", "dst_gpu", "src_pci", "dst_pci", "transport", "detail", "net", "send_nic", "recv_nic", "link",
                                   "gdr", "pxn_via", "tier", "input_id", "line_no")}}
 
 
-def _ring(ring: dict, hops: pl.DataFrame, acc: dict | None = None) -> dict:
+def _ring(ring: dict, hops: pl.DataFrame, acc: dict | None = None, rates: dict | None = None) -> dict:
     order = ring["order"] or []
     by_pair = {}
     if not hops.is_empty():
@@ -111,10 +131,11 @@ def _ring(ring: dict, hops: pl.DataFrame, acc: dict | None = None) -> dict:
             break
         hop = by_pair.get((src, dst))
         links.append({"src_rank": src, "dst_rank": dst, "tier": hop["tier"] if hop else None,
-                      "src_host": hop["src_host"] if hop else None, "dst_host": hop["dst_host"] if hop else None})
+                      "src_host": hop["src_host"] if hop else None, "dst_host": hop["dst_host"] if hop else None,
+                      "nic_gbit": _nic_gbit(hop, rates) if hop else None})
     slowest = max((link for link in links if link["tier"]), key=lambda link: TIER_ORDER.get(link["tier"], 9), default=None)
     if slowest is not None:
-        slowest = {**slowest, **_price(slowest["tier"], acc)}
+        slowest = {**slowest, **_price(slowest["tier"], acc, slowest.get("nic_gbit"))}
     return {"channel": ring["channel"], "order": order, "source": ring["source"], "complete": ring["complete"],
             "agrees_with_hops": ring["agrees_with_hops"], "links": links, "slowest": slowest}
 

@@ -20,6 +20,6 @@ LOG_PARSERS = [
 ]
 # Parsers run once over all log inputs that contain their BATCH_LITERAL (analyzer.ingest):
 # they make many small Polars calls, which per file would cost more than the parsing.
-BATCHED = [nccl]
+BATCHED = [nccl, megatron, deepspeed, hf_trainer, titan_lightning]
 ENV_PARSERS = [envdump]
 ALL_PARSERS = LOG_PARSERS + ENV_PARSERS

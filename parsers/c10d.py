@@ -44,6 +44,9 @@ from parsers.base import GLOG, ParseResult, conform, consumed_of, glog_timestamp
 NAME = "c10d"
 
 SAMPLE_LINES = [
+    "[I0724 08:00:06.555185662 ProcessGroupNCCL.cpp:1014] [PG ID 0 PG GUID 0 Rank 11] ProcessGroupNCCL initialization "
+    "options: size: 40, global rank: 11, TIMEOUT(ms): 600000, USE_HIGH_PRIORITY_STREAM: 0, SPLIT_FROM: 0, "
+    "SPLIT_COLOR: 0, PG Name: 0",
     "[E909 09:55:29.307629539 ProcessGroupNCCL.cpp:607] [Rank 14] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=2070, OpType=REDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600034 milliseconds before timing out.",
     "[E ProcessGroupNCCL.cpp:475] [Rank 2] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=382085, OpType=ALLREDUCE, Timeout(ms)=1800000) ran for 1800474 milliseconds before timing out.",
     "[E ProcessGroupNCCL.cpp:587] [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(OpType=BROADCAST, Timeout(ms)=1800000) ran for 1806119 milliseconds before timing out.",
@@ -158,6 +161,7 @@ _MESSAGES: list[tuple[str, str, str]] = [
     ("store_barrier", "events", r"(?:Waiting in|Timed out initializing process group in|Completed) store[- ]based barrier|Added key: store_based_barrier_key"),
     ("unique_id_store", "events", r"is setting up NCCL communicator and retrieving ncclUniqueId"),
     ("env_banner", "settings", r"(?:HeartbeatMonitor|PGNCCL Watchdog|ProcessGroupNCCL) environments: (?P<detail>.*)"),
+    ("pg_options", "settings", r"ProcessGroupNCCL initialization options: (?P<detail>.*)"),
     ("traceback", "events", r"^Traceback \(most recent call last\):|^\s*File \"[^\"]*\", line \d+"),
     ("exception", "events", r"^(?P<exc_type>(?:[A-Za-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception|Interrupt))(?:: (?P<detail>.*))?$"),
 ]
@@ -284,19 +288,25 @@ def _fingerprints(events: pl.DataFrame) -> pl.DataFrame:
 
 
 def _settings(df: pl.DataFrame) -> pl.DataFrame:
-    banners = df.filter(pl.col("kind") == "env_banner")
+    """``... environments: K: v, ...`` banners, and each PG's ``initialization options: size: 40,
+    global rank: 11, TIMEOUT(ms): 36000000, ...`` (keys prefixed ``pg.``; the PG is on the line)."""
+    banners = df.filter(pl.col("kind").is_in(["env_banner", "pg_options"]))
     if banners.is_empty():
         return pl.DataFrame(schema=SETTINGS_SCHEMA)
+    options = pl.col("kind") == "pg_options"
     pairs = banners.select(
-        "line_no",
-        pl.col("msg").str.extract(r"environments: (.*)$", 1).str.split(", ").alias("pair"),
+        "line_no", _options=options,
+        pair=pl.col("msg").str.extract(r"(?:environments|initialization options): (.*)$", 1).str.split(", "),
     ).explode("pair")
+    # `TORCH_NCCL_ENABLE_MONITORING (Whether to kill ...): 1` -> key without the explanation;
+    # `TIMEOUT(ms): 600000` keeps its unit.
+    key = pl.when(pl.col("_options")).then(
+        pl.concat_str([pl.lit("pg."), pl.col("pair").str.extract(r"^\s*([^:]+?)\s*:", 1)])
+    ).otherwise(pl.col("pair").str.extract(r"^\s*([^:(]+?)\s*(?:\([^)]*\))?\s*:", 1))
     return pairs.select(
         "line_no",
-        source=pl.lit("c10d-env"),
-        # `TORCH_NCCL_ENABLE_MONITORING (Whether to kill ...): 1` -> key without the explanation.
-        key=pl.col("pair").str.extract(r"^\s*([^:(]+?)\s*(?:\([^)]*\))?\s*:", 1),
-        value=pl.col("pair").str.extract(r":\s*([^:]*)$", 1),
+        source=pl.when(pl.col("_options")).then(pl.lit("c10d-pg-options")).otherwise(pl.lit("c10d-env")),
+        key=key, value=pl.col("pair").str.extract(r":\s*([^:]*)$", 1),
     ).drop_nulls("key").cast(SETTINGS_SCHEMA)
 
 
@@ -318,7 +328,7 @@ def parse(lines: pl.DataFrame) -> ParseResult:
     all_events = pl.concat([
         events,
         df.filter(pl.col("kind").is_in(["watchdog_timeout", "blocking_wait_timeout", "pg_status",
-                                        "dump_signal", "env_banner", "work_update"]))
+                                        "dump_signal", "env_banner", "pg_options", "work_update"]))
         .with_columns(message=pl.col("msg"), exc_type=pl.lit(None, dtype=pl.String),
                       detail=pl.lit(None, dtype=pl.String))
         .select(list(EVENTS_SCHEMA)).cast(EVENTS_SCHEMA),

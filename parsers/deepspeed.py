@@ -44,6 +44,8 @@ from parsers.base import ParseResult, consumed_of, to_int
 from parsers.lines import with_stream
 
 NAME = "deepspeed"
+# Batched over every log input (analyzer.ingest): its many small passes would cost more per file.
+BATCH_LITERAL = ""
 
 SAMPLE_LINES = [
     "[2023-09-12 00:26:08,683] [INFO] [logging.py:96:log_dist] [Rank 0] DeepSpeed info: version=0.10.2, "
@@ -299,13 +301,14 @@ def parse(lines: pl.DataFrame) -> ParseResult:
         ck = ck.with_columns(iteration=to_int(pl.col("detail").str.extract(r"(\d+)$", 1)))
         starts = ck.filter(pl.col("kind") == "checkpoint_save_start")
         dones = ck.filter(pl.col("kind") == "checkpoint_save_done").select(
-            "detail", d_line="line_no", d_ts="ts")
+            "_stream", "detail", d_line="line_no", d_ts="ts")
         if not starts.is_empty():
-            # The next `is ready now!` of the same tag after each `about to be saved!`.
-            both = pl.concat([starts.select("detail", "line_no", _start=pl.lit(True)),
-                              dones.select("detail", line_no="d_line", d_line="d_line", d_ts="d_ts",
+            # The next `is ready now!` of the same tag after each `about to be saved!`, in the same
+            # process's stream (every rank saves the same tag).
+            both = pl.concat([starts.select("_stream", "detail", "line_no", _start=pl.lit(True)),
+                              dones.select("_stream", "detail", line_no="d_line", d_line="d_line", d_ts="d_ts",
                                            _start=pl.lit(False))], how="diagonal_relaxed").sort("detail", "line_no")
-            pair = both.with_columns(pl.col("d_line", "d_ts").backward_fill().over("detail")).filter(
+            pair = both.with_columns(pl.col("d_line", "d_ts").backward_fill().over("_stream", "detail")).filter(
                 "_start").select("line_no", "d_line", "d_ts")
             starts = starts.join(pair, on="line_no", how="left").with_columns(
                 finished=pl.col("d_line").is_not_null(),

@@ -33,6 +33,8 @@ from parsers.base import ParseResult, consumed_of, to_int
 from parsers.lines import with_stream
 
 NAME = "hf_trainer"
+# Batched over every log input (analyzer.ingest): its many small passes would cost more per file.
+BATCH_LITERAL = ""
 
 SAMPLE_LINES = [
     "{'loss': 1.2992, 'learning_rate': 1.282051282051282e-06, 'epoch': 0.0}",

@@ -250,7 +250,9 @@ def with_stream(lines: pl.DataFrame) -> pl.DataFrame:
     """``line_no``, ``text``, plus ``_stream`` (the launcher-prefix identity of a line: lines of
     one process in an interleaved file share it) and ``_seq`` (the row's position within its
     stream), so multi-line blocks can be followed per process."""
-    cols = [c for c in STREAM_COLUMNS if c in lines.columns]
+    # ``input_id`` is there when a batched parser sees many inputs at once (analyzer.ingest):
+    # lines of different inputs are never one stream.
+    cols = [c for c in ("input_id", *STREAM_COLUMNS) if c in lines.columns]
     if cols:
         key = pl.concat_str([pl.col(c).cast(pl.String).fill_null("") for c in cols], separator="|")
     else:

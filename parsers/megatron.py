@@ -81,6 +81,8 @@ from parsers.base import ParseResult, consumed_of, to_int
 from parsers.lines import with_stream
 
 NAME = "megatron"
+# Batched over every log input (analyzer.ingest): its many small passes would cost more per file.
+BATCH_LITERAL = ""
 
 SAMPLE_LINES = [
     # 2019

@@ -48,6 +48,8 @@ from parsers.base import ParseResult, consumed_of, to_int
 from parsers.lines import with_stream
 
 NAME = "titan_lightning"
+# Batched over every log input (analyzer.ingest): its many small passes would cost more per file.
+BATCH_LITERAL = ""
 
 SAMPLE_LINES = [
     "[titan] 2025-06-16 22:30:50,322 - root - INFO - step: 200  loss:  6.1384  memory: 49.66GiB(52.28%)  "

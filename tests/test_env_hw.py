@@ -438,11 +438,12 @@ def generated(tmp_path_factory) -> tuple[Path, Path]:
 def test_generated_config_files_parse_completely(generated):
     out, db = generated
     names = {"config/collect_env.txt", "config/pip-freeze.txt", "config/job.sbatch",
-             "hw/h20-node-01/nvidia-smi-topo.txt", "hw/h20-node-02/nvidia-smi.csv", "hw/nccl-tests/all_reduce_perf.txt"}
+             "hw/h20-node-01/nvidia-smi-topo.txt", "hw/h20-node-02/nvidia-smi.csv", "hw/nccl-tests/all_reduce_perf.txt",
+             "hw/h20-node-01/ibstat.txt", "hw/h20-node-02/ibv_devinfo.txt"}
     assert names <= {str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()}
     rows = query(db, "SELECT path, lines, unparsed_lines FROM inputs WHERE path LIKE 'config/%' OR path LIKE 'hw/%' "
                      "ORDER BY path")
-    assert len(rows) == 8 and all(r["unparsed_lines"] == 0 and r["lines"] > 0 for r in rows), rows
+    assert len(rows) == 12 and all(r["unparsed_lines"] == 0 and r["lines"] > 0 for r in rows), rows
     versions = query(db, "SELECT name, version FROM packages WHERE source = 'collect_env' AND name = 'torch'")
     assert versions == [{"name": "torch", "version": "2.8.0+cu128"}]
     launch = query(db, "SELECT key, value FROM job_config WHERE source = 'torchrun' AND key IN ('nnodes', 'nproc_per_node') "

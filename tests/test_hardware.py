@@ -77,3 +77,15 @@ def test_transports_prices_hops_with_the_gpu_model(tmp_path, capsys):
     world = max(view["communicators"], key=lambda c: c["nranks"])
     prices = {h["tier"]: h["gbyte_s"] for h in world["hops"]}
     assert prices["NVLink"] == 370 and prices["SHM"] == 50
+
+
+def test_network_hops_are_priced_from_ibstat_rates(capsys):
+    from pathlib import Path
+
+    sample = Path(__file__).resolve().parents[1] / "sample_logs" / "healthy-40r"
+    assert main(["transports", str(sample), "--quiet", "--format", "json"]) == 0
+    view = json.loads(capsys.readouterr().out)
+    assert view["accelerator"]["name"] == "H20"  # from the sample's nvidia-smi CSV
+    world = max(view["communicators"], key=lambda c: c["nranks"])
+    roce = [h for h in world["hops"] if h["tier"] == "RoCE GDR"]
+    assert roce and {h["gbyte_s"] for h in roce} == {50.0}  # 400 Gb/s ConnectX-7 ports in ibstat

@@ -12,7 +12,7 @@ import parsers
 from bench.rungen.ras import OPS, Comm, Job, Rank, json_report, text_report
 from parsers import nccl_ras
 from parsers.lines import envelope
-from tests.parse_helpers import REAL, _env
+from tests.parse_helpers import _env
 
 
 def parse_text(text: str):

@@ -44,8 +44,9 @@ def test_flagship_sample_says_what_the_culprit_did_and_why_no_timeout():
 
 
 @pytest.mark.parametrize("name,args", [
-    ("silent-deadlock-40r", dict(scenario="deadlock", timeout_s=36000, hang_duration_s=18000, work_updates=True)),
-    ("healthy-40r", dict(scenario="healthy")),
+    ("silent-deadlock-40r", dict(scenario="deadlock", timeout_s=36000, hang_duration_s=18000, work_updates=True,
+                                 config_files=True, node_logs=True)),
+    ("healthy-40r", dict(scenario="healthy", config_files=True, node_logs=True)),
 ])
 def test_samples_are_what_the_generator_writes(tmp_path, name, args):
     from bench.generator import RunSpec, generate_run

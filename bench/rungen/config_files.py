@@ -44,6 +44,8 @@ def write_config_files(out: Path, spec, cluster: Cluster, era: Era) -> list[Path
     for host in cluster.hosts:
         put(f"hw/{host}/nvidia-smi-topo.txt", topo_matrix(cluster.gpus_per_node))
         put(f"hw/{host}/nvidia-smi.csv", smi_csv(cluster.gpus_per_node))
+        put(f"hw/{host}/ibstat.txt", ibstat(host))
+        put(f"hw/{host}/ibv_devinfo.txt", ibv_devinfo())
     put("hw/nccl-tests/all_reduce_perf.txt", nccl_tests(spec, cluster))
     return written
 
@@ -203,6 +205,39 @@ def smi_csv(gpus: int) -> str:
 
 
 # busbw (GB/s) of all_reduce_perf across nodes over 8x400G RoCE, by message size (out-of-place).
+def _guid(host: str, nic: int, port: bool = False) -> str:
+    """A stable fake GUID per host and NIC (0x + 16 hex digits), as ibstat prints it."""
+    seed = sum(ord(c) for c in host) * 131 + nic * 7 + (1 if port else 0)
+    return f"0x{0xa088c20300000000 + seed * 0x1000193:016x}"[:18]
+
+
+def ibstat(host: str) -> str:
+    """``ibstat`` (hardware.md section 6): one block per CA, RoCE ports at 400 Gb/s on ConnectX-7."""
+    blocks = []
+    for i, nic in enumerate(NICS):
+        blocks.append(
+            f"CA '{nic}'\n"
+            f"\tCA type: MT4129\n\tNumber of ports: 1\n\tFirmware version: 28.39.1002\n"
+            f"\tHardware version: 0\n\tNode GUID: {_guid(host, i)}\n\tSystem image GUID: {_guid(host, i)}\n"
+            f"\tPort 1:\n\t\tState: Active\n\t\tPhysical state: LinkUp\n\t\tRate: 400\n\t\tBase lid: 0\n"
+            f"\t\tLMC: 0\n\t\tSM lid: 0\n\t\tCapability mask: 0x00010000\n"
+            f"\t\tPort GUID: {_guid(host, i, port=True)}\n\t\tLink layer: Ethernet\n")
+    return "".join(blocks)
+
+
+def ibv_devinfo() -> str:
+    """``ibv_devinfo`` (hardware.md section 6): ``hca_id`` blocks, ports with state and MTU, no rate."""
+    blocks = []
+    for nic in NICS:
+        blocks.append(
+            f"hca_id:\t{nic}\n\ttransport:\t\t\tInfiniBand (0)\n\tfw_ver:\t\t\t\t28.39.1002\n"
+            f"\tvendor_id:\t\t\t0x02c9\n\tvendor_part_id:\t\t\t4129\n\thw_ver:\t\t\t\t0x0\n"
+            f"\tphys_port_cnt:\t\t\t1\n\t\tport:\t1\n\t\t\tstate:\t\t\tPORT_ACTIVE (4)\n"
+            f"\t\t\tmax_mtu:\t\t4096 (5)\n\t\t\tactive_mtu:\t\t4096 (5)\n\t\t\tsm_lid:\t\t\t0\n"
+            f"\t\t\tport_lid:\t\t0\n\t\t\tport_lmc:\t\t0x00\n\t\t\tlink_layer:\t\tEthernet\n\n")
+    return "".join(blocks)
+
+
 def _busbw(size: int, world: int, nodes: int) -> float:
     peak = 360.0 if nodes == 1 else 185.0
     half = 8 * 1024 * 1024  # the size at which half the peak is reached
