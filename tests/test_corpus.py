@@ -66,6 +66,19 @@ def test_torchrun_names_the_injected_rank_as_root_cause(name):
         assert set(raised["rank"].drop_nulls()) == {case["culprit_rank"]}
 
 
+def test_wrong_world_size_is_reported_as_a_failed_rendezvous():
+    report = build_report(analyze([CORPUS / "world"]))
+    x002 = [f for f in report["findings"] if f["code"] == "X002"]
+    assert x002 and "RendezvousTimeoutError" in x002[0]["title"]
+    assert report["verdict"]["status"] != "healthy"
+
+
+@pytest.mark.parametrize("name", [n for n in CASES if n != "world"])
+def test_the_rendezvous_rule_stays_quiet_when_the_job_ran(name):
+    report = build_report(analyze([CORPUS / name]))
+    assert not [f for f in report["findings"] if f["code"] == "X002"]
+
+
 def test_wrong_world_size_shows_the_rendezvous_timeout():
     run = analyze([CORPUS / "world"])
     events = run.frame("SELECT kind, message FROM events")
