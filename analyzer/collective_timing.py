@@ -27,7 +27,8 @@ repeatedly. Bandwidth from a waiting rank's duration understates the link; ``bus
 instance's shortest kernel (``busbw_best_gbyte_s``) is the better link estimate. Clocks of
 different hosts differ (NTP, 0.1-10 ms): skews across nodes below that are not evidence.
 
-Bandwidth per ``formats/hardware.md`` (busbw factors, nccl-tests convention, GB = 1e9 B):
+Bandwidth per ``formats/hardware.md`` (busbw factors from ``analyzer/hardware.toml``, nccl-tests
+convention, GB = 1e9 B):
 ``algbw = S / t``; ``busbw = algbw x factor``; S is the per-rank buffer for all_reduce,
 broadcast, reduce and send/recv, the total array (``n x count``) for reduce_scatter,
 all_gather, alltoall, gather and scatter; factor ``2(n-1)/n`` for all_reduce, ``(n-1)/n`` for
@@ -38,14 +39,8 @@ from __future__ import annotations
 
 import polars as pl
 
-# op (collectives vocabulary) -> family for the busbw factor
-_FACTOR_FAMILY = {
-    "allreduce": "allreduce", "all_reduce": "allreduce", "allreduce_coalesced": "allreduce",
-    "reduce_scatter": "n1", "_reduce_scatter_base": "n1", "reduce_scatter_tensor_coalesced": "n1",
-    "allgather": "n1", "all_gather": "n1", "_allgather_base": "n1", "allgather_into_tensor_coalesced": "n1",
-    "all_to_all": "n1", "all_to_allv": "n1", "alltoall": "n1", "alltoall_base": "n1", "gather": "n1",
-    "scatter": "n1", "broadcast": "one", "reduce": "one", "send": "one", "recv": "one", "sendrecv": "one",
-}
+from analyzer import hardware
+
 KINDS = {"nsys": "nsys_kernel", "kineto": "kineto_kernel"}
 
 TIMING_SCHEMA = {
@@ -80,9 +75,7 @@ def build(tables: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:
         ranks_seen=pl.col("rank").n_unique().over(group).cast(pl.UInt32),
     )
     n = pl.coalesce(pl.col("group_size"), pl.col("ranks_seen").cast(pl.Int64)).cast(pl.Float64)
-    family = pl.col("op").replace_strict(_FACTOR_FAMILY, default="one", return_dtype=pl.String)
-    factor = (pl.when(family == "allreduce").then(2 * (n - 1) / n)
-              .when(family == "n1").then((n - 1) / n).otherwise(1.0))
+    factor = hardware.busbw_factor_expr(pl.col("op"), comm["op"].unique().to_list(), n)
     secs = pl.col("dur_ns").cast(pl.Float64) / 1e9
     algbw = pl.when(secs > 0).then(pl.col("bytes").cast(pl.Float64) / secs / 1e9)
     timing = comm.with_columns(

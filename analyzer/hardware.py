@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+import polars as pl
+
 DATA = Path(__file__).with_name("hardware.toml")
 
 
@@ -64,23 +66,41 @@ def machine_balance(acc: dict) -> float | None:
 
 # -- busbw ------------------------------------------------------------------------------------------
 
-_OP_KEYS = {"allreduce": "all_reduce", "reducescatter": "reduce_scatter", "allgather": "all_gather",
-            "alltoall": "alltoall", "gather": "gather", "scatter": "scatter", "broadcast": "broadcast",
+_OP_KEYS = {"allreduce": "all_reduce", "reducescatter": "reduce_scatter", "reducescattertensor": "reduce_scatter",
+            "allgather": "all_gather", "allgatherintotensor": "all_gather", "alltoall": "alltoall",
+            "alltoallv": "alltoall", "gather": "gather", "scatter": "scatter", "broadcast": "broadcast",
             "reduce": "reduce", "sendrecv": "sendrecv", "send": "sendrecv", "recv": "sendrecv"}
+_FORMULAS = {"1": lambda n: 1.0, "(n-1)/n": lambda n: (n - 1) / n, "2*(n-1)/n": lambda n: 2 * (n - 1) / n}
+
+
+def busbw_formula(op: str | None) -> str | None:
+    """The busbw factor formula (``"2*(n-1)/n"``, ``"(n-1)/n"``, ``"1"``) of a collective, ``op`` in
+    any spelling NCCL, PyTorch or a trace uses (``AllReduce``, ``ALLREDUCE``, ``_ALLGATHER_BASE``,
+    ``nccl:all_reduce``, ``allgather_into_tensor_coalesced``); None when the op is unknown."""
+    if not op:
+        return None
+    key = re.sub(r"^(?:nccl:|c10d::)", "", op.lower())
+    key = re.sub(r"[^a-z]", "", key.replace("_base", "").replace("coalesced", ""))
+    return model()["busbw_factor"].get(_OP_KEYS.get(key, ""))
 
 
 def busbw_factor(op: str | None, ranks: int | None) -> float | None:
-    """busbw = algbw x factor (nccl-tests' definition); ``op`` in any spelling NCCL, PyTorch or
-    a trace uses (``AllReduce``, ``ALLREDUCE``, ``_ALLGATHER_BASE``, ``nccl:all_reduce``)."""
-    if not op or not ranks or ranks < 1:
+    """busbw = algbw x factor (nccl-tests' definition), for ``ranks`` ranks."""
+    formula = busbw_formula(op)
+    if formula is None or not ranks or ranks < 1:
         return None
-    key = re.sub(r"^(?:nccl:|c10d::)", "", op.lower())
-    key = re.sub(r"[^a-z]", "", key.replace("_base", "").replace("coalesced", "").replace("intocoalesced", ""))
-    formula = model()["busbw_factor"].get(_OP_KEYS.get(key, ""))
-    if formula is None:
-        return None
-    n = ranks
-    return {"1": 1.0, "(n-1)/n": (n - 1) / n, "2*(n-1)/n": 2 * (n - 1) / n}[formula]
+    return _FORMULAS[formula](ranks)
+
+
+def busbw_factor_expr(op: pl.Expr, ops: list[str], n: pl.Expr, unknown: float = 1.0) -> pl.Expr:
+    """The same factor as a Polars expression over a column of ops (``ops``: its distinct values,
+    looked up once each) and a column of rank counts."""
+    formulas = {o: busbw_formula(o) for o in ops if o is not None}
+    formula = op.replace_strict(formulas, default=None, return_dtype=pl.String)
+    expr = pl.lit(unknown)
+    for text, fn in _FORMULAS.items():
+        expr = pl.when(formula == text).then(fn(n)).otherwise(expr)
+    return expr
 
 
 # -- pricing NCCL hops ------------------------------------------------------------------------------

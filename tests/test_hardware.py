@@ -45,6 +45,12 @@ def test_busbw_factors_follow_nccl_tests(op, n, factor):
     assert hardware.busbw_factor(op, n) == pytest.approx(factor)
 
 
+@pytest.mark.parametrize("op", ["allgather_into_tensor_coalesced", "reduce_scatter_tensor_coalesced", "all_to_allv",
+                                "alltoall_base", "_reduce_scatter_base"])
+def test_trace_op_spellings_are_n_minus_1_over_n(op):
+    assert hardware.busbw_formula(op) == "(n-1)/n"
+
+
 def test_hop_prices_and_honest_unknowns():
     h100 = hardware.find("H100 SXM")
     assert hardware.price_hop("NVLink", h100).gbyte_s == 370
