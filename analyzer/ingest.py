@@ -86,26 +86,39 @@ def parse_file(input_id: int, item: InputFile) -> FileResult:
     return result
 
 
-def _parse_flight_recorder(result: FileResult, data: bytes) -> FileResult:
-    from parsers import flight_recorder
-
+def _read_whole(result: FileResult, name: str, label: str, read, refused: type[Exception],
+                refusal_names_file: bool = True, problem_prefix: str = "") -> FileResult:
+    """A whole-file input (no ``lines`` rows): its reader's tables stamped with the input, its
+    problems kept. A refusal (not this format, damaged) or a reader bug skips the file with a
+    message naming it; the rest of the run is still analysed."""
     item = result.item
     try:
-        parsed, problems = flight_recorder.parse_dump(data, item.display)
-    except flight_recorder.NotFlightRecorder as exc:
+        tables, problems = read()
+    except refused as exc:
         item.kind = "skipped"
-        result.error = f"{item.display}: {exc}"
+        result.error = str(exc) if refusal_names_file else f"{item.display}: {exc}"
         return result
     except Exception as exc:  # a reader bug must not cost the rest of the run
         item.kind = "skipped"
-        result.error = f"{item.display}: Flight Recorder reader failed ({type(exc).__name__}: {exc}); skipped"
+        result.error = f"{item.display}: {label} reader failed ({type(exc).__name__}: {exc}); skipped"
         return result
-    item.problems.extend(f"Flight Recorder dump: {p}" for p in problems)
-    for name, frame in parsed.tables.items():
+    item.problems.extend(f"{problem_prefix}{p}" for p in problems)
+    for table, frame in tables.items():
         if not frame.is_empty():
-            result.tables[name] = frame.with_columns(input_id=pl.lit(result.input_id, dtype=pl.UInt32),
-                                                     parser=pl.lit(flight_recorder.NAME))
+            result.tables[table] = frame.with_columns(input_id=pl.lit(result.input_id, dtype=pl.UInt32),
+                                                      parser=pl.lit(name))
     return result
+
+
+def _parse_flight_recorder(result: FileResult, data: bytes) -> FileResult:
+    """Flight Recorder dumps, pickle (safe unpickler) or JSON."""
+    from parsers import flight_recorder
+
+    def read():
+        parsed, problems = flight_recorder.parse_dump(data, result.item.display)
+        return parsed.tables, problems
+    return _read_whole(result, flight_recorder.NAME, "Flight Recorder", read, flight_recorder.NotFlightRecorder,
+                       refusal_names_file=False, problem_prefix="Flight Recorder dump: ")
 
 
 def _is_sqlite(item: InputFile) -> bool:
@@ -125,43 +138,18 @@ def _parse_nsys(result: FileResult) -> FileResult:
     if not ok:
         item.kind, result.error = "skipped", f"{item.display}: {why}; skipped"
         return result
-    try:
-        tables, problems = nsys.read(item.path, item.display)
-    except nsys.NsysError as exc:
-        item.kind, result.error = "skipped", str(exc)
-        return result
-    except Exception as exc:  # a reader bug must not cost the rest of the run
-        item.kind = "skipped"
-        result.error = f"{item.display}: nsys reader failed ({type(exc).__name__}: {exc}); skipped"
-        return result
-    item.kind = "nsys"
-    return _stamp_profile(result, tables, problems, nsys.NAME)
+    result = _read_whole(result, nsys.NAME, "nsys", lambda: nsys.read(item.path, item.display), nsys.NsysError)
+    if result.error is None:
+        item.kind = "nsys"
+    return result
 
 
 def _parse_kineto(result: FileResult, data: bytes) -> FileResult:
     """Issue 8: a Kineto trace -> kernels, cpu_ops, profile_* tables."""
     from parsers import kineto
 
-    item = result.item
-    try:
-        tables, problems = kineto.read(data, item.display)
-    except kineto.KinetoError as exc:
-        item.kind, result.error = "skipped", str(exc)
-        return result
-    except Exception as exc:  # a reader bug must not cost the rest of the run
-        item.kind = "skipped"
-        result.error = f"{item.display}: Kineto reader failed ({type(exc).__name__}: {exc}); skipped"
-        return result
-    return _stamp_profile(result, tables, problems, kineto.NAME)
-
-
-def _stamp_profile(result: FileResult, tables: dict[str, pl.DataFrame], problems: list[str], name: str) -> FileResult:
-    result.item.problems.extend(problems)
-    for table, frame in tables.items():
-        if not frame.is_empty():
-            result.tables[table] = frame.with_columns(input_id=pl.lit(result.input_id, dtype=pl.UInt32),
-                                                      parser=pl.lit(name))
-    return result
+    return _read_whole(result, kineto.NAME, "Kineto", lambda: kineto.read(data, result.item.display),
+                       kineto.KinetoError)
 
 
 def _parse_batched(results: list[FileResult]) -> None:
