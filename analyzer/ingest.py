@@ -173,12 +173,13 @@ def _parse_batched(results: list[FileResult]) -> None:
                 r.item.problems.append(f"parser {module.NAME} failed ({type(exc).__name__}: {exc}); "
                                        "its lines are counted as unparsed")
             continue
+        by_id = {r.input_id: r for r in chosen}
         for name, frame in parsed.tables.items():
             if frame.is_empty():
                 continue
             frame = _unbatch(frame, mapping).with_columns(parser=pl.lit(module.NAME))
             for (input_id,), part in frame.group_by("input_id"):
-                result = next(r for r in chosen if r.input_id == input_id)
+                result = by_id[input_id]
                 result.tables[name] = pl.concat([result.tables[name], part], how="diagonal_relaxed") \
                     if name in result.tables else part
         consumed = mapping.filter(pl.col("_row").is_in(parsed.consumed.implode()))

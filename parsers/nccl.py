@@ -28,7 +28,8 @@ import re
 import polars as pl
 
 from parsers.base import ParseResult, conform, consumed_of, to_int
-from parsers.nccl_catalogue import FINGERPRINTS, KINDS, RESULT_CODES, WARN_CLASSES
+from parsers.nccl_catalogue import (DATATYPE_BYTES, DATATYPES, FINGERPRINTS, KINDS, RED_OPS, RESULT_CODES,
+                                    WARN_CLASSES)
 
 NAME = "nccl"
 # Inputs without this text hold no NCCL line (torn fragments come with whole lines).
@@ -64,7 +65,6 @@ _VERSION = r"NCCL version (?P<version>\d+\.\d+\.\d+[^+\s]*)\+cuda(?P<cuda>[\w.]+
 # Two processes writing to one pipe tear lines: `a:1:1 [2] NCCL INFO b:2:2 [7] NCCL INFO msg`
 # (section 2.1). The last header starts the record that survived.
 _HEADER_BODY = r":\d+:\d+ (?:\[\d+\] )?(?:\d+\.\d+ \S+:\d+ )?(?:\S+ (?:\([^)]*\) )?)?NCCL (?:INFO|WARN|TRACE|CALL)\b"
-_HEADER_MARK = _HEADER_BODY
 _LAST_HEADER = rf"^(?:.*\s)?([^\s:]*{_HEADER_BODY}.*)$"
 # A surviving 2.26+ WARN keeps the timestamp NCCL wrote in front of its header.
 _TORN_WARN_TS = rf"(\[\d{{4}}-\d{{2}}-\d{{2}}[ T]\d{{2}}:\d{{2}}:\d{{2}}(?:\.\d+)?\]) [^\s:]*{_HEADER_BODY}"
@@ -149,7 +149,7 @@ def _prefixed(lines: pl.DataFrame) -> pl.DataFrame:
     df = lines.select("line_no", "text").filter(pl.col("text").str.contains(" NCCL ", literal=True))
     if df.is_empty():
         return empty
-    torn = pl.col("text").str.count_matches(_HEADER_MARK) >= 2
+    torn = pl.col("text").str.count_matches(_HEADER_BODY) >= 2
     survivor = pl.col("text").str.extract(_LAST_HEADER, 1)
     stamp = pl.col("text").str.extract_all(_TORN_WARN_TS).list.last().str.extract(r"^(\[[^\]]*\]) ", 1)
     survivor = pl.when(survivor.str.contains(r"NCCL WARN") & stamp.is_not_null()).then(
@@ -504,8 +504,6 @@ def _comms(df: pl.DataFrame | None) -> pl.DataFrame:
 
 
 def _collectives(df: pl.DataFrame | None) -> pl.DataFrame:
-    from parsers.nccl_catalogue import DATATYPE_BYTES, DATATYPES, RED_OPS
-
     if df is None:
         return pl.DataFrame(schema=SCHEMAS["collectives"])
     dtype = to_int(pl.col("datatype"))

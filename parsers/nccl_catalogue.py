@@ -125,7 +125,8 @@ KINDS: list[Kind] = [
           "init.cc:1800 (ncclCommInitRankFunc) -> 5")),
 
     # -- section 3.1 --------------------------------------------------------------------------------
-    Kind("version", "nccl_versions", r"^NCCL version (?P<version>\d+\.\d+\.\d+[^+\s]*)\+cuda(?P<cuda>[\w.]+)", "2.22-2.30 (INFO)",
+    # Rows come from parsers.nccl._versions, which reads this INFO form and the bare line alike.
+    Kind("version", None, r"^NCCL version (?P<version>\d+\.\d+\.\d+[^+\s]*)\+cuda(?P<cuda>[\w.]+)", "2.22-2.30 (INFO)",
          ("NCCL version 2.25.1+cuda12.2",)),
     Kind("cuda_driver", "nccl_info", r"^cudaDriverVersion (?P<value>\d+)$", "2.13-2.30", ("cudaDriverVersion 12020",)),
 
