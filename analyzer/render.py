@@ -29,16 +29,27 @@ def text_report(report: dict) -> str:
         for g in a["gpus"]:
             out.append(f"  rank {g['rank']}: {g.get('node')} GPU {g.get('cuda_dev')} bus {g.get('bus_id')} "
                        f"pid {g.get('pid')} (rank mapping: {g.get('mapping_confidence')}, {g.get('mapping_source')})")
+    elif a.get("inspect_hostlist"):
+        out.append(f"Inspect nodes: {a['inspect_hostlist']}")
+    for c in v.get("competing", []):
+        out.append(f"  competing: {safe(c)}")
+    if a.get("drain_hostlist"):
+        out.append(f"Drain: {a['drain_hostlist']}   ({safe(a.get('drain_reason'))})")
+    for g in a.get("rma_gpus", []):
+        out.append(f"RMA: {g.get('node')} GPU {g.get('cuda_dev')} bus {g.get('bus_id')} "
+                   f"serial {g.get('serial') or '?'} uuid {g.get('uuid') or '?'}  ({safe(g.get('reason'))})")
     if a.get("gpu_hours_lost"):
         h = a["gpu_hours_lost"]
         out.append(f"GPU-hours lost: {h['value']} ({h['ranks']} ranks x {h['hours']} h since the last progress)")
+    out += _checkpoint_lines(a.get("checkpoint"))
     for p in a.get("py_spy", []):
         out.append(f"Still hanging? {p['command']}   # rank {p['rank']}")
     if a.get("note"):
         out.append(f"Note: {a['note']}")
     out.append("")
     for f in report["findings"]:
-        out.append(f"[{f['severity'].upper()}] {f['code']} {f['name']} (confidence {f['confidence']:.2f}): {safe(f['title'])}")
+        out.append(f"[{f['severity'].upper()}] {f['code']} {f['name']} (confidence {f['confidence']:.2f}): "
+                   f"{safe(f['title'])}")
         out.append(f"    {safe(f['message'])}")
         details = f.get("details", {})
         for reason in details.get("why_no_timeout", []):
@@ -69,6 +80,18 @@ def text_report(report: dict) -> str:
     return "\n".join(out) + "\n"
 
 
+def _checkpoint_lines(c: dict | None) -> list[str]:
+    if not c:
+        return []
+    out = []
+    if c.get("last_complete_iteration") is not None:
+        out.append(f"Last complete checkpoint: iteration {c['last_complete_iteration']}"
+                   + (f" at {safe(c['last_complete_path'])}" if c.get("last_complete_path") else ""))
+    if c.get("warning"):
+        out.append(f"Checkpoint warning: {safe(c['warning'])}")
+    return out
+
+
 def _summary_lines(report: dict) -> list[str]:
     r = report["run"]
     t = report["inputs"]["totals"]
@@ -83,7 +106,8 @@ def _summary_lines(report: dict) -> list[str]:
     n = report["inputs"]["nccl_lines"]
     if n["total"]:
         lines.append(f"NCCL lines: {n['typed']} of {n['total']} understood"
-                     + (f"; {n['untyped']} not, in {len(report['inputs']['nccl_gaps'])} shape(s):" if n["untyped"] else ""))
+                     + (f"; {n['untyped']} not, in {len(report['inputs']['nccl_gaps'])} shape(s):"
+                        if n["untyped"] else ""))
         for gap in report["inputs"]["nccl_gaps"][:10]:
             lines.append(f"  ? {gap['count']:>6} x {safe(gap['shape'])[:100]}  (e.g. {safe(gap['example'])})")
     for m in report["messages"]:
@@ -102,8 +126,18 @@ def markdown_report(report: dict) -> str:
         for g in a["gpus"]:
             out.append(f"  - rank {g['rank']}: `{g.get('node')}` GPU {g.get('cuda_dev')} bus `{g.get('bus_id')}` "
                        f"pid {g.get('pid')} (mapping: {g.get('mapping_confidence')})")
+    elif a.get("inspect_hostlist"):
+        out.append(f"- Inspect nodes `{a['inspect_hostlist']}`")
+    for c in v.get("competing", []):
+        out.append(f"- Competing explanation: {_md_text(c)}")
+    if a.get("drain_hostlist"):
+        out.append(f"- **Drain** `{a['drain_hostlist']}` ({_md_text(a.get('drain_reason') or '')})")
+    for g in a.get("rma_gpus", []):
+        out.append(f"- **RMA** `{g.get('node')}` GPU {g.get('cuda_dev')} bus `{g.get('bus_id')}` serial "
+                   f"`{g.get('serial') or '?'}` uuid `{g.get('uuid') or '?'}` ({_md_text(g.get('reason') or '')})")
     if a.get("gpu_hours_lost"):
         out.append(f"- GPU-hours lost: **{a['gpu_hours_lost']['value']}**")
+    out += [f"- {_md_text(line)}" for line in _checkpoint_lines(a.get("checkpoint"))]
     for p in a.get("py_spy", []):
         out.append(f"- If still hanging: `{p['command']}` (rank {p['rank']})")
     if a.get("note"):

@@ -20,6 +20,15 @@ SCHEMA = "postmortem.report/1"
 VERSION = "0.1.0"
 
 
+# How deep a cause lies: a culprit finding explains findings of later layers that share a rank or
+# a node with it (a GPU that fell off the bus explains the rank that never entered the collective,
+# which explains the others' timeouts). Findings with no rank and no node (everyone stuck alike,
+# the waiting ranks' timeouts) are explained by any deeper culprit.
+LAYERS = {"hardware": 0, "network": 1, "external": 2, "config": 2, "crash": 3, "hang": 4, "desync": 4,
+          "perf": 5, "symptom": 6, "info": 7}
+_JOB_WIDE = ("crash", "hang", "desync", "symptom")
+
+
 def run_rules(run: Run, attempt: int | None):
     from rules import RULES
     from rules.base import SEVERITY_ORDER, Context
@@ -30,16 +39,44 @@ def run_rules(run: Run, attempt: int | None):
         findings.extend(rule.check(ctx))
     for f in findings:
         f.attempt = attempt
-    findings.sort(key=lambda f: (SEVERITY_ORDER[f.severity], not f.culprit, f.code, f.ranks, f.title))
+    findings.sort(key=lambda f: (SEVERITY_ORDER[f.severity], not f.culprit, _layer(f), f.code, f.ranks, f.title))
     counts: dict[str, int] = {}
     for f in findings:
         counts[f.code] = counts.get(f.code, 0) + 1
         f.id = f"a{attempt if attempt is not None else 0}-{f.code}-{counts[f.code]}"
-    causes = [f.id for f in findings if f.category in ("hang", "desync") and f.severity == "error"]
-    for f in findings:
-        if f.category == "symptom":
-            f.caused_by = causes
+    link_causes(findings)
     return ctx, findings
+
+
+def _layer(finding) -> int:
+    return LAYERS.get(finding.category, len(LAYERS))
+
+
+def link_causes(findings) -> None:
+    """Fill ``caused_by``: each culprit error finding explains the findings of later layers that
+    share a rank or node with it, and the job-wide ones (no rank, no node)."""
+    causes = [f for f in findings if f.culprit and f.severity == "error"]
+    for f in findings:
+        for cause in causes:
+            if cause is f or _layer(cause) >= _layer(f) or cause.id in f.caused_by:
+                continue
+            shared = set(cause.ranks) & set(f.ranks) or set(cause.nodes) & set(f.nodes)
+            job_wide = not f.ranks and not f.nodes and f.category in _JOB_WIDE
+            if shared or job_wide:
+                f.caused_by.append(cause.id)
+    # With no culprit (everyone stuck alike), the waiting ranks' timeouts still belong to the hang.
+    hangs = [f.id for f in findings if f.category in ("hang", "desync") and f.severity == "error"]
+    for f in findings:
+        if f.category == "symptom" and not f.caused_by:
+            f.caused_by.extend(hangs)
+
+
+def root_causes(findings) -> list:
+    """Culprit error findings that no deeper culprit explains, deepest and surest first."""
+    by_id = {f.id: f for f in findings}
+    roots = [f for f in findings if f.culprit and f.severity == "error"
+             and not any(by_id[c].culprit and by_id[c].severity == "error" for c in f.caused_by if c in by_id)]
+    return sorted(roots, key=lambda f: (_layer(f), -f.confidence, f.code))
 
 
 def build_report(run: Run) -> dict:
@@ -48,11 +85,12 @@ def build_report(run: Run) -> dict:
     failed = [a for a in attempts if any(f.severity in ("error", "warning") for f in per_attempt[a][1])]
     analysed = failed[-1] if failed else attempts[-1]
     ctx, findings = per_attempt[analysed]
+    verdict = _verdict(findings)
     report = {
         "schema": SCHEMA,
         "generator": f"postmortem {VERSION}",
-        "verdict": _verdict(findings),
-        "actions": _actions(ctx, findings),
+        "verdict": verdict,
+        "actions": _actions(ctx, findings, verdict),
         "findings": [f.to_dict() for f in findings],
         "missing_evidence": _missing(ctx, findings),
         "attempts": {
@@ -87,48 +125,93 @@ def store_findings(run: Run, findings) -> None:
     write_table(run.con, "findings", pl.DataFrame(rows, schema=schema))
 
 
+_NOBODY = {"ranks": [], "nodes": [], "gpus": []}
+_DRAIN_CATEGORIES = ("hardware", "network")
+
+
 def _verdict(findings) -> dict:
-    causes = [f for f in findings if f.culprit and f.severity == "error"]
+    roots = root_causes(findings)
+    if roots:
+        return _culprit_verdict(roots)
     stuck = [f for f in findings if f.code == "H003"]
     undecided = [f for f in findings if f.code == "H005"]
     errors = [f for f in findings if f.severity == "error"]
-    if causes:
-        top = causes[0]
-        gpus = top.gpus
-        where = ", ".join(
-            (g.get("node") or "?") + (f" GPU {g['cuda_dev']}" if g.get("cuda_dev") is not None else "")
-            + (f" ({g['bus_id']})" if g.get("bus_id") else "") for g in gpus[:3])
-        sentence = f"{top.title}: rank {rank_ranges(top.ranks)} on {where}. {top.message}."
-        return {"status": "culprit", "category": top.category, "confidence": round(top.confidence, 2),
-                "sentence": sentence, "culprit": {"ranks": top.ranks, "nodes": top.nodes, "gpus": gpus},
-                "finding_ids": [f.id for f in causes], "competing": []}
+    warnings = [f for f in findings if f.severity == "warning" and f.category not in ("symptom", "info")]
     if stuck:
         top = stuck[0]
-        return {"status": "no-single-culprit", "category": "hang", "confidence": round(top.confidence, 2),
-                "sentence": f"{top.title}; no single rank is to blame. {top.message}.",
-                "culprit": {"ranks": [], "nodes": [], "gpus": []}, "finding_ids": [top.id],
-                "competing": ["network or GPU fault on the path", "NCCL/environment mismatch between nodes"]}
+        return _verdict_of("no-single-culprit", top, f"{top.title}; no single rank is to blame. {top.message}.",
+                           [top.id], ["network or GPU fault on the path", "NCCL/environment mismatch between nodes"])
     if undecided:
         top = undecided[0]
-        return {"status": "inconclusive", "category": "hang", "confidence": round(top.confidence, 2),
-                "sentence": f"Inconclusive: {top.title}. {top.message}.",
-                "culprit": {"ranks": [], "nodes": [], "gpus": []}, "finding_ids": [top.id],
-                "competing": [f"rank {r} (not trustworthy: see reasons)" for r in top.details.get("candidates", [])]}
+        return _verdict_of("inconclusive", top, f"Inconclusive: {top.title}. {top.message}.", [top.id],
+                           [f"rank {r} (not trustworthy: see reasons)" for r in top.details.get("candidates", [])])
     if errors:
         top = errors[0]
-        return {"status": "inconclusive", "category": top.category, "confidence": round(top.confidence, 2),
-                "sentence": f"{top.title}. {top.message}.", "culprit": {"ranks": [], "nodes": [], "gpus": []},
-                "finding_ids": [f.id for f in errors], "competing": []}
+        return _verdict_of("inconclusive", top, f"{top.title}. {top.message}.", [f.id for f in errors], [])
+    if warnings:
+        top = warnings[0]
+        named = _culprit_of([top]) if top.culprit else _NOBODY
+        return _verdict_of("degraded", top, f"The job shows no failure, but: {top.title}. {top.message}.",
+                           [f.id for f in warnings], [], named)
     return {"status": "healthy", "category": "none", "confidence": 0.8,
             "sentence": "No error finding: nothing in these logs shows a hang, desync or crash.",
-            "culprit": {"ranks": [], "nodes": [], "gpus": []}, "finding_ids": [], "competing": []}
+            "culprit": dict(_NOBODY), "finding_ids": [], "competing": []}
 
 
-def _actions(ctx, findings) -> dict:
-    causes = [f for f in findings if f.culprit and f.severity == "error"]
-    ranks = sorted({r for f in causes for r in f.ranks})
-    nodes = sorted({n for f in causes for n in f.nodes})
-    gpus = [g for f in causes for g in f.gpus]
+def _culprit_verdict(roots) -> dict:
+    """The deepest root names the culprit, unless an independent root (another rule, other ranks
+    and nodes) is nearly as sure: then the verdict is inconclusive and lists both."""
+    top = roots[0]
+    same = [r for r in roots if r.code == top.code]
+    rivals = [r for r in roots if r.code != top.code and not _overlap(r, top)]
+    if rivals and max(r.confidence for r in rivals) > top.confidence - 0.2:
+        competing = [_explanation(r) for r in [top, *rivals]]
+        sentence = "Inconclusive: independent causes compete: " + "; ".join(competing) + "."
+        return _verdict_of("inconclusive", top, sentence, [r.id for r in [top, *rivals]], competing)
+    culprit = _culprit_of(same)
+    sentence = f"{top.title}: {_where(top)}. {top.message}."
+    return _verdict_of("culprit", top, sentence, [r.id for r in same], [_explanation(r) for r in rivals], culprit)
+
+
+def _verdict_of(status, top, sentence, ids, competing, culprit=None) -> dict:
+    return {"status": status, "category": top.category, "confidence": round(top.confidence, 2),
+            "sentence": sentence, "culprit": culprit or dict(_NOBODY), "finding_ids": ids, "competing": competing}
+
+
+def _culprit_of(findings) -> dict:
+    ranks = sorted({r for f in findings for r in f.ranks})
+    nodes = sorted({n for f in findings for n in f.nodes})
+    gpus = [g for f in findings for g in f.gpus]
+    return {"ranks": ranks, "nodes": nodes, "gpus": gpus}
+
+
+def _overlap(a, b) -> bool:
+    return bool(set(a.ranks) & set(b.ranks) or set(a.nodes) & set(b.nodes))
+
+
+def _where(f) -> str:
+    if f.gpus:
+        places = ", ".join(
+            (g.get("node") or "?") + (f" GPU {g['cuda_dev']}" if g.get("cuda_dev") is not None else "")
+            + (f" ({g['bus_id']})" if g.get("bus_id") else "") for g in f.gpus[:3])
+        return (f"rank {rank_ranges(f.ranks)} on {places}" if f.ranks else places)
+    if f.ranks:
+        return f"rank {rank_ranges(f.ranks)}" + (f" on {hostlist(f.nodes)}" if f.nodes else "")
+    return f"node {hostlist(f.nodes)}" if f.nodes else "no single place"
+
+
+def _explanation(f) -> str:
+    return f"{f.code} {f.title} ({_where(f)}, confidence {f.confidence:.2f})"
+
+
+def _actions(ctx, findings, verdict: dict) -> dict:
+    roots = root_causes(findings)
+    named = [f for f in roots if f.id in verdict["finding_ids"]] if verdict["status"] == "culprit" else []
+    ranks = sorted({r for f in roots for r in f.ranks})
+    nodes = sorted({n for f in roots for n in f.nodes})
+    gpus = [g for f in roots for g in f.gpus]
+    drain = sorted({n for f in named if f.details.get("drain", f.category in _DRAIN_CATEGORIES)
+                    and f.confidence >= 0.7 for n in f.nodes})
     still_hanging = not _ended(ctx)
     pyspy = []
     for g in gpus:
@@ -138,14 +221,57 @@ def _actions(ctx, findings) -> dict:
     return {
         "culprit_ranks": rank_ranges(ranks) if ranks else None,
         "inspect_hostlist": hostlist(nodes) if nodes else None,
+        "drain_hostlist": hostlist(drain) if drain else None,
+        "drain_reason": "; ".join(f.title for f in named if set(f.nodes) & set(drain)) or None,
         "gpus": gpus,
+        "rma_gpus": _rma(named),
         "gpu_hours_lost": _gpu_hours(ctx),
+        "checkpoint": _checkpoint(ctx),
         "job_may_still_be_hanging": still_hanging,
         "py_spy": pyspy if still_hanging else [],
         "py_spy_note": ("the logs show no exit or cancellation: if the job is still running, dump the culprit's "
-                        "stack before it is killed") if still_hanging else None,
+                        "stack before it is killed") if still_hanging and pyspy else None,
         "note": ("a hang caused by a code path is not a hardware fault: inspect, do not drain, unless hardware "
-                 "findings point at the node") if causes and all(f.category in ("hang", "desync") for f in causes) else None,
+                 "findings point at the node") if roots and all(f.category in ("hang", "desync") for f in roots)
+        else None,
+    }
+
+
+def _rma(named) -> list[dict]:
+    """GPUs a hardware culprit names, with what an RMA ticket asks for."""
+    out = []
+    for f in named:
+        if f.category != "hardware":
+            continue
+        for g in f.gpus:
+            out.append({"node": g.get("node"), "cuda_dev": g.get("cuda_dev"), "bus_id": g.get("bus_id"),
+                        "serial": g.get("serial"), "uuid": g.get("uuid"), "rank": g.get("rank"),
+                        "reason": f.title, "finding": f.id})
+    return out
+
+
+def _checkpoint(ctx) -> dict | None:
+    """The last checkpoint the logs show saved completely, and whether a later save never finished."""
+    events = ctx.table("events")
+    if events.is_empty() or not {"kind", "iteration", "finished"} <= set(events.columns):
+        return None
+    saves = events.filter(pl.col("kind").is_in(["checkpoint_save_start", "checkpoint_save_done"])
+                          & pl.col("iteration").is_not_null())
+    if saves.is_empty():
+        return None
+    done = saves.filter((pl.col("kind") == "checkpoint_save_done") | pl.col("finished").fill_null(False))
+    started = saves.filter(pl.col("kind") == "checkpoint_save_start")
+    last_done = done.sort("iteration").tail(1).row(0, named=True) if not done.is_empty() else None
+    last_started = started.sort("iteration").tail(1).row(0, named=True) if not started.is_empty() else None
+    unfinished = (last_started is not None and last_started.get("finished") is False
+                  and (last_done is None or last_started["iteration"] > last_done["iteration"]))
+    return {
+        "last_complete_iteration": last_done["iteration"] if last_done else None,
+        "last_complete_path": last_done.get("path") if last_done else None,
+        "saved_at": str(last_done["ts"]) if last_done and last_done.get("ts") else None,
+        "unfinished_save_iteration": last_started["iteration"] if unfinished else None,
+        "warning": (f"the save of iteration {last_started['iteration']} started but never finished: do not resume "
+                    "from it") if unfinished else None,
     }
 
 
@@ -180,7 +306,8 @@ def _missing(ctx, findings) -> list[dict]:
         absent = sorted(set(range(world)) - seen)
         if absent:
             out.append({"what": f"no log lines attributable to rank(s) {rank_ranges(absent)}",
-                        "enable": "keep every rank's stdout and stderr (torchrun --log-dir with --tee 3, or srun -o %t)"})
+                        "enable": "keep every rank's stdout and stderr (torchrun --log-dir with --tee 3, "
+                                  "or srun -o %t)"})
     nccl = ctx.frame("SELECT count(*) AS n FROM lines WHERE kind = 'nccl'")["n"][0]
     if nccl == 0:
         out.append({"what": "no NCCL_DEBUG output (rank to GPU and host mapping, versions, transports)",
@@ -198,7 +325,27 @@ def _missing(ctx, findings) -> list[dict]:
     if prefixed == 0 and hang:
         out.append({"what": "no c10d [rankN]: prefix on any line (global rank of each line is not stated)",
                     "enable": "PyTorch >= 2.3 prints it; or use a torchrun --log-line-prefix-template with ${rank}"})
+    if any(f.severity == "error" for f in findings):
+        out += [gap for table, gap in _NODE_EVIDENCE if ctx.table(table).is_empty()]
     return out
+
+
+# Node-side evidence a failed job should leave, the table that holds it, and how to collect it
+# (a Slurm epilog or the job script's trap on exit, per node).
+_NODE_EVIDENCE = [
+    ("node_events", {"what": "no kernel log from the nodes (GPU Xid, OOM killer, NIC link events cannot be checked)",
+                     "enable": "per node after the job: journalctl -k -o short-iso --since '-12h' > "
+                               "$JOB_DIR/node_logs/$(hostname)/journal-kernel.txt"}),
+    ("job", {"what": "no scheduler record of the job (state, exit code, node list, time limit)",
+             "enable": "sacct -j $SLURM_JOB_ID --parsable2 --format=JobID,JobName,State,ExitCode,Start,End,"
+                       "NNodes,NodeList > $JOB_DIR/slurm/sacct.txt"}),
+    ("env_nodes", {"what": "no environment dump per node (NCCL_*/TORCH_* settings cannot be compared across nodes)",
+                   "enable": "in the job script, per node: env | sort > $JOB_DIR/env/$(hostname).env "
+                             "(NCCL_DEBUG=INFO also echoes the NCCL_* it reads)"}),
+    ("gpu_health", {"what": "no nvidia-smi -q per node (GPU serials, ECC and row-remap counters, PCIe link width)",
+                    "enable": "in the prolog and epilog: "
+                              "nvidia-smi -q > $JOB_DIR/node_logs/$(hostname)/nvidia-smi-q.txt"}),
+]
 
 
 def _run_summary(run: Run, ctx) -> dict:
@@ -215,13 +362,23 @@ def _run_summary(run: Run, ctx) -> dict:
         "ranks": run.info.get("world_size"),
         "ranks_seen": len(ranks),
         "nodes": sorted(set(ranks["node"].drop_nulls().to_list())),
-        "gpu_model": None,
+        "gpu_model": _gpu_model(run),
         "nccl_versions": versions,
         "time_span": {"start": str(min(spans)) if spans else None, "end": str(max(spans)) if spans else None,
                       "source": run.info.get("time_source"),
                       "zone": "as printed (glog and Megatron print local time without a zone)"},
         "rank_mapping": ranks.group_by("confidence").len().sort("confidence").to_dicts(),
     }
+
+
+def _gpu_model(run: Run) -> dict | None:
+    """The accelerator of the hardware model the run was judged against, and how it was found."""
+    from analyzer.transports import accelerator
+
+    acc, basis = accelerator(run, run.info.get("gpu"))
+    if acc is None:
+        return {"name": None, "basis": basis}
+    return {"name": acc.get("name"), "id": acc.get("id"), "basis": basis}
 
 
 def _inputs(run: Run) -> dict:

@@ -16,6 +16,12 @@ from analyzer.report import build_report
 
 CORPUS = Path(__file__).with_name("corpus")
 CASES = sorted(p.name for p in CORPUS.iterdir() if (p / "CASE.json").exists())
+RULE_FIXTURES = {
+    "X001": {"fires": ["test_the_first_failure_rule_names_the_injected_rank"],
+             "quiet": ["test_the_first_failure_rule_stays_quiet_in_hangs"]},
+    "X002": {"fires": ["test_wrong_world_size_is_reported_as_a_failed_rendezvous"],
+             "quiet": ["test_the_rendezvous_rule_stays_quiet_when_the_job_ran"]},
+}
 
 
 def _case(name: str) -> dict:
