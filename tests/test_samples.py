@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from analyzer.pipeline import analyze
-from analyzer.report import build_report
+from analyzer.report import build_report, to_json
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_logs"
 NAMES = sorted(p.name for p in SAMPLES.iterdir() if (p / "expected.json").exists())
@@ -34,6 +34,16 @@ def test_report_matches_expected(name):
         assert not [f for f in report["findings"] if f["severity"] in ("error", "warning")]
     for f in report["inputs"]["files"]:
         assert f["lines"] == f["parsed_lines"] + f["unparsed_lines"]
+    _valid_report(json.loads(to_json(report)))
+
+
+def _valid_report(report: dict) -> None:
+    """The JSON report follows docs/report.schema.json, the public contract."""
+    import jsonschema
+
+    schema = json.loads((SAMPLES.parent / "docs" / "report.schema.json").read_text())
+    errors = [f"{e.json_path}: {e.message[:200]}" for e in jsonschema.Draft202012Validator(schema).iter_errors(report)]
+    assert not errors, errors[:5]
 
 
 def test_flagship_sample_says_what_the_culprit_did_and_why_no_timeout():
