@@ -1,0 +1,52 @@
+"""postmortem diff: a good run against a failed one names what changed, heaviest first."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from analyzer.cli import main
+from analyzer.diff import diff
+from analyzer.pipeline import analyze
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    from bench.generator import RunSpec, generate_run
+
+    root = tmp_path_factory.mktemp("diff")
+    specs = {"good": RunSpec(nodes=2, gpus_per_node=4, scenario="healthy", config_files=True),
+             "good2": RunSpec(nodes=2, gpus_per_node=4, scenario="healthy", config_files=True, seed=5),
+             "bad": RunSpec(nodes=2, gpus_per_node=4, scenario="all-stuck", config_files=True,
+                            nccl_env={"NCCL_PROTO": "Simple"}, nccl_version="2.18.3", nccl_shm_node=1)}
+    for name, spec in specs.items():
+        generate_run(root / name, spec)
+    return root
+
+
+def test_the_must_match_setting_comes_first_then_versions_and_transports(runs):
+    result = diff(analyze([runs / "good"]), analyze([runs / "bad"]))
+    changes = result["changes"]
+    assert changes[0]["key"] == "NCCL_PROTO" and changes[0]["bad"].startswith("Simple on ")
+    assert changes[0]["good"] == "<unset>" and "must-match" in changes[0]["note"]
+    kinds = [c["kind"] for c in changes]
+    assert kinds.index("version") < kinds.index("transport")
+    nccl = next(c for c in changes if c["key"] == "NCCL")
+    assert (nccl["good"], nccl["bad"]) == ("2.21.5", "2.18.3")
+    assert any("SHM" in c["note"] for c in changes if c["kind"] == "transport")
+
+
+def test_two_good_runs_of_the_same_job_do_not_differ(runs):
+    # Different seeds: other pids, times, hosts' order of lines -- none of it is a change.
+    result = diff(analyze([runs / "good"]), analyze([runs / "good2"]))
+    assert result["changes"] == [], result["changes"]
+
+
+def test_cli_exit_codes_json_and_stores(runs, tmp_path, capsys):
+    assert main(["ingest", str(runs / "good"), "--db", str(tmp_path / "good.duckdb"), "--quiet"]) in (0, 1)
+    capsys.readouterr()
+    assert main(["diff", str(tmp_path / "good.duckdb"), str(runs / "bad"), "--format", "json", "--quiet"]) == 1
+    out = json.loads(capsys.readouterr().out)
+    assert out["schema"] == "postmortem.diff/1" and out["changes"][0]["key"] == "NCCL_PROTO"
+    assert main(["diff", str(tmp_path / "good.duckdb"), str(tmp_path / "good.duckdb"), "--quiet"]) == 0
+    assert main(["diff", str(tmp_path / "missing.duckdb"), str(runs / "bad"), "--quiet"]) == 2
