@@ -7,6 +7,8 @@ from pathlib import Path
 import pytest
 
 from analyzer.pipeline import analyze
+from analyzer.html_report import html_report
+from analyzer.render import markdown_report, text_report
 from analyzer.report import build_report, to_json
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_logs"
@@ -21,7 +23,8 @@ def _expected(name: str) -> dict:
 def test_report_matches_expected(name):
     """The report holds exactly the findings expected.json lists (code, severity, ranks, nodes)."""
     expected = _expected(name)
-    report = build_report(analyze([SAMPLES / name]))
+    run = analyze([SAMPLES / name])
+    report = build_report(run)
     v = report["verdict"]
     assert v["status"] == expected["verdict"]["status"], v
     assert v["culprit"]["ranks"] == expected["verdict"]["ranks"]
@@ -35,6 +38,9 @@ def test_report_matches_expected(name):
     for f in report["inputs"]["files"]:
         assert f["lines"] == f["parsed_lines"] + f["unparsed_lines"]
     _valid_report(json.loads(to_json(report)))
+    # The other formats render from the same report (what report --format text,md,json,html writes).
+    assert expected["verdict"]["status"] in markdown_report(report) and text_report(report)
+    assert html_report(report, run).count("<h2>") >= 4
 
 
 def _valid_report(report: dict) -> None:
