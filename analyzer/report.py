@@ -57,6 +57,8 @@ def link_causes(findings) -> None:
     share a rank or node with it, and the job-wide ones (no rank, no node)."""
     causes = [f for f in findings if f.culprit and f.severity == "error"]
     for f in findings:
+        if f.severity == "info":
+            continue  # context, not a consequence
         for cause in causes:
             if cause is f or _layer(cause) >= _layer(f) or cause.id in f.caused_by:
                 continue
@@ -137,21 +139,29 @@ def _verdict(findings) -> dict:
     undecided = [f for f in findings if f.code == "H005"]
     errors = [f for f in findings if f.severity == "error"]
     warnings = [f for f in findings if f.severity == "warning" and f.category not in ("symptom", "info")]
+    # A deeper-layer error that could not choose between places (two ends of one failing link):
+    # it explains an all-stuck hang better than "no single culprit", but names nobody.
+    torn = [f for f in errors if not f.culprit and f.details.get("competing") and _layer(f) < LAYERS["crash"]]
+    if torn:
+        top = max(torn, key=lambda f: f.confidence)
+        competing = [f"{top.code} points at {c}" for c in top.details["competing"]]
+        return _verdict_of("inconclusive", top, _sentence(f"Inconclusive: {top.title}", top.message),
+                           [f.id for f in torn], competing)
     if stuck:
         top = stuck[0]
-        return _verdict_of("no-single-culprit", top, f"{top.title}; no single rank is to blame. {top.message}.",
+        return _verdict_of("no-single-culprit", top, _sentence(f"{top.title}; no single rank is to blame", top.message),
                            [top.id], ["network or GPU fault on the path", "NCCL/environment mismatch between nodes"])
     if undecided:
         top = undecided[0]
-        return _verdict_of("inconclusive", top, f"Inconclusive: {top.title}. {top.message}.", [top.id],
+        return _verdict_of("inconclusive", top, _sentence(f"Inconclusive: {top.title}", top.message), [top.id],
                            [f"rank {r} (not trustworthy: see reasons)" for r in top.details.get("candidates", [])])
     if errors:
         top = errors[0]
-        return _verdict_of("inconclusive", top, f"{top.title}. {top.message}.", [f.id for f in errors], [])
+        return _verdict_of("inconclusive", top, _sentence(top.title, top.message), [f.id for f in errors], [])
     if warnings:
         top = warnings[0]
         named = _culprit_of([top]) if top.culprit else _NOBODY
-        return _verdict_of("degraded", top, f"The job shows no failure, but: {top.title}. {top.message}.",
+        return _verdict_of("degraded", top, _sentence(f"The job shows no failure, but: {top.title}", top.message),
                            [f.id for f in warnings], [], named)
     return {"status": "healthy", "category": "none", "confidence": 0.8,
             "sentence": "No error finding: nothing in these logs shows a hang, desync or crash.",
@@ -169,8 +179,14 @@ def _culprit_verdict(roots) -> dict:
         sentence = "Inconclusive: independent causes compete: " + "; ".join(competing) + "."
         return _verdict_of("inconclusive", top, sentence, [r.id for r in [top, *rivals]], competing)
     culprit = _culprit_of(same)
-    sentence = f"{top.title}: {_where(top)}. {top.message}."
+    where = _where(top)
+    sentence = _sentence(f"{top.title}: {where}" if where else top.title, top.message)
     return _verdict_of("culprit", top, sentence, [r.id for r in same], [_explanation(r) for r in rivals], culprit)
+
+
+def _sentence(*parts: str) -> str:
+    """Parts joined as sentences, each ending in exactly one full stop."""
+    return " ".join(p.rstrip().rstrip(".") + "." for p in parts if p and p.strip())
 
 
 def _verdict_of(status, top, sentence, ids, competing, culprit=None) -> dict:
@@ -197,11 +213,12 @@ def _where(f) -> str:
         return (f"rank {rank_ranges(f.ranks)} on {places}" if f.ranks else places)
     if f.ranks:
         return f"rank {rank_ranges(f.ranks)}" + (f" on {hostlist(f.nodes)}" if f.nodes else "")
-    return f"node {hostlist(f.nodes)}" if f.nodes else "no single place"
+    return f"node {hostlist(f.nodes)}" if f.nodes else ""
 
 
 def _explanation(f) -> str:
-    return f"{f.code} {f.title} ({_where(f)}, confidence {f.confidence:.2f})"
+    where = _where(f)
+    return f"{f.code} {f.title} ({where + ', ' if where else ''}confidence {f.confidence:.2f})"
 
 
 def _actions(ctx, findings, verdict: dict) -> dict:

@@ -105,3 +105,18 @@ def test_an_unrelated_finding_is_not_linked():
     h, g = _f("H001", "hang", [17], ["n3"]), _f("G002", "hardware", [], ["n1"], severity="warning", culprit=True)
     _decide(h, g)
     assert h.caused_by == []
+
+
+def test_a_link_error_that_cannot_choose_its_end_is_inconclusive_not_no_single_culprit():
+    n1 = _f("N001", "network", [], ["n1", "n2"], culprit=False, confidence=0.4, competing=["n1", "n2"])
+    verdict, actions = _decide(_f("H003", "hang", culprit=False), n1)
+    assert verdict["status"] == "inconclusive" and verdict["competing"] == ["N001 points at n1", "N001 points at n2"]
+    assert actions["drain_hostlist"] is None
+
+
+def test_info_findings_are_not_linked_and_sentences_end_once():
+    info = _f("G001", "hardware", [9], ["n2"], severity="info", culprit=False)
+    h = _f("H001", "hang", [9], ["n2"])
+    h.message = "it stopped."
+    verdict, _ = _decide(h, info)
+    assert info.caused_by == [] and verdict["sentence"].endswith("it stopped.") and ".." not in verdict["sentence"]
