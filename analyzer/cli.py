@@ -23,6 +23,9 @@ examples:
   postmortem transports job/                               which transport each NCCL ring hop used
   postmortem transports --db job.duckdb --all --format json
   postmortem hw H100                                       a GPU's numbers, sources and machine balance
+  postmortem export perfetto --db job.duckdb --out trace.json   timeline of the last 30 min for ui.perfetto.dev
+  postmortem export parquet --db job.duckdb --out /data/pm      every table as Parquet, one folder per job
+  postmortem diff good-job/ bad-job/                       what changed: settings, versions, nodes, transports
   postmortem rules                                         list rule codes
   postmortem explain H001                                  what a rule detects and why
 
@@ -45,11 +48,13 @@ def _parser() -> argparse.ArgumentParser:
                        description="Analyse a job folder (recursively), files, or .gz/.zst/.bz2/.xz files and "
                                    "report the verdict, findings with evidence, actions and evidence gaps.")
     r.add_argument("paths", nargs="+", metavar="PATH", help="job folder(s) or files")
-    r.add_argument("--format", default="text", help="comma list of text, md, json (default: text)")
+    r.add_argument("--format", default="text", help="comma list of text, md, json, html (default: text)")
     r.add_argument("--out", help="write here instead of stdout: a file for one format, a folder for several")
     r.add_argument("--fail-on", default="error", choices=["error", "warning", "info", "never"],
                    help="exit 1 when a finding at or above this severity exists (default: error)")
     r.add_argument("--db", help="also keep the DuckDB store in this file")
+    r.add_argument("--gpu", metavar="MODEL", help="the GPU model for the hardware model (e.g. H20, H100, A100-80GB); "
+                                                   "default: the nvidia-smi name in the inputs")
     r.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
     i = sub.add_parser("ingest", help="parse inputs into a DuckDB file",
@@ -80,11 +85,31 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--format", default="text", choices=["text", "json"])
     t.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
-    hw = sub.add_parser("hw", help="the hardware model: accelerators, link tiers, a GPU's machine balance",
-                        description="Without MODEL: every accelerator in the model. With MODEL: its numbers, their "
-                                    "sources, its machine balance and link tiers.")
-    hw.add_argument("model", nargs="?", metavar="MODEL")
+    hw = sub.add_parser("hw", help="the hardware model: accelerators, link tiers, a GPU's machine balance, a run's "
+                                   "bandwidth map",
+                        description="Without arguments: every accelerator in the model. With MODEL: its numbers, their "
+                                    "sources, its machine balance and link tiers. With a run (PATH or --db FILE): the "
+                                    "GPU model found in it (or --gpu), its machine balance, its NVLink domain and the "
+                                    "run's bandwidth map: per tier the NCCL hops ran on, the hops and their bandwidth.")
+    hw.add_argument("model", nargs="?", metavar="MODEL|PATH", help="a GPU model (H100, A100-80GB) or a job folder/file")
+    hw.add_argument("--db", metavar="FILE", help="a store written by postmortem ingest")
+    hw.add_argument("--gpu", metavar="MODEL",
+                    help="with a run: the GPU model (default: the nvidia-smi name in the inputs)")
     hw.add_argument("--format", default="text", choices=["text", "json"])
+    hw.add_argument("--quiet", action="store_true", help="no progress on stderr")
+
+    _export_parser(sub)
+
+    d = sub.add_parser("diff", help="what changed between a good and a failed run of the same job",
+                       description="Compare a good run with a failed one: must-match settings first (NCCL's own "
+                                   "'set by environment' echoes, then env dumps), versions, the node set, the "
+                                   "transports and algorithms NCCL picked, busbw, step time and memory peak. Each "
+                                   "side is a job folder or a store from postmortem ingest. Exit 0: no difference, "
+                                   "1: differences, 2: a side could not be read.")
+    d.add_argument("good", metavar="GOOD", help="the good run: a job folder, files, or a .duckdb store")
+    d.add_argument("bad", metavar="BAD", help="the failed run")
+    d.add_argument("--format", default="text", choices=["text", "json"])
+    d.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
     sub.add_parser("rules", help="list the rules and their codes")
     e = sub.add_parser("explain", help="show a rule's documentation")
@@ -100,16 +125,19 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return {"report": _report, "ingest": _ingest, "query": _query, "transports": _transports,
-                "hw": _hw, "rules": _rules, "explain": _explain}[args.command](args)
+                "hw": _hw, "rules": _rules, "explain": _explain, "export": _export,
+                "diff": _diff}[args.command](args)
     except BrokenPipeError:
         return 0
 
 
-def _analyze(paths, db, quiet):
+def _analyze(paths, db, quiet, exclude=None):
     from analyzer.pipeline import NothingReadable, analyze
 
     try:
-        run = analyze(paths, db_path=db, progress=not quiet and sys.stderr.isatty())
+        from analyzer.ingest import progress_wanted
+
+        run = analyze(paths, db_path=db, progress=progress_wanted(quiet), exclude=exclude)
     except NothingReadable as exc:
         print(f"postmortem: nothing readable: {exc}", file=sys.stderr)
         return None
@@ -119,24 +147,30 @@ def _analyze(paths, db, quiet):
 
 
 def _report(args) -> int:
+    from analyzer.html_report import html_report
     from analyzer.render import markdown_report, text_report
     from analyzer.report import build_report, to_json
 
     formats = [f.strip() for f in args.format.split(",") if f.strip()]
-    unknown = [f for f in formats if f not in ("text", "md", "json")]
+    unknown = [f for f in formats if f not in ("text", "md", "json", "html")]
     if unknown or not formats:
-        print(f"postmortem: unknown format(s) {', '.join(unknown) or '(none)'}; use text, md, json", file=sys.stderr)
+        print(f"postmortem: unknown format(s) {', '.join(unknown) or '(none)'}; use text, md, json, html",
+              file=sys.stderr)
         return 2
-    run = _analyze(args.paths, args.db, args.quiet)
+    # --out inside the job folder (the epilog recipe) must not be read back as input on a re-run
+    run = _analyze(args.paths, args.db, args.quiet, exclude=[args.out] if args.out else None)
     if run is None:
         return 2
+    if args.gpu:
+        run.info["gpu"] = args.gpu
     report = build_report(run)
-    renderers = {"text": text_report, "md": markdown_report, "json": to_json}
+    renderers = {"text": text_report, "md": markdown_report, "json": to_json,
+                 "html": lambda r: html_report(r, run)}
     if args.out and len(formats) > 1:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         for f in formats:
-            name = {"text": "report.txt", "md": "report.md", "json": "report.json"}[f]
+            name = {"text": "report.txt", "md": "report.md", "json": "report.json", "html": "report.html"}[f]
             (out / name).write_text(renderers[f](report), encoding="utf-8")
             print(f"postmortem: wrote {out / name}", file=sys.stderr)
     elif args.out:
@@ -235,9 +269,25 @@ def _transports(args) -> int:
     return 0
 
 
+def _diff(args) -> int:
+    from analyzer.diff import diff, render_text
+
+    runs = []
+    for side in (args.good, args.bad):
+        run = _open_store(side) if side.endswith((".duckdb", ".db")) else _analyze([side], None, args.quiet)
+        if run is None:
+            return 2
+        runs.append(run)
+    result = diff(*runs)
+    sys.stdout.write(json.dumps(result, indent=2) + "\n" if args.format == "json" else render_text(result))
+    return 1 if result["changes"] else 0
+
+
 def _hw(args) -> int:
     from analyzer import hardware
 
+    if args.db or (args.model and Path(args.model).exists()):
+        return _hw_run(args)
     if args.model:
         acc = hardware.find(args.model)
         if acc is None:
@@ -267,6 +317,103 @@ def _hw(args) -> int:
                 achievable = f", achievable ~{t['achievable_gbyte_s']:g}" if t.get("achievable_gbyte_s") else ""
                 print(f"{t['name']}: line {t['line_gbyte_s']:g} GB/s per direction{achievable} ({t['source']})")
     return 0
+
+
+def _hw_run(args) -> int:
+    """``hw PATH|--db FILE``: the run's GPU model, machine balance and bandwidth map."""
+    from analyzer.transports import bandwidth_map, render_bandwidth_map
+
+    if args.db and args.model:
+        print("postmortem hw: give either PATH or --db FILE", file=sys.stderr)
+        return 2
+    run = _open_store(args.db) if args.db else _analyze([args.model], None, args.quiet)
+    if run is None:
+        return 2
+    v = bandwidth_map(run, gpu=args.gpu)
+    if args.gpu and v["accelerator"] is None:
+        print(f"postmortem: {v['source']}", file=sys.stderr)
+        return 2
+    if args.format == "json":
+        sys.stdout.write(json.dumps(v, default=str, indent=1) + "\n")
+    else:
+        sys.stdout.write(render_bandwidth_map(v))
+    return 0
+
+
+EXPORT_EXAMPLES = {
+    "perfetto": """\
+examples:
+  postmortem ingest job/ --db job.duckdb
+  postmortem export perfetto --db job.duckdb --out trace.json             the last 30 minutes of the logs
+  postmortem export perfetto --db job.duckdb --out trace.json --last 120 --ranks 0-7,17
+  postmortem export perfetto --db job.duckdb --out trace.json --from 2026-07-24T13:00 --to 13:30
+then open trace.json at https://ui.perfetto.dev (it stays in the browser) or in chrome://tracing.
+
+One process per node, one thread per rank (and per rank: a thread per process group with the
+stretches where its collective counters stood still -- "waiting in #N" when the rank is inside
+collective N, "no progress after #N" when it never entered the next one --, GPU streams and NVTX
+from profiles), a node thread for kernel/Xid/NIC and launcher events, a job process for Slurm.
+Trace time 0 is the start of the window; each event's args.at is its wall time.
+Default window: the LAST 30 MINUTES BEFORE THE END OF THE LOGS; a time of day (13:30) is on
+the day the logs end. At most --max-events events (errors and timeouts are kept first).
+""",
+    "parquet": """\
+examples:
+  postmortem export parquet --db job.duckdb --out /data/pm                 job id from the store
+  postmortem export parquet --db job.duckdb --out /data/pm --job 4242_run2
+  duckdb -c "SELECT job, code, severity, title FROM
+             read_parquet('/data/pm/*/table=findings/*.parquet', hive_partitioning=true)"
+
+Layout: OUT/job=<id>/table=<name>/part-0.parquet (Spark, Trino and DuckDB read it as a table
+partitioned by job and table). The job id is the Slurm job id in the store (sacct/scontrol/
+slurmstepd lines), else --job, else the store file's name. Re-exporting a job replaces only its
+own partition; a partition written from another store is never overwritten without --replace.
+""",
+}
+
+
+def _export_parser(sub) -> None:
+    x = sub.add_parser("export", help="export a store: a Perfetto/Chrome trace, or Parquet tables",
+                       description="Export a store written by postmortem ingest (or report --db).",
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       epilog="examples:\n"
+                              "  postmortem export perfetto --db job.duckdb --out trace.json   (last 30 min)\n"
+                              "  postmortem export parquet --db job.duckdb --out /data/pm\n"
+                              "see postmortem export perfetto --help, postmortem export parquet --help")
+    xs = x.add_subparsers(dest="export_kind", metavar="KIND")
+    pf = xs.add_parser("perfetto", help="Chrome trace JSON of a time window (one process per node, thread per rank)",
+                       description="Write a Chrome Trace Event Format JSON file of the store for Perfetto or "
+                                   "chrome://tracing: training steps, collectives and their waits and timeouts, "
+                                   "NCCL WARNs, exceptions, exits, checkpoints, kernel/Xid/NIC events, profiler "
+                                   "kernels. Covers by default the last 30 minutes before the end of the logs.",
+                       epilog=EXPORT_EXAMPLES["perfetto"], formatter_class=argparse.RawDescriptionHelpFormatter)
+    pf.add_argument("--db", required=True, metavar="FILE", help="a store written by postmortem ingest")
+    pf.add_argument("--out", required=True, metavar="FILE", help="the trace file to write (- for stdout)")
+    pf.add_argument("--from", dest="start", metavar="TIME", help="window start: 2026-07-24T13:00[:00] or 13:00")
+    pf.add_argument("--to", dest="end", metavar="TIME", help="window end (default: the end of the logs)")
+    pf.add_argument("--last", type=float, metavar="MINUTES",
+                    help="the last MINUTES before the end of the logs (default 30)")
+    pf.add_argument("--ranks", metavar="RANGES", help="only these ranks (and their nodes), e.g. 0-7,17")
+    pf.add_argument("--max-events", type=int, default=250_000, metavar="N",
+                    help="at most N events (default 250000); errors and timeouts are kept first")
+    pq = xs.add_parser("parquet", help="every table as Parquet in a hive layout OUT/job=<id>/table=<name>/",
+                       description="Write every table of the store as Parquet under "
+                                   "OUT/job=<id>/table=<name>/part-0.parquet, so the tables of many jobs can be "
+                                   "queried together by DuckDB, Spark or Trino.",
+                       epilog=EXPORT_EXAMPLES["parquet"], formatter_class=argparse.RawDescriptionHelpFormatter)
+    pq.add_argument("--db", required=True, metavar="FILE", help="a store written by postmortem ingest")
+    pq.add_argument("--out", required=True, metavar="DIR", help="the dataset folder (created if missing)")
+    pq.add_argument("--job", metavar="ID", help="the job id of the partition (default: from the store, else the "
+                                                "store file's name)")
+    pq.add_argument("--replace", action="store_true",
+                    help="overwrite OUT/job=<id> even when another store wrote it")
+    x.set_defaults(export_parser=x)
+
+
+def _export(args) -> int:
+    from analyzer.export import run_cli
+
+    return run_cli(args)
 
 
 def _rules(args) -> int:

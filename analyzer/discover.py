@@ -33,10 +33,19 @@ class InputFile:
     compression: str | None = None
     kind: str = "log"               # log | pyspy | env | flight_recorder | nsys | kineto | skipped
     problems: list[str] = field(default_factory=list)
+    source: str | None = None       # archive members: "<absolute archive path>!/<member>" (analyzer.archives)
 
 
-def discover(paths: list[str | Path], exclude: set[Path] | None = None) -> tuple[list[InputFile], list[str]]:
-    """Every readable file under ``paths`` (recursively, sorted), plus messages for bad paths."""
+def discover(paths: list[str | Path], exclude: set[Path] | None = None, scratch=None,
+             progress=None) -> tuple[list[InputFile], list[str]]:
+    """Every readable file under ``paths`` (recursively, sorted), plus messages for bad paths.
+
+    Archives (``analyzer.archives``) are expanded in place of themselves: their members are
+    copied into ``scratch`` (an ``archives.Scratch``; the caller removes it) and listed as
+    ``archive!/member``. ``progress`` (a callable taking one status line) hears about long
+    extractions."""
+    from analyzer import archives
+
     exclude = {p.resolve() for p in (exclude or set())}
     found: list[InputFile] = []
     errors: list[str] = []
@@ -45,6 +54,8 @@ def discover(paths: list[str | Path], exclude: set[Path] | None = None) -> tuple
         if not root.exists():
             errors.append(f"{given}: no such file or directory")
             continue
+        # excluded folders strictly inside this root (the report's --out folder in the job folder)
+        inside = {e for e in exclude if root.resolve() in e.parents}
         if root.is_file():
             candidates = [root]
             base = root.parent
@@ -53,10 +64,18 @@ def discover(paths: list[str | Path], exclude: set[Path] | None = None) -> tuple
             base = root
         for path in candidates:
             resolved = path.resolve()
-            if resolved in exclude or path.name.endswith((".duckdb", ".duckdb.wal")):
+            if resolved in exclude or path.name.endswith((".duckdb", ".duckdb.wal")) or \
+                    (inside and any(p in inside for p in resolved.parents)):
                 continue
             stat = path.stat()
             display = str(path.relative_to(base)) if path != root else path.name
+            if archives.is_archive(path):
+                if scratch is None:
+                    scratch = archives.Scratch()  # removed at exit
+                members, problems = archives.expand(path, display, scratch, progress)
+                found.extend(members)
+                errors.extend(problems)
+                continue
             found.append(InputFile(resolved, display, stat.st_size, stat.st_mtime,
                                    COMPRESSED.get(path.suffix.lower())))
     return found, errors
@@ -178,6 +197,7 @@ def _looks_binary(head: bytes) -> bool:
 def path_hints(display: str) -> dict:
     """What a path says: torchrun's ``attempt_N/<local_rank>/`` and py-spy's pid file name."""
     hints: dict = {}
+    display = display.rsplit("!/", 1)[-1]  # an archive member: its path inside the archive
     parts = Path(display).parts
     match = re.search(r"(?:^|/)attempt_(\d+)/(\d+)/(?:stdout|stderr)\.log", display)
     if match:

@@ -49,6 +49,11 @@ def find(name: str | None, memory_mib: float | None = None) -> dict | None:
     if memory_mib is not None:
         sized = [(n, a) for n, a in hits if "memory_mib" not in a or a["memory_mib"][0] <= memory_mib <= a["memory_mib"][1]]
         hits = sized or hits
+    if not hits and len(text) >= 3:
+        # A short user text (``--gpu H100``, ``hw A100``): the first accelerator in the model's
+        # order (SXM before PCIe, 40 GB before 80 GB) whose name starts with it.
+        hits = [(0, acc) for acc in accelerators()
+                if any(_folded(p).startswith(text) for p in acc.get("match", []) + [acc["id"], acc["name"]])][:1]
     return max(hits, key=lambda hit: hit[0])[1] if hits else None
 
 

@@ -79,8 +79,8 @@ def _actions(a: dict) -> list[str]:
     if a.get("drain_hostlist"):
         items.append(f"<li><b>Drain</b> <code>{e(a['drain_hostlist'])}</code> &mdash; {e(a.get('drain_reason'))}</li>")
     for g in a.get("rma_gpus", []):
-        items.append(f"<li><b>RMA</b> {e(g.get('node'))} GPU {e(g.get('cuda_dev'))} bus <code>{e(g.get('bus_id'))}</code>"
-                     f" serial <code>{e(g.get('serial') or '?')}</code> uuid <code>{e(g.get('uuid') or '?')}</code>"
+        items.append(f"<li><b>RMA</b> {e(g.get('node'))} GPU {e(g.get('cuda_dev'))} "
+                     f"bus <code>{e(g.get('bus_id'))}</code> serial <code>{e(g.get('serial') or '?')}</code> uuid <code>{e(g.get('uuid') or '?')}</code>"
                      f" &mdash; {e(g.get('reason'))}</li>")
     if a.get("culprit_ranks"):
         items.append(f"<li>Culprit rank(s) <code>{e(a['culprit_ranks'])}</code> on "
@@ -89,7 +89,8 @@ def _actions(a: dict) -> list[str]:
         items.append(f"<li>Inspect <code>{e(a['inspect_hostlist'])}</code></li>")
     if a.get("gpu_hours_lost"):
         h = a["gpu_hours_lost"]
-        items.append(f"<li>GPU-hours lost: <b>{e(h['value'])}</b> ({e(h['ranks'])} ranks &times; {e(h['hours'])} h)</li>")
+        items.append(f"<li>GPU-hours lost: <b>{e(h['value'])}</b> ({e(h['ranks'])} ranks &times; "
+                     f"{e(h['hours'])} h)</li>")
     c = a.get("checkpoint") or {}
     if c.get("last_complete_iteration") is not None:
         items.append(f"<li>Last complete checkpoint: iteration {e(c['last_complete_iteration'])} "
@@ -118,7 +119,8 @@ def _findings(findings: list[dict]) -> list[str]:
             out.append("<div class=muted>culprit's main thread (py-spy, innermost first)</div>"
                        f"<pre>{e(chr(10).join(instead['py_spy_main_thread']))}</pre>")
         if instead.get("last_lines"):
-            out.append(f"<div class=muted>culprit's last lines</div><pre>{e(chr(10).join(instead['last_lines']))}</pre>")
+            out.append("<div class=muted>culprit's last lines</div>"
+                       f"<pre>{e(chr(10).join(instead['last_lines']))}</pre>")
         for note in details.get("notes", []):
             out.append(f"<p class=muted>note: {e(note)}</p>")
         for ev in f["evidence"]:
@@ -276,8 +278,8 @@ def _ring_map(run) -> str | None:
         bx = 10 + i * (box_w + gap)
         intra = [lk for lk in links if lk.get("src_host") == host and lk.get("dst_host") == host]
         tier = intra[0]["tier"] if intra else None
-        svg.append(f'<rect x="{bx}" y="{y}" width="{box_w}" height="60" rx="6" fill="#fff" stroke="{_tier_colour(tier)}"'
-                   f' stroke-width="3"><title>{e(host)}: ranks {e(rank_ranges(ranks))}; intra-node hops '
+        svg.append(f'<rect x="{bx}" y="{y}" width="{box_w}" height="60" rx="6" fill="#fff" '
+                   f'stroke="{_tier_colour(tier)}" stroke-width="3"><title>{e(host)}: ranks {e(rank_ranges(ranks))}; intra-node hops '
                    f'{e(tier or "none")}</title></rect>')
         svg.append(f'<text x="{bx + box_w / 2}" y="{y + 22}" font-size="12" text-anchor="middle">{e(host)}</text>')
         svg.append(f'<text x="{bx + box_w / 2}" y="{y + 40}" font-size="11" text-anchor="middle">ranks '

@@ -112,8 +112,13 @@ def resolve(lines: pl.DataFrame, tables: dict[str, pl.DataFrame], inputs: pl.Dat
     is_titan = pl.col("input_id").is_in(titan) if titan else pl.lit(False)
     # srun label + torchrun role prefix on the same stream: one torchrun per node, so the
     # srun label is a node index, not a rank.
+    # So is a labelled stream that carries torchrun's own agent lines (srun started the agents).
     per_node_srun = (lines.filter(pl.col("srun_task").is_not_null() & pl.col("local_rank").is_not_null())
                      ["input_id"].unique().to_list())
+    agent = tables.get("agent")
+    if agent is not None and not agent.is_empty():
+        labelled = set(lines.filter(pl.col("srun_task").is_not_null())["input_id"].unique().to_list())
+        per_node_srun = sorted(set(per_node_srun) | (labelled & set(agent["input_id"].unique().to_list())))
     srun_is_rank = pl.col("srun_task").is_not_null() & ~pl.col("input_id").is_in(per_node_srun)
 
     candidates = [

@@ -8,7 +8,9 @@ the others are still analysed.
 
 from __future__ import annotations
 
+import os
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -208,36 +210,126 @@ def _mark_blank(result: FileResult) -> None:
                                              .otherwise(pl.col("kind")))
 
 
-def parse_all(items: list[InputFile], workers: int | None = None, progress: bool = False) -> Parsed:
+def parse_all(items: list[InputFile], workers: int | None = None, progress: bool | Progress = False) -> Parsed:
     """Parse inputs; results come back in input order.
 
     Files go one after another by default: each Polars operation already uses every core,
     and several Python threads driving Polars at once deadlocked here (Polars 2.1 on two
     cores). ``workers > 1`` keeps the threaded path for experiments; the speed issue will
-    move parallelism across files to processes.
+    move parallelism across files to processes. ``progress``: a ``Progress`` (or True for a
+    new one) shows files, bytes and rate on one updating stderr line.
     """
+    meter = progress if isinstance(progress, Progress) else Progress(bool(progress))
+    meter.start(len(items), sum(i.size for i in items))
     jobs = list(enumerate(items))
     if (workers or 1) > 1:
         with ThreadPoolExecutor(max_workers=workers) as pool:
             mapped = pool.map(lambda pair: parse_file(*pair), jobs)
-            results = _collect(mapped, len(items), progress)
+            results = _collect(mapped, meter)
     else:
-        results = _collect((parse_file(*pair) for pair in jobs), len(items), progress)
+        results = _collect((parse_file(*pair) for pair in jobs), meter)
+    meter.finish()
     _parse_batched(results)
     for result in results:
         _mark_blank(result)
     return _combine(results)
 
 
-def _collect(results, total: int, progress: bool) -> list[FileResult]:
+def _collect(results, meter: Progress) -> list[FileResult]:
     out = []
-    for done, result in enumerate(results, 1):
+    for result in results:
         out.append(result)
-        if progress:
-            print(f"\rparsed {done}/{total} inputs", end="", file=sys.stderr, flush=True)
-    if progress and total:
-        print(file=sys.stderr)
+        meter.advance(result.item.size)
     return out
+
+
+def progress_wanted(quiet: bool = False, stream=None) -> bool:
+    """Progress goes to stderr when it is a terminal; never with ``--quiet``.
+    ``POSTMORTEM_PROGRESS=1`` forces it on (tests, CI logs), ``=0`` off."""
+    if quiet:
+        return False
+    forced = os.environ.get("POSTMORTEM_PROGRESS", "").strip().lower()
+    if forced in ("1", "true", "yes", "on"):
+        return True
+    if forced in ("0", "false", "no", "off"):
+        return False
+    stream = stream if stream is not None else sys.stderr
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+class Progress:
+    """One updating line on stderr: ``parsed 12/40 files, 85.3/120.0 MB, 42.1 MB/s``.
+
+    Redrawn at most every ``every`` seconds (and always at the end); a disabled one does nothing."""
+
+    def __init__(self, enabled: bool, stream=None, every: float = 0.1) -> None:
+        self.enabled = enabled
+        self.stream = stream
+        self.every = every
+        self.total_files = self.total_bytes = self.files = self.bytes = 0
+        self._started = self._drawn = 0.0
+        self._drawn_at = -1
+        self._width = 0
+
+    def start(self, total_files: int, total_bytes: int) -> None:
+        self.total_files, self.total_bytes = total_files, total_bytes
+        self.files = self.bytes = 0
+        self._started = time.perf_counter()
+        self._drawn = 0.0
+
+    def advance(self, nbytes: int) -> None:
+        self.files += 1
+        self.bytes += nbytes
+        if self.enabled and time.perf_counter() - self._drawn >= self.every:
+            self._draw(self._line())
+
+    def finish(self) -> None:
+        """The final counts, and the line is ended."""
+        if self.enabled and self.total_files:
+            if self._drawn_at != self.files:
+                self._draw(self._line())
+            self._end()
+
+    def status(self, text: str) -> None:
+        """A free-form status on the same line (archive extraction, later phases)."""
+        if self.enabled:
+            self._draw(f"postmortem: {text}")
+
+    def close(self) -> None:
+        """Clear a status line that is still showing."""
+        if self.enabled and self._width:
+            stream = self.stream if self.stream is not None else sys.stderr
+            stream.write("\r" + " " * self._width + "\r")
+            stream.flush()
+            self._width = 0
+
+    def _line(self) -> str:
+        elapsed = max(time.perf_counter() - self._started, 1e-6)
+        return (f"postmortem: parsed {self.files}/{self.total_files} files, {_mb(self.bytes)}/"
+                f"{_mb(self.total_bytes)} MB, {self.bytes / 1e6 / elapsed:.1f} MB/s")
+
+    def _draw(self, text: str) -> None:
+        stream = self.stream if self.stream is not None else sys.stderr
+        pad = max(self._width - len(text), 0)
+        stream.write("\r" + text + " " * pad)
+        stream.flush()
+        self._width = len(text)
+        self._drawn = time.perf_counter()
+        self._drawn_at = self.files
+
+    def _end(self) -> None:
+        stream = self.stream if self.stream is not None else sys.stderr
+        if self._width:
+            stream.write("\n")
+            stream.flush()
+        self._width = 0
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:.1f}" if n >= 100_000 else f"{n / 1e6:.3f}"
 
 
 def _combine(results: list[FileResult]) -> Parsed:
@@ -260,7 +352,7 @@ def _inputs_frame(results: list[FileResult]) -> pl.DataFrame:
         total = len(r.lines) if r.lines is not None else 0
         parsed = int(r.lines["kind"].is_not_null().sum()) if r.lines is not None else 0
         rows.append({
-            "input_id": r.input_id, "path": r.item.display, "abs_path": str(r.item.path),
+            "input_id": r.input_id, "path": r.item.display, "abs_path": r.item.source or str(r.item.path),
             "kind": r.item.kind, "compression": r.item.compression, "bytes": r.item.size,
             "mtime": r.item.mtime, "lines": total, "parsed_lines": parsed,
             "unparsed_lines": total - parsed,

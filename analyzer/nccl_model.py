@@ -394,11 +394,28 @@ def _hops(conns: pl.DataFrame | None, members: pl.DataFrame, tables: dict[str, p
         gdr=pl.col("gdr").fill_null(False) | pl.col("_recv_gdr").fill_null(False),
         input_id=pl.coalesce("input_id", "_recv_input"), line_no=pl.coalesce("line_no", "_recv_line"),
     )
+    hops = _fill_hosts(hops)
     hops = hops.with_columns(same_host=pl.col("src_host") == pl.col("dst_host"))
     hops = hops.with_columns(tier=_tier(tables, hops)).with_columns(
         tier_order=pl.col("tier").replace_strict(TIER_ORDER, default=9, return_dtype=pl.Int64))
     return hops.rename({"src": "src_rank", "dst": "dst_rank"}).select(list(EMPTY["nccl_hops"])).sort(
         "comm_key", "channel", "phase", "src_rank", nulls_last=True)
+
+
+def _fill_hosts(hops: pl.DataFrame) -> pl.DataFrame:
+    """A hop whose other side's line is missing (a NET hop seen from one side only, no init line
+    naming the member) takes that rank's host from the communicator's other hops, when they
+    agree on one host for it (an excerpt without init lines still shows which hops stay on a host)."""
+    sides = pl.concat([hops.select("comm_key", _r="src", _h="src_host"),
+                       hops.select("comm_key", _r="dst", _h="dst_host")])
+    known = sides.drop_nulls().group_by("comm_key", "_r").agg(_hs=pl.col("_h").unique()).filter(
+        pl.col("_hs").list.len() == 1).select("comm_key", "_r", _h=pl.col("_hs").list.first())
+    if known.is_empty():
+        return hops
+    for side in ("src", "dst"):
+        hops = hops.join(known.rename({"_r": side}), on=["comm_key", side], how="left").with_columns(
+            pl.coalesce(f"{side}_host", "_h").alias(f"{side}_host")).drop("_h")
+    return hops
 
 
 def _with_nic_names(conns: pl.DataFrame, tables: dict[str, pl.DataFrame]) -> pl.DataFrame:

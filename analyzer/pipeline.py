@@ -15,8 +15,9 @@ import duckdb
 import polars as pl
 
 from analyzer import collective_timing, env_model, identity, nccl_model, node_model, store, timeline
+from analyzer.archives import Scratch
 from analyzer.discover import discover
-from analyzer.ingest import parse_all
+from analyzer.ingest import Progress, parse_all
 
 LINE_COLUMNS = ["input_id", "line_no", "offset", "length", "kind", "rank", "rank_source", "rank_confidence",
                 "node", "node_source", "pid", "attempt", "attempt_source", "prefix", "ext_ts", "srun_task",
@@ -46,13 +47,21 @@ class NothingReadable(Exception):
 
 
 def analyze(paths: list[str | Path], db_path: str | Path | None = None, progress: bool = False,
-            workers: int | None = None) -> Run:
+            workers: int | None = None, exclude: list[str | Path] | None = None) -> Run:
+    """``exclude``: files or folders not to read (the report's own --out folder)."""
     started = time.perf_counter()
-    exclude = {Path(db_path)} if db_path else set()
-    items, errors = discover(paths, exclude=exclude)
-    if not items:
-        raise NothingReadable("; ".join(errors) or "no input files found")
-    parsed = parse_all(items, workers=workers, progress=progress)
+    exclude = {Path(p) for p in exclude or []} | ({Path(db_path)} if db_path else set())
+    meter = Progress(progress)
+    # Archive members are copied into a private temporary directory for parsing; it is gone
+    # once the inputs are parsed (evidence is read back from the archive: analyzer.archives).
+    with Scratch() as scratch:
+        try:
+            items, errors = discover(paths, exclude=exclude, scratch=scratch, progress=meter.status)
+            if not items:
+                raise NothingReadable("; ".join(errors) or "no input files found")
+            parsed = parse_all(items, workers=workers, progress=meter)
+        finally:
+            meter.close()
     t_parse = time.perf_counter()
     if parsed.lines.is_empty():
         # Issue 8: profiler inputs (nsys exports, Kineto traces) have tables but no lines.

@@ -180,7 +180,11 @@ def _culprit_verdict(roots) -> dict:
         return _verdict_of("inconclusive", top, sentence, [r.id for r in [top, *rivals]], competing)
     culprit = _culprit_of(same)
     where = _where(top)
-    sentence = _sentence(f"{top.title}: {where}" if where else top.title, top.message)
+    if any(node in top.title for node in top.nodes):
+        where = ""  # the title already says where
+    head = f"{top.title}: {where}" if where else top.title
+    # Some messages restate the title before adding to it: say it once.
+    sentence = _sentence(top.message) if top.message.startswith(top.title) else _sentence(head, top.message)
     return _verdict_of("culprit", top, sentence, [r.id for r in same], [_explanation(r) for r in rivals], culprit)
 
 

@@ -81,6 +81,12 @@ def line_text(abs_path: str, offset: int, length: int, cache: dict | None = None
     """Read one line back from an input (decompressing it once per cache)."""
     if cache is not None and abs_path in cache:
         data = cache[abs_path]
+    elif "!/" in abs_path and not Path(abs_path).exists():  # an archive member (analyzer.archives)
+        from analyzer.archives import read_member
+
+        data = read_member(abs_path)
+        if cache is not None:
+            cache[abs_path] = data
     else:
         path = Path(abs_path)
         compression = COMPRESSED.get(path.suffix.lower())

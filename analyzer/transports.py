@@ -348,3 +348,72 @@ def _via(h: dict) -> str:
     if h["transport"] in ("NET", "COLLNET"):
         return "/".join(p for p in (h["transport"], h["net"], h["detail"]) if p)
     return "/".join(p for p in (h["transport"], h["detail"]) if p)
+
+
+# -- postmortem hw with a run: the run's bandwidth map ------------------------------------------------
+
+
+def bandwidth_map(run, gpu: str | None = None) -> dict:
+    """The GPU model the run used (or ``gpu``), its machine balance, its NVLink domain and, per tier
+    the run's NCCL hops ran on, how many hops and what the hardware model says one carries."""
+    acc, source = accelerator(run, gpu)
+    hops = run.frame("SELECT * FROM nccl_hops") if run.columns("nccl_hops") else pl.DataFrame()
+    rates = _nic_rates(run)
+    nodes = set()
+    if not hops.is_empty():
+        nodes = set(hops["src_host"].drop_nulls().to_list()) | set(hops["dst_host"].drop_nulls().to_list())
+    gpus_per_node = None
+    if run.columns("nccl_members"):
+        m = run.frame("SELECT host, count(DISTINCT cuda_dev) AS n FROM nccl_members WHERE host IS NOT NULL GROUP BY 1")
+        gpus_per_node = int(m["n"].max()) if not m.is_empty() else None
+    tiers = []
+    if not hops.is_empty():
+        ends = pl.concat_list("src_host", "dst_host").explode().drop_nulls().n_unique()
+        counts = hops.group_by("tier").agg(hops=pl.len(), intra=pl.col("same_host").fill_null(False).sum(), nodes=ends)
+        order = pl.col("tier").replace_strict(TIER_ORDER, default=9, return_dtype=pl.Int64)
+        counts = counts.with_columns(_o=order).sort("_o")
+        best_rate = max(rates.values()) if rates else None
+        for t in counts.iter_rows(named=True):
+            p = hardware.price_hop(t["tier"], acc, best_rate if t["tier"] and t["tier"] not in ("Socket",) else None)
+            tiers.append({"tier": t["tier"], "hops": t["hops"], "intra_node_hops": int(t["intra"]), "nodes": t["nodes"],
+                          "gbyte_s": p.gbyte_s, "priced_as": p.link, "price_basis": p.basis})
+    domain = None
+    if acc:
+        domain = acc.get("nvlink_domain") or (
+            f"the node ({gpus_per_node} GPUs seen per node)" if acc.get("nvlink") and gpus_per_node
+            else "the node" if acc.get("nvlink") else "none (PCIe only)")
+    return {"accelerator": acc, "source": source,
+            "machine_balance_flop_per_byte": hardware.machine_balance(acc) if acc else None,
+            "nvlink_tier": hardware.tier(acc.get("nvlink")) if acc else None,
+            "pcie_tier": hardware.tier(acc.get("pcie")) if acc else None,
+            "nvlink_domain": domain, "nodes": len(nodes), "nic_gbit": sorted(set(rates.values())),
+            "bandwidth_map": tiers}
+
+
+def render_bandwidth_map(v: dict) -> str:
+    acc = v["accelerator"]
+    out = []
+    if acc:
+        balance = v["machine_balance_flop_per_byte"]
+        out.append(f"GPU model: {acc['name']} ({v['source']})")
+        out.append(f"  BF16 dense {acc.get('bf16_dense_tflops', '?')} TFLOP/s, HBM {acc.get('hbm_tbps', '?')} TB/s, "
+                   f"{acc.get('memory_gb', '?')} GB"
+                   + (f"; machine balance {balance:.0f} FLOP/byte" if balance else ""))
+        link = (f"{acc['nvlink']} {acc.get('nvlink_unidir_gbs', '?')} GB/s per direction" if acc.get("nvlink")
+                else "no NVLink")
+        out.append(f"  GPU-GPU: {link}; host: {acc.get('pcie', '?')}; NVLink domain: {v['nvlink_domain']}")
+        out.append(f"  source: {acc['source']} (confidence: {acc['confidence']})")
+    else:
+        out.append(f"GPU model: unknown ({v['source']}); hops are listed without bandwidth")
+    out.append("")
+    if not v["bandwidth_map"]:
+        out.append("No NCCL hops in the inputs (NCCL_DEBUG=INFO shows which transport each hop used).")
+        return "\n".join(out) + "\n"
+    nics = f"; NIC line rate {'/'.join(f'{r:g}' for r in v['nic_gbit'])} Gb/s (ibstat)" if v["nic_gbit"] else ""
+    out.append(f"Bandwidth map of the run ({v['nodes']} node(s){nics}):")
+    out.append(f"  {'tier':18s} {'hops':>6s} {'intra':>6s}  {'GB/s per dir.':>13s}  basis")
+    for t in v["bandwidth_map"]:
+        bw = f"~{t['gbyte_s']:g}" if t["gbyte_s"] else "?"
+        out.append(f"  {t['tier'] or '?':18s} {t['hops']:>6d} {t['intra_node_hops']:>6d}  {bw:>13s}  "
+                   f"{t['price_basis']}")
+    return "\n".join(out) + "\n"

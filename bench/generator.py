@@ -28,6 +28,8 @@ from pathlib import Path
 
 from .rungen.base import Clock, build_cluster, default_hosts, reset_order
 from .rungen.eras import ERAS, era_for
+from .rungen.c10d import CRASH_KINDS
+from .rungen.endings import CRASH_ENDS
 from .rungen.frameworks import FRAMEWORKS
 from .rungen.layout import write_run
 from .rungen.nccl import NcclVersion
@@ -37,11 +39,11 @@ from .rungen.story import Story
 # NCCL variables the generator writes itself, from the other nccl_* fields.
 MANAGED_NCCL_ENV = {"NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_SOCKET_IFNAME", "NCCL_IB_HCA", "NCCL_IB_GID_INDEX",
                     "NCCL_IB_DISABLE", "NCCL_P2P_DISABLE", "NCCL_CUMEM_ENABLE"}
-SCENARIOS = ("deadlock", "healthy", "all-stuck", "desync-op", "desync-size")
+SCENARIOS = ("deadlock", "healthy", "all-stuck", "desync-op", "desync-size", "crash", "missing-node")
 LAUNCHERS = ("torchrun-logdir", "srun-per-gpu", "srun-torchrun")
 GROUPS = ("default", "node")
 FLIGHT_RECORDER = ("none", "pickle", "json")
-from .rungen.c10d import CRASH_KINDS
+NODE_FAULTS = ("xid79", "xid48", "xid94", "link-flap")
 
 
 @dataclass
@@ -86,16 +88,25 @@ class RunSpec:
     flight_recorder: str = "none"           # "none" | "pickle" | "json"
     flight_recorder_prefix: str = "nccl_trace_rank_"   # TORCH_NCCL_DEBUG_INFO_TEMP_FILE's file-name part
     crash_kind: str = "oom"                 # attempts > 1: how earlier attempts crash ("oom" keeps the samples as they are)
+    crash_end: str = "host-oom-kill"        # scenario="crash": how the culprit rank fails (bench/rungen/endings.py)
     # Node and scheduler evidence (issue 5, bench/rungen/node_logs.py); the defaults write nothing new.
     node_logs: bool = False                 # kernel logs, nvidia-smi -q, sacct/scontrol under node_logs/ and slurm/
     node_fault: str | None = None           # "xid79" | "xid48" | "xid94": the culprit's GPU fails just before the hang
     clock_skew_s: float = 0.0               # the skew node's host clock runs this many seconds ahead
     skew_node: int | None = None            # node index with the skewed clock (default: the culprit's node)
+    fault_at_s: float = -0.35               # xid faults: seconds from the hung collective's start to the Xid
+    flap_node: int | None = None            # node_fault="link-flap": node whose NIC flaps (default: nodes // 2)
+    flap_nic: int | None = None             # node_fault="link-flap": the flapping NIC, mlx5_N (default 1)
     # Training framework whose log lines the ranks print (bench/rungen/frameworks.py, issue 4);
     # "megatron" keeps the bundled samples byte-identical.
     framework: str = "megatron"             # "megatron" | "deepspeed" | "hf" | "torchtitan" | "lightning"
     # Config and hardware-tool files (bench/rungen/config_files.py); off keeps the samples byte-identical.
     config_files: bool = False              # collect_env, pip freeze, sbatch, topo -m, nvidia-smi csv, nccl-tests
+    missing_node: int | None = None         # scenario "missing-node": index of the node whose agent never starts
+    # Per-node configuration drift (bench/rungen/node_config.py); empty keeps the samples byte-identical.
+    node_env: dict[int, dict[str, str]] = field(default_factory=dict)   # node -> variables only that node has
+    node_nccl_version: dict[int, str] = field(default_factory=dict)     # node -> the NCCL release its ranks run
+    network_fault: bool = True              # all-stuck: RoCE retry timeouts on one node (off: another cause)
 
     def validate(self) -> None:
         if self.scenario not in SCENARIOS:
@@ -109,9 +120,11 @@ class RunSpec:
         if self.nodes < 1 or self.gpus_per_node < 1:
             raise ValueError("nodes and gpus_per_node must be at least 1")
         self.validate_nccl()
+        from .rungen.node_config import validate as validate_node_config
+        validate_node_config(self)
         if self.hosts is not None and len(self.hosts) != self.nodes:
             raise ValueError(f"{len(self.hosts)} hosts given for {self.nodes} nodes")
-        if self.scenario not in ("all-stuck", "healthy") and not 0 <= self.culprit < world:
+        if self.scenario not in ("all-stuck", "healthy", "missing-node") and not 0 <= self.culprit < world:
             raise ValueError(f"culprit rank {self.culprit} is outside a world of {world} ranks; pass --culprit")
         if self.group == "node" and self.gpus_per_node < 2:
             raise ValueError("group='node' needs at least 2 GPUs per node")
@@ -121,12 +134,30 @@ class RunSpec:
             raise ValueError("step_s, timeout_s and hang_duration_s must be positive")
         if self.framework not in FRAMEWORKS:
             raise ValueError(f"framework must be one of {', '.join(FRAMEWORKS)}, got {self.framework!r}")
+        if self.crash_end not in CRASH_ENDS:
+            raise ValueError(f"crash_end must be one of {', '.join(CRASH_ENDS)}, got {self.crash_end!r}")
         if self.crash_kind not in CRASH_KINDS:
             raise ValueError(f"crash_kind must be one of {', '.join(CRASH_KINDS)}, got {self.crash_kind!r}")
-        if self.node_fault is not None and self.node_fault not in ("xid79", "xid48", "xid94"):
-            raise ValueError(f"node_fault must be one of xid79, xid48, xid94, got {self.node_fault!r}")
+        if self.node_fault is not None and self.node_fault not in NODE_FAULTS:
+            raise ValueError(f"node_fault must be one of {', '.join(NODE_FAULTS)}, got {self.node_fault!r}")
+        if self.node_fault == "link-flap" and (self.scenario != "all-stuck" or self.nodes < 2
+                                               or self.nccl_fabric not in ("roce", "ib")):
+            raise ValueError("node_fault='link-flap' needs scenario='all-stuck', 2+ nodes and an IB/RoCE fabric")
+        if self.flap_node is not None and not 0 <= self.flap_node < self.nodes:
+            raise ValueError(f"flap_node {self.flap_node} is not a node of this {self.nodes}-node job")
+        if self.flap_nic is not None and not 0 <= self.flap_nic < self.gpus_per_node:
+            raise ValueError(f"flap_nic {self.flap_nic} is not a NIC of this node (one mlx5 per GPU)")
         if self.skew_node is not None and not 0 <= self.skew_node < self.nodes:
             raise ValueError(f"skew_node {self.skew_node} is not a node of this {self.nodes}-node job")
+        if self.scenario == "missing-node":
+            if self.nodes < 2 or self.launcher != "torchrun-logdir":
+                raise ValueError("scenario missing-node needs at least 2 nodes and the torchrun-logdir launcher")
+            if self.missing_node is None:
+                self.missing_node = min(self.culprit // self.gpus_per_node, self.nodes - 1)
+            if not 0 <= self.missing_node < self.nodes:
+                raise ValueError(f"missing_node {self.missing_node} is not a node of this {self.nodes}-node job")
+        elif self.missing_node is not None:
+            raise ValueError("missing_node is only for --scenario missing-node")
         if self.flight_recorder not in FLIGHT_RECORDER:
             raise ValueError(f"flight_recorder must be one of {', '.join(FLIGHT_RECORDER)}, got {self.flight_recorder!r}")
         if not self.flight_recorder_prefix or "/" in self.flight_recorder_prefix or self.flight_recorder_prefix[-1].isdigit():
@@ -167,6 +198,12 @@ def generate_run(out_dir: Path, spec: RunSpec, write_truth: bool = False) -> dic
     reset_order()
     hosts = spec.hosts or default_hosts(spec.nodes)
     cluster = build_cluster(hosts, spec.gpus_per_node)
+    if spec.scenario == "missing-node":
+        import random
+
+        from .rungen.rendezvous import write_missing_node
+        return write_missing_node(Path(out_dir), spec, cluster, era_for(spec.torch_era), Clock(spec.start),
+                                  random.Random(spec.seed))
     story = Story(spec, cluster, era_for(spec.torch_era), NcclVersion.parse(spec.nccl_version), Clock(spec.start))
     run = story.build()
     if spec.crash_kind != "oom":
@@ -218,11 +255,21 @@ def _swap_crash(run, spec: RunSpec) -> None:
 # -- command line ------------------------------------------------------------------------------
 
 _HELP = {
+    "node_env": "NODE:KEY=VALUE (repeatable): a variable only that node has (a stale shell profile), in its env dump "
+                "and, for NCCL_* variables, in its ranks' 'set by environment' lines, e.g. 1:NCCL_PROTO=Simple",
+    "node_nccl_version": "NODE=VERSION (repeatable): the NCCL release that node's ranks run (their line shapes), e.g. "
+                         "2=2.18.3; it must sit on the same side of 2.18, 2.22 and 2.23 as --nccl-version",
+    "network_fault": "all-stuck: write RoCE retry timeouts on one node's NICs (the network fault behind the hang); "
+                     "--no-network-fault when the hang has another cause (--node-env, --node-nccl-version)",
+    "missing_node": "with --scenario missing-node: index of the node whose torchrun agent never starts (default: "
+                    "the culprit rank's node); the other agents end with RendezvousTimeoutError",
     "config_files": "also write config/ (collect_env, pip freeze, the sbatch script) and hw/ (nvidia-smi topo -m "
                     "and --query-gpu csv per node, an all_reduce_perf run)",
     "scenario": "story of the run: deadlock (one rank never enters the collective the others wait in), "
                 "healthy (trains to the end), all-stuck (everyone waits: a network fault), desync-op / "
-                "desync-size (the culprit runs another op / another size at the same SeqNum)",
+                "desync-size (the culprit runs another op / another size at the same SeqNum), crash (the culprit "
+                "fails mid-training, --crash-end says how; the others are torn down or time out), missing-node "
+                "(one node's torchrun agent never starts; the others end with RendezvousTimeoutError)",
     "culprit": "global rank that never enters (deadlock) or runs a different op/size (desync); "
                "default 17, or world/2+1 when the world has 17 ranks or fewer",
     "op": "WorkNCCL OpType the waiting ranks are stuck in (e.g. _ALLGATHER_BASE, ALLREDUCE, BROADCAST)",
@@ -275,11 +322,19 @@ _HELP = {
                        "pickle (as torch writes it) or json (the _dump_nccl_trace_json shape); none: no dumps",
     "node_logs": "write node and scheduler evidence: kernel logs (dmesg, journalctl -k), nvidia-smi -q, sacct and "
                  "scontrol output (node_logs/<host>/, slurm/)",
-    "node_fault": "a node fault behind the hang: xid79 (the culprit's GPU falls off the bus), xid48, xid94; implies --node-logs",
+    "node_fault": "a node fault behind the hang: xid79 (the culprit's GPU falls off the bus), xid48, xid94; "
+                  "link-flap (with --scenario all-stuck: one node's NIC port flaps, IB completion errors on both "
+                  "sides); implies --node-logs",
     "clock_skew_s": "seconds the skew node's host clock runs ahead (its journal and its ranks' c10d times)",
     "skew_node": "index of the node with the skewed clock (default: the culprit's node)",
+    "fault_at_s": "with an xid node fault: seconds from the hung collective's start to the Xid (negative: before it; "
+                  "the watchdog fires timeout_s after that start)",
+    "flap_node": "with --node-fault link-flap: index of the node whose NIC port flaps (default: nodes / 2)",
+    "flap_nic": "with --node-fault link-flap: the flapping NIC, mlx5_N, the NIC of local GPU N (default 1)",
     "framework": "training framework whose log lines the ranks print: megatron, deepspeed, hf (Trainer), "
                  "torchtitan, lightning",
+    "crash_end": f"with --scenario crash: how the culprit rank fails ({', '.join(CRASH_ENDS)}); the OOM-killer "
+                 "endings SIGKILL its process (kernel log lines with --node-logs), the others raise on that rank",
     "crash_kind": f"with --attempts > 1: how the earlier attempts crash ({', '.join(CRASH_KINDS)})",
     "flight_recorder_prefix": "file-name prefix of the dumps (TORCH_NCCL_DEBUG_INFO_TEMP_FILE's last part); the rank follows",
 }
@@ -311,13 +366,15 @@ def build_parser() -> argparse.ArgumentParser:
         default = getattr(defaults, f.name)
         if f.name == "hosts":
             parser.add_argument(flag, type=lambda s: s.split(","), default=None, help=_HELP[f.name])
-        elif f.name in ("culprit", "nccl_shm_node", "skew_node"):
+        elif f.name in ("culprit", "nccl_shm_node", "skew_node", "flap_node", "flap_nic", "missing_node"):
             parser.add_argument(flag, type=int, default=None, help=_HELP[f.name])
         elif f.name == "node_fault":
-            parser.add_argument(flag, default=None, choices=("xid79", "xid48", "xid94"), help=_HELP[f.name])
+            parser.add_argument(flag, default=None, choices=NODE_FAULTS, help=_HELP[f.name])
         elif f.name == "nccl_subsys":
             parser.add_argument(flag, default=None, help=_HELP[f.name])
-        elif f.name in ("nccl_bootstrap_if", "nccl_env"):
+        elif f.name == "node_env":
+            parser.add_argument(flag, action="append", default=None, metavar="NODE:KEY=VALUE", help=_HELP[f.name])
+        elif f.name in ("nccl_bootstrap_if", "nccl_env", "node_nccl_version"):
             parser.add_argument(flag, action="append", type=_key_value, default=None, metavar="KEY=VALUE",
                                 help=_HELP[f.name])
         elif isinstance(default, bool):
@@ -327,6 +384,7 @@ def build_parser() -> argparse.ArgumentParser:
         else:
             choices = {"scenario": SCENARIOS, "launcher": LAUNCHERS, "group": GROUPS, "nccl_fabric": FABRICS,
                        "flight_recorder": FLIGHT_RECORDER, "crash_kind": CRASH_KINDS, "framework": FRAMEWORKS,
+                       "crash_end": CRASH_ENDS,
                        "nccl_intra": INTRA, "nccl_connections": CONNECTIONS}.get(f.name)
             parser.add_argument(flag, type=type(default), default=default, choices=choices, help=_HELP[f.name])
     return parser
@@ -342,6 +400,12 @@ def _key_value(text: str) -> tuple[str, str]:
 def spec_from_args(args: argparse.Namespace) -> RunSpec:
     values = {f.name: getattr(args, f.name) for f in fields(RunSpec)}
     values["nccl_env"] = dict(values["nccl_env"] or [])
+    from .rungen.node_config import parse_node_env
+    values["node_env"] = parse_node_env(values["node_env"])
+    try:
+        values["node_nccl_version"] = {int(node): value for node, value in values["node_nccl_version"] or []}
+    except ValueError:
+        raise ValueError("--node-nccl-version takes NODE=VERSION with a node index") from None
     try:
         values["nccl_bootstrap_if"] = {int(node): value for node, value in values["nccl_bootstrap_if"] or []}
     except ValueError:

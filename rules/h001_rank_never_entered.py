@@ -19,6 +19,9 @@ What to do
     still hangs, take ``py-spy dump --pid`` on the culprit before it is killed.
 
 Known false positives
+    A rank that never entered and a rank still busy with long solo work (a save, an
+    evaluation) that would enter late look the same at the moment of the hang; when its own
+    progress after the others began to wait shows it was working, H006 reports it instead.
     Silence alone (no status line) is weak: redirected stdout is block-buffered, and a rank
     whose log is missing is not guilty -- the finding then says inconclusive. Before mid-2024
     PyTorch counted send/recv in the same sequence as collectives, so a lagging counter in a
@@ -30,7 +33,7 @@ from __future__ import annotations
 
 from analyzer.ranges import rank_ranges
 from rules.base import Context, Finding
-from rules.hang_model import analyse_hang, rank_lines, stack_of
+from rules.hang_model import analyse_hang, chain_text, rank_lines, solo_work, stack_of, training_finished
 from rules.why_no_timeout import why_no_timeout
 
 CODE = "H001"
@@ -42,6 +45,8 @@ def check(ctx: Context) -> list[Finding]:
     hang = analyse_hang(ctx)
     if not hang.culprits or hang.inconclusive:
         return []
+    if solo_work(ctx) is not None:
+        return []  # it was still working and would have entered late: H006's finding
     state = hang.pg
     culprits = hang.culprits
     gpus = [ctx.gpu_of(r) for r in culprits]
@@ -54,12 +59,19 @@ def check(ctx: Context) -> list[Finding]:
         op, waited = "a collective", "the other ranks' py-spy stacks sit in a collective"
     title = f"rank {rank_ranges(culprits)} never entered {op}" + (
         f" #{state.wait_seq} ({state.key})" if state is not None else "")
+    inner = next((h for h in hang.chain if h.get("inferred_members") == rank_ranges(culprits)), None)
+    if inner is not None:
+        # The root is the member the innermost group's waiters lack: name that collective.
+        title = (f"rank {rank_ranges(culprits)} never entered {inner['op'] or 'the collective'} #{inner['seq']} "
+                 f"({inner['process_group']})")
     own = _own_progress(state, culprits)
     waiting_stack = _common_stack(ctx, state.waiting if state is not None else [])
     if waiting_stack and (state is None or state.majority_op is None):
         # No descriptor names the op (no timeout fired): say where the waiting ranks are blocked.
         waited += f" (their py-spy main threads: {' <- '.join(waiting_stack)})"
     message = f"{waited}; rank {rank_ranges(culprits)} ({where}) did not: {own}"
+    if len(hang.chain) > 2 or any(h.get("waits_on_in_flight_elsewhere") for h in hang.chain):
+        message += f". Wait chain: {chain_text(hang.chain)}"
     evidence = _evidence(ctx, hang, culprits)
     instead = _instead(ctx, culprits[0])
     details = {
@@ -70,6 +82,7 @@ def check(ctx: Context) -> list[Finding]:
         "waiting_ranks": rank_ranges(state.waiting) if state else None,
         "waiting_ranks_stack": waiting_stack,
         "basis": hang.basis,
+        "wait_chain": hang.chain,
         "rank_mapping": {str(r): {"source": s, "confidence": c} for r, (s, c) in hang.mapping.items()},
         "culprit_did_instead": instead,
         "why_no_timeout": why_no_timeout(ctx, hang),
@@ -78,8 +91,11 @@ def check(ctx: Context) -> list[Finding]:
     suggestion = ("Look at what rank {r} was doing instead (stack and last lines above): a branch that only some "
                   "ranks take before this collective (lazy optimizer-state init, a save or eval on a subset of "
                   "ranks) is the usual cause. Fix the code path so every rank issues the same collectives in the "
-                  "same order.").format(r=rank_ranges(culprits))
-    return [Finding(CODE, NAME, SEVERITY, hang.confidence, title, message, ranks=culprits,
+                  "same order. If that code would have finished and the rank entered late (long solo work), raise "
+                  "the collective timeout above its duration or move the work instead.").format(r=rank_ranges(culprits))
+    # After training finished, a hang in the exit path costs GPU time, not the run (H008).
+    severity = "warning" if training_finished(ctx) is not None else SEVERITY
+    return [Finding(CODE, NAME, severity, hang.confidence, title, message, ranks=culprits,
                     nodes=sorted({g.get("node") for g in gpus if g.get("node")}), gpus=gpus,
                     evidence=evidence, suggestion=suggestion, category="hang", culprit=True, details=details)]
 

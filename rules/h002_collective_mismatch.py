@@ -39,7 +39,8 @@ def check(ctx: Context) -> list[Finding]:
         if not state.mismatched or len(state.mismatched) >= len(state.waiting) / 2:
             continue
         snap = state.snapshot.filter(pl.col("rank").is_in(state.mismatched))
-        seen = ", ".join(f"rank {r}: {op} NumelIn={n}" for r, op, n in snap.select("rank", "op", "numel_in").iter_rows())
+        seen = ", ".join(f"rank {r}: {op} NumelIn={n}"
+                         for r, op, n in snap.select("rank", "op", "numel_in").iter_rows())
         evidence = [ctx.evidence(ref["input_id"], ref["line_no"], note="minority descriptor")
                     for ref in snap["timeout_ref"].drop_nulls().to_list()[:3]]
         majority = state.snapshot.filter(pl.col("rank").is_in(state.waiting) & ~pl.col("rank").is_in(state.mismatched))
@@ -63,7 +64,7 @@ def check(ctx: Context) -> list[Finding]:
 
 def _fingerprints(ctx: Context) -> list[Finding]:
     colls = ctx.table("collectives")
-    if colls.is_empty() or "kind" not in colls.columns:
+    if colls.is_empty() or not {"kind", "seq", "pg_rank", "op", "numel_in"} <= set(colls.columns):
         return []
     fps = colls.filter(pl.col("kind") == "fingerprint")
     out = []
@@ -76,12 +77,14 @@ def _fingerprints(ctx: Context) -> list[Finding]:
         majority = variants.row(len(variants) - 1, named=True)
         decided = len(minority["ranks"]) < len(majority["ranks"])
         ref = rows.row(0, named=True)
+        # Undecided is still an error (the job failed on it), but it names no culprit.
         out.append(Finding(
-            CODE, NAME, SEVERITY if decided else "warning", 0.8 if decided else 0.3,
+            CODE, NAME, SEVERITY, 0.8 if decided else 0.3,
             f"collective fingerprints differ at SequenceNumber {seq}",
             f"{minority['op']} with {minority['numel_in']} elements on rank(s) {rank_ranges(minority['ranks'])} vs "
             f"{majority['op']} with {majority['numel_in']} elements on rank(s) {rank_ranges(majority['ranks'])}"
-            + ("" if decided else "; with as many ranks on each side there is no majority to blame"),
+            + ("" if decided else "; with as many ranks on each side there is no majority to blame: one side took "
+               "a rank-dependent code path (a different batch shape or model branch), and the logs do not say which"),
             ranks=sorted(minority["ranks"]) if decided else [],
             evidence=[ctx.evidence(ref["input_id"], ref["line_no"])], category="desync", culprit=decided,
             suggestion="Ranks reached this collective with different tensors: find the rank-dependent model path.",

@@ -40,11 +40,13 @@ def check(ctx: Context) -> list[Finding]:
             continue
         warns = ctx.table("events")
         net = warns.filter(pl.col("kind") == "nccl_warn") if "kind" in warns.columns else warns
+        ref_col = "timeout_ref" if "timeout_ref" in state.snapshot.columns else "progress_ref"
         evidence = [ctx.evidence(ref["input_id"], ref["line_no"], note="one of the waiting ranks")
-                    for ref in state.snapshot["timeout_ref" if "timeout_ref" in state.snapshot.columns else "progress_ref"]
-                    .drop_nulls().to_list()[:2]]
-        evidence += [ctx.evidence(i, n, note="NCCL warning") for i, n in net.select("input_id", "line_no").head(3).iter_rows()]
-        seen = f"{len(state.waiting)} of {len(state.members)}" if state.members_known else f"all {len(state.waiting)} observed"
+                    for ref in state.snapshot[ref_col].drop_nulls().to_list()[:2]]
+        evidence += [ctx.evidence(i, n, note="NCCL warning")
+                     for i, n in net.select("input_id", "line_no").head(3).iter_rows()]
+        seen = (f"{len(state.waiting)} of {len(state.members)}" if state.members_known
+                else f"all {len(state.waiting)} observed")
         nodes = sorted(set(net["node"].drop_nulls().to_list())) if "node" in net.columns else []
         out.append(Finding(
             CODE, NAME, SEVERITY, 0.8,

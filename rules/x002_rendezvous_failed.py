@@ -18,6 +18,9 @@ What to do
     (``job_nodes.has_logs`` when the scheduler's record is in the inputs); check the
     rendezvous endpoint is reachable from every node.
 
+    When H007 names a node that never joined, this finding is its symptom (category
+    ``symptom``): the agents that did start waited for that node.
+
 Known false positives
     An elastic job that retried and then formed (a later attempt trained): the rule only
     fires when no training progress or worker exit follows the error.
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from rules import h007_init_hang
 from rules.base import Context, Finding
 
 CODE = "X002"
@@ -47,13 +51,21 @@ def check(ctx: Context) -> list[Finding]:
     what = first.get("detail") or "a rendezvous error"
     missing = _nodes_without_logs(ctx)
     message = f"the launcher failed to form the job ({what}); no training step or worker exit is in the logs"
+    category = "crash"
     if missing:
         message += f"; the scheduler expected node(s) {', '.join(missing)}, which left no log at all"
+    named = [f for f in h007_init_hang.check(ctx) if f.culprit]
+    if named:
+        # H007 names the node that never joined: the rendezvous error is what the others saw.
+        category = "symptom"
+        message += (f"; the agents that did start waited for {', '.join(named[0].nodes)} and timed out: a symptom "
+                    "of that node never joining (H007)")
     return [Finding(CODE, NAME, SEVERITY, 0.85, f"rendezvous failed: {what}", message, nodes=missing,
                     evidence=[ctx.evidence(first["input_id"], first["line_no"], note="first rendezvous error")],
                     suggestion="Check that every expected node started its agent, that --nnodes / the world size is "
-                               "right, and that the rendezvous endpoint (MASTER_ADDR:port) is reachable from all nodes.",
-                    category="crash", culprit=False,
+                               "right, and that the rendezvous endpoint (MASTER_ADDR:port) is reachable from all "
+                               "nodes.",
+                    category=category, culprit=False,
                     details={"error": what, "nodes_without_logs": missing})]
 
 

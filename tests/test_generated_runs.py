@@ -52,9 +52,17 @@ def test_desync_minority_is_named(tmp_path, scenario):
 
 
 def test_all_stuck_names_no_single_culprit(tmp_path):
-    truth, report = _run(tmp_path, scenario="all-stuck", nodes=2, launcher="srun-per-gpu")
+    truth, report = _run(tmp_path, scenario="all-stuck", nodes=2, launcher="srun-per-gpu", network_fault=False)
     assert report["verdict"]["status"] == "no-single-culprit"
     assert not report["verdict"]["culprit"]["ranks"]
+
+
+def test_all_stuck_with_link_errors_between_two_nodes_cannot_choose_an_end(tmp_path):
+    # One failing pair of two nodes: either end may be at fault, so no node is blamed.
+    truth, report = _run(tmp_path, scenario="all-stuck", nodes=2, launcher="srun-per-gpu")
+    assert report["verdict"]["status"] == "inconclusive", report["verdict"]
+    assert not report["verdict"]["culprit"]["nodes"] and report["actions"]["drain_hostlist"] is None
+    assert len(report["verdict"]["competing"]) == 2
 
 
 def test_healthy_run_stays_quiet(tmp_path):

@@ -8,13 +8,25 @@
   (``SubprocessContext._poll``), so the culprit of a deadlock shows up only as a SIGTERM target.
 * ``srun-per-gpu`` (``--kill-on-bad-exit=1``): the first task that fails takes the step down.
 * A job nobody's watchdog ended is cancelled by Slurm, which SIGTERMs every process of the step.
+
+The ``crash`` scenario (``RunSpec.crash_end``) ends the last attempt with one rank's failure:
+``host-oom-kill`` / ``cgroup-oom-kill`` (the kernel OOM killer SIGKILLs the rank's process: no
+traceback, exit -9, ``oom-kill`` lines in the node's kernel log, written by ``node_logs``), or a
+Python exception on that rank (``oom``: CUDA OOM; ``cuda-ecc``, ``illegal-address``,
+``device-assert``, ``gloo-closed``: ``c10d.crash_text``), exit 1. The cascade is the one of a
+real job: the agent of the failed node SIGTERMs its other workers; the ranks of the other nodes
+wait in the next collective until their watchdog fires (SIGABRT) and their own agents end.
 """
 
 from __future__ import annotations
 
-from .base import Proc, jitter
+from .base import Line, Proc, jitter, next_order
 from .elastic import AgentLog, Failure, first_failure, job_cancelled, srun_task_error, step_cancelled
 from .run import Attempt
+
+CRASH_ENDS = ("host-oom-kill", "cgroup-oom-kill", "oom", "cuda-ecc", "illegal-address", "device-assert",
+              "gloo-closed")
+KILL_ENDS = ("host-oom-kill", "cgroup-oom-kill")
 
 
 class Endings:
@@ -139,3 +151,76 @@ class Endings:
             proc.end(t + jitter(self.rng, 0.003, 0.3), -15)
         if torn and self.spec.launcher == "torchrun-logdir":
             self.torn = (attempt.index, attempt.procs[-1].rank, "out")
+
+    # -- the crash scenario ------------------------------------------------------------------
+
+    def crash_end(self, attempt: Attempt) -> None:
+        """The last attempt: rank ``spec.culprit`` fails mid-training (``spec.crash_end``)."""
+        from .c10d import crash_text
+        from .megatron import megatron_oom
+
+        spec, rng = self.spec, self.rng
+        self.nominal_rates(attempt)
+        self.train(attempt, spec.iterations_before_hang)
+        victim = attempt.procs[spec.culprit]
+        t_fail = attempt.iteration_ends[-1] + 0.6 * spec.step_s
+        if spec.crash_end in KILL_ENDS:
+            t_dead, code = t_fail + jitter(rng, 0.01, 0.05), -9
+        else:
+            text = megatron_oom(self.era, victim.slot.local_rank)
+            log = self.log_of(victim)
+            before, after = [], []
+            if spec.crash_end != "oom":
+                before, exception, after = crash_text(spec.crash_end, spec.torch_era)
+                text = text.rsplit("\n", 1)[0] + "\n" + exception
+            for b in before:   # device printf: no prefix, just before the traceback
+                victim.lines.append(Line(t_fail - 0.001, next_order(), "err", b))
+            victim.err(t_fail, log.traceback("\n".join([text, *after])))
+            t_dead, code = t_fail + jitter(rng, 0.5, 0.9), 1
+        aborts = {victim.rank: (t_dead, code)}
+        if spec.launcher == "srun-per-gpu":
+            self.srun_kill_on_bad_exit(attempt, aborts)
+        else:
+            self.oom_cascade_srun_torchrun(attempt, victim, aborts)
+        attempt.end_t = max(p.exit_t or 0.0 for p in attempt.procs) + 1.0
+        timed_out = sorted(p.rank for p in attempt.procs if p.timed_out)
+        self.truth.update(
+            scenario="crash", crash_end=spec.crash_end, culprit_rank=victim.rank, culprit_host=victim.slot.host,
+            culprit_local_rank=victim.slot.local_rank, culprit_bus_id=victim.slot.bus_id, culprit_pid=victim.pid,
+            t_fail_utc=f"{self.clock_of(victim.slot.node).at(t_fail):%Y-%m-%dT%H:%M:%S.%f}",
+            t_dead=t_dead, watchdog_fired=bool(timed_out), timed_out_ranks=timed_out,
+            exit_codes={p.rank: p.exit_code for p in attempt.procs},
+            slurm_state=("FAILED", "0:9" if spec.launcher == "srun-per-gpu" and code == -9 else "1:0"))
+
+
+def oom_kill_events(run, node: int) -> list[tuple[float, str]]:
+    """The kernel's OOM-killer lines for the crash scenario's killed rank, on its node (job time);
+    none for other nodes or endings. Called by ``node_logs.write_node_logs``."""
+    truth = run.truth
+    if truth.get("scenario") != "crash" or truth.get("crash_end") not in KILL_ENDS:
+        return []
+    victim = next(p for p in run.attempts[-1].procs if p.rank == truth["culprit_rank"])
+    if victim.slot.node != node:
+        return []
+    t, pid, job = truth["t_dead"] - 0.004, victim.pid, run.cluster.job_id
+    memcg = f"/slurm/uid_1000/job_{job}"
+    if truth["crash_end"] == "cgroup-oom-kill":
+        invoked = "python invoked oom-killer: gfp_mask=0xcc0(GFP_KERNEL), order=0, oom_score_adj=0"
+        constraint = (f"oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=/,mems_allowed=0-1,"
+                      f"oom_memcg={memcg},task_memcg={memcg}/step_0/task_{victim.slot.local_rank},task=python,"
+                      f"pid={pid},uid=1000")
+        killed = "Memory cgroup out of memory: Killed process"
+    else:
+        invoked = ("pt_data_worker invoked oom-killer: gfp_mask=0x140cca(GFP_HIGHUSER_MOVABLE|__GFP_COMP), order=0, "
+                   "oom_score_adj=0")
+        constraint = (f"oom-kill:constraint=CONSTRAINT_NONE,nodemask=(null),cpuset=/,mems_allowed=0-1,global_oom,"
+                      f"task_memcg={memcg}/step_0/task_{victim.slot.local_rank},task=python,pid={pid},uid=1000")
+        killed = "Out of memory: Killed process"
+    return [
+        (t, invoked),
+        (t + 0.000110, constraint),
+        (t + 0.000140, f"{killed} {pid} (python) total-vm:412983264kB, anon-rss:251803392kB, file-rss:1048576kB, "
+                       "shmem-rss:8388608kB, UID:1000 pgtables:498112kB oom_score_adj:0"),
+        (t + 0.512000, f"oom_reaper: reaped process {pid} (python), now anon-rss:0kB, file-rss:1048576kB, "
+                       "shmem-rss:8388608kB"),
+    ]

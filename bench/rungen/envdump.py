@@ -5,6 +5,7 @@ from __future__ import annotations
 from .base import Cluster
 from .eras import Era
 from .megatron import MEGATRON_ROOT
+from .node_config import env_pairs
 
 
 def env_dump(spec, cluster: Cluster, era: Era, node: int) -> str:
@@ -32,7 +33,21 @@ def env_dump(spec, cluster: Cluster, era: Era, node: int) -> str:
     if spec.work_updates:
         pairs.append(("TORCH_CPP_LOG_LEVEL", "INFO"))
     pairs += [("LOGLEVEL", "INFO"), ("PYTHONPATH", MEGATRON_ROOT),
-              ("PATH", "/usr/local/nvidia/bin:/usr/local/cuda/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"),
+              ("PATH", "/usr/local/nvidia/bin:/usr/local/cuda/bin:"
+                       "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"),
               ("LD_LIBRARY_PATH", "/usr/local/cuda/compat/lib:/usr/local/nvidia/lib:/usr/local/nvidia/lib64"),
               ("PWD", MEGATRON_ROOT), ("HOME", "/root")]
+    pairs = _with_node_env(pairs, env_pairs(spec, node))
     return "".join(f"{key}={value}\n" for key, value in pairs)
+
+
+def _with_node_env(pairs: list[tuple[str, str]], extra: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The node's own variables (``RunSpec.node_env``): a key the dump already has takes the
+    node's value in place; new keys come after the NCCL/TORCH block, where a profile's
+    ``export`` lands in an unsorted ``env``."""
+    if not extra:
+        return pairs
+    override = dict(extra)
+    out = [(k, override.pop(k, v)) for k, v in pairs]
+    at = next(i for i, (k, _) in enumerate(out) if k == "LOGLEVEL")
+    return out[:at] + list(override.items()) + out[at:]

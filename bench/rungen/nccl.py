@@ -443,22 +443,22 @@ class NcclLog(ChannelLines):
         return None
 
     def ib_completion_error(self, tid: int, peer_ip: str, port: int, local_gid: str, remote_gid: str,
-                            stamp: str) -> str:
+                            stamp: str, direction: str = "Send") -> str:
         """A RoCE transport-retry timeout (status 12) in the wording of this release (section 3.11)."""
         v = self.v
         if v.at_least(30):
             # 2.30's symbolic form (status=%s(%d) opcode=%s(%d) vendor_err=%u); names per ibverbs.
             message = (f"NET/IB: Got completion from peer {peer_ip}<{port}> with status=IBV_WC_RETRY_EXC_ERR(12) "
-                       f"opcode=IBV_WC_SEND(0) vendor_err=129 (Send) localGid ::ffff:{local_gid} "
+                       f"opcode=IBV_WC_SEND(0) vendor_err=129 ({direction}) localGid ::ffff:{local_gid} "
                        f"remoteGids::ffff:{remote_gid} hca mlx5_{self.slot.local_rank}")
         elif v.at_least(20):
             colon = "NET/IB:" if v.at_least(22) else "NET/IB :"
             hca = f" hca mlx5_{self.slot.local_rank}" if v.at_least(22) else ""
             message = (f"{colon} Got completion from peer {peer_ip}<{port}> with status=12 opcode=0 len=0 "
-                       f"vendor err 129 (Send) localGid ::ffff:{local_gid} remoteGids::ffff:{remote_gid}{hca}")
+                       f"vendor err 129 ({direction}) localGid ::ffff:{local_gid} remoteGids::ffff:{remote_gid}{hca}")
         elif v.at_least(18):
             message = (f"NET/IB : Got completion from peer {peer_ip}<{port}> with error 12, opcode 0, len 0, "
-                       f"vendor err 129 (Send) localGid ::ffff:{local_gid} remoteGid ::ffff:{remote_gid}")
+                       f"vendor err 129 ({direction}) localGid ::ffff:{local_gid} remoteGid ::ffff:{remote_gid}")
         elif v.at_least(12):
             message = f"NET/IB : Got completion from peer {peer_ip}<{port}> with error 12, opcode 0, len 0, vendor err 129"
         else:

@@ -26,6 +26,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from .base import Clock
+from .endings import oom_kill_events
 
 FAULTS = {
     "xid79": (79, "GPU has fallen off the bus."),
@@ -78,7 +79,7 @@ def write_node_logs(run, spec, clock: Clock, out: Path) -> dict:
     fault = FAULTS.get(spec.node_fault or "")
     culprit = cluster.slots[min(max(spec.culprit, 0), cluster.world - 1)]
     skewed = skew_node(spec, cluster)
-    t_fault = t_hang - 0.35
+    t_fault = t_hang + getattr(spec, "fault_at_s", -0.35)
     truth: dict = {}
     for node, host in enumerate(cluster.hosts):
         skew = spec.clock_skew_s if node == skewed else 0.0
@@ -108,6 +109,13 @@ def write_node_logs(run, spec, clock: Clock, out: Path) -> dict:
                      "serial": serial, "local_gpu": culprit.local_rank, "rank": culprit.rank,
                      "t_fault_utc": f"{clock.at(t_fault):%Y-%m-%dT%H:%M:%S.%f}", "clock_skew_s": spec.clock_skew_s,
                      "skew_host": cluster.hosts[skewed] if skewed is not None else None}
+        events += oom_kill_events(run, node)         # crash scenario: the OOM killer's lines
+        if spec.node_fault == "link-flap":
+            from .fabric_faults import kernel_events
+            flapping, flap_lines, flap_truth = kernel_events(spec, cluster, t_hang)
+            if node == flapping:
+                events += flap_lines
+                truth = flap_truth
         events.sort(key=lambda e: e[0])
         folder = out / "node_logs" / host
         folder.mkdir(parents=True, exist_ok=True)
@@ -184,6 +192,7 @@ def _slurm_files(run, spec, clock: Clock, out: Path) -> None:
     fired = run.truth.get("watchdog_fired")
     state, exit_code = ("COMPLETED", "0:0") if spec.scenario == "healthy" else \
         (("FAILED", "1:0") if fired else ("TIMEOUT", "0:15"))
+    state, exit_code = run.truth.get("slurm_state") or (state, exit_code)   # crash scenario (endings.py)
     start, end = clock.slurm(-1.0), clock.slurm(t_end)
     elapsed = int(t_end + 1.0)
     el = f"{elapsed // 3600:02d}:{elapsed % 3600 // 60:02d}:{elapsed % 60:02d}"

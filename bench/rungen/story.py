@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import random
 
-from . import frameworks, megatron
+from . import frameworks, megatron, node_config
 from .base import Agent, Clock, Cluster, Line, Proc, comm_id, jitter, next_order, pointer
 from .c10d import PG, C10dLog, Work
 from .elastic import AgentLog
@@ -99,6 +99,8 @@ class Story(Endings):
                 self.crash_with_oom(attempt)
             elif spec.scenario == "healthy":
                 self.finish_healthy(attempt)
+            elif spec.scenario == "crash":
+                self.crash_end(attempt)        # endings.py
             else:
                 self.hang(attempt)
             self.emit_work_updates(attempt)
@@ -278,10 +280,13 @@ class Story(Endings):
             return
         trace_buffer = 2000 if self.era.stack_trace == "frames" else 0
         proc.err(t, *self.log_of(proc).init_banners(t, pg, pg_rank, self.spec.timeout_s * 1000,
-                                                   self.nccl.text, 1, trace_buffer))
+                                                   node_config.nccl_version(self.spec, proc.slot.node, self.nccl).text,
+                                                   1, trace_buffer))
 
     def nlog(self, proc: Proc) -> NcclLog:
-        return NcclLog(self.nccl, proc.slot, proc.pid, self.nccl_setup)
+        node = proc.slot.node   # a node may run its own NCCL build or env (RunSpec.node_nccl_version / node_env)
+        return NcclLog(node_config.nccl_version(self.spec, node, self.nccl), proc.slot, proc.pid,
+                       node_config.nccl_setup(self.spec, node, self.nccl_setup))
 
     def _nccl_out(self, proc: Proc, t: float, lines: list[str]) -> None:
         """Print NCCL messages at ``t``, recording them for ``truth["nccl"]``."""
@@ -577,8 +582,11 @@ class Story(Endings):
 
     def network_fault(self, attempt: Attempt, t_hang: float) -> None:
         """All-stuck: RoCE retry timeouts on one node's NICs while everyone waits."""
-        if not self.spec.nccl_debug:
+        if not self.spec.nccl_debug or not getattr(self.spec, "network_fault", True):
             return
+        if self.spec.node_fault == "link-flap":     # one NIC port flaps: both sides of its pairs (fabric_faults)
+            from .fabric_faults import link_flap_warns
+            return link_flap_warns(self, attempt, t_hang)
         rng = self.rng
         node = self.cluster.nodes // 2
         peer = (node + 1) % self.cluster.nodes

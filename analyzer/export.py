@@ -1,0 +1,1068 @@
+"""Exports of a store: a Chrome/Perfetto trace of the last minutes, and Parquet in a hive layout.
+
+``perfetto(con, ...)`` -> a Chrome Trace Event Format document (``{"traceEvents": [...],
+"displayTimeUnit": "ms"}``) that Perfetto (ui.perfetto.dev, trace processor) and
+chrome://tracing open: one *process* per node, one *thread* per rank (plus a "node" thread
+for kernel/Xid/NIC events, extra threads per rank for its process groups, GPU streams and
+NVTX ranges, and a "job" process for the scheduler). What goes in:
+
+* training iterations (``iterations``) as step slices: from the previous logged step (or the
+  printed iteration time) to the line that reported it;
+* collectives: the watchdog/blocking-wait timeouts (``collectives``) as a slice from enqueue
+  (detection time minus ``ran for``) to the timeout, or an instant where the start is
+  unknown; Flight Recorder entries with their created/started/completed times; and from the
+  periodic PG status lines (``progress``) the stretches in which a rank's counters did not
+  move: *waiting in #N* (enqueued > completed: the rank is inside collective N) or *no
+  progress after #N* (nothing pending: the rank never entered the next one);
+* NCCL WARN lines, exceptions and other understood events (``events``), torchrun exits and
+  agent signals, checkpoint saves (a slice where the duration is known), Slurm lines and the
+  job's span, kernel/Xid/NIC events (``node_events``) on the node thread;
+* profiler kernels and NVTX ranges (``kernels``, ``nvtx`` from nsys exports / Kineto traces).
+
+Times: ``node_events.ts_utc`` where the store has it (analyzer.clocks: zone and per-node clock
+offset applied); log times minus the node's clock offset from ``node_clocks`` (the same
+correction ts_utc carries); profiler times as recorded (UTC). Lines without a time of their
+own (tracebacks, NCCL WARNs) take the time of the nearest earlier timed line of the same file
+(``time_inferred`` in the event's args). Trace time 0 is the start of the window; every
+event's args hold its wall time (``at``).
+
+A full 10,000-rank trace does not fit in a browser: the export covers a window (default: the
+last 30 minutes before the end of the logs), optionally a set of ranks, and at most
+``max_events`` events (errors and timeouts first, then collective states, steps, NVTX,
+kernels; the latest first within each). Output is deterministic: the same store gives the
+same bytes.
+
+``parquet(con, out, ...)`` writes every store table to ``OUT/job=<id>/table=<name>/part-0.parquet``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import duckdb
+import polars as pl
+
+DEFAULT_WINDOW_MIN = 30.0
+DEFAULT_MAX_EVENTS = 250_000
+
+# Event kinds of ``events`` that are not worth a mark on a timeline (periodic status lines are
+# in ``progress``; traceback frame lines belong to their exception; startup chatter).
+NOISE_KINDS = {"work_update", "env_banner", "pg_options", "service_thread", "traceback", "cpp_frames",
+               "megatron_startup", "fr_trace_detail", "launch_config"}
+# Categories, by priority when the cap is hit (lower is kept first).
+PRIORITY = {"error": 0, "timeout": 0, "exit": 0, "node": 0, "job": 0, "nccl_warn": 0,
+            "collective": 1, "progress": 1, "watchdog": 1, "checkpoint": 2, "step": 2, "event": 2,
+            "nvtx": 3, "kernel": 4}
+_ERROR_KIND = re.compile(r"exception|traceback|error|terminate|fault|oom|signal|abort|nan|inf_|killed|fail")
+_WATCHDOG_KIND = re.compile(r"timeout|watchdog|heartbeat|desync|fingerprint|barrier|dump|fr_trace|mismatch")
+
+JOB_PID = 1
+RANK_TID_BASE = 100_000
+LANES_PER_RANK = 100
+
+
+class ExportError(Exception):
+    """Bad usage or nothing to export (exit code 2); the message says why."""
+
+
+# --- helpers -------------------------------------------------------------------------------
+
+def columns(con: duckdb.DuckDBPyConnection, table: str) -> dict[str, str]:
+    rows = con.execute("SELECT column_name, data_type FROM information_schema.columns WHERE table_name = ? "
+                       "AND table_schema = 'main' ORDER BY ordinal_position", [table]).fetchall()
+    return {name: dtype for name, dtype in rows}
+
+
+def tables(con: duckdb.DuckDBPyConnection) -> list[str]:
+    return [r[0] for r in con.execute("SELECT table_name FROM information_schema.tables WHERE table_schema = 'main' "
+                                      "ORDER BY table_name").fetchall()]
+
+
+def parse_ranks(text: str) -> set[int]:
+    """'0-7,17' -> {0, ..., 7, 17}; ValueError on anything else."""
+    out: set[int] = set()
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
+        if not m:
+            raise ValueError(f"bad rank range {part!r} (use e.g. 0-7,17)")
+        lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
+        if hi < lo:
+            raise ValueError(f"bad rank range {part!r}: {hi} < {lo}")
+        if hi - lo > 10_000_000:
+            raise ValueError(f"rank range {part!r} is too large")
+        out.update(range(lo, hi + 1))
+    if not out:
+        raise ValueError("no ranks given")
+    return out
+
+
+def parse_time(text: str, reference: datetime | None) -> datetime:
+    """An ISO date-time (``2026-07-24T14:00:00``, ``2026-07-24 14:00``) or a time of day
+    (``14:00[:05]``) on the day of ``reference`` (the end of the logs)."""
+    text = text.strip()
+    if re.fullmatch(r"\d{1,2}:\d{2}(:\d{2}(\.\d+)?)?", text):
+        if reference is None:
+            raise ValueError(f"{text!r}: a time of day needs a store with timed lines")
+        t = datetime.strptime(text.split(".")[0], "%H:%M:%S" if text.count(":") == 2 else "%H:%M").time()
+        return datetime.combine(reference.date(), t)
+    try:
+        value = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"cannot read time {text!r} (use 2026-07-24T14:00:00 or 14:00)") from None
+    return _naive_utc(value)  # the store's times are naive (UTC-corrected or as logged)
+
+
+def _naive_utc(value: datetime) -> datetime:
+    if value.tzinfo is None:
+        return value
+    return value.replace(tzinfo=None) - (value.utcoffset() or timedelta(0))
+
+
+def _ns(value: datetime) -> int:
+    value = _naive_utc(value)
+    epoch = datetime(1970, 1, 1)
+    delta = value - epoch
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1000
+
+
+def _iso(ns: int) -> str:
+    secs, rem = divmod(ns, 1_000_000_000)
+    base = datetime(1970, 1, 1) + timedelta(seconds=secs)
+    text = base.strftime("%Y-%m-%dT%H:%M:%S")
+    return text + (f".{rem:09d}".rstrip("0") if rem else "")
+
+
+def _short(text, limit: int = 90) -> str:
+    text = " ".join(str(text or "").split())
+    return text if len(text) <= limit else text[:limit - 1] + "\u2026"
+
+
+def _clean(value):
+    """JSON-safe arg values (no NaN, no datetimes)."""
+    if value is None:
+        return None
+    if isinstance(value, float):
+        return None if value != value or value in (float("inf"), float("-inf")) else round(value, 6)
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    return value
+
+
+@dataclass
+class Event:
+    t: int                  # start, epoch ns
+    dur: int | None         # ns; None = instant
+    name: str
+    cat: str
+    rank: int | None = None
+    node: str | None = None
+    track: str = ""         # "" = the rank's own thread (or the node/job thread)
+    args: dict = field(default_factory=dict)
+    scope: str = "t"
+    job: bool = False       # on the job process
+
+    @property
+    def end(self) -> int:
+        return self.t + (self.dur or 0)
+
+
+# --- time --------------------------------------------------------------------------------
+
+class Clock:
+    """Log times -> the common axis: minus the node's offset from ``node_clocks``."""
+
+    def __init__(self, con):
+        self.offset_ns: dict[str, int] = {}
+        if "offset_s" in columns(con, "node_clocks"):
+            rows = con.execute("SELECT node, offset_s FROM node_clocks WHERE offset_s IS NOT NULL").fetchall()
+            for node, off in rows:
+                self.offset_ns[node] = int(round(off * 1e9))
+
+    def expr(self, ts: str = "ts", node: str = "node") -> pl.Expr:
+        """Polars: epoch ns of ``ts`` corrected for ``node``'s offset."""
+        off = pl.col(node).replace_strict(self.offset_ns, default=0, return_dtype=pl.Int64) if self.offset_ns \
+            else pl.lit(0, dtype=pl.Int64)
+        return pl.col(ts).cast(pl.Datetime("ns")).dt.epoch("ns") - off
+
+
+def _frame(con, sql: str) -> pl.DataFrame:
+    return con.sql(sql).pl()
+
+
+def _select(con, table: str, wanted: list[str], where: str = "") -> pl.DataFrame | None:
+    """``SELECT`` the wanted columns that exist (missing ones as NULL); None without the table."""
+    have = columns(con, table)
+    if not have:
+        return None
+    cols = ", ".join(f'"{c}"' if c in have else f'NULL AS "{c}"' for c in wanted)
+    return _frame(con, f'SELECT {cols} FROM "{table}"' + (f" WHERE {where}" if where else ""))
+
+
+_TIMED_LOG_TABLES = ["events", "progress", "agent", "iterations", "collectives", "slurm"]
+
+
+def end_of_logs(con, clock: Clock) -> int | None:
+    """The latest time of the job's own logs (rank logs, launcher, scheduler, profiles), epoch ns.
+    Node kernel logs count only when nothing else has a time (a journal may run for days)."""
+    best = None
+    for table in _TIMED_LOG_TABLES + ["exits"]:
+        cols = columns(con, table)
+        tcol = "time" if table == "exits" else "ts"
+        if cols.get(tcol, "").upper() != "TIMESTAMP":
+            continue
+        node = '"node"' if "node" in cols else "NULL"
+        df = _frame(con, f'SELECT {node} AS node, max("{tcol}") AS ts FROM "{table}" WHERE "{tcol}" IS NOT NULL '
+                         f"GROUP BY ALL")
+        if not df.is_empty():
+            v = df.select(clock.expr().max()).item()
+            best = v if best is None or (v is not None and v > best) else best
+    for table in ("kernels", "nvtx"):
+        if "end" in columns(con, table):
+            v = con.execute(f'SELECT epoch_ns(max("end")) FROM "{table}"').fetchall()[0][0]
+            if v is not None:
+                best = max(best or 0, int(v))
+    if best is None and "ts_utc" in columns(con, "node_events"):
+        v = con.execute("SELECT max(coalesce(ts_utc, ts)) FROM node_events").fetchall()[0][0]
+        if v is not None:
+            best = _ns(v)
+    return best
+
+
+def _anchors(con, input_ids: list[int], clock: Clock) -> pl.DataFrame:
+    """(input_id, line_no, t) of every timed line of these inputs, for rows with no time."""
+    parts = []
+    ids = ",".join(str(int(i)) for i in sorted(set(input_ids)))
+    if not ids:
+        return pl.DataFrame(schema={"input_id": pl.Int64, "line_no": pl.Int64, "t": pl.Int64})
+    for table in _TIMED_LOG_TABLES:
+        cols = columns(con, table)
+        if cols.get("ts", "").upper() != "TIMESTAMP" or not {"input_id", "line_no"} <= set(cols):
+            continue
+        node = '"node"' if "node" in cols else "NULL::VARCHAR"
+        df = _frame(con, f'SELECT input_id::BIGINT AS input_id, line_no::BIGINT AS line_no, {node} AS node, ts '
+                         f'FROM "{table}" WHERE ts IS NOT NULL AND line_no IS NOT NULL AND input_id IN ({ids})')
+        parts.append(df.select("input_id", "line_no", t=clock.expr()))
+    if not parts:
+        return pl.DataFrame(schema={"input_id": pl.Int64, "line_no": pl.Int64, "t": pl.Int64})
+    return pl.concat(parts).unique(["input_id", "line_no"], keep="first").sort("input_id", "line_no")
+
+
+def _with_time(con, df: pl.DataFrame, clock: Clock, ts: str = "ts") -> pl.DataFrame:
+    """Adds ``t`` (epoch ns on the common axis) and ``t_inferred`` (the line whose time was borrowed)."""
+    df = df.with_columns(t=clock.expr(ts), t_inferred=pl.lit(None, dtype=pl.Int64))
+    missing = df.filter(pl.col("t").is_null() & pl.col("input_id").is_not_null() & pl.col("line_no").is_not_null())
+    if missing.is_empty():
+        return df.filter(pl.col("t").is_not_null())
+    anchors = _anchors(con, missing["input_id"].to_list(), clock)
+    if anchors.is_empty():
+        return df.filter(pl.col("t").is_not_null())
+    df = df.with_row_index("_row").with_columns(pl.col("input_id").cast(pl.Int64), pl.col("line_no").cast(pl.Int64))
+    todo = df.filter(pl.col("t").is_null() & pl.col("line_no").is_not_null()).select("_row", "input_id", "line_no") \
+        .sort("input_id", "line_no")
+    a = anchors.rename({"line_no": "a_line", "t": "a_t"}).with_columns(a_key=pl.col("a_line"))
+    # both sides are sorted by (input_id, line_no)
+    back = todo.join_asof(a, left_on="line_no", right_on="a_key", by="input_id", strategy="backward",
+                          check_sortedness=False)
+    fwd = todo.join_asof(a, left_on="line_no", right_on="a_key", by="input_id", strategy="forward",
+                         check_sortedness=False)
+    got = back.select("_row", b_t="a_t", b_line="a_line").join(
+        fwd.select("_row", f_t="a_t", f_line="a_line"), on="_row").select(
+        "_row", _t=pl.coalesce("b_t", "f_t"),
+        _l=pl.when(pl.col("b_t").is_not_null()).then("b_line").otherwise("f_line"))
+    df = df.join(got, on="_row", how="left").with_columns(
+        t=pl.coalesce("t", "_t"), t_inferred=pl.when(pl.col("t").is_null()).then("_l")).drop("_row", "_t", "_l")
+    return df.filter(pl.col("t").is_not_null())
+
+
+def _src(row: dict, paths: dict[int, str]) -> str | None:
+    iid, line = row.get("input_id"), row.get("line_no")
+    if iid is None:
+        return None
+    return f"{paths.get(iid, iid)}:{line}" if line is not None else str(paths.get(iid, iid))
+
+
+def _base_args(row: dict, paths: dict[int, str]) -> dict:
+    args = {"source": _src(row, paths)}
+    if row.get("t_inferred") is not None:
+        args["time_inferred"] = f"no time on this line: time of line {row['t_inferred']} of the same file"
+    return args
+
+
+# --- sources ---------------------------------------------------------------------------------
+
+def _iterations(con, clock, paths, lo, hi) -> list[Event]:
+    df = _select(con, "iterations", ["rank", "node", "attempt", "ts", "iteration", "validation", "elapsed_ms",
+                                     "lm_loss", "grad_norm", "throughput_tflops", "tokens_per_s", "mfu_pct",
+                                     "input_id", "line_no"])
+    if df is None or df.is_empty():
+        return []
+    df = _with_time(con, df, clock).sort("rank", "node", "attempt", "t", "line_no", nulls_last=True)
+    train = df.filter(~pl.col("validation").fill_null(False))
+    train = train.with_columns(prev=pl.col("t").shift(1).over(["rank", "node", "attempt"]))
+    train = train.filter(pl.col("t") >= lo)
+    out = []
+    for r in train.iter_rows(named=True):
+        if r["t"] > hi:
+            continue
+        start = None
+        if r["elapsed_ms"] is not None and r["elapsed_ms"] > 0:
+            start = r["t"] - int(r["elapsed_ms"] * 1e6)
+            if r["prev"] is not None:
+                start = max(start, r["prev"])
+        elif r["prev"] is not None:
+            start = r["prev"]
+        args = _base_args(r, paths) | {k: _clean(r[k]) for k in ("iteration", "elapsed_ms", "lm_loss", "grad_norm",
+                                                                    "throughput_tflops", "tokens_per_s", "mfu_pct")
+                                        if r[k] is not None}
+        name = f"iteration {r['iteration']}" if r["iteration"] is not None else "iteration"
+        if start is None:
+            out.append(Event(r["t"], None, name, "step", r["rank"], r["node"], args=args))
+        else:
+            out.append(Event(start, r["t"] - start, name, "step", r["rank"], r["node"], args=args))
+    for r in df.filter(pl.col("validation").fill_null(False) & pl.col("t").is_between(lo, hi)).iter_rows(named=True):
+        out.append(Event(r["t"], None, f"validation at iteration {r['iteration']}", "step", r["rank"], r["node"],
+                         args=_base_args(r, paths) | {"lm_loss": _clean(r["lm_loss"])}))
+    return out
+
+
+def _pg_name(pg_desc, pg_id) -> str:
+    if pg_desc:
+        return str(pg_desc)
+    return f"PG {pg_id}" if pg_id is not None else "PG not named on the line"
+
+
+def _progress(con, clock, paths, lo, hi) -> list[Event]:
+    """Stretches where a rank's PG counters did not move, and the watchdog's status lines."""
+    df = _select(con, "progress", ["rank", "node", "attempt", "ts", "pg_id", "pg_desc", "kind", "last_enqueued",
+                                   "last_completed", "failing_seq", "detector_rank", "input_id", "line_no"],
+                 "ts IS NOT NULL AND last_enqueued IS NOT NULL AND last_completed IS NOT NULL")
+    if df is None or df.is_empty():
+        return []
+    df = df.with_columns(t=clock.expr(), pg=pl.coalesce(pl.col("pg_desc"), pl.concat_str(
+        [pl.lit("PG "), pl.col("pg_id").cast(pl.String)]), pl.lit("PG ?")))
+    keys = ["rank", "node", "attempt", "pg"]
+    df = df.sort(*keys, "t", "line_no", nulls_last=True)
+    changed = ((pl.col("last_enqueued") != pl.col("last_enqueued").shift(1).over(keys))
+               | (pl.col("last_completed") != pl.col("last_completed").shift(1).over(keys))).fill_null(True)
+    df = df.with_columns(run=changed.cast(pl.Int64).cum_sum().over(keys))
+    runs = df.group_by(*keys, "run").agg(
+        start=pl.col("t").min(), end=pl.col("t").max(), n=pl.len(), enq=pl.col("last_enqueued").first(),
+        comp=pl.col("last_completed").first(), input_id=pl.col("input_id").first(),
+        line_no=pl.col("line_no").first(), last_line=pl.col("line_no").last(),
+    ).filter((pl.col("n") >= 2) & (pl.col("end") > pl.col("start")) & (pl.col("end") >= lo) & (pl.col("start") <= hi))
+    out = []
+    for r in runs.sort(*keys, "start", nulls_last=True).iter_rows(named=True):
+        waiting = r["enq"] > r["comp"]
+        if waiting:
+            seq = f"#{r['comp'] + 1}" + (f"..#{r['enq']}" if r["enq"] > r["comp"] + 1 else "")
+            name = f"{r['pg']}: waiting in {seq}"
+        else:
+            name = f"{r['pg']}: no progress after #{r['comp']} (nothing pending)"
+        args = _base_args(r, paths) | {
+            "process_group": r["pg"], "last_enqueued": r["enq"], "last_completed": r["comp"],
+            "status_lines": r["n"], "last_line": r["last_line"],
+            "meaning": ("enqueued but not completed: the rank is inside this collective, waiting for peers"
+                        if waiting else "nothing enqueued after the last completed collective: the rank did not "
+                                        "reach the next collective of this group (or the group was idle)")}
+        out.append(Event(r["start"], r["end"] - r["start"], name, "progress", r["rank"], r["node"],
+                         track=f"pg:{r['pg']}", args=args))
+    marks = df.filter(pl.col("kind").is_in(["pg_status", "dump_signal"]) & pl.col("t").is_between(lo, hi))
+    for r in marks.iter_rows(named=True):
+        if r["kind"] == "pg_status":
+            name = f"{r['pg']}: watchdog failure at #{r['failing_seq'] if r['failing_seq'] is not None else '?'}"
+        else:
+            who = f"rank {r['detector_rank']}" if r["detector_rank"] is not None else "this rank"
+            name = f"{r['pg']}: dump signal from {who}"
+        out.append(Event(r["t"], None, name, "watchdog", r["rank"], r["node"], track=f"pg:{r['pg']}",
+                         args=_base_args(r, paths) | {"last_enqueued": r["last_enqueued"],
+                                                      "last_completed": r["last_completed"]}))
+    return out
+
+
+def _collectives(con, clock, paths, lo, hi) -> list[Event]:
+    """Timeouts (enqueue -> timeout) and Flight Recorder entries; profiler kernel rows come
+    from ``kernels`` instead."""
+    df = _select(con, "collectives", ["rank", "node", "attempt", "ts", "kind", "pg_id", "pg_desc", "seq", "op",
+                                      "numel_in", "numel_out", "timeout_ms", "ran_for_ms", "state", "time_created",
+                                      "time_started", "time_completed", "input_id", "line_no"],
+                 "kind IS NULL OR kind NOT IN ('nsys_kernel', 'kineto_kernel', 'profile_kernel')")
+    if df is None or df.is_empty():
+        return []
+    out = []
+    fr = df.filter(pl.col("kind") == "flight_recorder")
+    logged = _with_time(con, df.filter(pl.col("kind") != "flight_recorder"), clock)
+    # one slice per timed-out collective and rank: the watchdog's later re-statements of the same
+    # timeout ("watchdog thread terminated with exception: ...") are not a second wait
+    timeout = pl.col("kind").is_in(["watchdog_timeout", "blocking_wait_timeout"]) & pl.col("seq").is_not_null()
+    # (an older line names no PG: the group's name comes from whichever line has it)
+    same = ["rank", "node", "attempt", "seq", "op", "kind"]
+    logged = pl.concat([
+        logged.filter(timeout).sort("t", "input_id", "line_no").with_columns(
+            pg_desc=pl.col("pg_desc").drop_nulls().first().over(same),
+            pg_id=pl.col("pg_id").drop_nulls().first().over(same)).unique(same, keep="first", maintain_order=True),
+        logged.filter(~timeout)])
+    for r in logged.iter_rows(named=True):
+        pg = _pg_name(r["pg_desc"], r["pg_id"])
+        op = (r["op"] or "collective").upper()
+        seq = f" #{r['seq']}" if r["seq"] is not None else ""
+        args = _base_args(r, paths) | {k: r[k] for k in ("kind", "seq", "op", "numel_in", "numel_out", "timeout_ms",
+                                                          "ran_for_ms") if r[k] is not None} | {"process_group": pg}
+        waited = r["ran_for_ms"] if r["ran_for_ms"] is not None else r["timeout_ms"]
+        if r["kind"] in ("watchdog_timeout", "blocking_wait_timeout"):
+            name = f"{op}{seq} timed out"
+            if waited is not None:
+                if r["ran_for_ms"] is None:
+                    args["start"] = "approximate: detection time minus Timeout(ms) (no 'ran for' on the line)"
+                start = r["t"] - int(waited) * 1_000_000
+                if r["t"] >= lo and start <= hi:
+                    out.append(Event(start, r["t"] - start, f"{name} after {waited / 1000:g} s", "timeout",
+                                     r["rank"], r["node"], track=f"pg:{pg}", args=args))
+            elif lo <= r["t"] <= hi:
+                out.append(Event(r["t"], None, name, "timeout", r["rank"], r["node"], track=f"pg:{pg}", args=args))
+        elif lo <= r["t"] <= hi:
+            out.append(Event(r["t"], None, f"{r['kind'] or 'collective'}: {op}{seq}", "collective", r["rank"],
+                             r["node"], track=f"pg:{pg}", args=args))
+    for r in fr.iter_rows(named=True):
+        times = [v for v in (r["time_created"], r["time_started"], r["time_completed"]) if v is not None]
+        if not times:
+            continue
+        t0 = _ns(times[0])
+        t1 = _ns(r["time_completed"]) if r["time_completed"] is not None else None
+        pg = _pg_name(r["pg_desc"], r["pg_id"])
+        name = f"FR {(r['op'] or '?').upper()} #{r['seq']} ({r['state'] or '?'})"
+        args = _base_args(r, paths) | {"state": r["state"], "seq": r["seq"], "process_group": pg}
+        if t1 is not None and t1 >= t0 and t1 >= lo and t0 <= hi:
+            out.append(Event(t0, t1 - t0, name, "collective", r["rank"], r["node"], track=f"fr:{pg}", args=args))
+        elif t1 is None and lo <= t0 <= hi:
+            out.append(Event(t0, None, name + ", not completed", "collective", r["rank"], r["node"],
+                             track=f"fr:{pg}", args=args))
+    return out
+
+
+def _events(con, clock, paths, lo, hi) -> list[Event]:
+    noise = ", ".join(f"'{k}'" for k in sorted(NOISE_KINDS))
+    df = _select(con, "events", ["rank", "node", "attempt", "ts", "kind", "level", "exc_type", "detail", "message",
+                                 "path", "duration_s", "finished", "iteration", "pg_desc", "pg_id", "input_id",
+                                 "line_no"], f"kind IS NULL OR kind NOT IN ({noise})")
+    if df is None or df.is_empty():
+        return []
+    # lines that are already a collective (a timeout slice) are not repeated as events
+    if {"input_id", "line_no"} <= set(columns(con, "collectives")):
+        seen = _frame(con, "SELECT DISTINCT input_id, line_no FROM collectives WHERE line_no IS NOT NULL")
+        df = df.join(seen.select(pl.col("input_id").cast(df.schema["input_id"]),
+                                 pl.col("line_no").cast(df.schema["line_no"])), on=["input_id", "line_no"], how="anti")
+    # one mark per exception: the normalised multi-line view wins over the bare exception line
+    tb = df.filter(pl.col("kind") == "python_traceback").select("input_id", "message").unique()
+    df = df.join(tb.with_columns(_dup=pl.lit(True)), on=["input_id", "message"], how="left").filter(
+        ~((pl.col("kind") == "exception") & pl.col("_dup").fill_null(False))).drop("_dup")
+    df = _with_time(con, df, clock)
+    out = []
+    for r in df.iter_rows(named=True):
+        kind = r["kind"] or "event"
+        args = _base_args(r, paths) | {"kind": kind, "message": _short(r["message"], 2000)}
+        for k in ("level", "exc_type", "detail", "path", "iteration", "duration_s"):
+            if r[k] is not None:
+                args[k] = _clean(r[k])
+        if "checkpoint" in kind:
+            cat = "checkpoint"
+            name = kind.replace("_", " ") + (f" (iteration {r['iteration']})" if r["iteration"] is not None else "")
+            if r["duration_s"] is not None and r["duration_s"] > 0 and "save" in kind:
+                start = r["t"] - int(r["duration_s"] * 1e9)
+                if r["t"] >= lo and start <= hi:
+                    out.append(Event(start, r["t"] - start, name, cat, r["rank"], r["node"], args=args))
+                continue
+        elif _ERROR_KIND.search(kind):
+            cat = "error"
+            what = (r["exc_type"] or "").rsplit(".", 1)[-1] or r["detail"] or r["message"]
+            name = f"{kind}: {_short(what, 70)}"
+        elif _WATCHDOG_KIND.search(kind):
+            cat = "watchdog"
+            name = f"{kind}: {_short(r['detail'] or r['message'], 70)}"
+        else:
+            cat = "event"
+            name = f"{kind}: {_short(r['detail'] or r['message'], 70)}"
+        if lo <= r["t"] <= hi:
+            out.append(Event(r["t"], None, name, cat, r["rank"], r["node"], args=args))
+    return out
+
+
+def _nccl_warns(con, clock, paths, lo, hi) -> list[Event]:
+    if "level" not in columns(con, "nccl_lines") or "text" not in columns(con, "lines"):
+        return []
+    df = _frame(con, "SELECT n.rank, n.node, n.attempt, NULL::TIMESTAMP AS ts, n.kind, n.host, n.pid, n.cuda_dev, "
+                     "n.input_id, n.line_no, l.text FROM nccl_lines n LEFT JOIN lines l "
+                     "USING (input_id, line_no) WHERE n.level = 'WARN'")
+    if df.is_empty():
+        return []
+    df = _with_time(con, df, clock)
+    out = []
+    for r in df.filter(pl.col("t").is_between(lo, hi)).iter_rows(named=True):
+        text = r["text"] or ""
+        msg = text.split("NCCL WARN", 1)[-1].strip() if "NCCL WARN" in text else text
+        args = _base_args(r, paths) | {"line": _short(text, 2000), "kind": r["kind"], "host": r["host"],
+                                       "pid": r["pid"], "cuda_dev": r["cuda_dev"]}
+        out.append(Event(r["t"], None, f"NCCL WARN {_short(msg, 70)}", "nccl_warn", r["rank"], r["node"], args=args))
+    return out
+
+
+def _exits(con, clock, paths, lo, hi) -> list[Event]:
+    out = []
+    df = _select(con, "exits", ["rank", "node", "attempt", "time", "exitcode", "signal", "root_cause", "host",
+                                "local_rank", "pid", "input_id", "line_no"])
+    if df is not None and not df.is_empty():
+        df = _with_time(con, df.rename({"time": "ts"}), clock)
+        for r in df.filter(pl.col("t").is_between(lo, hi)).iter_rows(named=True):
+            sig = f" ({r['signal']})" if r["signal"] else ""
+            root = ", root cause" if r["root_cause"] else ""
+            out.append(Event(r["t"], None, f"exit code {r['exitcode']}{sig}{root}", "exit", r["rank"],
+                             r["node"] or r["host"], args=_base_args(r, paths) | {
+                                 k: r[k] for k in ("exitcode", "signal", "local_rank", "pid") if r[k] is not None}))
+    ag = _select(con, "agent", ["rank", "node", "attempt", "ts", "kind", "exitcode", "signal", "pid", "local_rank",
+                                "input_id", "line_no"], "kind IS NULL OR kind <> 'launch_config'")
+    if ag is not None and not ag.is_empty():
+        # the agent's lines are the launcher's, not a rank's: on the rank whose worker pid the
+        # line names (closing signal to process N), else on the node thread
+        pid_rank = {}
+        if {"pid", "rank"} <= set(columns(con, "ranks")):
+            pid_rank = dict(con.execute("SELECT pid, min(rank) FROM ranks WHERE pid IS NOT NULL GROUP BY pid")
+                            .fetchall())
+        ag = _with_time(con, ag, clock)
+        for r in ag.filter(pl.col("t").is_between(lo, hi)).iter_rows(named=True):
+            worker = pid_rank.get(r["pid"]) if r["pid"] is not None else None
+            args = _base_args(r, paths) | {k: r[k] for k in ("kind", "signal", "exitcode", "pid", "local_rank")
+                                           if r[k] is not None}
+            if worker is None and r["rank"] is not None:
+                args["rank_in_store"] = r["rank"]
+            what = " ".join(str(x) for x in (r["signal"], f"exit {r['exitcode']}" if r["exitcode"] is not None
+                                             else None) if x)
+            out.append(Event(r["t"], None, f"torchrun: {(r['kind'] or '').replace('_', ' ')} {what}".strip(), "exit",
+                             worker, None if worker is not None else r["node"], args=args))
+    return out
+
+
+def _scheduler(con, clock, paths, lo, hi) -> list[Event]:
+    out = []
+    sl = _select(con, "slurm", ["rank", "node", "attempt", "ts", "kind", "job_id", "host", "tasks", "exit_code",
+                                "reason", "input_id", "line_no"])
+    if sl is not None and not sl.is_empty():
+        sl = _with_time(con, sl, clock)
+        for r in sl.filter(pl.col("t").is_between(lo, hi)).iter_rows(named=True):
+            bits = [x for x in (r["host"], r["tasks"], r["reason"],
+                                f"exit {r['exit_code']}" if r["exit_code"] is not None else None) if x]
+            out.append(Event(r["t"], None, f"slurm: {(r['kind'] or '').replace('_', ' ')}", "job", job=True,
+                             scope="g" if r["kind"] == "cancelled" else "t",
+                             args=_base_args(r, paths) | {"detail": "; ".join(map(str, bits)), "job_id": r["job_id"]}))
+    jb = _select(con, "job", ["job_id", "step", "source", "name", "state", "reason", "start", "end", "input_id",
+                              "line_no"], "step IS NULL AND start IS NOT NULL")
+    if jb is not None and not jb.is_empty():
+        seen = set()
+        for r in jb.sort("source", "line_no", nulls_last=True).iter_rows(named=True):
+            key = (r["job_id"], r["start"], r["end"])
+            if key in seen:
+                continue
+            seen.add(key)
+            t0 = _ns(r["start"])
+            t1 = _ns(r["end"]) if r["end"] is not None else None
+            args = _base_args(r, paths) | {k: r[k] for k in ("job_id", "name", "state", "reason", "source") if r[k]}
+            args["start"], args["end"] = _iso(t0), _iso(t1) if t1 is not None else None
+            label = f"job {r['job_id']} ({r['state'] or '?'})"
+            if t1 is not None and t1 >= t0 and t1 >= lo and t0 <= hi:
+                out.append(Event(t0, t1 - t0, label, "job", job=True, args=args))
+            elif t1 is None and lo <= t0 <= hi:
+                out.append(Event(t0, None, label + " started", "job", job=True, args=args))
+    return out
+
+
+def _node_events(con, clock, paths, lo, hi) -> list[Event]:
+    cols = columns(con, "node_events")
+    if not cols:
+        return []
+    df = _select(con, "node_events", ["node", "host", "ts", "ts_utc", "kind", "code", "category", "meaning", "device",
+                                      "pci", "gpu_index", "global_rank", "message", "ts_basis", "order_confidence",
+                                      "input_id", "line_no"], "coalesce(ts_utc, ts) IS NOT NULL")
+    if df.is_empty():
+        return []
+    # ts_utc already carries the zone and the node's clock offset; a bare ts gets the offset
+    df = df.with_columns(t=pl.coalesce(pl.col("ts_utc").cast(pl.Datetime("ns")).dt.epoch("ns"), clock.expr("ts")),
+                         node=pl.coalesce("node", "host"))
+    out = []
+    for r in df.filter(pl.col("t").is_between(lo, hi)).iter_rows(named=True):
+        name = " ".join(str(x) for x in (r["kind"], r["code"]) if x) or "kernel event"
+        if r["meaning"]:
+            name += f": {_short(r['meaning'], 60)}"
+        args = _base_args(r, paths) | {k: _clean(r[k]) for k in ("kind", "code", "category", "meaning", "device", "pci",
+                                                                  "gpu_index", "global_rank", "ts_basis",
+                                                                  "order_confidence") if r[k] is not None}
+        args["message"] = _short(r["message"], 2000)
+        out.append(Event(r["t"], None, name, "node", None, r["node"], args=args))
+    return out
+
+
+def _profiles(con, lo, hi, limit: int) -> tuple[list[Event], int]:
+    """Kernels and NVTX ranges of profiler inputs (nsys, Kineto), latest first up to ``limit``;
+    returns the events and how many more the window held."""
+    out, dropped = [], 0
+    kc = columns(con, "kernels")
+    if {"start", "end"} <= set(kc):
+        want = ["rank", "host", "pid", "stream", "device", "start", "end", "name", "op", "collective", "dtype",
+                "algo", "proto", "bytes", "seq", "pg", "is_nccl", "source"]
+        sel = ", ".join(f'"{c}"' if c in kc else f'NULL AS "{c}"' for c in want)
+        where = f'epoch_ns("end") >= {int(lo)} AND epoch_ns(start) <= {int(hi)}'
+        total = con.execute(f"SELECT count(*) FROM kernels WHERE {where}").fetchall()[0][0]
+        df = _frame(con, f"SELECT {sel} FROM kernels WHERE {where} ORDER BY \"end\" DESC, start DESC, rank, "
+                         f"stream, name LIMIT {int(limit)}")
+        dropped += max(0, total - len(df))
+        df = df.with_columns(t0=pl.col("start").cast(pl.Datetime("ns")).dt.epoch("ns"),
+                             t1=pl.col("end").cast(pl.Datetime("ns")).dt.epoch("ns"))
+        for r in df.iter_rows(named=True):
+            name = (f"{r['op']}" if r["is_nccl"] and r["op"] else _short(r["name"], 80)) or "kernel"
+            args = {k: _clean(r[k]) for k in ("name", "collective", "op", "dtype", "algo", "proto", "bytes", "seq",
+                                              "pg", "device", "pid", "source") if r[k] is not None}
+            args["at"] = _iso(r["t0"])
+            out.append(Event(r["t0"], max(0, r["t1"] - r["t0"]), name, "kernel", r["rank"], r["host"],
+                             track=f"gpu:{r['stream'] if r['stream'] is not None else '?'}", args=args))
+    nc = columns(con, "nvtx")
+    if {"start", "end"} <= set(nc) and limit - len(out) > 0:
+        want = ["rank", "pid", "tid", "start", "end", "text", "domain", "event_type"]
+        sel = ", ".join(f'"{c}"' if c in nc else f'NULL AS "{c}"' for c in want)
+        where = (f'start IS NOT NULL AND epoch_ns(coalesce("end", start)) >= {int(lo)} '
+                 f'AND epoch_ns(start) <= {int(hi)}')
+        total = con.execute(f"SELECT count(*) FROM nvtx WHERE {where}").fetchall()[0][0]
+        df = _frame(con, f"SELECT {sel} FROM nvtx WHERE {where} ORDER BY coalesce(\"end\", start) DESC, start DESC, "
+                         f"rank, tid, text LIMIT {int(limit - len(out))}")
+        dropped += max(0, total - len(df))
+        df = df.with_columns(t0=pl.col("start").cast(pl.Datetime("ns")).dt.epoch("ns"),
+                             t1=pl.col("end").cast(pl.Datetime("ns")).dt.epoch("ns"))
+        for r in df.iter_rows(named=True):
+            args = {"domain": r["domain"], "pid": r["pid"], "tid": r["tid"], "at": _iso(r["t0"])}
+            dur = None if r["t1"] is None else max(0, r["t1"] - r["t0"])
+            out.append(Event(r["t0"], dur, _short(r["text"], 80) or "nvtx", "nvtx", r["rank"], None,
+                             track=f"nvtx:{r['tid'] if r['tid'] is not None else '?'}", args=args))
+    return out, dropped
+
+
+# --- the trace -----------------------------------------------------------------------------
+
+@dataclass
+class Window:
+    lo: int
+    hi: int
+    end_of_logs: int | None
+    how: str
+
+
+def window(con, clock: Clock, start: str | None = None, end: str | None = None,
+           last_min: float | None = None) -> Window:
+    eol = end_of_logs(con, clock)
+    ref = datetime(1970, 1, 1) + timedelta(microseconds=eol // 1000) if eol is not None else None
+    if start is None and end is None:
+        if eol is None:
+            raise ExportError("the store has no timed lines: nothing to put on a timeline")
+        minutes = DEFAULT_WINDOW_MIN if last_min is None else last_min
+        span = int(minutes * 60e9)
+        how = (f"the last {minutes:g} minutes before the end of the logs ({_iso(eol)})"
+               + (" (the default; see --last, --from/--to)" if last_min is None else ""))
+        return Window(eol - span, eol, eol, how)
+    try:
+        hi = _ns(parse_time(end, ref)) if end else None
+        lo = _ns(parse_time(start, ref)) if start else None
+    except ValueError as exc:
+        raise ExportError(str(exc)) from None
+    if hi is None:
+        if eol is None:
+            raise ExportError("--from without --to needs a store with timed lines")
+        hi = max(eol, lo)
+    if lo is None:
+        lo = hi - int(DEFAULT_WINDOW_MIN * 60e9)
+    if hi <= lo:
+        raise ExportError(f"empty window: --to {_iso(hi)} is not after --from {_iso(lo)}")
+    return Window(lo, hi, eol, f"{_iso(lo)} to {_iso(hi)}")
+
+
+def _allocate(events: list[Event]) -> dict[int, int]:
+    """Lane per X event (index -> lane) so that slices on one thread nest: a slice that
+    partly overlaps another moves to the next lane of its track."""
+    lanes: dict[int, int] = {}
+    by_track: dict[tuple, list[int]] = {}
+    for i, e in enumerate(events):
+        if e.dur is not None:
+            by_track.setdefault((e.job, e.node, e.rank, e.track), []).append(i)
+    for idxs in by_track.values():
+        idxs.sort(key=lambda i: (events[i].t, -events[i].dur, events[i].name))
+        stacks: list[list[int]] = []
+        for i in idxs:
+            e = events[i]
+            for lane, stack in enumerate(stacks):
+                while stack and stack[-1] <= e.t:
+                    stack.pop()
+                if not stack or e.end <= stack[-1]:
+                    stack.append(e.end)
+                    lanes[i] = lane
+                    break
+            else:
+                stacks.append([e.end])
+                lanes[i] = len(stacks) - 1
+    return lanes
+
+
+def _track_label(track: str) -> tuple[int, str]:
+    """Sort group and readable name of a rank's extra thread."""
+    kind, _, name = track.partition(":")
+    return {"pg": (1, f"{name}"), "fr": (2, f"flight recorder {name}"), "gpu": (3, f"GPU stream {name}"),
+            "nvtx": (4, f"NVTX tid {name}")}.get(kind, (5, track))
+
+
+def perfetto(con, start: str | None = None, end: str | None = None, last_min: float | None = None,
+             ranks: set[int] | None = None, max_events: int = DEFAULT_MAX_EVENTS,
+             messages: list[str] | None = None) -> dict:
+    """The Chrome trace document for a window of the store (see the module docstring)."""
+    messages = messages if messages is not None else []
+    clock = Clock(con)
+    win = window(con, clock, start, end, last_min)
+    lo, hi = win.lo, win.hi
+    paths = dict(con.execute("SELECT input_id, path FROM inputs").fetchall()) if columns(con, "inputs") else {}
+    rank_node = {}
+    if {"rank", "node"} <= set(columns(con, "ranks")):
+        rank_node = dict(con.execute("SELECT rank, node FROM ranks WHERE rank IS NOT NULL").fetchall())
+    job_id = job_id_of(con)
+
+    events: list[Event] = []
+    for source in (_iterations, _progress, _collectives, _events, _nccl_warns, _exits, _scheduler, _node_events):
+        events += source(con, clock, paths, lo, hi)
+    prof, prof_dropped = _profiles(con, lo, hi, max_events)
+    events += prof
+
+    # placement: the rank's node from ``ranks``; --ranks keeps those ranks, their nodes' node
+    # threads and the job process
+    for e in events:
+        if e.rank is not None and rank_node.get(e.rank):
+            e.node = rank_node[e.rank]
+    if ranks is not None:
+        nodes_kept = {rank_node.get(r) for r in ranks} - {None}
+        nodes_kept |= {e.node for e in events if e.rank in ranks and e.node}
+        events = [e for e in events if e.job or (e.rank in ranks if e.rank is not None else e.node in nodes_kept)]
+
+    # clip to the window
+    kept = []
+    for e in events:
+        if e.dur is None:
+            if lo <= e.t <= hi:
+                kept.append(e)
+            continue
+        if e.end < lo or e.t > hi:
+            continue
+        e.args.setdefault("at", _iso(e.t))
+        if e.dur is not None:
+            e.args.setdefault("until", _iso(e.end))
+        if e.t < lo or e.end > hi:
+            e.args["clipped"] = "the slice extends past the window; at/until are its real bounds"
+            t0, t1 = max(e.t, lo), min(e.end, hi)
+            e.t, e.dur = t0, t1 - t0
+        kept.append(e)
+    for e in kept:
+        e.args.setdefault("at", _iso(e.t))
+        if e.rank is not None:
+            e.args.setdefault("rank", e.rank)
+    events = kept
+
+    # cap: most important first, latest first within a category
+    def order(e: Event):
+        return (PRIORITY.get(e.cat, 2), -e.end, e.rank if e.rank is not None else -1, e.node or "", e.track,
+                e.t, e.name)
+
+    dropped = prof_dropped
+    if len(events) > max_events:
+        events.sort(key=order)
+        dropped += len(events) - max_events
+        events = events[:max_events]
+    if dropped:
+        messages.append(f"capped at {max_events} events: {dropped} more in the window were left out (profiler "
+                        f"kernels/NVTX first, then steps, the oldest first); narrow it with --last, --from/--to or "
+                        f"--ranks, or raise --max-events")
+
+    # processes and threads
+    nodes = sorted({e.node for e in events if not e.job and e.node} | {rank_node.get(e.rank) for e in events
+                                                                        if e.rank in rank_node} - {None})
+    has_unknown = any(not e.job and not e.node for e in events)
+    pid_of = {n: JOB_PID + 1 + i for i, n in enumerate(nodes)}
+    unknown_pid = JOB_PID + 1 + len(nodes)
+    lanes = _allocate(events)
+    threads: dict[tuple[int, int], str] = {}
+    slot_of: dict[tuple, dict[tuple, int]] = {}
+    rows = []
+    for i, e in enumerate(events):
+        lane = lanes.get(i, 0)
+        if e.job:
+            pid, tid, tname = JOB_PID, JOB_PID, "scheduler"
+        else:
+            pid = pid_of.get(e.node, unknown_pid) if e.node else unknown_pid
+            if e.rank is None:
+                tid, tname = pid, "node (kernel, Xid, NIC, launcher)"
+                if lane:
+                    tid, tname = pid * 1000 + lane, f"node ({lane + 1})"
+            else:
+                key = (e.track, lane)
+                slots = slot_of.setdefault((pid, e.rank), {})
+                slots.setdefault(("", 0), -1)  # every rank shown has its own thread, first
+                slots.setdefault(key, -1)  # numbered below, once every track of the rank is known
+                tid, tname = None, None
+        rows.append([e, pid, tid, tname, lane])
+    # number each rank's threads: main first, then process groups, FR, GPU streams, NVTX
+    tid_map: dict[tuple, int] = {}
+    for (pid, rank), slots in slot_of.items():
+        ordered = sorted(slots, key=lambda k: ((0, "") if k[0] == "" else _track_label(k[0]), k[1]))
+        for n, key in enumerate(ordered):
+            slot = min(n, LANES_PER_RANK - 1)
+            tid_map[(pid, rank, key)] = RANK_TID_BASE + rank * LANES_PER_RANK + slot
+    for (pid, rank), slots in slot_of.items():
+        threads[(pid, tid_map[(pid, rank, ("", 0))])] = f"rank {rank}"
+    for row in rows:
+        e, pid, tid, tname, lane = row
+        if tid is None:
+            row[2] = tid_map[(pid, e.rank, (e.track, lane))]
+            label = "" if e.track == "" else " \u00b7 " + _track_label(e.track)[1]
+            row[3] = f"rank {e.rank}{label}" + (f" ({lane + 1})" if lane else "")
+        threads.setdefault((pid, row[2]), row[3])
+
+    out = []
+    pnames = {JOB_PID: f"job {job_id}" if job_id else "job"} | {p: n for n, p in pid_of.items()}
+    if has_unknown:
+        pnames[unknown_pid] = "(no node)"
+    used_pids = {pid for pid, _ in threads} | {JOB_PID}
+    for pid in sorted(used_pids):
+        out.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0 if pid != JOB_PID else JOB_PID,
+                    "args": {"name": pnames.get(pid, f"pid {pid}")}})
+        out.append({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0 if pid != JOB_PID else JOB_PID,
+                    "args": {"sort_index": pid}})
+    for (pid, tid), name in sorted(threads.items()):
+        out.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name}})
+        out.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid, "args": {"sort_index": tid}})
+    body = []
+    for e, pid, tid, _, _ in rows:
+        ev = {"name": e.name, "cat": e.cat, "ph": "X" if e.dur is not None else "i", "ts": _us(e.t - lo),
+              "pid": pid, "tid": tid, "args": {k: _clean(v) for k, v in sorted(e.args.items()) if v is not None}}
+        if e.dur is not None:
+            ev["dur"] = _us(e.dur)
+        else:
+            ev["s"] = e.scope
+        body.append(ev)
+    body.sort(key=lambda ev: (ev["ts"], ev["pid"], ev["tid"], -ev.get("dur", 0), ev["ph"], ev["name"],
+                              json.dumps(ev["args"], sort_keys=True)))
+    # metadata events referenced by tid 0 (process-level) are fine in Perfetto; keep them for pid naming
+    meta = {
+        "generator": "postmortem export perfetto",
+        "job": job_id,
+        "window": win.how,
+        "window_start": _iso(lo), "window_end": _iso(hi),
+        "end_of_logs": _iso(win.end_of_logs) if win.end_of_logs is not None else None,
+        "time_zero": f"trace time 0 = {_iso(lo)}; every event's args.at is its wall time",
+        "clocks": ("log times minus the node's clock offset (node_clocks.offset_s); kernel/Xid events at "
+                   "node_events.ts_utc; profiler kernels as recorded (UTC)"),
+        "ranks": None if ranks is None else _rank_text(ranks),
+        "events": len(body), "events_left_out": dropped, "max_events": max_events,
+    }
+    return {"traceEvents": out + body, "displayTimeUnit": "ms", "otherData": meta}
+
+
+def _rank_text(ranks: set[int]) -> str:
+    from analyzer.ranges import rank_ranges
+
+    return rank_ranges(ranks)
+
+
+def _us(ns: int):
+    """ns -> µs for the trace: an int when whole, else three decimals."""
+    if ns % 1000 == 0:
+        return ns // 1000
+    return round(ns / 1000, 3)
+
+
+def dumps(doc: dict) -> str:
+    """Deterministic JSON text of a trace document (one event per line for diffable output)."""
+    head = json.dumps({k: v for k, v in doc.items() if k != "traceEvents"}, sort_keys=True, ensure_ascii=False)
+    events = ",\n".join(json.dumps(e, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+                        for e in doc["traceEvents"])
+    return "{\"traceEvents\": [\n" + events + "\n], " + head[1:] + "\n"
+
+
+# --- parquet ---------------------------------------------------------------------------------
+
+def job_id_of(con) -> str | None:
+    """The job's id from the store: the scheduler's record of the whole job, else Slurm lines."""
+    queries = []
+    if "job_id" in columns(con, "job"):
+        if "step" in columns(con, "job"):
+            queries.append("SELECT job_id, count(*) AS n FROM job WHERE job_id IS NOT NULL AND step IS NULL "
+                           "GROUP BY job_id ORDER BY n DESC, job_id LIMIT 1")
+        queries.append("SELECT job_id, count(*) AS n FROM job WHERE job_id IS NOT NULL GROUP BY job_id "
+                       "ORDER BY n DESC, job_id LIMIT 1")
+    if "job_id" in columns(con, "slurm"):
+        queries.append("SELECT job_id, count(*) AS n FROM slurm WHERE job_id IS NOT NULL GROUP BY job_id "
+                       "ORDER BY n DESC, job_id LIMIT 1")
+    for sql in queries:
+        rows = con.execute(sql).fetchall()
+        if rows:
+            return str(rows[0][0])
+    return None
+
+
+def safe_partition_value(value: str) -> str:
+    """A job id usable as a hive partition value (no '/', '=', spaces, leading dots)."""
+    text = re.sub(r"[^A-Za-z0-9._+-]", "_", str(value)).lstrip(".")
+    return text[:200] or "job"
+
+
+MARKER = "_postmortem.json"
+
+
+def parquet(con, out: str | Path, job: str | None = None, store_path: str | None = None,
+            replace: bool = False, messages: list[str] | None = None) -> dict:
+    """Every store table (but ``store.INTERNAL``) -> ``OUT/job=<id>/table=<name>/part-0.parquet``.
+
+    Only this job's partition is written: an existing ``job=<id>`` written from the same
+    store is replaced; one written from another store is left alone (ExportError) unless
+    ``replace``. Returns ``{"job": id, "dir": path, "tables": {name: rows}}``."""
+    from analyzer.store import INTERNAL
+
+    messages = messages if messages is not None else []
+    source = "--job"
+    if job is None:
+        job, source = job_id_of(con), "the store's job table / Slurm lines"
+    if job is None and store_path:
+        job, source = Path(store_path).stem, "the store file's name (no job id in the store)"
+    if job is None:
+        raise ExportError("no job id in the store; give --job ID")
+    value = safe_partition_value(job)
+    if value != job:
+        messages.append(f"job id {job!r} written as job={value} (characters a partition path cannot hold replaced)")
+    root = Path(out)
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"job={value}"
+    origin = str(Path(store_path).resolve()) if store_path else None
+    if final.exists():
+        marker = final / MARKER
+        previous = None
+        if marker.exists():
+            try:
+                previous = json.loads(marker.read_text(encoding="utf-8")).get("store")
+            except (OSError, ValueError):
+                previous = None
+        if previous != origin and not replace:
+            raise ExportError(f"{final} already holds {'an export of ' + previous if previous else 'data'} "
+                              f"not written from this store; give --job to name this job differently, or "
+                              f"--replace to overwrite it")
+        messages.append(f"replacing the existing partition {final}")
+    tmp = root / f".job={value}.tmp"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    counts = {}
+    try:
+        for name in tables(con):
+            if name in INTERNAL:
+                continue
+            target = tmp / f"table={name}"
+            target.mkdir()
+            path = str(target / "part-0.parquet").replace("'", "''")
+            con.execute(f"COPY (SELECT * FROM \"{name}\") TO '{path}' (FORMAT parquet, COMPRESSION zstd)")
+            counts[name] = con.execute(f'SELECT count(*) FROM "{name}"').fetchall()[0][0]
+        (tmp / MARKER).write_text(json.dumps({"job": job, "job_source": source, "store": origin,
+                                              "tables": counts}, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+        if final.exists():
+            shutil.rmtree(final)
+        tmp.rename(final)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return {"job": job, "job_source": source, "dir": str(final), "tables": counts}
+
+
+# --- command line ------------------------------------------------------------------------------
+
+def _say(message: str) -> None:
+    import sys
+
+    print(f"postmortem: {message}", file=sys.stderr)
+
+
+def run_cli(args) -> int:
+    """``postmortem export perfetto|parquet`` (analyzer.cli builds the arguments)."""
+    import sys
+
+    if getattr(args, "export_kind", None) is None:
+        args.export_parser.print_help(sys.stderr)
+        return 2
+    if not Path(args.db).exists():
+        _say(f"{args.db}: no such database")
+        return 2
+    try:
+        con = duckdb.connect(args.db, read_only=True)
+    except duckdb.Error as exc:
+        _say(f"{args.db}: cannot open: {exc}")
+        return 2
+    messages: list[str] = []
+    try:
+        if args.export_kind == "perfetto":
+            return _cli_perfetto(con, args, messages)
+        return _cli_parquet(con, args, messages)
+    except ExportError as exc:
+        for m in messages:
+            _say(m)
+        _say(str(exc))
+        return 2
+    finally:
+        con.close()
+
+
+def _cli_perfetto(con, args, messages: list[str]) -> int:
+    import sys
+
+    if args.last is not None and (args.start or args.end):
+        raise ExportError("give either --last or --from/--to, not both")
+    if args.last is not None and args.last <= 0:
+        raise ExportError("--last needs a positive number of minutes")
+    if args.max_events < 1:
+        raise ExportError("--max-events needs a positive number")
+    try:
+        ranks = parse_ranks(args.ranks) if args.ranks else None
+    except ValueError as exc:
+        raise ExportError(f"--ranks: {exc}") from None
+    doc = perfetto(con, start=args.start, end=args.end, last_min=args.last, ranks=ranks,
+                   max_events=args.max_events, messages=messages)
+    meta = doc["otherData"]
+    _say(f"window: {meta['window']}")
+    for m in messages:
+        _say(m)
+    text = dumps(doc)
+    if args.out == "-":
+        sys.stdout.write(text)
+    else:
+        Path(args.out).write_text(text, encoding="utf-8")
+    threads = sum(1 for e in doc["traceEvents"] if e["ph"] == "M" and e["name"] == "thread_name")
+    procs = sum(1 for e in doc["traceEvents"] if e["ph"] == "M" and e["name"] == "process_name")
+    where = "stdout" if args.out == "-" else args.out
+    _say(f"wrote {where}: {meta['events']} events on {threads} threads in {procs} processes; "
+         f"open it at https://ui.perfetto.dev or chrome://tracing")
+    if meta["events"] == 0:
+        _say("the window holds no events: try --last with more minutes or --from/--to")
+    return 0
+
+
+def _cli_parquet(con, args, messages: list[str]) -> int:
+    result = parquet(con, args.out, job=args.job, store_path=args.db, replace=args.replace, messages=messages)
+    for m in messages:
+        _say(m)
+    rows = sum(result["tables"].values())
+    _say(f"job {result['job']} (from {result['job_source']}): wrote {len(result['tables'])} tables, {rows} rows "
+         f"to {result['dir']}")
+    return 0
