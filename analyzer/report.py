@@ -190,7 +190,8 @@ def _culprit_verdict(roots) -> dict:
 
 def _sentence(*parts: str) -> str:
     """Parts joined as sentences, each ending in exactly one full stop."""
-    return " ".join(p.rstrip().rstrip(".") + "." for p in parts if p and p.strip())
+    parts = [p.strip().rstrip(".") for p in parts if p and p.strip()]
+    return " ".join(p[0].upper() + p[1:] + "." for p in parts)
 
 
 def _verdict_of(status, top, sentence, ids, competing, culprit=None) -> dict:

@@ -27,12 +27,16 @@ Known false positives
     PyTorch counted send/recv in the same sequence as collectives, so a lagging counter in a
     group that also ran P2P is weaker evidence. The rank mapping must be stated by the logs
     (``[rankN]:``, NCCL's world communicator, torchrun's table); a guessed mapping never blames.
+    Ranks whose processes had already ended (killed, crashed, or torn down by their agent)
+    before the first watchdog timeout are behind too: they are reported as a warning and a
+    symptom of the first failure (X001), not as the culprit.
 """
 
 from __future__ import annotations
 
 from analyzer.ranges import rank_ranges
 from rules.base import Context, Finding
+from rules.crash_model import first_failure, first_timeout
 from rules.hang_model import analyse_hang, chain_text, rank_lines, solo_work, stack_of, training_finished
 from rules.why_no_timeout import why_no_timeout
 
@@ -95,9 +99,41 @@ def check(ctx: Context) -> list[Finding]:
                   "the collective timeout above its duration or move the work instead.").format(r=rank_ranges(culprits))
     # After training finished, a hang in the exit path costs GPU time, not the run (H008).
     severity = "warning" if training_finished(ctx) is not None else SEVERITY
+    nodes = sorted({g.get("node") for g in gpus if g.get("node")})
+    first = _died_before_the_wait(ctx, culprits)
+    if first is not None:
+        # They did not take another code path: their processes were gone (killed, crashed or torn
+        # down by the agent) before the others' watchdogs fired. X001 names the first failure.
+        return [Finding(CODE, NAME, "warning", hang.confidence,
+                        f"rank {rank_ranges(culprits)} had exited before {op}"
+                        + (f" #{state.wait_seq} ({state.key})" if state is not None else ""),
+                        f"{waited}; rank {rank_ranges(culprits)} never entered it because their processes had ended: "
+                        f"rank {first.rank} failed first ({first.how}) and the rest followed",
+                        ranks=culprits, nodes=nodes, gpus=gpus, evidence=evidence,
+                        suggestion="See the first failure (X001) and what caused it; the waiting ranks' timeouts "
+                                   "followed from it.",
+                        category="symptom", culprit=False, details=details)]
     return [Finding(CODE, NAME, severity, hang.confidence, title, message, ranks=culprits,
-                    nodes=sorted({g.get("node") for g in gpus if g.get("node")}), gpus=gpus,
+                    nodes=nodes, gpus=gpus,
                     evidence=evidence, suggestion=suggestion, category="hang", culprit=True, details=details)]
+
+
+def _died_before_the_wait(ctx: Context, culprits: list[int]):
+    """The first failure, when every culprit's process had already ended before the first
+    watchdog timeout (by more than the clock uncertainty); else None."""
+    first, tied, rest = first_failure(ctx)
+    t_out = first_timeout(ctx)
+    if first is None or first.t is None or t_out is None:
+        return None
+    if (t_out - first.t).total_seconds() <= first.uncertainty_s:
+        return None
+    ended = {f.rank for f in [first, *tied, *rest]
+             if f.t is not None and f.how != "timeout" and (t_out - f.t).total_seconds() > f.uncertainty_s}
+    # A failed worker's agent stops every worker of its node (torchrun), and records only the
+    # failed one: its node mates ended with it.
+    dead_nodes = {ctx.gpu_of(r).get("node") for r in ended} - {None}
+    ended |= {r for r in culprits if ctx.gpu_of(r).get("node") in dead_nodes}
+    return first if set(culprits) <= ended else None
 
 
 def _common_stack(ctx: Context, ranks: list[int], depth: int = 2) -> list[str]:

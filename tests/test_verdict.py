@@ -119,4 +119,20 @@ def test_info_findings_are_not_linked_and_sentences_end_once():
     h = _f("H001", "hang", [9], ["n2"])
     h.message = "it stopped."
     verdict, _ = _decide(h, info)
-    assert info.caused_by == [] and verdict["sentence"].endswith("it stopped.") and ".." not in verdict["sentence"]
+    assert info.caused_by == [] and verdict["sentence"].endswith("It stopped.") and ".." not in verdict["sentence"]
+
+
+def test_the_last_complete_checkpoint_and_a_save_that_never_finished(tmp_path):
+    from analyzer.pipeline import analyze
+    from analyzer.report import build_report
+    from tests.scenario import write_scenario
+
+    folder = write_scenario(tmp_path / "run", ranks=4, culprit=2)
+    (folder / "train.log").write_text(
+        "[2026-07-24 08:10:00.000001] saving checkpoint at iteration     200 to /ckpt/run1 in torch_dist format\n"
+        "  [2026-07-24 08:10:41.300001] successfully saved checkpoint from iteration     200 to /ckpt/run1 "
+        "[ t 1/1, p 1/1 ]\n"
+        "[2026-07-24 09:10:00.000001] saving checkpoint at iteration     400 to /ckpt/run1 in torch_dist format\n")
+    checkpoint = build_report(analyze([folder]))["actions"]["checkpoint"]
+    assert checkpoint["last_complete_iteration"] == 200 and checkpoint["last_complete_path"] == "/ckpt/run1"
+    assert checkpoint["unfinished_save_iteration"] == 400 and "never finished" in checkpoint["warning"]
