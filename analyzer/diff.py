@@ -92,6 +92,11 @@ def _env(good, bad) -> list[Change]:
             continue
         cls = b_cls or g_cls or "other"
         weight = WEIGHTS.get(cls, WEIGHTS["other"]) + (5 if basis == "NCCL INFO" else 0)
+        same = next((c for c in out if (c.key, c.good, c.bad) == (key, g_val, b_val)), None)
+        if same is not None:  # both kinds of evidence say the same: one change, both sources
+            same.note += f" and {basis}"
+            same.weight = max(same.weight, weight)
+            continue
         out.append(Change("env", key, g_val, b_val, weight, f"{cls.replace('_', '-')}, from {basis}"))
     return out
 

@@ -50,3 +50,14 @@ def test_cli_exit_codes_json_and_stores(runs, tmp_path, capsys):
     assert out["schema"] == "postmortem.diff/1" and out["changes"][0]["key"] == "NCCL_PROTO"
     assert main(["diff", str(tmp_path / "good.duckdb"), str(tmp_path / "good.duckdb"), "--quiet"]) == 0
     assert main(["diff", str(tmp_path / "missing.duckdb"), str(runs / "bad"), "--quiet"]) == 2
+
+
+def test_the_healthy_and_env_mismatch_samples_differ_first_in_nccl_proto():
+    from pathlib import Path
+
+    samples = Path(__file__).resolve().parents[1] / "sample_logs"
+    changes = diff(analyze([samples / "healthy-40r"]), analyze([samples / "env-mismatch"]))["changes"]
+    first = changes[0]
+    assert first["key"] == "NCCL_PROTO" and first["bad"].startswith("Simple on h20-node-02;")
+    assert "NCCL INFO" in first["note"] and "env dump" in first["note"]  # both sources, one change
+    assert [c["key"] for c in changes].count("NCCL_PROTO") == 1
