@@ -187,8 +187,10 @@ def _path_guess(df: pl.DataFrame, inputs: pl.DataFrame, world: int | None) -> pl
     for input_id, path in inputs.select("input_id", "path").iter_rows():
         hints = path_hints(path)
         if "local_rank" in hints:
+            # torchrun writes <log_dir>/<run_id>_<random>/attempt_N/<local_rank>/: one folder per agent
+            # (per node), so everything above attempt_N tells the nodes apart.
             rows.append({"input_id": input_id, "h_local": hints["local_rank"],
-                         "h_node_dir": hints["dirs"][0] if hints["dirs"] else ""})
+                         "h_node_dir": "/".join(hints["dirs"][:-2])})
     if not rows:
         return df.with_columns(h_local=pl.lit(None, dtype=pl.Int64))
     hints = pl.DataFrame(rows, schema={"input_id": pl.UInt32, "h_local": pl.Int64, "h_node_dir": pl.String})

@@ -1,0 +1,18 @@
+"""Ranks guessed from torchrun's log layout follow the node folders, and stay marked as guesses."""
+import re
+
+from analyzer.pipeline import analyze
+from tests.scenario import write_scenario
+
+
+def test_guessed_ranks_follow_node_folder_order_and_local_rank(tmp_path):
+    # node-0N/run_x/attempt_0/<local>/stderr.log; rank 2 prints nothing that states its rank.
+    write_scenario(tmp_path / "logs", ranks=6, culprit=2, guessed=True)
+    # Analyse the parent: the paths then start with logs/, and the node folder is below it.
+    rows = analyze([tmp_path]).frame("SELECT DISTINCT i.path, l.rank, l.rank_confidence FROM lines l "
+                                     "JOIN inputs i USING (input_id) WHERE l.rank IS NOT NULL")
+    for path, rank, confidence in rows.iter_rows():
+        node, local = map(int, re.search(r"node-(\d+)/run_x/attempt_0/(\d+)/", path).groups())
+        assert rank == (node - 1) * 2 + local, path  # the stated ranks agree with the layout
+    culprit = rows.filter(rows["path"].str.contains("node-02/run_x/attempt_0/0/"))
+    assert culprit.rows() and all(c == "guessed" for _, _, c in culprit.rows())
