@@ -20,7 +20,7 @@ from datetime import datetime, timedelta
 import polars as pl
 
 from analyzer.ranges import rank_ranges
-from analyzer.render import safe
+from analyzer.render import action_items, safe
 
 WINDOW = timedelta(minutes=15)
 BUCKETS = 180
@@ -62,9 +62,8 @@ def html_report(report: dict, run=None) -> str:
              "<h1>postmortem report</h1>",
              f'<div class="verdict" style="--c:{colour}"><span class="badge" style="--c:{colour}">{e(v["status"])}'
              f'</span><b>{e(v["category"])}</b> <span class="muted">confidence {v["confidence"]:.2f}</span>'
-             f"<p>{e(v['sentence'])}</p>" + "".join(f"<p class=muted>competing: {e(c)}</p>" for c in v["competing"])
-             + "</div>"]
-    parts += _actions(report["actions"])
+             f"<p>{e(v['sentence'])}</p></div>"]
+    parts += _actions(report)
     if run is not None:
         parts += _pictures(report, run)
     parts += _findings(report["findings"])
@@ -74,33 +73,10 @@ def html_report(report: dict, run=None) -> str:
     return "\n".join(parts) + "\n"
 
 
-def _actions(a: dict) -> list[str]:
-    items = []
-    if a.get("drain_hostlist"):
-        items.append(f"<li><b>Drain</b> <code>{e(a['drain_hostlist'])}</code> &mdash; {e(a.get('drain_reason'))}</li>")
-    for g in a.get("rma_gpus", []):
-        items.append(f"<li><b>RMA</b> {e(g.get('node'))} GPU {e(g.get('cuda_dev'))} "
-                     f"bus <code>{e(g.get('bus_id'))}</code> serial <code>{e(g.get('serial') or '?')}</code> uuid <code>{e(g.get('uuid') or '?')}</code>"
-                     f" &mdash; {e(g.get('reason'))}</li>")
-    if a.get("culprit_ranks"):
-        items.append(f"<li>Culprit rank(s) <code>{e(a['culprit_ranks'])}</code> on "
-                     f"<code>{e(a.get('inspect_hostlist'))}</code></li>")
-    elif a.get("inspect_hostlist"):
-        items.append(f"<li>Inspect <code>{e(a['inspect_hostlist'])}</code></li>")
-    if a.get("gpu_hours_lost"):
-        h = a["gpu_hours_lost"]
-        items.append(f"<li>GPU-hours lost: <b>{e(h['value'])}</b> ({e(h['ranks'])} ranks &times; "
-                     f"{e(h['hours'])} h)</li>")
-    c = a.get("checkpoint") or {}
-    if c.get("last_complete_iteration") is not None:
-        items.append(f"<li>Last complete checkpoint: iteration {e(c['last_complete_iteration'])} "
-                     f"<code>{e(c.get('last_complete_path'))}</code></li>")
-    if c.get("warning"):
-        items.append(f"<li><b>Checkpoint:</b> {e(c['warning'])}</li>")
-    for p in a.get("py_spy", []):
-        items.append(f"<li>If still hanging: <code>{e(p['command'])}</code> (rank {e(p['rank'])})</li>")
-    if a.get("note"):
-        items.append(f"<li>{e(a['note'])}</li>")
+def _actions(report: dict) -> list[str]:
+    tags = {"t": "{}", "b": "<b>{}</b>", "c": "<code>{}</code>"}
+    items = [f'<li style="margin-left:{24 * indent}px">' + "".join(tags[kind].format(e(text)) for kind, text in segments)
+             + "</li>" for indent, segments in action_items(report)]
     return ["<h2>Actions</h2>", "<ul>" + "".join(items) + "</ul>"] if items else []
 
 

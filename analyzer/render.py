@@ -20,32 +20,51 @@ def md_code(text: str | None) -> str:
     return f"`{body}`"
 
 
+def action_items(report: dict) -> list[tuple[int, list[tuple[str, str]]]]:
+    """The actions as (indent, segments) for every format; a segment is ``(kind, text)`` with kind
+    ``t`` (plain), ``b`` (a label to stress) or ``c`` (a value to copy: host list, command, id).
+    Each renderer escapes the text its own way."""
+    v, a = report["verdict"], report["actions"]
+    items: list[tuple[int, list[tuple[str, str]]]] = []
+    if a.get("culprit_ranks"):
+        items.append((0, [("b", "Culprit rank(s) "), ("c", a["culprit_ranks"]), ("t", " on "),
+                          ("c", a.get("inspect_hostlist") or "?")]))
+        for g in a["gpus"]:
+            items.append((1, [("t", f"rank {g['rank']}: {g.get('node')} GPU {g.get('cuda_dev')} bus "),
+                              ("c", str(g.get("bus_id"))),
+                              ("t", f" pid {g.get('pid')} (rank mapping: {g.get('mapping_confidence')}, "
+                                    f"{g.get('mapping_source')})")]))
+    elif a.get("inspect_hostlist"):
+        items.append((0, [("b", "Inspect nodes "), ("c", a["inspect_hostlist"])]))
+    items += [(0, [("b", "Competing explanation: "), ("t", c)]) for c in v.get("competing", [])]
+    if a.get("drain_hostlist"):
+        items.append((0, [("b", "Drain "), ("c", a["drain_hostlist"]), ("t", f" ({a.get('drain_reason') or ''})")]))
+    for g in a.get("rma_gpus", []):
+        items.append((0, [("b", "RMA "), ("t", f"{g.get('node')} GPU {g.get('cuda_dev')} bus "), ("c", str(g.get("bus_id"))),
+                          ("t", " serial "), ("c", g.get("serial") or "?"), ("t", " uuid "), ("c", g.get("uuid") or "?"),
+                          ("t", f" ({g.get('reason')})")]))
+    if a.get("gpu_hours_lost"):
+        h = a["gpu_hours_lost"]
+        items.append((0, [("b", "GPU-hours lost: "), ("t", f"{h['value']} ({h['ranks']} ranks x {h['hours']} h "
+                                                          "since the last progress)")]))
+    c = a.get("checkpoint") or {}
+    if c.get("last_complete_iteration") is not None:
+        items.append((0, [("b", "Last complete checkpoint: "), ("t", f"iteration {c['last_complete_iteration']}")]
+                      + ([("t", " at "), ("c", c["last_complete_path"])] if c.get("last_complete_path") else [])))
+    if c.get("warning"):
+        items.append((0, [("b", "Checkpoint: "), ("t", c["warning"])]))
+    for p in a.get("py_spy", []):
+        items.append((0, [("b", "If still hanging: "), ("c", p["command"]), ("t", f" (rank {p['rank']})")]))
+    if a.get("note"):
+        items.append((0, [("b", "Note: "), ("t", a["note"])]))
+    return items
+
+
 def text_report(report: dict) -> str:
     v = report["verdict"]
     out = [f"VERDICT ({v['status']}, confidence {v['confidence']:.2f}): {safe(v['sentence'])}", ""]
-    a = report["actions"]
-    if a.get("culprit_ranks"):
-        out.append(f"Culprit ranks: {a['culprit_ranks']}   nodes: {a.get('inspect_hostlist')}")
-        for g in a["gpus"]:
-            out.append(f"  rank {g['rank']}: {g.get('node')} GPU {g.get('cuda_dev')} bus {g.get('bus_id')} "
-                       f"pid {g.get('pid')} (rank mapping: {g.get('mapping_confidence')}, {g.get('mapping_source')})")
-    elif a.get("inspect_hostlist"):
-        out.append(f"Inspect nodes: {a['inspect_hostlist']}")
-    for c in v.get("competing", []):
-        out.append(f"  competing: {safe(c)}")
-    if a.get("drain_hostlist"):
-        out.append(f"Drain: {a['drain_hostlist']}   ({safe(a.get('drain_reason'))})")
-    for g in a.get("rma_gpus", []):
-        out.append(f"RMA: {g.get('node')} GPU {g.get('cuda_dev')} bus {g.get('bus_id')} "
-                   f"serial {g.get('serial') or '?'} uuid {g.get('uuid') or '?'}  ({safe(g.get('reason'))})")
-    if a.get("gpu_hours_lost"):
-        h = a["gpu_hours_lost"]
-        out.append(f"GPU-hours lost: {h['value']} ({h['ranks']} ranks x {h['hours']} h since the last progress)")
-    out += _checkpoint_lines(a.get("checkpoint"))
-    for p in a.get("py_spy", []):
-        out.append(f"Still hanging? {p['command']}   # rank {p['rank']}")
-    if a.get("note"):
-        out.append(f"Note: {a['note']}")
+    for indent, segments in action_items(report):
+        out.append("  " * indent + "".join(safe(text) for _, text in segments))
     out.append("")
     for f in report["findings"]:
         out.append(f"[{f['severity'].upper()}] {f['code']} {f['name']} (confidence {f['confidence']:.2f}): "
@@ -80,18 +99,6 @@ def text_report(report: dict) -> str:
     return "\n".join(out) + "\n"
 
 
-def _checkpoint_lines(c: dict | None) -> list[str]:
-    if not c:
-        return []
-    out = []
-    if c.get("last_complete_iteration") is not None:
-        out.append(f"Last complete checkpoint: iteration {c['last_complete_iteration']}"
-                   + (f" at {safe(c['last_complete_path'])}" if c.get("last_complete_path") else ""))
-    if c.get("warning"):
-        out.append(f"Checkpoint warning: {safe(c['warning'])}")
-    return out
-
-
 def _summary_lines(report: dict) -> list[str]:
     r = report["run"]
     t = report["inputs"]["totals"]
@@ -119,29 +126,11 @@ def markdown_report(report: dict) -> str:
     v = report["verdict"]
     out = ["# postmortem report", "", f"**Verdict ({v['status']}, confidence {v['confidence']:.2f}):** "
            + _md_text(v["sentence"]), ""]
-    a = report["actions"]
     out.append("## Actions")
-    if a.get("culprit_ranks"):
-        out.append(f"- Culprit rank(s) `{a['culprit_ranks']}` on `{a.get('inspect_hostlist')}`")
-        for g in a["gpus"]:
-            out.append(f"  - rank {g['rank']}: `{g.get('node')}` GPU {g.get('cuda_dev')} bus `{g.get('bus_id')}` "
-                       f"pid {g.get('pid')} (mapping: {g.get('mapping_confidence')})")
-    elif a.get("inspect_hostlist"):
-        out.append(f"- Inspect nodes `{a['inspect_hostlist']}`")
-    for c in v.get("competing", []):
-        out.append(f"- Competing explanation: {_md_text(c)}")
-    if a.get("drain_hostlist"):
-        out.append(f"- **Drain** `{a['drain_hostlist']}` ({_md_text(a.get('drain_reason') or '')})")
-    for g in a.get("rma_gpus", []):
-        out.append(f"- **RMA** `{g.get('node')}` GPU {g.get('cuda_dev')} bus `{g.get('bus_id')}` serial "
-                   f"`{g.get('serial') or '?'}` uuid `{g.get('uuid') or '?'}` ({_md_text(g.get('reason') or '')})")
-    if a.get("gpu_hours_lost"):
-        out.append(f"- GPU-hours lost: **{a['gpu_hours_lost']['value']}**")
-    out += [f"- {_md_text(line)}" for line in _checkpoint_lines(a.get("checkpoint"))]
-    for p in a.get("py_spy", []):
-        out.append(f"- If still hanging: `{p['command']}` (rank {p['rank']})")
-    if a.get("note"):
-        out.append(f"- {a['note']}")
+    for indent, segments in action_items(report):
+        out.append("  " * indent + "- " + "".join(
+            md_code(text) if kind == "c" else f"**{_md_text(text).strip()}** " if kind == "b" else _md_text(text)
+            for kind, text in segments))
     out.append("")
     out.append("## Findings")
     for f in report["findings"]:
