@@ -16,7 +16,8 @@ from pathlib import Path
 EXAMPLES = """\
 examples:
   postmortem report /scratch/job-4242/                     verdict, findings, actions (text)
-  postmortem report job/ --format md,json --out job/pm     write report.md and report.json
+  postmortem report job/ --format md,json,html --out job/pm   write report.md, .json and .html
+  postmortem report job-4242.tar.gz                        archives are read in place (.tar[.gz|.zst], .zip)
   postmortem report job/ --fail-on warning; echo $?        1 when any warning or error
   postmortem ingest job/ --db job.duckdb                   build the store, query it later
   postmortem query --db job.duckdb "SELECT rank, node, pid, bus_id, source FROM ranks"
@@ -56,6 +57,8 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--gpu", metavar="MODEL", help="the GPU model for the hardware model (e.g. H20, H100, A100-80GB); "
                                                    "default: the nvidia-smi name in the inputs")
     r.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    r.add_argument("--what-if-gpu", metavar="MODEL", help="also judge the observed memory peak against another card "
+                                                          "(e.g. H100): does it fit, by how much not, and the levers")
 
     i = sub.add_parser("ingest", help="parse inputs into a DuckDB file",
                        description="Parse inputs into a DuckDB database you can query with postmortem query, "
@@ -163,6 +166,8 @@ def _report(args) -> int:
         return 2
     if args.gpu:
         run.info["gpu"] = args.gpu
+    if getattr(args, "what_if_gpu", None):
+        run.info["what_if_gpu"] = args.what_if_gpu
     report = build_report(run)
     renderers = {"text": text_report, "md": markdown_report, "json": to_json,
                  "html": lambda r: html_report(r, run)}
