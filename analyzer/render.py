@@ -30,7 +30,7 @@ def action_items(report: dict) -> list[tuple[int, list[tuple[str, str]]]]:
         items.append((0, [("b", "Culprit rank(s) "), ("c", a["culprit_ranks"]), ("t", " on "),
                           ("c", a.get("inspect_hostlist") or "?")]))
         for g in a["gpus"]:
-            items.append((1, [("t", f"rank {g['rank']}: {g.get('node')} GPU {g.get('cuda_dev')} bus "),
+            items.append((1, [("t", f"rank {g.get('rank')}: {g.get('node')} GPU {g.get('cuda_dev')} bus "),
                               ("c", str(g.get("bus_id"))),
                               ("t", f" pid {g.get('pid')} (rank mapping: {g.get('mapping_confidence')}, "
                                     f"{g.get('mapping_source')})")]))
@@ -54,7 +54,7 @@ def action_items(report: dict) -> list[tuple[int, list[tuple[str, str]]]]:
     if c.get("warning"):
         items.append((0, [("b", "Checkpoint: "), ("t", c["warning"])]))
     for p in a.get("py_spy", []):
-        items.append((0, [("b", "If still hanging: "), ("c", p["command"]), ("t", f" (rank {p['rank']})")]))
+        items.append((0, [("b", "If still hanging: "), ("c", p["command"]), ("t", f" (rank {p.get('rank')})")]))
     if a.get("note"):
         items.append((0, [("b", "Note: "), ("t", a["note"])]))
     return items

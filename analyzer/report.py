@@ -202,8 +202,18 @@ def _verdict_of(status, top, sentence, ids, competing, culprit=None) -> dict:
 def _culprit_of(findings) -> dict:
     ranks = sorted({r for f in findings for r in f.ranks})
     nodes = sorted({n for f in findings for n in f.nodes})
-    gpus = [g for f in findings for g in f.gpus]
-    return {"ranks": ranks, "nodes": nodes, "gpus": gpus}
+    return {"ranks": ranks, "nodes": nodes, "gpus": _unique_gpus(findings)}
+
+
+def _unique_gpus(findings) -> list[dict]:
+    """The GPUs the findings name, each once (two findings often name the same rank's GPU)."""
+    seen, out = set(), []
+    for g in (g for f in findings for g in f.gpus):
+        key = (g.get("rank"), g.get("node"), g.get("cuda_dev"), g.get("bus_id"))
+        if key not in seen:
+            seen.add(key)
+            out.append(g)
+    return out
 
 
 def _overlap(a, b) -> bool:
@@ -231,14 +241,14 @@ def _actions(ctx, findings, verdict: dict) -> dict:
     named = [f for f in roots if f.id in verdict["finding_ids"]] if verdict["status"] == "culprit" else []
     ranks = sorted({r for f in roots for r in f.ranks})
     nodes = sorted({n for f in roots for n in f.nodes})
-    gpus = [g for f in roots for g in f.gpus]
+    gpus = _unique_gpus(roots)
     drain = sorted({n for f in named if f.details.get("drain", f.category in _DRAIN_CATEGORIES)
                     and f.confidence >= 0.7 for n in f.nodes})
     still_hanging = not _ended(ctx)
     pyspy = []
     for g in gpus:
         if g.get("pid") and g.get("node"):
-            pyspy.append({"host": g["node"], "pid": g["pid"], "rank": g["rank"],
+            pyspy.append({"host": g["node"], "pid": g["pid"], "rank": g.get("rank"),
                           "command": f"ssh {g['node']} py-spy dump --pid {g['pid']}"})
     return {
         "culprit_ranks": rank_ranges(ranks) if ranks else None,

@@ -32,6 +32,7 @@ from .rungen.c10d import CRASH_KINDS
 from .rungen.endings import CRASH_ENDS
 from .rungen.frameworks import FRAMEWORKS
 from .rungen.layout import write_run
+from .rungen.megatron import OOM_SITES
 from .rungen.nccl import NcclVersion
 from .rungen.nccl_topology import CONNECTIONS, FABRICS, INTRA, SUBSYSTEMS, subsys_names
 from .rungen.story import Story
@@ -89,6 +90,7 @@ class RunSpec:
     flight_recorder_prefix: str = "nccl_trace_rank_"   # TORCH_NCCL_DEBUG_INFO_TEMP_FILE's file-name part
     crash_kind: str = "oom"                 # attempts > 1: how earlier attempts crash ("oom" keeps the samples as they are)
     crash_end: str = "host-oom-kill"        # scenario="crash": how the culprit rank fails (bench/rungen/endings.py)
+    oom_site: str = "backward"              # crash_end="oom": where the CUDA OOM is raised (bench/rungen/megatron.py)
     # Node and scheduler evidence (issue 5, bench/rungen/node_logs.py); the defaults write nothing new.
     node_logs: bool = False                 # kernel logs, nvidia-smi -q, sacct/scontrol under node_logs/ and slurm/
     node_fault: str | None = None           # "xid79" | "xid48" | "xid94": the culprit's GPU fails just before the hang
@@ -107,6 +109,12 @@ class RunSpec:
     node_env: dict[int, dict[str, str]] = field(default_factory=dict)   # node -> variables only that node has
     node_nccl_version: dict[int, str] = field(default_factory=dict)     # node -> the NCCL release its ranks run
     network_fault: bool = True              # all-stuck: RoCE retry timeouts on one node (off: another cause)
+    checkpoint_save_s: float = 41.3         # healthy: seconds the final checkpoint save takes (Megatron)
+    nan_from_iteration: int | None = None   # NaN losses from this iteration on (bench/rungen/numerics.py)
+    # Profiles (bench/rungen/nsys.py): nsys exports of every rank; off keeps the samples byte-identical.
+    profile: bool = False                   # nsys/<rank>.sqlite: 24 profiled steps of every rank
+    slow_rank: int | None = None            # with profile: the rank that starts every all-reduce slow_ms late
+    slow_ms: float = 3.0
 
     def validate(self) -> None:
         if self.scenario not in SCENARIOS:
@@ -128,14 +136,21 @@ class RunSpec:
             raise ValueError(f"culprit rank {self.culprit} is outside a world of {world} ranks; pass --culprit")
         if self.group == "node" and self.gpus_per_node < 2:
             raise ValueError("group='node' needs at least 2 GPUs per node")
+        if self.nan_from_iteration is not None and not (2 <= self.nan_from_iteration <= self.iterations_before_hang
+                                                        and self.framework == "megatron"):
+            raise ValueError("nan_from_iteration must be 2..iterations_before_hang, with framework='megatron'")
         if self.attempts < 1 or self.iterations_before_hang < 1 or self.hang_seq < 10 or self.node_hang_seq < 10:
             raise ValueError("attempts and iterations_before_hang must be >= 1, hang sequence numbers >= 10")
+        if self.checkpoint_save_s <= 0:
+            raise ValueError("checkpoint_save_s must be positive")
         if self.step_s <= 0 or self.timeout_s <= 0 or self.hang_duration_s <= 0:
             raise ValueError("step_s, timeout_s and hang_duration_s must be positive")
         if self.framework not in FRAMEWORKS:
             raise ValueError(f"framework must be one of {', '.join(FRAMEWORKS)}, got {self.framework!r}")
         if self.crash_end not in CRASH_ENDS:
             raise ValueError(f"crash_end must be one of {', '.join(CRASH_ENDS)}, got {self.crash_end!r}")
+        if self.oom_site not in OOM_SITES:
+            raise ValueError(f"oom_site must be one of {', '.join(OOM_SITES)}, got {self.oom_site!r}")
         if self.crash_kind not in CRASH_KINDS:
             raise ValueError(f"crash_kind must be one of {', '.join(CRASH_KINDS)}, got {self.crash_kind!r}")
         if self.node_fault is not None and self.node_fault not in NODE_FAULTS:
@@ -158,6 +173,8 @@ class RunSpec:
                 raise ValueError(f"missing_node {self.missing_node} is not a node of this {self.nodes}-node job")
         elif self.missing_node is not None:
             raise ValueError("missing_node is only for --scenario missing-node")
+        if self.slow_rank is not None and not (self.profile and 0 <= self.slow_rank < world and self.slow_ms > 0):
+            raise ValueError("slow_rank needs --profile, a rank of this job and a positive slow_ms")
         if self.flight_recorder not in FLIGHT_RECORDER:
             raise ValueError(f"flight_recorder must be one of {', '.join(FLIGHT_RECORDER)}, got {self.flight_recorder!r}")
         if not self.flight_recorder_prefix or "/" in self.flight_recorder_prefix or self.flight_recorder_prefix[-1].isdigit():
@@ -215,6 +232,11 @@ def generate_run(out_dir: Path, spec: RunSpec, write_truth: bool = False) -> dic
     # Flight Recorder dumps: written after the logs, from the story's progress (no rng draws).
     from .rungen.flight_recorder import write_dumps
     write_dumps(run, spec, Clock(spec.start), Path(out_dir))
+    if spec.profile:
+        from .rungen.nsys import write_profiled_run
+        write_profiled_run(Path(out_dir), world=cluster.world, steps=24, late_rank=spec.slow_rank,
+                           delay_ns=int(spec.slow_ms * 1e6), hosts=hosts, gpus_per_node=spec.gpus_per_node,
+                           gpu_name="NVIDIA H20", base_epoch_ns=int(Clock(spec.start).at(600).timestamp()) * 10**9)
     if spec.node_logs or spec.node_fault:
         from .rungen.node_logs import write_node_logs
         fault = write_node_logs(run, spec, Clock(spec.start), Path(out_dir))
@@ -313,6 +335,9 @@ _HELP = {
                 "(torchrun, attempt_N folders) or requeued (srun launchers, appended to the same file)",
     "iterations_before_hang": "training iterations completed before the hang (healthy runs train 20 more)",
     "step_s": "seconds per training iteration",
+    "checkpoint_save_s": "healthy runs: seconds the final Megatron checkpoint save takes (default 41.3; a slow storage tier: sample checkpoint-stall)",
+    "nan_from_iteration": "Megatron iteration lines print a NaN step (loss left out, grad norm nan, one NaN "
+                          "iteration) from this iteration on; with --node-fault xid48/xid94 the Xid comes during it",
     "start": "job start, 'YYYY-MM-DD HH:MM:SS' (UTC)",
     "seed": "random seed; the same seed and options write identical bytes",
     "nodes": "number of nodes (use --ranks to give the world size instead)",
@@ -335,7 +360,12 @@ _HELP = {
                  "torchtitan, lightning",
     "crash_end": f"with --scenario crash: how the culprit rank fails ({', '.join(CRASH_ENDS)}); the OOM-killer "
                  "endings SIGKILL its process (kernel log lines with --node-logs), the others raise on that rank",
+    "oom_site": "with --crash-end oom: where the CUDA OOM is raised: backward (a MoE layer's backward pass) or "
+                "optimizer-init (the optimizer step allocating Adam's state the first time it reaches it)",
     "crash_kind": f"with --attempts > 1: how the earlier attempts crash ({', '.join(CRASH_KINDS)})",
+    "profile": "write an Nsight Systems SQLite export of every rank (nsys/rank_N.sqlite, 24 steps, 10 minutes in)",
+    "slow_rank": "with --profile: the rank that starts every all-reduce --slow-ms late (a straggler)",
+    "slow_ms": "with --slow-rank: milliseconds the slow rank is late at every all-reduce",
     "flight_recorder_prefix": "file-name prefix of the dumps (TORCH_NCCL_DEBUG_INFO_TEMP_FILE's last part); the rank follows",
 }
 
@@ -366,7 +396,8 @@ def build_parser() -> argparse.ArgumentParser:
         default = getattr(defaults, f.name)
         if f.name == "hosts":
             parser.add_argument(flag, type=lambda s: s.split(","), default=None, help=_HELP[f.name])
-        elif f.name in ("culprit", "nccl_shm_node", "skew_node", "flap_node", "flap_nic", "missing_node"):
+        elif f.name in ("culprit", "nccl_shm_node", "skew_node", "flap_node", "flap_nic", "missing_node",
+                        "slow_rank", "nan_from_iteration"):
             parser.add_argument(flag, type=int, default=None, help=_HELP[f.name])
         elif f.name == "node_fault":
             parser.add_argument(flag, default=None, choices=NODE_FAULTS, help=_HELP[f.name])
@@ -384,7 +415,7 @@ def build_parser() -> argparse.ArgumentParser:
         else:
             choices = {"scenario": SCENARIOS, "launcher": LAUNCHERS, "group": GROUPS, "nccl_fabric": FABRICS,
                        "flight_recorder": FLIGHT_RECORDER, "crash_kind": CRASH_KINDS, "framework": FRAMEWORKS,
-                       "crash_end": CRASH_ENDS,
+                       "crash_end": CRASH_ENDS, "oom_site": OOM_SITES,
                        "nccl_intra": INTRA, "nccl_connections": CONNECTIONS}.get(f.name)
             parser.add_argument(flag, type=type(default), default=default, choices=choices, help=_HELP[f.name])
     return parser

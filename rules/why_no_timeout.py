@@ -138,6 +138,13 @@ def hang_span(ctx: Context):
     iterations = ctx.table("iterations")
     if not iterations.is_empty() and "ts" in iterations.columns:
         last_progress = iterations["ts"].drop_nulls().max()
+    # A checkpoint that finished saving after the last step is progress too (a long final save
+    # is not a hang).
+    events = ctx.table("events")
+    if last_progress is not None and {"kind", "ts"} <= set(events.columns):
+        saved = events.filter(pl.col("kind") == "checkpoint_save_done")["ts"].drop_nulls().max()
+        if saved is not None and saved > last_progress:
+            last_progress = saved
     ends = []
     for name in ("events", "collectives", "progress", "iterations", "exits", "slurm", "agent"):
         t = ctx.table(name)

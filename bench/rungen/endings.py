@@ -167,7 +167,7 @@ class Endings:
         if spec.crash_end in KILL_ENDS:
             t_dead, code = t_fail + jitter(rng, 0.01, 0.05), -9
         else:
-            text = megatron_oom(self.era, victim.slot.local_rank)
+            text = megatron_oom(self.era, victim.slot.local_rank, getattr(spec, "oom_site", "backward"))
             log = self.log_of(victim)
             before, after = [], []
             if spec.crash_end != "oom":

@@ -271,4 +271,4 @@ def save_lines(spec, clock, t: float, it: int) -> list[tuple[float, str]]:
                                                    "enabled)in 41.30 seconds."))]
     if fw == "lightning":
         return []
-    return megatron.save_lines(clock, t, it)
+    return megatron.save_lines(clock, t, it, spec.checkpoint_save_s)

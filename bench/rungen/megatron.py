@@ -131,18 +131,48 @@ class IterationLog:
                 f"max allocated: {87654.32 if it > 1 else 86410.57:.2f} | reserved: {reserved:.2f} | "
                 f"max reserved: {reserved:.2f}")
 
+    @staticmethod
+    def params_report() -> list[str]:
+        """Rank 0's parameter counts from ``report_theoretical_memory`` (printed with the first memory
+        report): 15.80B in all, 3.30B active per token (an "A3B" MoE)."""
+        return ["Number of parameters in transformer block in billions:  15.69",
+                "Number of active parameters in transformer block in billions:  3.19",
+                "Number of parameters in embedding layers in billions: 0.10",
+                "Total number of parameters in billions: 15.80",
+                "Total number of active parameters in billions: 3.30",
+                "Number of parameters in most loaded shard in billions: 2.4886"]
 
-def save_lines(clock: Clock, t: float, it: int) -> list[tuple[float, str]]:
-    """Rank 0's checkpoint save at the end of a healthy run."""
+
+def save_lines(clock: Clock, t: float, it: int, duration: float = 41.3) -> list[tuple[float, str]]:
+    """Rank 0's checkpoint save at the end of a healthy run (``duration`` seconds)."""
     return [(t, f"[{clock.megatron(t)}.{int(t * 1e6) % 1_000_000:06d}] saving checkpoint at iteration {it:7d} "
                 f"to {CHECKPOINT_DIR} in torch_dist format"),
-            (t + 41.3, f"  [{clock.megatron(t + 41.3)}.{int((t + 41.3) * 1e6) % 1_000_000:06d}] successfully saved "
-                       f"checkpoint from iteration {it:7d} to {CHECKPOINT_DIR} [ t 1/1, p 1/1 ]"),
-            (t + 41.5, f"[after training is done] datetime: {clock.megatron(t + 41.5)} ")]
+            (t + duration, f"  [{clock.megatron(t + duration)}.{int((t + duration) * 1e6) % 1_000_000:06d}] "
+                           f"successfully saved checkpoint from iteration {it:7d} to {CHECKPOINT_DIR} [ t 1/1, p 1/1 ]"),
+            (t + duration + 0.2, f"[after training is done] datetime: {clock.megatron(t + duration + 0.2)} ")]
 
 
-def megatron_oom(era: Era, device: int) -> str:
-    """The traceback of a CUDA OOM in the backward pass of a Megatron MoE layer."""
+OOM_SITES = ("backward", "optimizer-init")
+
+# The optimizer step that first reaches Adam's state: torch.optim creates exp_avg/exp_avg_sq lazily.
+_OPTIMIZER_INIT_FRAMES = [
+    (f"{MEGATRON_ROOT}/megatron/training/training.py", 1188, "train_step",
+     "update_successful, grad_norm, num_zeros_in_grad = optimizer.step()"),
+    ("/usr/local/lib/python3.12/dist-packages/torch/utils/_contextlib.py", 116, "decorate_context",
+     "return func(*args, **kwargs)"),
+    (f"{MEGATRON_ROOT}/megatron/core/optimizer/distrib_optimizer.py", 2219, "step_with_ready_grads",
+     "update_successful = super().step_with_ready_grads()"),
+    (f"{MEGATRON_ROOT}/megatron/core/optimizer/optimizer.py", 434, "step_with_ready_grads", "self.optimizer.step()"),
+    ("/usr/local/lib/python3.12/dist-packages/torch/optim/adam.py", 223, "step",
+     "has_complex = self._init_group("),
+    ("/usr/local/lib/python3.12/dist-packages/torch/optim/adam.py", 163, "_init_group",
+     "state[\"exp_avg_sq\"] = torch.zeros_like("),
+]
+
+
+def megatron_oom(era: Era, device: int, site: str = "backward") -> str:
+    """The traceback of a CUDA OOM in the backward pass of a Megatron MoE layer (``site="backward"``)
+    or in the optimizer step creating Adam's state (``site="optimizer-init"``)."""
     frames = [
         (f"{MEGATRON_ROOT}/pretrain_gpt.py", 294, "<module>", "pretrain("),
         (f"{MEGATRON_ROOT}/megatron/training/training.py", 421, "pretrain", "iteration, num_floating_point_operations_so_far = train("),
@@ -155,6 +185,8 @@ def megatron_oom(era: Era, device: int) -> str:
         (f"{MEGATRON_ROOT}/megatron/core/pipeline_parallel/schedules.py", 150, "custom_backward",
          "Variable._execution_engine.run_backward("),
     ]
+    if site == "optimizer-init":
+        frames = frames[:3] + _OPTIMIZER_INIT_FRAMES
     lines = ["Traceback (most recent call last):"]
     for path, line, fn, code in frames:
         lines += [f'  File "{path}", line {line}, in {fn}', f"    {code}"]

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from .base import Clock
 from .endings import oom_kill_events
+from .numerics import fault_time
 
 FAULTS = {
     "xid79": (79, "GPU has fallen off the bus."),
@@ -79,7 +80,7 @@ def write_node_logs(run, spec, clock: Clock, out: Path) -> dict:
     fault = FAULTS.get(spec.node_fault or "")
     culprit = cluster.slots[min(max(spec.culprit, 0), cluster.world - 1)]
     skewed = skew_node(spec, cluster)
-    t_fault = t_hang + getattr(spec, "fault_at_s", -0.35)
+    t_fault = fault_time(spec, attempt, t_hang + getattr(spec, "fault_at_s", -0.35))
     truth: dict = {}
     for node, host in enumerate(cluster.hosts):
         skew = spec.clock_skew_s if node == skewed else 0.0

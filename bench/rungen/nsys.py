@@ -123,8 +123,11 @@ NCCL_STREAM = 23
 
 def write_nsys_export(path: str | Path, rank: int, world: int = 8, steps: int = 20, compute_per_step: int = 10,
                       late_rank: int | None = 3, delay_ns: int = 3_000_000, session_offset_ns: int | None = None,
-                      gpus_per_node: int = 8, payloads: bool = True, record_env: bool = True) -> Path:
-    """One rank's export. Everything below is set-based SQL: no Python row per event."""
+                      gpus_per_node: int = 8, payloads: bool = True, record_env: bool = True,
+                      host: str | None = None, gpu_name: str = "NVIDIA H100 80GB HBM3",
+                      base_epoch_ns: int = BASE_EPOCH_NS) -> Path:
+    """One rank's export. Everything below is set-based SQL: no Python row per event. ``host``,
+    ``gpu_name`` and ``base_epoch_ns`` default to the standalone profile's (``node00``, H100, 2026-05-26)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     if path.exists():
@@ -133,9 +136,9 @@ def write_nsys_export(path: str | Path, rank: int, world: int = 8, steps: int = 
     gpid = GLOBAL_VID | (pid << 24)
     gtid = gpid | pid
     device = rank % gpus_per_node
-    epoch = BASE_EPOCH_NS + (session_offset_ns if session_offset_ns is not None else rank * 217_000_000)
+    epoch = base_epoch_ns + (session_offset_ns if session_offset_ns is not None else rank * 217_000_000)
     # Absolute schedule (the same for every rank), expressed on this rank's session timeline.
-    t0 = BASE_EPOCH_NS + 2_000_000_000 - epoch
+    t0 = base_epoch_ns + 2_000_000_000 - epoch
     con = sqlite3.connect(path)
     con.executescript("".join(f"CREATE TABLE {name} ({cols});\n" for name, cols in DDL.items()))
     con.executemany("INSERT INTO StringIds VALUES (?, ?)", STRINGS.items())
@@ -158,10 +161,10 @@ def write_nsys_export(path: str | Path, rank: int, world: int = 8, steps: int = 
         ("CAPTURE_EVENT_TYPE", "NvtxEvents"), ("CAPTURE_EVENT_TYPE", "Cuda"), ("COLLECT_GPU_MEMORY_USAGE", "true"),
         ("PROCESS_0:COMMAND", "python"), ("PROCESS_0:ARGUMENT_0", "train.py")] + env)
     con.executemany("INSERT INTO TARGET_INFO_SYSTEM_ENV VALUES (?, 'host', ?, ?, ?)", [
-        (GLOBAL_VID, "Hostname", 1, f"node{rank // gpus_per_node:02d}"), (GLOBAL_VID, "NvDriverVersion", 2, "580.95.05")])
-    con.execute("INSERT INTO TARGET_INFO_GPU VALUES (?, ?, 'NVIDIA H100 80GB HBM3', ?, 1, 52428800, 85520809984, "
+        (GLOBAL_VID, "Hostname", 1, host or f"node{rank // gpus_per_node:02d}"), (GLOBAL_VID, "NvDriverVersion", 2, "580.95.05")])
+    con.execute("INSERT INTO TARGET_INFO_GPU VALUES (?, ?, ?, ?, 1, 52428800, 85520809984, "
                 "3352320000000, 1980000000, 132, 1, ?, 0, 'GH100', ?, 9, 0)",
-                (GLOBAL_VID, device, f"0000:{0x18 + device:02x}:00.0", f"GPU-{rank:08x}-0000-0000-0000-000000000000",
+                (GLOBAL_VID, device, gpu_name, f"0000:{0x18 + device:02x}:00.0", f"GPU-{rank:08x}-0000-0000-0000-000000000000",
                  device))
     con.executemany("INSERT INTO PROCESSES VALUES (?, ?, ?)", [(gpid, pid, "python3"),
                                                               (GLOBAL_VID | (100 << 24), 100, "torchrun")])
@@ -256,12 +259,15 @@ def write_nsys_export(path: str | Path, rank: int, world: int = 8, steps: int = 
 
 
 def write_profiled_run(out_dir: str | Path, world: int = 8, steps: int = 20, late_rank: int | None = 3,
-                       delay_ns: int = 3_000_000, kineto: str | None = None) -> list[Path]:
+                       delay_ns: int = 3_000_000, kineto: str | None = None, hosts: list[str] | None = None,
+                       gpus_per_node: int = 8, **export) -> list[Path]:
     """``out_dir/nsys/rank_<r>.sqlite`` for every rank, and with ``kineto`` ("relative" or
-    "epoch") ``out_dir/kineto/rank_<r>.pt.trace.json`` too."""
+    "epoch") ``out_dir/kineto/rank_<r>.pt.trace.json`` too. ``hosts`` (one per node) name the
+    profiles' hosts; ``export`` passes ``gpu_name``/``base_epoch_ns`` on to ``write_nsys_export``."""
     out = Path(out_dir)
     paths = [write_nsys_export(out / "nsys" / f"rank_{r}.sqlite", r, world=world, steps=steps, late_rank=late_rank,
-                               delay_ns=delay_ns) for r in range(world)]
+                               delay_ns=delay_ns, gpus_per_node=gpus_per_node,
+                               host=hosts[r // gpus_per_node] if hosts else None, **export) for r in range(world)]
     if kineto:
         paths += [write_kineto_trace(out / "kineto" / f"rank_{r}.pt.trace.json", r, world=world, steps=steps,
                                      late_rank=late_rank, delay_ns=delay_ns, convention=kineto)

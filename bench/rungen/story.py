@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import random
 
-from . import frameworks, megatron, node_config
+from . import frameworks, megatron, node_config, numerics
 from .base import Agent, Clock, Cluster, Line, Proc, comm_id, jitter, next_order, pointer
 from .c10d import PG, C10dLog, Work
 from .elastic import AgentLog
@@ -317,7 +317,12 @@ class Story(Endings):
             elapsed = step * (1.25 if it == 1 else 1.0 + rng.gauss(0, 0.004))
             t += elapsed
             attempt.iteration_ends.append(t)
-            attempt.procs[-1].out(t + 0.004, itlog.iteration_line(t, it, elapsed * 1000.0))
+            line = itlog.iteration_line(t, it, elapsed * 1000.0)
+            if self.spec.nan_from_iteration and it >= self.spec.nan_from_iteration:
+                line = numerics.poison(line)          # numerics.py: a NaN step (issue 9)
+            attempt.procs[-1].out(t + 0.004, line)
+            if it == 1 and hasattr(itlog, "params_report"):   # Megatron: theoretical memory report, rank 0
+                attempt.procs[0].out(t + 0.005, *itlog.params_report())
             if it <= 2:
                 if memory := itlog.memory_line(0, it):   # frameworks without a memory report print none
                     attempt.procs[0].out(t + 0.006, memory)
@@ -394,7 +399,7 @@ class Story(Endings):
         t_end = attempt.iteration_ends[-1] + 0.5
         for t, text in frameworks.save_lines(self.spec, self.clock, t_end, iterations):
             attempt.procs[0].out(t, text)
-        t_exit = t_end + 43.0
+        t_exit = t_end + (43.0 if spec.checkpoint_save_s == 41.3 else spec.checkpoint_save_s + 1.7)
         for proc in attempt.procs:
             if spec.nccl_debug:
                 nlog = self.nlog(proc)

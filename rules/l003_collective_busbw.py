@@ -1,0 +1,84 @@
+"""L003 collective-busbw: profiled collectives move data far below what their link carries, waiting removed.
+
+What it detects
+    NCCL collectives in nsys / Kineto profiles (``collective_timing``) of 8 MB and more, per
+    communicator and operation: the bus bandwidth of each instance's *shortest* kernel
+    (``busbw_best_gbyte_s``: the last rank to arrive does not wait, so its kernel is the transfer
+    alone) against the link's unidirectional rate: NVLink of the GPU model when every rank of
+    the collective is on one node, the NIC line rate per GPU (``nic_ports``) across nodes. It
+    fires when the median over at least 5 instances is below 30% of that rate.
+
+Why it matters
+    A kernel's duration includes the time its rank waits for late peers, so raw per-rank
+    bandwidth blames the link for a straggler (that is P010). With the wait removed, a low
+    number is the link itself: a degraded NVLink, a NIC at a lower rate, traffic on sockets or
+    SHM instead of P2P/RDMA, or contention with another job.
+
+What to do
+    Compare with nccl-tests on the same nodes (``all_reduce_perf -b 8M -e 1G -f 2 -g 1``), check
+    the transports NCCL chose (``NCCL_DEBUG=INFO``: P2P/NVLink, NET/IB with GDRDMA; L001 and
+    N010-N013 findings) and the links (``nvidia-smi nvlink -s``, ``ibstat``).
+
+Known false positives
+    Small messages are latency-bound (below 8 MB they are not judged). Collectives that overlap
+    heavy compute on the same GPU run slower by design (their SMs are shared). Without the GPU
+    model or the NIC rate in the inputs the rule stays quiet. A communicator matched by kernel
+    order across several process groups may mix instances (``collective_timing``'s caveat).
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from analyzer.transports import accelerator
+from rules import skew_model as sm
+from rules.base import Context, Finding
+
+CODE = "L003"
+NAME = "collective-busbw"
+SEVERITY = "warning"
+
+MIN_BYTES = 8 << 20
+MIN_INSTANCES = 5
+SHORTFALL = 0.3
+
+
+def check(ctx: Context) -> list[Finding]:
+    t = ctx.table("collective_timing")
+    if t.is_empty():
+        return []
+    t = t.filter((pl.col("bytes") >= MIN_BYTES) & pl.col("busbw_best_gbyte_s").is_not_null())
+    if t.is_empty():
+        return []
+    acc, acc_source = accelerator(ctx.run)
+    nodes = ctx.ranks.select("rank", "node").unique("rank") if not ctx.ranks.is_empty() else None
+    out = []
+    for (source, key, op), rows in t.group_by("source", "coll_key", "op", maintain_order=True):
+        inst = rows.group_by("coll_index").agg(best=pl.col("busbw_best_gbyte_s").first(), bytes=pl.col("bytes").first())
+        if inst.height < MIN_INSTANCES:
+            continue
+        ranks = sorted(set(rows["rank"].drop_nulls().to_list()))
+        hosts = sorted(set(nodes.filter(pl.col("rank").is_in(ranks))["node"].drop_nulls().to_list())) \
+            if nodes is not None else []
+        if not hosts:
+            continue
+        gpn = max(1, len(ranks) // len(hosts))
+        expected, basis = sm.link_rate(ctx, acc, hosts, gpn)
+        if not expected:
+            continue
+        med = float(inst["best"].median())
+        if med >= SHORTFALL * expected:
+            continue
+        size = int(inst["bytes"].median())
+        msg = (f"{op} on {key} ({len(ranks)} ranks, {len(hosts)} node(s), {size / 2**20:g} MB, {inst.height} "
+               f"instances): median busbw {med:.1f} GB/s with the waiting time removed (each instance's shortest "
+               f"kernel), {100 * med / expected:.0f}% of the {expected:g} GB/s the link carries ({basis}; GPU model "
+               f"from {acc_source}).")
+        out.append(Finding(CODE, NAME, SEVERITY, 0.5, f"{op} runs at {med:.1f} GB/s busbw, far below {expected:g} GB/s",
+                           msg, ranks=ranks, nodes=hosts, category="perf",
+                           suggestion=("Run all_reduce_perf -b 8M -e 1G -f 2 -g 1 on the same nodes and compare; check "
+                                       "NCCL_DEBUG=INFO transports (P2P/NVLink, NET/IB GDRDMA), nvidia-smi nvlink -s "
+                                       "and ibstat."),
+                           details={"source": source, "coll_key": key, "median_busbw_gbs": round(med, 2),
+                                    "expected_gbs": expected, "instances": inst.height, "bytes": size}))
+    return out
