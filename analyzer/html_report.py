@@ -20,7 +20,7 @@ from datetime import datetime, timedelta
 import polars as pl
 
 from analyzer.ranges import rank_ranges
-from analyzer.render import action_items, safe
+from analyzer.render import action_items, finding_details, safe
 
 WINDOW = timedelta(minutes=15)
 BUCKETS = 180
@@ -87,18 +87,11 @@ def _findings(findings: list[dict]) -> list[str]:
         out.append(f'<div class="finding" id="{e(f["id"])}"><h3><span class="badge" style="--c:{colour}">'
                    f'{e(f["severity"])}</span>{e(f["code"])} {e(f["name"])} &mdash; {e(f["title"])}</h3>')
         out.append(f"<p>{e(f['message'])} <span class=muted>(confidence {f['confidence']:.2f})</span></p>")
-        details = f.get("details", {})
-        for reason in details.get("why_no_timeout", []):
-            out.append(f"<p>Why no timeout: {e(reason)}</p>")
-        instead = details.get("culprit_did_instead") or {}
-        if instead.get("py_spy_main_thread"):
-            out.append("<div class=muted>culprit's main thread (py-spy, innermost first)</div>"
-                       f"<pre>{e(chr(10).join(instead['py_spy_main_thread']))}</pre>")
-        if instead.get("last_lines"):
-            out.append("<div class=muted>culprit's last lines</div>"
-                       f"<pre>{e(chr(10).join(instead['last_lines']))}</pre>")
-        for note in details.get("notes", []):
-            out.append(f"<p class=muted>note: {e(note)}</p>")
+        for kind, label, lines in finding_details(f):
+            if kind == "line":
+                out += [f"<p>{e(label.capitalize())}: {e(line)}</p>" for line in lines]
+            else:
+                out.append(f"<div class=muted>{e(label)}</div><pre>{e(chr(10).join(lines))}</pre>")
         for ev in f["evidence"]:
             note = f" &mdash; {e(ev['note'])}" if ev.get("note") else ""
             out.append(f"<div class=muted><code>{e(ev['path'])}:{e(ev['line'])}</code>{note}</div>"

@@ -60,6 +60,18 @@ def action_items(report: dict) -> list[tuple[int, list[tuple[str, str]]]]:
     return items
 
 
+def finding_details(f: dict) -> list[tuple[str, str, list[str]]]:
+    """What a finding's details add for a reader, for every format, as ``(kind, label, lines)``:
+    kind ``line`` (each line a sentence after the label) or ``block`` (log text under the label)."""
+    details = f.get("details", {})
+    instead = details.get("culprit_did_instead") or {}
+    parts = [("line", "why no timeout", details.get("why_no_timeout") or []),
+             ("block", "culprit's main thread (py-spy, innermost first)", instead.get("py_spy_main_thread") or []),
+             ("block", "culprit's last lines", instead.get("last_lines") or []),
+             ("line", "note", details.get("notes") or [])]
+    return [(kind, label, [str(x) for x in lines]) for kind, label, lines in parts if lines]
+
+
 def text_report(report: dict) -> str:
     v = report["verdict"]
     out = [f"VERDICT ({v['status']}, confidence {v['confidence']:.2f}): {safe(v['sentence'])}", ""]
@@ -70,18 +82,12 @@ def text_report(report: dict) -> str:
         out.append(f"[{f['severity'].upper()}] {f['code']} {f['name']} (confidence {f['confidence']:.2f}): "
                    f"{safe(f['title'])}")
         out.append(f"    {safe(f['message'])}")
-        details = f.get("details", {})
-        for reason in details.get("why_no_timeout", []):
-            out.append(f"    why no timeout: {safe(reason)}")
-        instead = details.get("culprit_did_instead") or {}
-        if instead.get("py_spy_main_thread"):
-            out.append("    culprit's main thread (py-spy, innermost first):")
-            out += [f"      {safe(frame)}" for frame in instead["py_spy_main_thread"]]
-        if instead.get("last_lines"):
-            out.append("    culprit's last lines:")
-            out += [f"      {safe(line)[:200]}" for line in instead["last_lines"]]
-        for note in details.get("notes", []):
-            out.append(f"    note: {safe(note)}")
+        for kind, label, lines in finding_details(f):
+            if kind == "line":
+                out += [f"    {label}: {safe(line)}" for line in lines]
+            else:
+                out.append(f"    {label}:")
+                out += [f"      {safe(line)[:200]}" for line in lines]
         for e in f["evidence"]:
             note = f" ({e['note']})" if e.get("note") else ""
             out.append(f"    evidence {e['path']}:{e['line']}{note}")
@@ -136,8 +142,13 @@ def markdown_report(report: dict) -> str:
     for f in report["findings"]:
         out.append(f"### {f['severity']}: {f['code']} {f['name']} — {_md_text(f['title'])}")
         out.append(f"{_md_text(f['message'])} (confidence {f['confidence']:.2f})")
-        for reason in f.get("details", {}).get("why_no_timeout", []):
-            out.append(f"- Why no timeout: {_md_text(reason)}")
+        for kind, label, lines in finding_details(f):
+            if kind == "line":
+                out += [f"- {label.capitalize()}: {_md_text(line)}" for line in lines]
+            else:
+                out.append(f"- {label.capitalize()}:")
+                # Escaped prose, not code spans: a code span would keep markup such as <script> as is.
+                out += [f"  - {_md_text(line[:200])}" for line in lines]
         for e in f["evidence"]:
             where = md_code(f"{e['path']}:{e['line']}")
             out.append(f"- {where} {md_code(e['text'][:300])}")
