@@ -329,15 +329,7 @@ def parse(lines: pl.DataFrame) -> ParseResult:
             pl.col("name").is_not_null() & pl.col("max_ms").is_not_null())
         timer_frames.append(long.with_columns(reported_rank="rank"))
     # engine / ZeRO / launcher settings
-    for literal, pattern, keys in _CFG_LINES:
-        c = heads.filter(msg.str.contains(literal, literal=True) & msg.str.contains(pattern))
-        if c.is_empty():
-            continue
-        g = msg.str.extract_groups(pattern)
-        for group, key in keys:
-            cfg_frames.append(c.select("line_no", source=pl.lit("deepspeed-log"), key=pl.lit(key),
-                                       value=g.struct.field(group), raw_key=pl.lit(key)).filter(
-                pl.col("value").is_not_null()))
+    cfg_frames += trainlog.settings_rows(heads, msg, _CFG_LINES, "deepspeed-log")
     conf = heads.filter(pl.col("src").str.starts_with("config.py") & msg.str.contains(_CONFIG))
     if not conf.is_empty():
         g = msg.str.extract_groups(_CONFIG)

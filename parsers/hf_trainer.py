@@ -217,16 +217,7 @@ def _config(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.Series]:
     banner = df.filter(t.str.contains("***** Running ", literal=True))
     banner = banner.filter(t.str.contains(r"^\s*\*{5} Running (?:training|Evaluation) \*{5}\s*$"))
     extra = pl.concat([extra, banner["line_no"]])
-    for literal, pattern, keys in _ACCEL:
-        sub = df.filter(t.str.contains(literal, literal=True))
-        sub = sub.filter(t.str.contains(pattern))
-        if sub.is_empty():
-            continue
-        g = t.str.extract_groups(pattern)
-        for group, key in keys:
-            frames.append(sub.select("line_no", source=pl.lit("accelerate-state"), key=pl.lit(key),
-                                     value=g.struct.field(group), raw_key=pl.lit(key)).filter(
-                pl.col("value").is_not_null()))
+    frames += trainlog.settings_rows(df, t, _ACCEL, "accelerate-state")
     frames = [trainlog.conform(f, trainlog.JOB_CONFIG_SCHEMA, framework=NAME) for f in frames if not f.is_empty()]
     return trainlog.stack(frames, trainlog.JOB_CONFIG_SCHEMA), extra.cast(pl.UInt32)
 

@@ -133,7 +133,7 @@ _LIGHTNING_CFG = [
      [("g", "global_rank"), ("m", "member"), ("w", "world_size")]),
     ("eed set to ", r"^(?:\[rank: \d+\] )?(?:Global seed set|Seed set) to (?P<s>\d+)\s*$", [("s", "seed")]),
     (" params", r"^(?P<v>[\d.,]+(?: [KMBT])?)\s+(?P<k>Trainable params|Non-trainable params|Total params)\s*$",
-     [("v", "_summary")]),
+     [("v", None)]),
     ("Total estimated model params size", r"^(?P<v>[\d.,]+)\s*Total estimated model params size \(MB\)\s*$",
      [("v", "model_size_mb")]),
 ]
@@ -240,21 +240,8 @@ def _titan(df: pl.DataFrame) -> tuple[list, list, list, list]:
 def _lightning(df: pl.DataFrame) -> tuple[list, list]:
     t = pl.col("text")
     its, cfgs = [], []
-    for literal, pattern, keys in _LIGHTNING_CFG:
-        c = df.filter(t.str.contains(literal, literal=True))
-        c = c.filter(t.str.contains(pattern))
-        if c.is_empty():
-            continue
-        g = t.str.extract_groups(pattern)
-        for group, key in keys:
-            if key == "_summary":
-                k = g.struct.field("k").str.to_lowercase().str.replace_all("[ -]", "_")
-                cfgs.append(c.select("line_no", source=pl.lit("lightning-log"), key=k, value=g.struct.field("v"),
-                                     raw_key=g.struct.field("k"), framework=pl.lit("lightning")))
-                continue
-            cfgs.append(c.select("line_no", source=pl.lit("lightning-log"), key=pl.lit(key),
-                                 value=g.struct.field(group), raw_key=pl.lit(key), framework=pl.lit("lightning")
-                                 ).filter(pl.col("value").is_not_null()))
+    cfgs += [f.with_columns(framework=pl.lit("lightning"))
+             for f in trainlog.settings_rows(df, t, _LIGHTNING_CFG, "lightning-log")]
     bars = df.filter(t.str.contains("Epoch ", literal=True) & t.str.contains(_EPOCH_BAR))
     if not bars.is_empty():
         g = t.str.extract_groups(_EPOCH_BAR)

@@ -189,6 +189,29 @@ def stack(frames: list[pl.DataFrame], schema: dict) -> pl.DataFrame:
     return pl.concat([f.select(list(schema)).cast(schema) for f in frames]).sort("line_no", maintain_order=True)
 
 
+def settings_rows(df: pl.DataFrame, text: pl.Expr, table, source: str) -> list[pl.DataFrame]:
+    """``job_config`` rows from a table of ``(literal, pattern, [(group, key), ...])``: each line
+    holding the literal and matching the pattern gives one row per named group that matched.
+    A key of None takes the name from the pattern's group ``k`` (lower case, ``_`` for spaces and
+    dashes; ``raw_key`` keeps it as printed). The literal is a cheap filter before the regex."""
+    out = []
+    for literal, pattern, keys in table:
+        lines = df.filter(text.str.contains(literal, literal=True))
+        lines = lines.filter(text.str.contains(pattern))
+        if lines.is_empty():
+            continue
+        g = text.str.extract_groups(pattern)
+        for group, key in keys:
+            if key is None:
+                name = g.struct.field("k")
+                key_expr, raw = name.str.to_lowercase().str.replace_all("[ -]", "_"), name
+            else:
+                key_expr = raw = pl.lit(key)
+            out.append(lines.select("line_no", source=pl.lit(source), key=key_expr, value=g.struct.field(group),
+                                    raw_key=raw).filter(pl.col("value").is_not_null()))
+    return out
+
+
 def canonical(key: pl.Expr) -> pl.Expr:
     """A printed setting name -> its canonical ``job_config`` key (itself when none is known)."""
     return key.replace_strict(CANONICAL, default=key, return_dtype=pl.String)
