@@ -21,6 +21,8 @@ examples:
   postmortem report job/ --fail-on warning; echo $?        1 when any warning or error
   postmortem ingest job/ --db job.duckdb                   build the store, query it later
   postmortem query --db job.duckdb "SELECT rank, node, pid, bus_id, source FROM ranks"
+  postmortem tui job/                                      browse it in the terminal (keys 1-7, ? for help)
+  postmortem tui --db job.duckdb --screen timeline          open a store at once, on the timeline
   postmortem transports job/                               which transport each NCCL ring hop used
   postmortem transports --db job.duckdb --all --format json
   postmortem hw H100                                       a GPU's numbers, sources and machine balance
@@ -114,6 +116,17 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--format", default="text", choices=["text", "json"])
     d.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
+    u = sub.add_parser(
+        "tui", help="browse a run in the terminal: verdict, timeline, transports, env, memory, logs, SQL",
+        description="Open the terminal UI on a job folder (ingested first, with progress) or on a store written by "
+                    "postmortem ingest / report --db (opens at once). Keys 1-7 switch screens, ? lists every key, "
+                    "q quits. Works over ssh; needs a terminal of at least 80x24.")
+    u.add_argument("paths", nargs="*", metavar="PATH", help="job folder(s) or files (or use --db)")
+    u.add_argument("--db", metavar="FILE", help="open a store written by postmortem ingest or report --db")
+    u.add_argument("--theme", choices=["dark", "light"], help="colour theme (default: dark; ctrl+t toggles)")
+    u.add_argument("--screen", default="verdict", choices=["verdict", "timeline", "transports", "environment",
+                                                           "memory", "logs", "sql"], help="the first screen")
+
     sub.add_parser("rules", help="list the rules and their codes")
     e = sub.add_parser("explain", help="show a rule's documentation")
     e.add_argument("code")
@@ -129,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return {"report": _report, "ingest": _ingest, "query": _query, "transports": _transports,
                 "hw": _hw, "rules": _rules, "explain": _explain, "export": _export,
-                "diff": _diff}[args.command](args)
+                "diff": _diff, "tui": _tui}[args.command](args)
     except BrokenPipeError:
         return 0
 
@@ -419,6 +432,33 @@ def _export(args) -> int:
     from analyzer.export import run_cli
 
     return run_cli(args)
+
+
+def _tui(args) -> int:
+    """The only command that imports Textual (tui/)."""
+    if bool(args.paths) == bool(args.db):
+        print("postmortem: tui needs job folder(s) or --db FILE (not both)", file=sys.stderr)
+        return 2
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        print("postmortem: tui needs a terminal; for scripts use report, query or transports", file=sys.stderr)
+        return 2
+    from tui.app import PostmortemApp
+    from tui.session import StoreError, open_store
+
+    theme = {"dark": "textual-dark", "light": "textual-light"}.get(args.theme or "")
+    if args.db:
+        try:
+            app = PostmortemApp(session=open_store(args.db), theme=theme, start=args.screen)
+        except StoreError as exc:
+            print(f"postmortem: {exc}", file=sys.stderr)
+            return 2
+    else:
+        app = PostmortemApp(paths=args.paths, theme=theme, start=args.screen)
+    app.run()
+    if app.failure:
+        print(f"postmortem: {app.failure}", file=sys.stderr)
+        return 2
+    return 0
 
 
 def _rules(args) -> int:

@@ -47,11 +47,12 @@ class NothingReadable(Exception):
 
 
 def analyze(paths: list[str | Path], db_path: str | Path | None = None, progress: bool = False,
-            workers: int | None = None, exclude: list[str | Path] | None = None) -> Run:
-    """``exclude``: files or folders not to read (the report's own --out folder)."""
+            workers: int | None = None, exclude: list[str | Path] | None = None, progress_stream=None) -> Run:
+    """``exclude``: files or folders not to read (the report's own --out folder).
+    ``progress_stream``: where progress lines go instead of stderr (the TUI's loading screen)."""
     started = time.perf_counter()
     exclude = {Path(p) for p in exclude or []} | ({Path(db_path)} if db_path else set())
-    meter = Progress(progress)
+    meter = Progress(progress or progress_stream is not None, stream=progress_stream)
     # Archive members are copied into a private temporary directory for parsing; it is gone
     # once the inputs are parsed (evidence is read back from the archive: analyzer.archives).
     with Scratch() as scratch:

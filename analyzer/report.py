@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from datetime import datetime
 
+import duckdb
 import polars as pl
 
 from analyzer.pipeline import Run
@@ -107,7 +108,25 @@ def build_report(run: Run) -> dict:
         "timings": run.timings,
     }
     store_findings(run, [f for a in attempts for f in per_attempt[a][1]])
+    store_report(run, report)
     return report
+
+
+def store_report(run: Run, report: dict) -> None:
+    """The whole report as one JSON row (table ``report``), so ``tui --db`` and other tools can
+    show the verdict and actions of a store without running the rules again."""
+    from analyzer.store import write_table
+
+    write_table(run.con, "report", pl.DataFrame({"schema": [SCHEMA], "json": [to_json(report)]}))
+
+
+def stored_report(con) -> dict | None:
+    """The report a store was written with (``store_report``), or None for a store without one."""
+    try:
+        row = con.execute("SELECT json FROM report WHERE schema = ? LIMIT 1", [SCHEMA]).fetchone()
+    except duckdb.CatalogException:  # no report table: a store written before it existed
+        return None
+    return json.loads(row[0]) if row else None
 
 
 def store_findings(run: Run, findings) -> None:

@@ -1,0 +1,151 @@
+"""The application: one mode (screen) per view, switched by the keys 1-7.
+
+``PostmortemApp(session=...)`` shows a loaded session at once; ``PostmortemApp(paths=[...])``
+first shows a loading screen with the ingest's progress and runs the ingest and the rules in a
+worker thread. ``show_line`` is how one screen asks for a log line in the Logs screen (Enter
+on a finding's evidence).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from textual import work
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Footer, Header, Markdown, Static
+
+from tui.session import Session, analyze_paths
+from tui.text import plain
+
+# mode name -> (key, footer label, "module:Class"); screens are imported when first shown.
+SCREENS = {
+    "verdict": ("1", "Verdict", "tui.screens.verdict:VerdictScreen"),
+    "timeline": ("2", "Timeline", "tui.screens.timeline:TimelineScreen"),
+    "transports": ("3", "Transports", "tui.screens.transports:TransportsScreen"),
+    "environment": ("4", "Env", "tui.screens.environment:EnvironmentScreen"),
+    "memory": ("5", "Memory", "tui.screens.memory:MemoryScreen"),
+    "logs": ("6", "Logs", "tui.screens.logs:LogsScreen"),
+    "sql": ("7", "SQL", "tui.screens.sql:SqlScreen"),
+}
+
+
+def screen_class(target: str) -> type:
+    import importlib
+
+    module, name = target.split(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def _screen_factory(target: str):
+    return lambda: screen_class(target)()
+
+
+def help_markdown(key_display=lambda key: key) -> str:
+    """The help screen: tui/help.md, then each screen's ``HELP`` and keys, read from the screen
+    classes themselves so the help cannot drift from the bindings."""
+    out = [(Path(__file__).with_name("help.md")).read_text(encoding="utf-8").rstrip(), ""]
+    for name, (key, label, target) in SCREENS.items():
+        cls = screen_class(target)
+        out += [f"## {key} · {label}", "", getattr(cls, "HELP", "").strip(), ""]
+        rows = [b if isinstance(b, Binding) else Binding(*b) for b in cls.__dict__.get("BINDINGS", [])]
+        if rows:
+            out += ["| key | does |", "|---|---|"]
+            out += [f"| `{key_display(b.key)}` | {b.description or b.action} |" for b in rows]
+            out.append("")
+    return "\n".join(out) + "\n"
+
+
+class HelpScreen(ModalScreen):
+    """Every key of every screen."""
+
+    BINDINGS = [Binding("escape,q,question_mark", "app.pop_screen", "Close")]
+    DEFAULT_CSS = """
+    HelpScreen { align: center middle; }
+    HelpScreen > Vertical { width: 90%; max-width: 100; height: 90%; border: round $accent;
+                            background: $surface; padding: 0 1; }
+    """
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Markdown(help_markdown(lambda key: ", ".join(self.app.get_key_display(Binding(k, ""))
+                                                               for k in key.split(","))))
+
+
+class PostmortemApp(App):
+    """Browse a failed run: verdict, timeline, transports, environment, memory, logs, SQL."""
+
+    TITLE = "postmortem"
+    CSS_PATH = "app.tcss"
+    MODES = {name: _screen_factory(target) for name, (_, _, target) in SCREENS.items()}
+    BINDINGS = [
+        *[Binding(key, f"show('{name}')", label, priority=False) for name, (key, label, _) in SCREENS.items()],
+        Binding("question_mark", "help", "Help"),
+        Binding("ctrl+t", "toggle_theme", "Light/dark", show=False),
+        Binding("q", "quit", "Quit"),
+    ]
+
+    def __init__(self, session: Session | None = None, paths: list[str] | None = None,
+                 theme: str | None = None, start: str = "verdict"):
+        super().__init__()
+        self.session = session
+        self.paths = paths or []
+        self.start = start
+        self.failure: str | None = None  # why loading failed (the CLI prints it after exit)
+        if theme:
+            self.theme = theme
+
+    def compose(self) -> ComposeResult:
+        yield Header(show_clock=False, icon="")
+        with Vertical(id="loading"):
+            yield Static(plain("Reading " + ", ".join(self.paths) if self.paths else ""), id="loading-what")
+            yield Static(plain(""), id="loading-progress")
+        yield Footer(compact=True)
+
+    def on_mount(self) -> None:
+        if self.session is not None:
+            self.switch_mode(self.start)
+        else:
+            self._load()
+
+    @work(thread=True, exclusive=True)
+    def _load(self) -> None:
+        try:
+            session = analyze_paths(self.paths, progress=self._progress_from_thread)
+        except Exception as exc:  # noqa: BLE001 -- shown to the user, the app then exits with it
+            self.failure = f"{type(exc).__name__}: {exc}"
+            self.call_from_thread(self.exit, None, 2)
+            return
+        self.call_from_thread(self._loaded, session)
+
+    def _progress_from_thread(self, line: str) -> None:
+        self.call_from_thread(self._show_progress, line)
+
+    def _show_progress(self, line: str) -> None:
+        self.query_one("#loading-progress", Static).update(plain(line.removeprefix("postmortem: ")))
+
+    def _loaded(self, session: Session) -> None:
+        self.session = session
+        self.switch_mode(self.start)
+
+    def check_action(self, action: str, parameters: tuple) -> bool | None:
+        if action == "show" and self.session is None:
+            return False  # nothing to show while the run is still loading
+        return True
+
+    def action_show(self, mode: str) -> None:
+        self.switch_mode(mode)
+
+    def action_help(self) -> None:
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen())
+
+    def action_toggle_theme(self) -> None:
+        self.theme = "textual-light" if self.theme == "textual-dark" else "textual-dark"
+
+    def show_line(self, path: str, line_no: int) -> None:
+        """Open the Logs screen at ``path``'s line ``line_no`` (an evidence line)."""
+        self.switch_mode("logs")
+        self.screen.goto(path, line_no)  # type: ignore[attr-defined]

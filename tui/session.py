@@ -1,0 +1,110 @@
+"""What the screens read: the store (a ``Run``) and its report, loaded without Textual.
+
+``open_store`` opens a store written by ``postmortem ingest`` or ``report --db`` read-only and
+takes the report saved in it; ``analyze_paths`` ingests log folders (progress lines go to a
+callback, which the loading screen shows) and runs the rules. Screens query through
+``Session.frame``; long queries run in worker threads on their own cursor (``cursor``),
+because one DuckDB connection must not be used by two threads at once.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import duckdb
+import polars as pl
+
+from analyzer.pipeline import Run
+
+
+class StoreError(Exception):
+    """The store cannot be opened or holds no report (message names the file and the reason)."""
+
+
+@dataclass
+class Session:
+    run: Run
+    report: dict
+    title: str
+    _inputs: dict[str, int] | None = field(default=None, repr=False)
+
+    def frame(self, sql: str, params: list | None = None) -> pl.DataFrame:
+        return self.run.frame(sql, params)
+
+    def columns(self, table: str) -> list[str]:
+        return self.run.columns(table)
+
+    def cursor(self) -> duckdb.DuckDBPyConnection:
+        """A connection for one worker thread over the same database."""
+        return self.run.con.cursor()
+
+    @property
+    def culprit_ranks(self) -> list[int]:
+        return list(self.report["verdict"].get("culprit", {}).get("ranks") or [])
+
+    @property
+    def culprit_nodes(self) -> list[str]:
+        return list(self.report["verdict"].get("culprit", {}).get("nodes") or [])
+
+    def input_id(self, path: str) -> int | None:
+        """The input id of an evidence path (``Evidence.path`` is the input's ``path``)."""
+        if self._inputs is None:
+            rows = self.frame("SELECT path, input_id FROM inputs").iter_rows()
+            self._inputs = {p: int(i) for p, i in rows}
+        return self._inputs.get(path)
+
+
+def open_store(db: str | Path) -> Session:
+    path = Path(db)
+    if not path.exists():
+        raise StoreError(f"{db}: no such database")
+    try:
+        con = duckdb.connect(str(path), read_only=True)
+    except duckdb.Error as exc:
+        raise StoreError(f"{db}: cannot open: {exc}") from None
+    from analyzer.report import stored_report
+
+    report = stored_report(con)
+    if report is None:
+        con.close()
+        raise StoreError(f"{db}: no report in this store (written by an older postmortem?); "
+                         "run `postmortem ingest PATH --db FILE` again")
+    return Session(Run(con, db_path=str(path)), report, _title_of(path.name.removesuffix(".duckdb")))
+
+
+def analyze_paths(paths: list[str], progress: Callable[[str], None] | None = None,
+                  db: str | None = None) -> Session:
+    """Ingest ``paths`` and run the rules; ``progress`` receives each progress line (files, MB,
+    MB/s, then the later phases)."""
+    from analyzer.pipeline import analyze
+    from analyzer.report import build_report
+
+    run = analyze(paths, db_path=db, progress_stream=_LineStream(progress) if progress else None)
+    if progress:
+        progress("running the rules")
+    report = build_report(run)
+    names = sorted({Path(p).name for p in paths})
+    return Session(run, report, _title_of(", ".join(names)))
+
+
+def _title_of(name: str) -> str:
+    return name[:60] + ("…" if len(name) > 60 else "")
+
+
+class _LineStream(io.TextIOBase):
+    """A text stream that hands each redrawn progress line (``\\r``-separated) to a callback."""
+
+    def __init__(self, callback: Callable[[str], None]):
+        self.callback = callback
+
+    def write(self, text: str) -> int:
+        for part in text.replace("\n", "\r").split("\r"):
+            if part.strip():
+                self.callback(part.strip())
+        return len(text)
+
+    def flush(self) -> None:
+        pass
