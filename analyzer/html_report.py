@@ -321,7 +321,8 @@ def _capacity_of(report: dict) -> float | None:
     name = (report["run"].get("gpu_model") or {}).get("name")
     acc = hardware.find(name) if name else None
     memory = acc.get("memory_gb") if acc else None
-    return memory * 1000**3 / 1024**2 if memory else None
+    # Cards are sold in GiB ("80GB" H100: 81,559 MiB in nvidia-smi), as rules.memory_model counts them.
+    return memory * 1024 if memory else None
 
 
 def _steps(run) -> str | None:

@@ -123,10 +123,11 @@ def store_report(run: Run, report: dict) -> None:
 def stored_report(con) -> dict | None:
     """The report a store was written with (``store_report``), or None for a store without one."""
     try:
-        row = con.execute("SELECT json FROM report WHERE schema = ? LIMIT 1", [SCHEMA]).fetchone()
+        # fetchall, not fetchone: an unfinished result would block the connection's next query
+        rows = con.execute("SELECT json FROM report WHERE schema = ? LIMIT 1", [SCHEMA]).fetchall()
     except duckdb.CatalogException:  # no report table: a store written before it existed
         return None
-    return json.loads(row[0]) if row else None
+    return json.loads(rows[0][0]) if rows else None
 
 
 def store_findings(run: Run, findings) -> None:

@@ -53,7 +53,7 @@ def help_markdown(key_display=lambda key: key) -> str:
         rows = [b if isinstance(b, Binding) else Binding(*b) for b in cls.__dict__.get("BINDINGS", [])]
         if rows:
             out += ["| key | does |", "|---|---|"]
-            out += [f"| `{key_display(b.key)}` | {b.description or b.action} |" for b in rows]
+            out += [f"| `{key_display(b.key)}` | {b.tooltip or b.description or b.action} |" for b in rows]
             out.append("")
     return "\n".join(out) + "\n"
 
@@ -81,7 +81,9 @@ class PostmortemApp(App):
     CSS_PATH = "app.tcss"
     MODES = {name: _screen_factory(target) for name, (_, _, target) in SCREENS.items()}
     BINDINGS = [
-        *[Binding(key, f"show('{name}')", label, priority=False) for name, (key, label, _) in SCREENS.items()],
+        # The screens are listed by the mode bar above the footer (tui.screens.base.ModeBar);
+        # the footer itself keeps the current screen's keys.
+        *[Binding(key, f"show('{name}')", label, show=False) for name, (key, label, _) in SCREENS.items()],
         Binding("question_mark", "help", "Help"),
         Binding("ctrl+t", "toggle_theme", "Light/dark", show=False),
         Binding("q", "quit", "Quit"),

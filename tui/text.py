@@ -33,4 +33,4 @@ def join(*parts: tuple[object, str] | Text) -> Text:
     return out
 
 
-SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
+SEVERITY_STYLE = {"error": "bold red", "warning": "bold dark_orange", "info": "dodger_blue2"}

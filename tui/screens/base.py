@@ -1,16 +1,56 @@
-"""What every screen shares: the header, the footer and the session."""
+"""What every screen shares: the header, the mode bar (the seven screens and their keys), the
+footer (this screen's keys) and the session."""
 
 from __future__ import annotations
 
+from rich.text import Text
+from textual import events
 from textual.app import ComposeResult
+from textual.containers import Vertical
 from textual.screen import Screen
-from textual.widgets import Footer, Header
+from textual.widgets import Footer, Header, Static
 
 from tui.session import Session
 
 
+class ModeBar(Static):
+    """One line above the footer: ``1 Verdict  2 Timeline ...`` with the current screen marked.
+    A click on a name opens that screen. (The footer below lists the current screen's keys.)"""
+
+    DEFAULT_CSS = """
+    ModeBar { height: 1; background: $panel; color: $text-muted; }
+    """
+
+    def __init__(self, current: str):
+        super().__init__()
+        self.current = current
+        self._spans: list[tuple[int, int, str]] = []
+
+    def render(self) -> Text:
+        from tui.app import SCREENS
+
+        text, self._spans = Text(no_wrap=True, overflow="crop"), []
+        for mode, (key, label, _) in SCREENS.items():
+            start = len(text)
+            style = "bold reverse" if mode == self.current else ""
+            text.append(f" {key}", style=f"bold {style}".strip())
+            text.append(f" {label} ", style=style)
+            self._spans.append((start, len(text), mode))
+        return text
+
+    def on_click(self, event: events.Click) -> None:
+        for start, end, mode in self._spans:
+            if start <= event.x < end:
+                self.app.switch_mode(mode)
+
+
 class BaseScreen(Screen):
     """A top-level screen (one per App mode). Subclasses implement ``compose_body``."""
+
+    DEFAULT_CSS = """
+    BaseScreen #chrome { dock: bottom; height: 2; }
+    BaseScreen #chrome Footer { dock: none; }
+    """
 
     # The screen's own name in the header ("Timeline"); the App's mode keys are 1-7.
     TITLE_NAME = ""
@@ -22,7 +62,9 @@ class BaseScreen(Screen):
     def compose(self) -> ComposeResult:
         yield Header(show_clock=False, icon="")
         yield from self.compose_body()
-        yield Footer(compact=True)
+        with Vertical(id="chrome"):
+            yield ModeBar(_mode_of(self))
+            yield Footer(compact=True)
 
     def compose_body(self) -> ComposeResult:
         yield from ()
@@ -30,3 +72,10 @@ class BaseScreen(Screen):
     def on_mount(self) -> None:
         self.title = f"postmortem · {self.TITLE_NAME}"
         self.sub_title = self.session.title
+
+
+def _mode_of(screen: Screen) -> str:
+    from tui.app import SCREENS
+
+    target = f"{type(screen).__module__}:{type(screen).__name__}"
+    return next((mode for mode, (_, _, t) in SCREENS.items() if t == target), "")

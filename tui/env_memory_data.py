@@ -1,0 +1,307 @@
+"""What the Environment and Memory screens show, shaped without Textual.
+
+Environment: a matrix of variables by node from ``env_nodes`` (analyzer/env_model.py: the class
+of each variable, NCCL's ``set by environment`` echoes and the env dumps per node). A node's
+value is chosen as the configuration rules choose it (rules/config_model.py): NCCL's own echo
+where the variable was echoed anywhere and the node printed echo lines, else the node's dump.
+Which must-match variables differ, and which nodes are the odd ones out, is what E001/E002
+compute (``setting_mismatches``), never re-derived here.
+
+Memory: per-rank peaks (rules/memory_model.py ``peaks``) against the card's capacity (the memory
+lines, else the report's GPU model), CUDA OOMs (``ooms`` and M001) and host OOM kills
+(``oom_kills`` and X004) marked on the ranks they hit.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+
+import polars as pl
+from rich.text import Text
+
+from analyzer.pipeline import Run
+from rules.base import Context
+from rules.config_model import DUMP, ECHO, UNSET, setting_mismatches
+
+# Display order of the classes (env_model.classify): must-match first, by-design differences last.
+CLASS_ORDER = ("must_match", "should_match", "other", "per_node", "per_rank")
+CLASS_LABEL = {"must_match": "must", "should_match": "should", "other": "other", "per_node": "node",
+               "per_rank": "rank"}
+CLASS_MEANING = {
+    "must_match": "must match on every node (NCCL never exchanges it)",
+    "should_match": "should match on every node",
+    "other": "compared, not judged",
+    "per_node": "may differ per node (interfaces, HCAs): never flagged",
+    "per_rank": "differs by design (ranks, host names, devices): never flagged",
+}
+NO_EVIDENCE = None   # a node with no evidence of the variable's kind (no dump / no echo lines)
+
+
+@dataclass
+class Sighting:
+    """One line that shows a variable on a node."""
+    node: str
+    value: str
+    basis: str            # ECHO or DUMP (env_model's basis)
+    source: str           # "NCCL INFO", "env" or "nccl.conf"
+    path: str | None
+    line: int | None
+
+
+@dataclass
+class EnvVar:
+    key: str
+    klass: str
+    shown: dict[str, str | None]          # node -> the value compared (UNSET when unset there; absent: no evidence)
+    sightings: list[Sighting]
+    differs: bool = False
+    odd: set[str] = field(default_factory=set)   # nodes off the majority value
+    flagged: str | None = None            # "E001: ..." when a rule reports the difference
+    must_differ: bool = False             # a must-match variable that differs (E001/E002)
+
+    @property
+    def order(self) -> tuple:
+        """Flagged must-match differences first, then by class, differing before equal, then name."""
+        return (not self.must_differ, CLASS_ORDER.index(self.klass) if self.klass in CLASS_ORDER else 9,
+                not self.differs, self.key)
+
+
+@dataclass
+class EnvView:
+    nodes: list[str]
+    variables: list[EnvVar]
+
+    @property
+    def must_differ(self) -> list[EnvVar]:
+        return [v for v in self.variables if v.must_differ]
+
+
+def env_view(run: Run, report: dict) -> EnvView:
+    """Every variable of ``env_nodes`` with its value on each node, must-match differences first."""
+    if not {"node", "key", "basis"} <= set(run.columns("env_nodes")):
+        return EnvView([], [])
+    rows = run.frame("SELECT e.node, e.key, e.value, e.basis, e.source, e.class, i.path, e.line_no "
+                     "FROM env_nodes e LEFT JOIN inputs i USING (input_id) ORDER BY e.key, e.node, e.basis")
+    if rows.is_empty():
+        return EnvView([], [])
+    echo_nodes = set(rows.filter(pl.col("basis") == ECHO)["node"].to_list())
+    dump_nodes = set(rows.filter(pl.col("basis") == DUMP)["node"].to_list())
+    nodes = sorted(echo_nodes | dump_nodes, key=_node_order)
+    flagged = _flagged_by_rules(run, report)
+    out = []
+    for (key,), part in rows.group_by(["key"], maintain_order=True):
+        sightings = [Sighting(r["node"], r["value"] or "", r["basis"], r["source"], r["path"], r["line_no"])
+                     for r in part.iter_rows(named=True)]
+        var = EnvVar(key, part["class"][0] or "other", _shown_values(sightings, echo_nodes, dump_nodes), sightings)
+        _judge(var, flagged.get(key))
+        out.append(var)
+    out.sort(key=lambda v: v.order)
+    return EnvView(nodes, out)
+
+
+def _node_order(node: str) -> tuple:
+    """h20-node-2 before h20-node-10; the unknown node '?' last."""
+    return (node == "?", [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", node)])
+
+
+def _shown_values(sightings: list[Sighting], echo_nodes: set[str], dump_nodes: set[str]) -> dict[str, str | None]:
+    """node -> value as config_model compares it: the echo wins where the variable was echoed
+    anywhere and the node printed echo lines; otherwise the dump (UNSET when the node's dump
+    lacks it). Nodes with no evidence of either kind are absent."""
+    echo = {s.node: s.value for s in sightings if s.basis == ECHO}
+    dump = {s.node: s.value for s in sightings if s.basis == DUMP}
+    shown: dict[str, str | None] = {}
+    for node in echo_nodes | dump_nodes:
+        if echo and node in echo_nodes:
+            shown[node] = echo.get(node, UNSET)
+        elif node in dump_nodes:
+            shown[node] = dump.get(node, UNSET)
+    return shown
+
+
+def _flagged_by_rules(run: Run, report: dict) -> dict[str, tuple[str, list[str] | None]]:
+    """key -> (what flags it, the odd nodes): the must-match differences E001/E002 compute, with
+    the finding's title when the report has one; then E003's should-match differences."""
+    titles = {}
+    for f in report.get("findings") or []:
+        key = (f.get("details") or {}).get("key")
+        if f.get("code") in ("E001", "E002", "E003") and key and key not in titles:
+            titles[key] = f"{f['code']}: {f.get('title', '')}"
+    ctx = Context(run, None)
+    out = {}
+    for m in setting_mismatches(ctx, ("must_match",)):
+        out[m.key] = (titles.get(m.key, "must-match variable differs between nodes"), m.minority, True)
+    for key, title in titles.items():
+        out.setdefault(key, (title, None, False))
+    return out
+
+
+def _judge(var: EnvVar, flag: tuple | None) -> None:
+    values = Counter(v for v in var.shown.values())
+    var.differs = len(values) > 1
+    if flag:
+        var.flagged, minority, var.must_differ = flag
+        if minority:
+            var.odd = set(minority)
+    if var.differs and not var.odd and var.klass not in ("per_node", "per_rank"):
+        (top, n_top), *rest = values.most_common()
+        if not rest or n_top > rest[0][1]:
+            var.odd = {n for n, v in var.shown.items() if v != top}
+        else:
+            var.odd = set(var.shown)
+
+
+def matches(var: EnvVar, pattern: str) -> bool:
+    """The filter box: a case-insensitive regex over the name, a substring when it is not a regex."""
+    if not pattern:
+        return True
+    try:
+        return re.search(pattern, var.key, re.I) is not None
+    except re.error:
+        return pattern.lower() in var.key.lower()
+
+
+# -- memory --------------------------------------------------------------------------------------
+
+@dataclass
+class RankMemory:
+    rank: int
+    node: str | None
+    alloc: float | None = None        # MiB, peak allocated over the memory samples
+    reserved: float | None = None     # MiB, peak reserved
+    samples: int = 0
+    early: bool = False               # every sample predates the optimizer state (understates the peak)
+    ref: tuple[int, int] | None = None        # (input_id, line_no) of the peak sample
+    cuda_oom: tuple[int, int] | None = None   # the CUDA OOM line
+    oom_sizes: dict | None = None
+    host_oom: tuple[int, int] | None = None   # the kernel OOM killer's line on this rank's node
+    host_oom_killed: bool = False             # this rank's own process was the one killed
+    at_oom: bool = False                      # alloc/reserved read from the OOM message (no samples)
+
+    @property
+    def peak(self) -> float:
+        return max(self.alloc or 0.0, self.reserved or 0.0)
+
+    @property
+    def evidence(self) -> tuple[int, int] | None:
+        return self.cuda_oom or (self.host_oom if self.host_oom_killed else None) or self.ref or self.host_oom
+
+
+@dataclass
+class MemoryView:
+    rows: list[RankMemory]
+    capacity: float | None
+    capacity_source: str
+    n_ranks: int                      # ranks the run knows (ranks table)
+    paths: dict[int, str] = field(default_factory=dict)   # input_id -> inputs.path of the rows' lines
+
+    @property
+    def top(self) -> float:
+        """The bar scale: the capacity or the largest peak, whichever is larger."""
+        return max([self.capacity or 0.0] + [r.peak for r in self.rows] + [1.0])
+
+
+def memory_view(run: Run, report: dict) -> MemoryView:
+    from rules.crash_model import oom_kills
+    from rules.memory_model import capacity_mib, ooms, peaks
+
+    ctx = Context(run, None)
+    capacity, source = capacity_mib(ctx)
+    if capacity is None:
+        capacity, source = _capacity_of_report(report)
+    by_rank: dict[int, RankMemory] = {}
+    p = peaks(ctx)
+    for r in ([] if p.is_empty() else p.iter_rows(named=True)):
+        by_rank[r["rank"]] = RankMemory(r["rank"], r["node"], r["peak_alloc"], r["peak_reserved"], r["samples"],
+                                        bool(r["all_early"]), (r["input_id"], r["line_no"]))
+    rank_nodes = _rank_nodes(ctx)
+    for o in ooms(ctx):
+        if o["rank"] is None:
+            continue
+        row = by_rank.setdefault(o["rank"], RankMemory(o["rank"], o["node"] or rank_nodes.get(o["rank"])))
+        if row.cuda_oom is None:
+            row.cuda_oom, row.oom_sizes = (o["input_id"], o["line_no"]), o["sizes"]
+            alloc, unalloc = o["sizes"]["allocated"], o["sizes"]["unallocated"]
+            if not row.samples and alloc is not None:
+                # no memory samples: the OOM message's own reading is the best peak there is
+                row.alloc, row.reserved, row.at_oom = alloc, alloc + (unalloc or 0.0), True
+    for rank in _finding_ranks(report, "M001"):
+        by_rank.setdefault(rank, RankMemory(rank, rank_nodes.get(rank)))
+    for kill in oom_kills(ctx):
+        hit = [r for r, n in rank_nodes.items() if n == kill["node"]] or ([kill["rank"]] if kill["rank"] is not None else [])
+        for rank in hit:
+            row = by_rank.setdefault(rank, RankMemory(rank, rank_nodes.get(rank, kill["node"])))
+            if row.host_oom is None:
+                row.host_oom = (kill["input_id"], kill["line_no"])
+            row.host_oom_killed |= kill["rank"] == rank
+    rows = sorted(by_rank.values(), key=lambda r: r.rank)
+    return MemoryView(rows, capacity, source, len(rank_nodes), _paths(run, rows))
+
+
+def _paths(run: Run, rows: list[RankMemory]) -> dict[int, str]:
+    ids = sorted({ref[0] for r in rows for ref in (r.ref, r.cuda_oom, r.host_oom) if ref})
+    if not ids:
+        return {}
+    found = run.frame("SELECT input_id, path FROM inputs WHERE list_contains(?, input_id)", [ids])
+    return {int(i): p for i, p in found.iter_rows()}
+
+
+def _capacity_of_report(report: dict) -> tuple[float | None, str]:
+    """The report's GPU model (detected, or ``--gpu``) in the hardware model, in MiB as the
+    memory rules count it (memory_model.capacity_mib: GB of the table taken as GiB)."""
+    from analyzer import hardware
+
+    model = report.get("run", {}).get("gpu_model") or {}
+    acc = hardware.find(model["name"]) if model.get("name") else None
+    if not acc or not acc.get("memory_gb"):
+        return None, "unknown"
+    return float(acc["memory_gb"]) * 1024, f"the hardware model ({acc['name']}, {model.get('basis') or 'report'})"
+
+
+def _rank_nodes(ctx: Context) -> dict[int, str | None]:
+    ranks = ctx.ranks
+    if ranks.is_empty() or "rank" not in ranks.columns:
+        return {}
+    return {r: n for r, n in ranks.select("rank", "node").iter_rows() if r is not None}
+
+
+def _finding_ranks(report: dict, code: str) -> list[int]:
+    return sorted({r for f in report.get("findings") or [] if f.get("code") == code for r in f.get("ranks") or []})
+
+
+def sort_rows(rows: list[RankMemory], by_peak: bool) -> list[RankMemory]:
+    return sorted(rows, key=lambda r: (-r.peak, r.rank)) if by_peak else sorted(rows, key=lambda r: r.rank)
+
+
+NEAR = 0.95   # M002's threshold: a peak at or above 95% of the card
+
+
+def percent(value: float, capacity: float | None) -> float | None:
+    return 100.0 * value / capacity if capacity and value else None
+
+
+def bar(row: RankMemory, capacity: float | None, top: float, width: int) -> Text:
+    """``███▒▒····│··``: allocated, reserved beyond allocated, the rest up to the scale; ``│`` is
+    the capacity line (``┃`` where the bar reaches it)."""
+    def cells(value: float | None) -> int:
+        return max(0, min(width, round(width * (value or 0.0) / top)))
+
+    alloc, reserved = cells(row.alloc), cells(max(row.alloc or 0.0, row.reserved or 0.0))
+    near = capacity is not None and row.peak >= NEAR * capacity
+    chars = ["█"] * alloc + ["▒"] * (reserved - alloc) + ["·"] * (width - reserved)
+    styles = [("bold red" if near else "dodger_blue2")] * alloc + ["steel_blue1" if not near else "red"] * (reserved - alloc) \
+        + ["dim"] * (width - reserved)
+    if capacity:
+        at = min(width - 1, max(0, round(width * capacity / top) - 1))
+        chars[at] = "┃" if at < reserved else "│"
+        styles[at] = "bold red"
+    out = Text(no_wrap=True)
+    for ch, style in zip(chars, styles):
+        out.append(ch, style)
+    return out
+
+
+def gib(mib: float | None) -> str:
+    return "" if mib is None else f"{mib / 1024:.1f} GiB"

@@ -1,0 +1,301 @@
+"""What the Transports screen shows, shaped from ``analyzer.transports.view`` without Textual.
+
+The view (the model ``postmortem transports`` prints) is taken as it is: this module only
+groups, marks and counts its hops. A hop is *off-tier* when the view lists it under
+``attention`` (SHM or the network between GPUs of one host, sockets, NET without GDR where
+other hops had it); the *slowest* hops are those on the communicator's worst tier in
+``TIER_ORDER`` (the order the view uses for each ring's slowest link).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from analyzer.nccl_model import TIER_ORDER
+from analyzer.transports import _channels, _nic_span, _via, view
+
+OFF_TIER, SLOWEST, NORMAL = "off-tier", "slowest", ""
+MARK = {OFF_TIER: "✗", SLOWEST: "▼", NORMAL: ""}  # reads without colour
+NVLINK_TIERS = {"NVLink", "NVLink via GPU", "NVLS"}
+
+
+def load(run, gpu: str | None = None) -> dict:
+    """The view plus, per communicator, its rank 0's channel counts and thread thresholds (the
+    algorithm/protocol setup NCCL prints at init even without TUNING decision lines)."""
+    v = view(run, gpu=gpu)
+    setup = _init_setup(run)
+    for c in v["communicators"]:
+        zero = next((m for m in c["members"] if m["rank"] == 0), None)
+        c["setup"] = setup.get((c["comm_key"], zero["host"], zero["pid"]), {}) if zero else {}
+    return v
+
+
+def _init_setup(run) -> dict[tuple, dict]:
+    """(comm_key, host, pid) -> {kind: row} for the init lines ``channel_counts`` and ``thread_thresholds``."""
+    if not {"comm_key", "kind", "host", "pid", "coll_channels", "detail"} <= set(run.columns("nccl_tuning")):
+        return {}
+    rows = run.frame("SELECT comm_key, host, pid, kind, any_value(coll_channels) AS coll, "
+                     "any_value(nvls_channels) AS nvls, any_value(collnet_channels) AS collnet, "
+                     "any_value(p2p_channels) AS p2p, any_value(p2p_per_peer) AS per_peer, any_value(detail) AS detail "
+                     "FROM nccl_tuning WHERE kind IN ('channel_counts', 'thread_thresholds') GROUP BY ALL")
+    out: dict[tuple, dict] = {}
+    for r in rows.iter_rows(named=True):
+        out.setdefault((r["comm_key"], r["host"], r["pid"]), {})[r["kind"]] = r
+    return out
+
+
+# -- communicators ------------------------------------------------------------------------------------
+
+
+@dataclass
+class CommRow:
+    key: str
+    nranks: int | None
+    nnodes: int | None
+    hosts: str
+    off_tier: int
+    tiers: str  # the tiers its hops used, fastest first
+
+
+def comm_rows(v: dict) -> list[CommRow]:
+    return [CommRow(c["comm_key"], c["nranks"], c["nnodes"] or (len(c["hosts"]) or None), host_span(c["hosts"]),
+                    len(c["attention"]), "/".join(tiers_of(c))) for c in v["communicators"]]
+
+
+def tiers_of(comm: dict) -> list[str]:
+    return sorted({h["tier"] for h in comm["hops"] if h["tier"]}, key=lambda t: TIER_ORDER.get(t, 9))
+
+
+def host_span(hosts: list[str] | None) -> str:
+    hosts = list(hosts or [])
+    if len(hosts) <= 2:
+        return ", ".join(hosts)
+    return f"{hosts[0]} … {hosts[-1]}"
+
+
+def slowest_tier(comm: dict) -> str | None:
+    """The communicator's worst tier; None when all its hops share one tier (nothing is slower)."""
+    tiers = {h["tier"] for h in comm["hops"] if h["tier"]}
+    return max(tiers, key=lambda t: TIER_ORDER.get(t, 9)) if len(tiers) > 1 else None
+
+
+# -- hops ---------------------------------------------------------------------------------------------
+
+
+def hop_id(h: dict) -> tuple:
+    return (h["channel"], h["phase"], h["conn_index"], h["src_rank"], h["dst_rank"])
+
+
+def on_nvlink(h: dict) -> bool:
+    """NVLink family, or a P2P hop the hardware model priced as NVLink."""
+    return h["tier"] in NVLINK_TIERS or (h["tier"] == "P2P" and str(h.get("priced_as") or "").startswith("NVLink"))
+
+
+@dataclass
+class HopRow:
+    mark: str  # OFF_TIER, SLOWEST or NORMAL
+    channels: str
+    phase: str
+    ranks: str
+    tier: str
+    bandwidth: str
+    transport: str
+    hosts: str
+    gpus: str
+    nic: str
+    hop: dict = field(repr=False)  # the first of the grouped hops (the detail line shows it)
+    count: int = 1  # how many hops (channels) the row stands for
+    why: str = ""
+
+
+def hop_rows(comm: dict, off_nvlink_only: bool = False, grouped: bool = True) -> list[HopRow]:
+    """One row per hop, or (``grouped``) per hop that is the same on several channels."""
+    off = {hop_id(h) for h in comm["attention"]}
+    worst = slowest_tier(comm)
+    groups: dict[tuple, list[dict]] = {}
+    for h in comm["hops"]:
+        if off_nvlink_only and on_nvlink(h):
+            continue
+        same = tuple(v for k, v in h.items() if k not in ("channel", "conn_index", "input_id", "line_no"))
+        groups.setdefault(same if grouped else hop_id(h), []).append(h)
+    rows = []
+    for hops in groups.values():
+        h = hops[0]
+        mark = OFF_TIER if any(hop_id(x) in off for x in hops) else SLOWEST if h["tier"] == worst else NORMAL
+        rows.append(HopRow(mark, _channels([x["channel"] for x in hops if x["channel"] is not None]) or "?",
+                           h["phase"] or "?", f"{_v(h['src_rank'])}→{_v(h['dst_rank'])}", h["tier"] or "?",
+                           bandwidth(h), _via(h), _hosts(h), _gpus(h), _nics(h), h, len(hops),
+                           why_off_tier(h) if mark == OFF_TIER else ""))
+    return rows
+
+
+def _v(value) -> str:
+    return "?" if value is None else str(value)
+
+
+def bandwidth(h: dict) -> str:
+    """GB/s per direction as the hardware model prices the hop; ``TCP`` etc. when it has no number."""
+    if h.get("gbyte_s"):
+        return f"~{h['gbyte_s']:g}"
+    return h.get("priced_as") or "?"
+
+
+def _hosts(h: dict) -> str:
+    if h["src_host"] and h["src_host"] == h["dst_host"]:
+        return h["src_host"]
+    return f"{h['src_host'] or '?'}→{h['dst_host'] or '?'}"
+
+
+def _gpus(h: dict) -> str:
+    return f"{_v(h['src_gpu'])}→{_v(h['dst_gpu'])}" if h["src_gpu"] is not None or h["dst_gpu"] is not None else ""
+
+
+def _nics(h: dict) -> str:
+    if not (h["send_nic"] or h["recv_nic"]):
+        return ""
+    return f"{h['send_nic'] or '?'}→{h['recv_nic'] or '?'}"
+
+
+def why_off_tier(h: dict) -> str:
+    """Why the view lists the hop under attention (the cases of ``analyzer.transports._attention``)."""
+    if h["tier"] == "Socket":
+        return "TCP sockets where RDMA NICs would carry it"
+    if h["src_host"] and h["src_host"] == h["dst_host"]:
+        return f"{h['tier']} between GPUs of one host where P2P (NVLink) is expected"
+    return "network without GPUDirect RDMA where other hops have it"
+
+
+def hop_detail(h: dict) -> str:
+    """Everything known about one hop, for the line under the table."""
+    def end(host, gpu, pci):
+        bits = [host or "?"] + ([f"GPU{gpu}"] if gpu is not None else []) + ([f"({pci})"] if pci else [])
+        return " ".join(bits)
+    nic = f"; NIC {_nics(h)}" if _nics(h) else ""
+    pxn = f"; PXN via {h['pxn_via']}" if h.get("pxn_via") else ""
+    gdr = "; GPUDirect RDMA" if h["transport"] in ("NET", "COLLNET") and h["gdr"] else \
+        "; no GPUDirect RDMA" if h["transport"] in ("NET", "COLLNET") else ""
+    price = f"~{h['gbyte_s']:g} GB/s per direction" if h.get("gbyte_s") else "bandwidth unknown"
+    return (f"rank {_v(h['src_rank'])} {end(h['src_host'], h['src_gpu'], h['src_pci'])} → rank {_v(h['dst_rank'])} "
+            f"{end(h['dst_host'], h['dst_gpu'], h['dst_pci'])} via {_via(h)}{nic}{gdr}{pxn}; "
+            f"{h['tier'] or '?'}: {price} ({h.get('price_basis') or 'no basis'})")
+
+
+# -- node-by-node matrix ------------------------------------------------------------------------------
+
+
+@dataclass
+class MatrixCell:
+    tiers: list[str]
+    hops: int
+    off_tier: int
+
+    @property
+    def text(self) -> str:
+        return "/".join(self.tiers) if self.tiers else "·"
+
+
+def node_matrix(comm: dict) -> tuple[list[str], dict[tuple[str, str], MatrixCell]]:
+    """Nodes (the communicator's hosts, then any other host its hops name) and, per (src, dst)
+    node pair, the tiers its hops used (fastest first), their number and how many are off-tier."""
+    off = {hop_id(h) for h in comm["attention"]}
+    nodes = list(comm["hosts"] or [])
+    cells: dict[tuple[str, str], MatrixCell] = {}
+    for h in comm["hops"]:
+        src, dst = h["src_host"] or "?", h["dst_host"] or "?"
+        nodes += [n for n in (src, dst) if n not in nodes]
+        c = cells.setdefault((src, dst), MatrixCell([], 0, 0))
+        c.hops += 1
+        c.off_tier += hop_id(h) in off
+        if h["tier"] and h["tier"] not in c.tiers:
+            c.tiers = sorted(c.tiers + [h["tier"]], key=lambda t: TIER_ORDER.get(t, 9))
+    return nodes, cells
+
+
+def cell_detail(src: str, dst: str, cell: MatrixCell | None) -> str:
+    where = f"{src} (intra-node)" if src == dst else f"{src} → {dst}"
+    if cell is None:
+        return f"{where}: no hop"
+    off = f"; ✗ {cell.off_tier} off their expected tier" if cell.off_tier else ""
+    return f"{where}: {cell.hops} hop{'s' if cell.hops != 1 else ''} on {', '.join(cell.tiers) or 'unknown tier'}{off}"
+
+
+# -- the communicator's summary -----------------------------------------------------------------------
+
+
+def summary_lines(comm: dict, v: dict) -> list[tuple[str, str]]:
+    """(text, kind) lines; kind is ``off-tier``, ``slowest`` or ``""`` (the screen styles them)."""
+    size = f"{comm['nranks']} ranks" if comm["nranks"] else "size unknown"
+    init = f", {comm['init_complete']}/{comm['nranks']} init" if comm["nranks"] and comm["init_complete"] is not None else ""
+    versions = f" · NCCL {', '.join(comm['versions'])}" if comm["versions"] else ""
+    acc = v.get("accelerator") or {}
+    # most telling first: a short terminal shows the first lines only
+    lines = [(f"{comm['comm_key']} · {size} on {comm['nnodes'] or '?'} node(s){init}{versions} · "
+              f"GPU {acc.get('name') or 'unknown'}", "")]
+    if comm["attention"]:
+        whys = sorted({why_off_tier(h) for h in comm["attention"]})
+        lines.append((f"{MARK[OFF_TIER]} {len(comm['attention'])} hops off their expected tier: {'; '.join(whys)}",
+                      OFF_TIER))
+    lines += _slowest_line(comm)
+    if comm["tiers"]:
+        lines.append(("tiers: " + " · ".join(_tier_text(t) for t in comm["tiers"]), ""))
+    network = _network(comm, v)
+    if network:
+        lines.append((network, ""))
+    lines.append((f"hosts: {', '.join(comm['hosts']) if comm['hosts'] else 'unknown'}", ""))
+    lines += [(text, "") for text in algo_lines(comm)]
+    return lines
+
+
+def _network(comm: dict, v: dict) -> str:
+    procs = {(p["host"], p["pid"]): p for p in v["processes"]}
+    mine = [procs[(m["host"], m["pid"])] for m in comm["members"] if (m["host"], m["pid"]) in procs]
+    if not mine:
+        return ""
+    networks = sorted({p["network"] or "not in the log" for p in mine})
+    nics = sorted({n for p in mine for n in (p["nics"] or [])})
+    sockets = sorted({n for p in mine for n in (p["socket_ifs"] or [])})
+    ends = f"; NICs {_nic_span(nics)}" if nics else f"; socket interfaces {', '.join(sockets[:4])}" if sockets else ""
+    return f"network: {', '.join(networks)}{ends}"
+
+
+def _tier_text(t: dict) -> str:
+    price = f" ~{t['gbyte_s']:g} GB/s" if t.get("gbyte_s") else ""
+    phase = f" {t['phase']}" if t.get("phase") and t["phase"] != "ring" else ""
+    return f"{t['tier'] or '?'}{phase} {t['hops']}{price}"
+
+
+def _slowest_line(comm: dict) -> list[tuple[str, str]]:
+    worst = slowest_tier(comm)
+    if worst is None:
+        tiers = {h["tier"] for h in comm["hops"] if h["tier"]}
+        return [(f"every hop: {tiers.pop()}", "")] if tiers else []
+    hops = [h for h in comm["hops"] if h["tier"] == worst]
+    h = hops[0]
+    price = f"~{h['gbyte_s']:g} GB/s per direction" if h.get("gbyte_s") else h.get("price_basis") or "bandwidth unknown"
+    caps = " caps each ring" if any(r["slowest"] and r["slowest"]["tier"] == worst for r in comm["rings"]) else ""
+    return [(f"{MARK[SLOWEST]} slowest: {worst} ({len(hops)} hops, e.g. {_v(h['src_rank'])}→{_v(h['dst_rank'])} "
+             f"on {_hosts(h)}){caps}: {price}", SLOWEST)]
+
+
+def algo_lines(comm: dict) -> list[str]:
+    """The algorithm/protocol choices: rank 0's TUNING decisions, else its init setup."""
+    out = []
+    for t in comm["tuning"][:6]:
+        choice = t["kernel"] or f"{t['algo']}/{t['proto']}"
+        channels = f" ch {t['ch_lo']}..{t['ch_hi']}" if t["ch_lo"] is not None else ""
+        out.append(f"algo: {t['func'] or '?'} {t['bytes']} B → {choice}{channels}")
+    if len(comm["tuning"]) > 6:
+        out.append(f"algo: … {len(comm['tuning']) - 6} more decision lines")
+    setup = comm.get("setup") or {}
+    counts, threads = setup.get("channel_counts"), setup.get("thread_thresholds")
+    if counts or threads:
+        bits = []
+        if counts:
+            bits.append(f"channels {_v(counts['coll'])} coll, {_v(counts['nvls'])} NVLS, "
+                        f"{_v(counts['p2p'])} p2p ({_v(counts['per_peer'])} per peer)")
+        if threads:
+            bits.append(f"threadThresholds {threads['detail']}")
+        out.append("init: " + "; ".join(bits))
+    if not comm["tuning"]:
+        out.append("algo/proto: no TUNING decision lines (NCCL_DEBUG_SUBSYS=INIT,TUNING prints them)")
+    return out
