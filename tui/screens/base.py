@@ -4,7 +4,7 @@ footer (this screen's keys) and the session."""
 from __future__ import annotations
 
 from rich.text import Text
-from textual import events
+from textual import events, work
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.screen import Screen
@@ -70,8 +70,18 @@ class BaseScreen(Screen):
         yield from ()
 
     def on_mount(self) -> None:
+        # Textual calls every class's on_mount in turn: subclasses must not call super() here.
         self.title = f"postmortem · {self.TITLE_NAME}"
         self.sub_title = self.session.title
+
+    @work(thread=True, exclusive=True, group="load")
+    def load_view(self, build, done) -> None:
+        """``build(run, report)`` in a worker thread, on a Run over its own cursor (one DuckDB
+        connection must not serve two threads at once); ``done(view)`` then on the UI thread."""
+        from analyzer.pipeline import Run
+
+        view = build(Run(self.session.cursor(), db_path=self.session.run.db_path), self.session.report)
+        self.app.call_from_thread(done, view)
 
 
 def _mode_of(screen: Screen) -> str:

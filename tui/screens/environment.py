@@ -9,12 +9,10 @@ tui.env_memory_data (env_model's tables and the E001 rule's comparison).
 from __future__ import annotations
 
 from rich.text import Text
-from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widgets import DataTable, Input, Static
 
-from analyzer.pipeline import Run
 from rules.config_model import ECHO, UNSET
 from tui.env_memory_data import CLASS_LABEL, CLASS_MEANING, EnvVar, EnvView, env_view, matches
 from tui.screens.base import BaseScreen
@@ -70,14 +68,7 @@ a variable moves there (Tab moves back); Enter on a line, or `e`, opens it in th
         yield DataTable(id="env-detail", cursor_type="row")
 
     def on_mount(self) -> None:
-        super().on_mount()
-        self._load()
-
-    @work(thread=True, exclusive=True)
-    def _load(self) -> None:
-        run = Run(self.session.cursor(), db_path=self.session.run.db_path)
-        view = env_view(run, self.session.report)
-        self.app.call_from_thread(self._loaded, view)
+        self.load_view(env_view, self._loaded)
 
     def _loaded(self, view: EnvView) -> None:
         self.view = view

@@ -229,7 +229,6 @@ not interpreted, control characters show as `\\xNN`, tabs are expanded, long lin
         yield Static(plain(""), id="logs-status")
 
     def on_mount(self) -> None:
-        super().on_mount()
         self.query_one(LogView).focus()
         self._request()
 

@@ -9,12 +9,10 @@ capacity and OOMs); rows are a DataTable, which draws only the visible rows.
 from __future__ import annotations
 
 from rich.text import Text
-from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widgets import DataTable, Static
 
-from analyzer.pipeline import Run
 from tui.env_memory_data import NEAR, MemoryView, RankMemory, bar, gib, memory_view, percent, sort_rows
 from tui.screens.base import BaseScreen
 from tui.text import cell, join, plain
@@ -57,14 +55,7 @@ in the Logs screen."""
         yield Static(plain(""), id="mem-detail")
 
     def on_mount(self) -> None:
-        super().on_mount()
-        self._load()
-
-    @work(thread=True, exclusive=True)
-    def _load(self) -> None:
-        run = Run(self.session.cursor(), db_path=self.session.run.db_path)
-        view = memory_view(run, self.session.report)
-        self.app.call_from_thread(self._loaded, view)
+        self.load_view(memory_view, self._loaded)
 
     def _loaded(self, view: MemoryView) -> None:
         self.view = view

@@ -390,7 +390,6 @@ fall in one column the first of that list is shown. The panel lists the marks un
                 yield Static(plain("reading the timeline…"), id="tl-panel")
 
     def on_mount(self) -> None:
-        super().on_mount()
         self.watch(self.app, "theme", lambda _: self.call_after_refresh(self._refresh_aux), init=False)
         self._load()
 

@@ -85,7 +85,6 @@ channel, `enter` the NCCL line that declared the hop, in Logs.
             yield Static(plain(""), id="detail")
 
     def on_mount(self) -> None:
-        super().on_mount()
         self.query_one("#comms", DataTable).add_columns(*(plain(c) for c in ("communicator", "ranks", "nodes",
                                                                              "✗ off-tier", "tiers", "hosts")))
         self.query_one("#hops", DataTable).add_columns(*(plain(c) for c in HOP_COLUMNS))

@@ -267,7 +267,6 @@ class VerdictScreen(BaseScreen):
                 yield EvidenceList(id="evidence", compact=True)
 
     def on_mount(self) -> None:
-        super().on_mount()
         self._fill_table()
         table = self.query_one("#findings", FindingsTable)
         table.focus()

@@ -1,0 +1,386 @@
+"""Benchmark: ingest speed and memory against a plain scan and a per-line Python parser (issue 11).
+
+    python -m bench.ingest_bench --ranks 8,64 [--coll] [--nsys] [--iterations 40] [--repeats 1]
+                                 [--json FILE] [--keep DIR] [--compare OLD.json] [--no-baseline]
+
+For each size, generates a deadlock run with ``bench.generator`` (8 GPUs per node, watchdog
+timeouts, periodic c10d work updates during a 30-minute hang, py-spy dumps; ``--coll`` adds
+``COLL`` to ``NCCL_DEBUG_SUBSYS``, ``--nsys`` writes an Nsight Systems SQLite export per rank),
+reads every file once so that the page cache is warm, then measures in the same run:
+
+* the scan floor: ``LC_ALL=C grep -rc "" DIR`` (the best of three);
+* our ingest, ``analyzer.pipeline.analyze([DIR])`` (in-memory store), and then, separately,
+  ``analyzer.report.build_report(run)`` ("time to report"), both in one child Python process
+  run under ``/usr/bin/time -v``: its peak RSS is the peak of ingest + report (plus the
+  interpreter and imports; the import time is measured and left out of the times);
+* ``bench.lineparser_baseline`` (per-line ``re.match`` + row dicts + DuckDB), in its own child
+  process, its peak RSS measured the same way.
+
+Times are the best of ``--repeats`` (each repeat a fresh child process). Prints a table per size
+and writes every number, with the machine (cores, memory, Python/Polars/DuckDB versions, the
+git commit), to ``--json`` (default ``ingest_bench.json``). ``--compare OLD.json`` prints new/old
+per size for the runs both files have. Runs go into a temporary folder, removed afterwards unless
+``--keep DIR``; a run already in ``--keep DIR`` (same spec) is reused rather than generated again.
+
+"lines" is a ``wc -l`` count over the text files (nsys exports and other binary files are left
+out of lines and lines/s, but counted in files, MB and MB/s: every reader gets the same folder).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+GPUS_PER_NODE = 8
+TIME_BIN = "/usr/bin/time"
+SCHEMA = "postmortem-ingest-bench/1"
+# Numbers a --compare divides (new / old); lower is better for all of them.
+COMPARED = ("ingest_s", "report_s", "grep_s", "baseline_s", "peak_rss_mib", "baseline_peak_rss_mib")
+
+
+# -- the run ---------------------------------------------------------------------------------------
+
+def spec_for(ranks: int, iterations: int, coll: bool, nsys: bool):
+    from bench.generator import RunSpec
+    from bench.rungen.nccl import NcclVersion
+
+    gpus = GPUS_PER_NODE if ranks >= GPUS_PER_NODE else ranks
+    if ranks % gpus:
+        raise ValueError(f"--ranks {ranks}: not a multiple of {GPUS_PER_NODE} GPUs per node")
+    spec = RunSpec(nodes=ranks // gpus, gpus_per_node=gpus, scenario="deadlock", culprit=ranks // 2 + 1 if ranks > 1 else 0,
+                   work_updates=True, hang_duration_s=1800, timeout_s=600, iterations_before_hang=iterations,
+                   profile=nsys)
+    if coll:
+        # The release's default mask (INIT,ENV for 2.19-2.22) plus COLL, as a user turning COLL on would write it.
+        minor = NcclVersion.parse(spec.nccl_version).minor
+        default = "INIT" if minor <= 15 else "INIT,ENV" if minor <= 22 else "INIT,BOOTSTRAP,ENV"
+        spec.nccl_subsys = default + ",COLL"
+    return spec
+
+
+def run_key(ranks: int, coll: bool, nsys: bool) -> str:
+    return f"{ranks}r" + ("-coll" if coll else "") + ("-nsys" if nsys else "")
+
+
+def generate(out: Path, spec) -> tuple[float, bool]:
+    """Write the run into ``out`` unless the same spec is there already; (seconds, reused)."""
+    from dataclasses import asdict
+
+    from bench.generator import generate_run
+
+    stamp = out.parent / (out.name + ".spec.json")   # outside the run: no reader sees it
+    wanted = json.dumps(asdict(spec), sort_keys=True, default=str)
+    if stamp.is_file() and stamp.read_text() == wanted:
+        return 0.0, True
+    if out.exists():
+        shutil.rmtree(out)
+    t = time.perf_counter()
+    generate_run(out, spec)
+    elapsed = time.perf_counter() - t
+    stamp.write_text(wanted)
+    return elapsed, False
+
+
+_BINARY_SUFFIXES = {".sqlite", ".pickle", ".pkl", ".nsys-rep", ".qdrep", ".gz", ".zip", ".tar", ".duckdb"}
+
+
+def run_files(run_dir: Path) -> list[Path]:
+    return sorted(p for p in run_dir.rglob("*") if p.is_file())
+
+
+def is_binary(path: Path) -> bool:
+    if path.suffix.lower() in _BINARY_SUFFIXES:
+        return True
+    with open(path, "rb") as handle:
+        return b"\0" in handle.read(8192)
+
+
+def census(run_dir: Path) -> dict:
+    """Files, bytes and ``wc -l`` lines; reading everything once also warms the page cache."""
+    files = run_files(run_dir)
+    total = text_bytes = lines = binary = 0
+    for path in files:
+        data = path.read_bytes()
+        total += len(data)
+        if is_binary(path):
+            binary += 1
+            continue
+        text_bytes += len(data)
+        lines += data.count(b"\n")
+    return {"files": len(files), "binary_files": binary, "bytes": total, "text_bytes": text_bytes,
+            "mb": round(total / 1e6, 3), "lines": lines}
+
+
+# -- measurements ----------------------------------------------------------------------------------
+
+def measure_grep(run_dir: Path, repeats: int = 3) -> tuple[float, int]:
+    """Best-of-``repeats`` seconds of ``grep -rc "" DIR`` (C locale) and the lines it counted in text files."""
+    env = dict(os.environ, LC_ALL="C")
+    best, out = float("inf"), ""
+    for _ in range(max(1, repeats)):
+        t = time.perf_counter()
+        proc = subprocess.run(["grep", "-rc", "", str(run_dir)], capture_output=True, text=True, env=env,
+                              errors="replace")
+        best = min(best, time.perf_counter() - t)
+        if proc.returncode not in (0, 1):
+            raise RuntimeError(f"grep failed: {proc.stderr.strip()}")
+        out = proc.stdout
+    counted = 0
+    for row in out.splitlines():
+        name, _, count = row.rpartition(":")
+        path = Path(name)
+        if count.isdigit() and not is_binary(path):
+            counted += int(count)
+    return best, counted
+
+
+def _child(mode: str, run_dir: Path) -> dict:
+    """Run ``mode`` ("ingest" or "baseline") on ``run_dir`` in a fresh Python under /usr/bin/time -v."""
+    with tempfile.TemporaryDirectory(prefix="ingest_bench_") as tmp:
+        result_file = Path(tmp) / "result.json"
+        cmd = [sys.executable, "-m", "bench.ingest_bench", "--child", mode, str(run_dir), str(result_file)]
+        timed = os.access(TIME_BIN, os.X_OK)
+        if timed:
+            cmd = [TIME_BIN, "-v", *cmd]
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=Path(__file__).resolve().parent.parent)
+        if proc.returncode != 0 or not result_file.is_file():
+            raise RuntimeError(f"{mode} child failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
+        result = json.loads(result_file.read_text())
+    match = re.search(r"Maximum resident set size \(kbytes\): (\d+)", proc.stderr) if timed else None
+    if match:
+        result["peak_rss_mib"] = round(int(match.group(1)) / 1024, 1)
+        result["peak_rss_source"] = "/usr/bin/time -v"
+    else:
+        result["peak_rss_mib"] = result["self_maxrss_mib"]
+        result["peak_rss_source"] = "getrusage(RUSAGE_SELF) in the child"
+    return result
+
+
+def child_main(mode: str, run_dir: str, result_file: str) -> int:
+    """Inside the child: import, then time the work alone; write the numbers as JSON."""
+    import resource
+
+    t = time.perf_counter()
+    if mode == "ingest":
+        from analyzer.pipeline import analyze
+        from analyzer.report import build_report
+    else:
+        from bench.lineparser_baseline import parse
+    import_s = time.perf_counter() - t
+    out: dict = {"import_s": round(import_s, 4)}
+    if mode == "ingest":
+        t = time.perf_counter()
+        run = analyze([run_dir])
+        out["ingest_s"] = time.perf_counter() - t
+        t = time.perf_counter()
+        report = build_report(run)
+        out["report_s"] = time.perf_counter() - t
+        out["store_lines"] = run.con.execute("SELECT count(*) FROM lines").fetchone()[0]
+        verdict = report.get("verdict") or {}
+        out["verdict"] = {"status": verdict.get("status"), "category": verdict.get("category"),
+                          "culprit_ranks": (verdict.get("culprit") or {}).get("ranks")}
+        out["findings"] = len(report.get("findings", []))
+        out["stage_timings"] = {k: v for k, v in (run.timings or {}).items() if isinstance(v, (int, float))}
+        run.con.close()
+    else:
+        t = time.perf_counter()
+        con, rows = parse([run_dir])
+        out["baseline_s"] = time.perf_counter() - t
+        out["baseline_rows"] = rows
+        con.close()
+    out["self_maxrss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    Path(result_file).write_text(json.dumps(out, default=str))
+    return 0
+
+
+def _best(results: list[dict], key: str) -> dict:
+    return min(results, key=lambda r: r[key])
+
+
+def bench_one(run_dir: Path, ranks: int, iterations: int, coll: bool, nsys: bool, repeats: int,
+              baseline: bool = True, log=print) -> dict:
+    from dataclasses import asdict
+
+    spec = spec_for(ranks, iterations, coll, nsys)
+    log(f"[{run_key(ranks, coll, nsys)}] generating {run_dir} ...")
+    gen_s, reused = generate(run_dir, spec)
+    row: dict = {"key": run_key(ranks, coll, nsys), "ranks": ranks, "coll": coll, "nsys": nsys,
+                 "iterations": iterations, "generate_s": round(gen_s, 2), "generated_reused": reused,
+                 "spec": {k: v for k, v in asdict(spec).items() if v not in (None, {}, [])}}
+    row.update(census(run_dir))           # also reads every file once: the page cache is warm from here on
+    row["grep_s"], row["grep_lines"] = measure_grep(run_dir)
+    log(f"[{row['key']}] {row['files']} files, {row['mb']} MB, {row['lines']} lines; ingest ...")
+    runs = [_child("ingest", run_dir) for _ in range(max(1, repeats))]
+    best = _best(runs, "ingest_s")
+    row["ingest_s"] = best["ingest_s"]
+    row["report_s"] = min(r["report_s"] for r in runs)
+    row["ingest_report_s"] = min(r["ingest_s"] + r["report_s"] for r in runs)
+    row["peak_rss_mib"] = max(r["peak_rss_mib"] for r in runs)
+    row["peak_rss_source"] = best["peak_rss_source"]
+    row["import_s"] = best["import_s"]
+    for key in ("store_lines", "verdict", "findings", "stage_timings"):
+        row[key] = best.get(key)
+    row["mb_per_s"] = row["bytes"] / 1e6 / row["ingest_s"]
+    row["lines_per_s"] = row["lines"] / row["ingest_s"]
+    row["ratio_ingest_grep"] = row["ingest_s"] / row["grep_s"]
+    if baseline:
+        log(f"[{row['key']}] per-line baseline ...")
+        bruns = [_child("baseline", run_dir) for _ in range(max(1, repeats))]
+        bbest = _best(bruns, "baseline_s")
+        row["baseline_s"] = bbest["baseline_s"]
+        row["baseline_rows"] = bbest["baseline_rows"]
+        row["baseline_peak_rss_mib"] = max(r["peak_rss_mib"] for r in bruns)
+        row["ratio_baseline_ingest"] = row["baseline_s"] / row["ingest_s"]
+    else:
+        row.update(baseline_s=None, baseline_rows=None, baseline_peak_rss_mib=None, ratio_baseline_ingest=None)
+    row["repeats"] = max(1, repeats)
+    return row
+
+
+# -- machine, table, comparison --------------------------------------------------------------------
+
+def machine_info() -> dict:
+    import duckdb
+    import polars
+
+    info = {"cpu_count": os.cpu_count(), "python": platform.python_version(), "polars": polars.__version__,
+            "duckdb": duckdb.__version__, "platform": platform.platform(), "machine": platform.machine()}
+    if hasattr(os, "sched_getaffinity"):
+        info["cpus_usable"] = len(os.sched_getaffinity(0))
+    try:
+        import pyarrow
+        info["pyarrow"] = pyarrow.__version__
+    except ImportError:
+        pass
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                info["cpu_model"] = line.split(":", 1)[1].strip()
+                break
+        mem = re.search(r"MemTotal:\s+(\d+) kB", Path("/proc/meminfo").read_text())
+        if mem:
+            info["mem_total_gib"] = round(int(mem.group(1)) / 2**20, 1)
+    except OSError:
+        pass
+    try:
+        repo = Path(__file__).resolve().parent.parent
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo,
+                               capture_output=True, text=True, timeout=30)
+        if commit.returncode == 0:
+            info["git_commit"] = commit.stdout.strip()
+            info["git_dirty"] = bool(dirty.stdout.strip())
+    except (OSError, subprocess.SubprocessError):
+        pass
+    try:
+        info["loadavg_1m"] = os.getloadavg()[0]
+    except OSError:
+        pass
+    return info
+
+
+def _fmt(value, digits=3) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}" if abs(value) < 1000 else f"{value:,.0f}"
+    return f"{value:,}" if isinstance(value, int) else str(value)
+
+
+TABLE = [("files", "files", 0), ("MB", "mb", 2), ("lines", "lines", 0), ("grep -c s", "grep_s", 4),
+         ("ingest s", "ingest_s", 3), ("MB/s", "mb_per_s", 2), ("lines/s", "lines_per_s", 0),
+         ("ingest/grep", "ratio_ingest_grep", 1), ("baseline s", "baseline_s", 3),
+         ("baseline/ingest", "ratio_baseline_ingest", 2), ("report s", "report_s", 3),
+         ("ingest+report s", "ingest_report_s", 3), ("peak RSS MiB", "peak_rss_mib", 1),
+         ("baseline RSS MiB", "baseline_peak_rss_mib", 1)]
+
+
+def format_row(row: dict) -> str:
+    head = f"== {row['key']}: {row['ranks']} ranks, {row['iterations']} iterations" + \
+           (", COLL" if row["coll"] else "") + (", nsys exports" if row["nsys"] else "") + \
+           f" (best of {row['repeats']}; grep best of 3)"
+    width = max(len(label) for label, _, _ in TABLE)
+    body = [f"  {label:<{width}}  {_fmt(row.get(key), digits)}" for label, key, digits in TABLE]
+    if row.get("binary_files"):
+        body.append(f"  ({row['binary_files']} binary files: in files, MB and MB/s, not in lines)")
+    return "\n".join([head, *body])
+
+
+def compare(new: dict, old: dict) -> str:
+    old_rows = {r["key"]: r for r in old.get("runs", [])}
+    out = ["== new / old (below 1: faster or smaller now)"]
+    for row in new.get("runs", []):
+        prev = old_rows.get(row["key"])
+        if prev is None:
+            out.append(f"  {row['key']}: not in the old file")
+            continue
+        parts = []
+        for key in COMPARED:
+            a, b = row.get(key), prev.get(key)
+            parts.append(f"{key} {a / b:.2f}" if a and b else f"{key} -")
+        same = "" if row.get("lines") == prev.get("lines") else f"  (lines differ: {row.get('lines')} vs {prev.get('lines')})"
+        out.append(f"  {row['key']}: " + ", ".join(parts) + same)
+    return "\n".join(out)
+
+
+def parse_ranks(text: str) -> list[int]:
+    try:
+        ranks = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--ranks takes comma-separated integers, got {text!r}") from None
+    if not ranks or any(r < 1 for r in ranks):
+        raise argparse.ArgumentTypeError("--ranks needs positive integers")
+    return ranks
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--child"]:
+        return child_main(*argv[1:4])
+    p = argparse.ArgumentParser(prog="python -m bench.ingest_bench", description=__doc__.splitlines()[0])
+    p.add_argument("--ranks", type=parse_ranks, default=[8, 64], help="comma-separated world sizes (default 8,64)")
+    p.add_argument("--iterations", type=int, default=40, help="training iterations before the hang (default 40)")
+    p.add_argument("--coll", action="store_true", help="NCCL_DEBUG_SUBSYS with COLL")
+    p.add_argument("--nsys", action="store_true", help="an nsys SQLite export of every rank")
+    p.add_argument("--repeats", type=int, default=1, help="child processes per measurement; the best counts")
+    p.add_argument("--no-baseline", action="store_true", help="skip the per-line Python parser (large runs)")
+    p.add_argument("--json", type=Path, default=Path("ingest_bench.json"), help="where the numbers go")
+    p.add_argument("--keep", type=Path, help="generate runs into DIR/<key> and keep them (reused when the spec matches)")
+    p.add_argument("--compare", type=Path, metavar="OLD.json", help="print new/old per size against an earlier --json")
+    a = p.parse_args(argv)
+    old = json.loads(a.compare.read_text()) if a.compare else None
+    root = a.keep or Path(tempfile.mkdtemp(prefix="ingest_bench_runs_"))
+    root.mkdir(parents=True, exist_ok=True)
+    result = {"schema": SCHEMA, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine_info(),
+              "args": {"ranks": a.ranks, "iterations": a.iterations, "coll": a.coll, "nsys": a.nsys,
+                       "repeats": a.repeats, "baseline": not a.no_baseline}, "runs": []}
+    log = lambda msg: print(msg, file=sys.stderr, flush=True)   # noqa: E731
+    try:
+        for ranks in a.ranks:
+            run_dir = root / run_key(ranks, a.coll, a.nsys)
+            row = bench_one(run_dir, ranks, a.iterations, a.coll, a.nsys, a.repeats, not a.no_baseline, log)
+            result["runs"].append(row)
+            a.json.write_text(json.dumps(result, indent=2, sort_keys=True, default=str) + "\n")
+            print(format_row(row), flush=True)
+    finally:
+        if not a.keep:
+            shutil.rmtree(root, ignore_errors=True)
+    m = result["machine"]
+    print(f"machine: {m.get('cpu_count')} cpus, {m.get('mem_total_gib')} GiB, python {m['python']}, "
+          f"polars {m['polars']}, duckdb {m['duckdb']}, load {m.get('loadavg_1m')}; numbers in {a.json}")
+    if old is not None:
+        print(compare(result, old))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,116 @@
+"""bench/ingest_bench.py (issue 11) at a tiny size: every field present and sane, no wall-clock assertion."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench import ingest_bench
+from bench.lineparser_baseline import parse as baseline_parse
+
+REPO = Path(__file__).resolve().parent.parent
+FIELDS = {"key", "ranks", "coll", "nsys", "iterations", "generate_s", "generated_reused", "spec", "files",
+          "binary_files", "bytes", "text_bytes", "mb", "lines", "grep_s", "grep_lines", "ingest_s", "report_s",
+          "ingest_report_s", "peak_rss_mib", "peak_rss_source", "import_s", "store_lines", "verdict", "findings",
+          "stage_timings", "mb_per_s", "lines_per_s", "ratio_ingest_grep", "baseline_s", "baseline_rows",
+          "baseline_peak_rss_mib", "ratio_baseline_ingest", "repeats"}
+
+
+def _wc_l(run_dir: Path) -> tuple[int, int, int, int]:
+    """(files, bytes, wc -l over the text files, binary files), independently of the harness."""
+    files = [p for p in run_dir.rglob("*") if p.is_file()]
+    binary = [p for p in files if p.suffix == ".sqlite"]
+    text = [p for p in files if p.suffix != ".sqlite"]
+    wc = subprocess.run(["wc", "-l", *map(str, text)], capture_output=True, text=True, check=True).stdout
+    total = int(wc.strip().splitlines()[-1].split()[0]) if len(text) > 1 else int(wc.split()[0])
+    return len(files), sum(p.stat().st_size for p in files), total, len(binary)
+
+
+@pytest.fixture(scope="module")
+def bench_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("ingest_bench")
+    out = tmp / "bench.json"
+    proc = subprocess.run([sys.executable, "-m", "bench.ingest_bench", "--ranks", "8", "--iterations", "3",
+                           "--coll", "--nsys", "--json", str(out), "--keep", str(tmp / "runs")],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return tmp, out, json.loads(out.read_text()), proc.stdout
+
+
+def test_json_has_every_field_with_sane_values(bench_run):
+    tmp, _, result, stdout = bench_run
+    assert result["schema"] == ingest_bench.SCHEMA
+    machine = result["machine"]
+    assert machine["cpu_count"] >= 1 and machine["python"] and machine["polars"] and machine["duckdb"]
+    assert [r["key"] for r in result["runs"]] == ["8r-coll-nsys"]
+    row = result["runs"][0]
+    assert FIELDS <= set(row), FIELDS - set(row)
+    assert row["ranks"] == 8 and row["coll"] and row["nsys"] and row["repeats"] == 1
+    assert row["spec"]["nccl_subsys"].endswith(",COLL") and row["spec"]["profile"] is True
+    for key in ("grep_s", "ingest_s", "report_s", "baseline_s", "import_s", "ingest_report_s"):
+        assert row[key] > 0, key
+    for key in ("peak_rss_mib", "baseline_peak_rss_mib"):
+        assert 10 < row[key] < 64 * 1024, key
+    # Ratios and rates come from the measured times.
+    assert row["ratio_ingest_grep"] == pytest.approx(row["ingest_s"] / row["grep_s"])
+    assert row["ratio_baseline_ingest"] == pytest.approx(row["baseline_s"] / row["ingest_s"])
+    assert row["mb_per_s"] == pytest.approx(row["bytes"] / 1e6 / row["ingest_s"])
+    assert row["lines_per_s"] == pytest.approx(row["lines"] / row["ingest_s"])
+    assert row["ingest_report_s"] == pytest.approx(row["ingest_s"] + row["report_s"])
+    # Counts agree with an independent wc -l; grep, our store and the baseline saw the same lines.
+    files, size, lines, binary = _wc_l(tmp / "runs" / row["key"])
+    assert (row["files"], row["bytes"], row["lines"], row["binary_files"]) == (files, size, lines, binary)
+    assert binary == 8                                  # one nsys export per rank
+    assert row["mb"] == pytest.approx(size / 1e6, abs=1e-3)
+    assert row["grep_lines"] == row["lines"] == row["baseline_rows"]
+    assert row["store_lines"] == row["lines"]
+    assert row["verdict"]["culprit_ranks"] == [5]      # the generated deadlock's culprit (ranks // 2 + 1)
+    for label in ("ingest s", "grep -c s", "baseline/ingest", "peak RSS MiB"):
+        assert label in stdout
+
+
+def test_coll_lines_are_in_the_run(bench_run):
+    """--coll turns on NCCL's COLL subsystem: the generator writes each rank's first collectives."""
+    tmp, _, result, _ = bench_run
+    run_dir = tmp / "runs" / result["runs"][0]["key"]
+    coll = [line for p in run_dir.rglob("*.log") for line in p.read_text(errors="replace").splitlines()
+            if " NCCL INFO " in line and ": opCount " in line]
+    assert len(coll) >= 8
+
+
+def test_compare_and_reuse(bench_run):
+    """A second run over the kept folder reuses the generated run and prints new/old per size."""
+    tmp, old, _, _ = bench_run
+    new = tmp / "again.json"
+    proc = subprocess.run([sys.executable, "-m", "bench.ingest_bench", "--ranks", "8", "--iterations", "3",
+                           "--coll", "--nsys", "--no-baseline", "--json", str(new), "--keep", str(tmp / "runs"),
+                           "--compare", str(old)], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    row = json.loads(new.read_text())["runs"][0]
+    assert row["generated_reused"] is True and row["baseline_s"] is None and row["ratio_baseline_ingest"] is None
+    assert "new / old" in proc.stdout and "8r-coll-nsys: ingest_s " in proc.stdout
+
+
+def test_baseline_parser_kinds(tmp_path):
+    """The yardstick really parses: each main line kind is recognised."""
+    (tmp_path / "rank0.log").write_text(
+        "h20-node-01:3571778:3571778 [3] NCCL INFO cudaDriverVersion 12040\n"
+        "h20-node-01:3571778:3571900 [3] NCCL WARN NET/IB : Got completion with error 12\n"
+        "[rank3]:[E0724 08:32:56.001735206 ProcessGroupNCCL.cpp:758] [Rank 3] Watchdog caught collective "
+        "operation timeout: WorkNCCL(SeqNum=7219, OpType=_ALLGATHER_BASE)\n"
+        " [2026-07-24 08:03:13] iteration        1/   50000 | consumed samples:          640 | lm loss: 9.9E+00 |\n"
+        "Traceback (most recent call last):\n"
+        '  File "/workspace/train.py", line 12, in <module>\n'
+        "    main()\n"
+        "torch.distributed.DistBackendError: NCCL error\n"
+        "plain text\n")
+    con, n = baseline_parse([tmp_path])
+    kinds = [k for (k,) in con.execute("SELECT kind FROM lines ORDER BY line_no").fetchall()]
+    assert n == 9
+    assert kinds == ["nccl", "nccl", "c10d", "iteration", "traceback", "frame", "frame", "exception", "other"]
+    assert con.execute("SELECT rank, iteration FROM lines WHERE line_no IN (3, 4) ORDER BY line_no").fetchall() == \
+        [(3, None), (None, 1)]
