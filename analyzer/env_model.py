@@ -201,13 +201,15 @@ def env_nodes(env: pl.DataFrame, lines: pl.DataFrame | None, inputs: pl.DataFram
 def env_diff(nodes: pl.DataFrame) -> pl.DataFrame:
     if nodes.is_empty():
         return pl.DataFrame(schema=ENV_DIFF_SCHEMA)
-    all_nodes = nodes.select("node").unique()
+    # Sorted first: which node's line is a value's evidence must not depend on row order.
+    nodes = nodes.sort("node", "key", "input_id", "line_no")
+    all_nodes = nodes.select("node").unique(maintain_order=True)
     n_nodes = all_nodes.height
-    keys = nodes.select("key", "basis", "class").unique("key")
+    keys = nodes.select("key", "basis", "class").unique("key", keep="first", maintain_order=True)
     grid = keys.join(all_nodes, how="cross").join(
-        nodes.select("node", "key", "value", "input_id", "line_no"), on=["node", "key"], how="left")
+        nodes.select("node", "key", "value", "input_id", "line_no"), on=["node", "key"], how="left").sort("key", "node")
     grid = grid.with_columns(_v=pl.col("value").fill_null("<unset>"))
-    per_value = grid.group_by(["key", "_v"]).agg(
+    per_value = grid.group_by(["key", "_v"], maintain_order=True).agg(
         n=pl.len(), nodes=pl.col("node").sort().str.join(","),
         input_id=pl.col("input_id").drop_nulls().first(), line_no=pl.col("line_no").drop_nulls().first(),
     ).sort(["key", "n", "_v"], descending=[False, True, False])

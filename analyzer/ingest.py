@@ -11,14 +11,13 @@ from __future__ import annotations
 import os
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import polars as pl
 
 import parsers
 from analyzer.discover import InputError, InputFile, read_bytes, sniff
-from parsers.lines import envelope
+from parsers.lines import envelope_many
 
 
 @dataclass
@@ -28,6 +27,9 @@ class FileResult:
     lines: pl.DataFrame | None = None
     tables: dict[str, pl.DataFrame] = field(default_factory=dict)
     error: str | None = None
+    # (parser name, line_nos it understood): ``_assign_kinds`` names each line after the first
+    # parser in ``parsers.ALL_PARSERS`` order that understood it, per-file and batched alike.
+    claims: list[tuple[str, pl.Series]] = field(default_factory=list)
 
 
 @dataclass
@@ -39,35 +41,42 @@ class Parsed:
     items: list[InputFile]
 
 
-def parse_file(input_id: int, item: InputFile) -> FileResult:
+def read_input(input_id: int, item: InputFile) -> tuple[FileResult, bytes | None]:
+    """Read and sniff one input. Whole-file formats (nsys, Flight Recorder, Kineto) are parsed
+    here; for a text input the bytes come back, to be enveloped with the others."""
     result = FileResult(input_id, item)
     if item.compression is None and _is_sqlite(item):
         # Nsight Systems SQLite exports (issue 8) are read from the file by parsers.nsys;
         # other SQLite files are skipped there with a message. No `lines` rows.
-        return _parse_nsys(result)
+        return _parse_nsys(result), None
     try:
         data = read_bytes(item)
         item.kind = sniff(item, data)
     except InputError as exc:
         item.kind = "skipped"
         result.error = str(exc)
-        return result
+        return result, None
     except OSError as exc:
         item.kind = "skipped"
         result.error = f"{item.display}: cannot read: {exc.strerror or exc}"
-        return result
+        return result, None
     if item.kind == "flight_recorder":
         # Flight Recorder dumps (pickle or JSON) are not line logs: their tables come whole
         # from parsers.flight_recorder (safe unpickler); they have no `lines` rows.
-        return _parse_flight_recorder(result, data)
+        return _parse_flight_recorder(result, data), None
     if item.kind == "kineto":
         # PyTorch profiler / Kineto traces (issue 8): tables come whole from parsers.kineto.
-        return _parse_kineto(result, data)
-    lines = envelope(data)
+        return _parse_kineto(result, data), None
+    return result, data
+
+
+def parse_text(result: FileResult, lines: pl.DataFrame) -> FileResult:
+    """The per-file parsers over one text input's enveloped lines (the batched ones run later
+    over all inputs at once: ``_parse_batched``)."""
+    item, input_id = result.item, result.input_id
     if item.kind == "log" and parsers.envdump.looks_like_env_dump(lines):
         item.kind = "env"
     chosen = parsers.ENV_PARSERS if item.kind == "env" else [m for m in parsers.LOG_PARSERS if m not in parsers.BATCHED]
-    kind = pl.Series("kind", [None] * len(lines), dtype=pl.String)
     for module in chosen:
         try:
             parsed = module.parse(lines)
@@ -81,9 +90,8 @@ def parse_file(input_id: int, item: InputFile) -> FileResult:
             frame = frame.with_columns(input_id=pl.lit(input_id, dtype=pl.UInt32), parser=pl.lit(module.NAME))
             result.tables.setdefault(name, []).append(frame)
         if len(parsed.consumed):
-            hit = lines["line_no"].is_in(parsed.consumed.implode())
-            kind = pl.select(pl.when(hit & kind.is_null()).then(pl.lit(module.NAME)).otherwise(kind)).to_series()
-    result.lines = lines.with_columns(kind=kind, input_id=pl.lit(input_id, dtype=pl.UInt32))
+            result.claims.append((module.NAME, parsed.consumed))
+    result.lines = lines.with_columns(input_id=pl.lit(input_id, dtype=pl.UInt32))
     result.tables = {name: pl.concat(frames, how="diagonal_relaxed") for name, frames in result.tables.items()}
     return result
 
@@ -163,10 +171,11 @@ def _parse_batched(results: list[FileResult]) -> None:
     (input_id, line_no) here, so to them and to everything after them nothing changes."""
     logs = [r for r in results if r.lines is not None and r.item.kind == "log"]
     for module in parsers.BATCHED:
-        chosen = [r for r in logs if r.lines["text"].str.contains(module.BATCH_LITERAL, literal=True).any()]
+        literal = getattr(module, "BATCH_LITERAL", "")
+        chosen = [r for r in logs if not literal or r.lines["text"].str.contains(literal, literal=True).any()]
         if not chosen:
             continue
-        combined = pl.concat([r.lines.drop("kind") for r in chosen], how="vertical_relaxed")
+        combined = pl.concat([r.lines for r in chosen], how="vertical_relaxed")
         mapping = combined.select(_row=pl.int_range(1, pl.len() + 1, dtype=pl.UInt32), input_id="input_id", _line="line_no")
         try:
             parsed = module.parse(combined.with_columns(line_no=mapping["_row"]))
@@ -179,68 +188,87 @@ def _parse_batched(results: list[FileResult]) -> None:
         for name, frame in parsed.tables.items():
             if frame.is_empty():
                 continue
-            frame = _unbatch(frame, mapping).with_columns(parser=pl.lit(module.NAME))
+            more = getattr(module, "LINE_NUMBER_COLUMNS", {}).get(name, ())
+            frame = _unbatch(frame, mapping, more).with_columns(parser=pl.lit(module.NAME))
             for (input_id,), part in frame.group_by("input_id"):
                 result = by_id[input_id]
                 result.tables[name] = pl.concat([result.tables[name], part], how="diagonal_relaxed") \
                     if name in result.tables else part
         consumed = mapping.filter(pl.col("_row").is_in(parsed.consumed.implode()))
-        for r in chosen:
-            hit = r.lines["line_no"].is_in(consumed.filter(pl.col("input_id") == r.input_id)["_line"].implode())
-            r.lines = r.lines.with_columns(kind=pl.when(hit & pl.col("kind").is_null()).then(pl.lit(module.NAME))
-                                           .otherwise(pl.col("kind")))
+        for (input_id,), part in consumed.partition_by("input_id", as_dict=True).items():
+            by_id[input_id].claims.append((module.NAME, part["_line"]))
 
 
-def _unbatch(frame: pl.DataFrame, mapping: pl.DataFrame) -> pl.DataFrame:
-    """Global rows back to (input_id, line_no) in every line-number column of a batched table."""
-    out = frame.join(mapping, left_on="line_no", right_on="_row", how="left").with_columns(
+def _unbatch(frame: pl.DataFrame, mapping: pl.DataFrame, more: tuple[str, ...] = ()) -> pl.DataFrame:
+    """Global rows back to (input_id, line_no) in every line-number column of a batched table:
+    ``line_no``, ``table_line`` and the ones a parser lists in ``LINE_NUMBER_COLUMNS``."""
+    out = frame.join(mapping, left_on="line_no", right_on="_row", how="left", maintain_order="left").with_columns(
         line_no=pl.col("_line")).drop("_line")
-    if "table_line" in out.columns:
-        back = mapping.select(table_line="_row", _t="_line")
-        out = out.join(back, on="table_line", how="left").with_columns(table_line=pl.col("_t")).drop("_t")
+    for column in ("table_line", *more):
+        if column in out.columns:
+            back = mapping.select(pl.col("_row").alias(column), _t=pl.col("_line").cast(out.schema[column]))
+            out = out.join(back, on=column, how="left", maintain_order="left").with_columns(
+                pl.col("_t").alias(column)).drop("_t")
     return out
 
 
-def _mark_blank(result: FileResult) -> None:
-    """Blank lines are understood (NCCL puts one before every WARN): they count as parsed."""
-    if result.lines is None:
-        return
+def _assign_kinds(lines: pl.DataFrame, results: list[FileResult]) -> pl.DataFrame:
+    """``kind``: the first parser in ``parsers.ALL_PARSERS`` order that understood the line
+    (whether it ran per file or batched), else "blank" for a blank line (NCCL puts one before
+    every WARN: understood), else null (unparsed)."""
+    priority = {m.NAME: i for i, m in enumerate(parsers.ALL_PARSERS)}
+    claims = [pl.DataFrame({"input_id": pl.Series([r.input_id] * len(ids), dtype=pl.UInt32),
+                            "line_no": ids.cast(pl.UInt32), "_p": pl.Series([priority[name]] * len(ids), dtype=pl.Int32)})
+              for r in results for name, ids in r.claims]
+    names = pl.DataFrame({"_p": list(priority.values()), "kind": list(priority)},
+                         schema={"_p": pl.Int32, "kind": pl.String})
+    if claims:
+        first = pl.concat(claims).group_by("input_id", "line_no").agg(pl.col("_p").min()).join(names, on="_p")
+        lines = lines.join(first.drop("_p"), on=["input_id", "line_no"], how="left", maintain_order="left")
+    else:
+        lines = lines.with_columns(kind=pl.lit(None, dtype=pl.String))
     blank = pl.col("text").str.strip_chars() == ""
-    result.lines = result.lines.with_columns(kind=pl.when(pl.col("kind").is_null() & blank).then(pl.lit("blank"))
-                                             .otherwise(pl.col("kind")))
+    return lines.with_columns(kind=pl.when(pl.col("kind").is_null() & blank).then(pl.lit("blank"))
+                              .otherwise(pl.col("kind")))
 
 
-def parse_all(items: list[InputFile], workers: int | None = None, progress: bool | Progress = False) -> Parsed:
+# Text inputs are enveloped together up to this many bytes at a time: few Polars calls for a
+# folder of small per-rank files, and the raw bytes held at once stay bounded.
+CHUNK_BYTES = 64 * 2**20
+
+
+def parse_all(items: list[InputFile], progress: bool | Progress = False) -> Parsed:
     """Parse inputs; results come back in input order.
 
-    Files go one after another by default: each Polars operation already uses every core,
-    and several Python threads driving Polars at once deadlocked here (Polars 2.1 on two
-    cores). ``workers > 1`` keeps the threaded path for experiments; the speed issue will
-    move parallelism across files to processes. ``progress``: a ``Progress`` (or True for a
-    new one) shows files, bytes and rate on one updating stderr line.
+    Inputs are read one after another; text inputs are enveloped in chunks of up to
+    ``CHUNK_BYTES`` (``parsers.lines.envelope_many``), and most line parsers then run once over
+    all inputs (``_parse_batched``). Each Polars operation already uses every core. ``progress``:
+    a ``Progress`` (or True for a new one) shows files, bytes and rate on one updating line.
     """
     meter = progress if isinstance(progress, Progress) else Progress(bool(progress))
     meter.start(len(items), sum(i.size for i in items))
-    jobs = list(enumerate(items))
-    if (workers or 1) > 1:
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            mapped = pool.map(lambda pair: parse_file(*pair), jobs)
-            results = _collect(mapped, meter)
-    else:
-        results = _collect((parse_file(*pair) for pair in jobs), meter)
+    results: list[FileResult] = []
+    pending: list[tuple[FileResult, bytes]] = []
+
+    def envelope_pending() -> None:
+        for (result, _), lines in zip(pending, envelope_many([data for _, data in pending])):
+            parse_text(result, lines)
+            meter.advance(result.item.size)
+        pending.clear()
+
+    for input_id, item in enumerate(items):
+        result, data = read_input(input_id, item)
+        results.append(result)
+        if data is None:
+            meter.advance(item.size)
+            continue
+        pending.append((result, data))
+        if sum(len(d) for _, d in pending) >= CHUNK_BYTES:
+            envelope_pending()
+    envelope_pending()
     meter.finish()
     _parse_batched(results)
-    for result in results:
-        _mark_blank(result)
     return _combine(results)
-
-
-def _collect(results, meter: Progress) -> list[FileResult]:
-    out = []
-    for result in results:
-        out.append(result)
-        meter.advance(result.item.size)
-    return out
 
 
 def progress_wanted(quiet: bool = False, stream=None) -> bool:
@@ -337,20 +365,21 @@ def _combine(results: list[FileResult]) -> Parsed:
     for r in results:
         messages.extend(f"{r.item.display}: {p}" for p in r.item.problems)
     line_frames = [r.lines for r in results if r.lines is not None and not r.lines.is_empty()]
-    lines = pl.concat(line_frames, how="diagonal_relaxed") if line_frames else pl.DataFrame()
+    lines = _assign_kinds(pl.concat(line_frames, how="diagonal_relaxed"), results) if line_frames else pl.DataFrame()
     tables: dict[str, list[pl.DataFrame]] = {}
     for r in results:
         for name, frame in r.tables.items():
             tables.setdefault(name, []).append(frame)
     merged = {name: pl.concat(frames, how="diagonal_relaxed") for name, frames in tables.items()}
-    return Parsed(_inputs_frame(results), lines, merged, messages, [r.item for r in results])
+    return Parsed(_inputs_frame(results, lines), lines, merged, messages, [r.item for r in results])
 
 
-def _inputs_frame(results: list[FileResult]) -> pl.DataFrame:
+def _inputs_frame(results: list[FileResult], lines: pl.DataFrame) -> pl.DataFrame:
+    counts = {} if lines.is_empty() else {
+        i: (n, p) for i, n, p in lines.group_by("input_id").agg(n=pl.len(), p=pl.col("kind").is_not_null().sum()).iter_rows()}
     rows = []
     for r in results:
-        total = len(r.lines) if r.lines is not None else 0
-        parsed = int(r.lines["kind"].is_not_null().sum()) if r.lines is not None else 0
+        total, parsed = counts.get(r.input_id, (0, 0))
         rows.append({
             "input_id": r.input_id, "path": r.item.display, "abs_path": r.item.source or str(r.item.path),
             "kind": r.item.kind, "compression": r.item.compression, "bytes": r.item.size,

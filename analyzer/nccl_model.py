@@ -482,9 +482,14 @@ def _ring_order(tables: dict[str, pl.DataFrame], members: pl.DataFrame, hops: pl
         if not lists.is_empty():
             lists = _nearest_instance(lists.with_columns(_zero=pl.lit(0, dtype=pl.Int64), _row=pl.int_range(pl.len())),
                                       members, "_zero")
-            printed = lists.filter(pl.col("comm_key").is_not_null()).unique(["comm_key", "channel"], keep="first").select(
-                "comm_key", "channel", "order")
-    chains = _chains(pl.concat(nxt_parts) if nxt_parts else None)
+            # the first printed line of each ring wins; sorted first, since joins do not keep row order
+            printed = (lists.filter(pl.col("comm_key").is_not_null()).sort("comm_key", "channel", "_row")
+                       .unique(["comm_key", "channel"], keep="first", maintain_order=True)
+                       .select("comm_key", "channel", "order"))
+    # ring connection lines first, then GRAPH lines; each part sorted, so which pointer wins on a
+    # conflict does not depend on row order
+    chains = _chains(pl.concat([part.sort("comm_key", "channel", "src", "dst") for part in nxt_parts])
+                     if nxt_parts else None)
     out = printed.join(nranks, on="comm_key", how="left").filter(pl.col("order").list.len() == pl.col("nranks"))
     out = out.select("comm_key", "channel", "order", source=pl.lit("rank 0's channel line"))
     if chains is not None:
@@ -530,7 +535,7 @@ def _chains(nxt: pl.DataFrame | None) -> pl.DataFrame | None:
     over every ring at once: position k+1 = next(position k)."""
     if nxt is None or nxt.is_empty():
         return None
-    nxt = nxt.unique(["comm_key", "channel", "src"], keep="first")
+    nxt = nxt.unique(["comm_key", "channel", "src"], keep="first", maintain_order=True)
     source = nxt.group_by("comm_key", "channel").agg(source=pl.col("source").first())
     walk = nxt.filter(pl.col("src") == 0).select("comm_key", "channel", order=pl.concat_list([pl.lit(0, dtype=pl.Int64)]),
                                                   cur=pl.col("src"))

@@ -47,7 +47,7 @@ class NothingReadable(Exception):
 
 
 def analyze(paths: list[str | Path], db_path: str | Path | None = None, progress: bool = False,
-            workers: int | None = None, exclude: list[str | Path] | None = None, progress_stream=None) -> Run:
+            exclude: list[str | Path] | None = None, progress_stream=None) -> Run:
     """``exclude``: files or folders not to read (the report's own --out folder).
     ``progress_stream``: where progress lines go instead of stderr (the TUI's loading screen)."""
     started = time.perf_counter()
@@ -60,7 +60,7 @@ def analyze(paths: list[str | Path], db_path: str | Path | None = None, progress
             items, errors = discover(paths, exclude=exclude, scratch=scratch, progress=meter.status)
             if not items:
                 raise NothingReadable("; ".join(errors) or "no input files found")
-            parsed = parse_all(items, workers=workers, progress=meter)
+            parsed = parse_all(items, progress=meter)
         finally:
             meter.close()
     t_parse = time.perf_counter()

@@ -115,6 +115,8 @@ class RunSpec:
     profile: bool = False                   # nsys/<rank>.sqlite: 24 profiled steps of every rank
     slow_rank: int | None = None            # with profile: the rank that starts every all-reduce slow_ms late
     slow_ms: float = 3.0
+    # Every collective's NCCL COLL line (bench/rungen/coll_trace.py, issue 11); off keeps the samples byte-identical.
+    coll_trace: bool = False                # needs COLL in nccl_subsys
 
     def validate(self) -> None:
         if self.scenario not in SCENARIOS:
@@ -175,6 +177,8 @@ class RunSpec:
             raise ValueError("missing_node is only for --scenario missing-node")
         if self.slow_rank is not None and not (self.profile and 0 <= self.slow_rank < world and self.slow_ms > 0):
             raise ValueError("slow_rank needs --profile, a rank of this job and a positive slow_ms")
+        from .rungen.coll_trace import validate as validate_coll_trace
+        validate_coll_trace(self)
         if self.flight_recorder not in FLIGHT_RECORDER:
             raise ValueError(f"flight_recorder must be one of {', '.join(FLIGHT_RECORDER)}, got {self.flight_recorder!r}")
         if not self.flight_recorder_prefix or "/" in self.flight_recorder_prefix or self.flight_recorder_prefix[-1].isdigit():
@@ -225,6 +229,9 @@ def generate_run(out_dir: Path, spec: RunSpec, write_truth: bool = False) -> dic
     run = story.build()
     if spec.crash_kind != "oom":
         _swap_crash(run, spec)
+    if spec.coll_trace:
+        from .rungen.coll_trace import add_coll_trace
+        add_coll_trace(story, run)
     write_run(run, Path(out_dir), spec.launcher, write_truth)
     if spec.config_files:
         from .rungen.config_files import write_config_files
@@ -366,6 +373,10 @@ _HELP = {
     "profile": "write an Nsight Systems SQLite export of every rank (nsys/rank_N.sqlite, 24 steps, 10 minutes in)",
     "slow_rank": "with --profile: the rank that starts every all-reduce --slow-ms late (a straggler)",
     "slow_ms": "with --slow-rank: milliseconds the slow rank is late at every all-reduce",
+    "coll_trace": "write the NCCL COLL line of every collective every rank issues, every iteration (per layer: "
+                  "the expert-group router AllReduce, the gradient ReduceScatter and parameter AllGather of the "
+                  "distributed optimizer; the grad-norm and loss AllReduce), about 18 kB per rank per iteration; "
+                  "needs COLL in --nccl-subsys",
     "flight_recorder_prefix": "file-name prefix of the dumps (TORCH_NCCL_DEBUG_INFO_TEMP_FILE's last part); the rank follows",
 }
 

@@ -5,7 +5,9 @@
 
 For each size, generates a deadlock run with ``bench.generator`` (8 GPUs per node, watchdog
 timeouts, periodic c10d work updates during a 30-minute hang, py-spy dumps; ``--coll`` adds
-``COLL`` to ``NCCL_DEBUG_SUBSYS``, ``--nsys`` writes an Nsight Systems SQLite export per rank),
+``COLL`` to ``NCCL_DEBUG_SUBSYS`` and writes the COLL line of every collective of every iteration
+(``RunSpec.coll_trace``: ~18 kB per rank per iteration, 1,024 ranks x ~105 iterations is ~2 GB),
+``--nsys`` writes an Nsight Systems SQLite export per rank),
 reads every file once so that the page cache is warm, then measures in the same run:
 
 * the scan floor: ``LC_ALL=C grep -rc "" DIR`` (the best of three);
@@ -64,6 +66,7 @@ def spec_for(ranks: int, iterations: int, coll: bool, nsys: bool):
         minor = NcclVersion.parse(spec.nccl_version).minor
         default = "INIT" if minor <= 15 else "INIT,ENV" if minor <= 22 else "INIT,BOOTSTRAP,ENV"
         spec.nccl_subsys = default + ",COLL"
+        spec.coll_trace = True       # every collective of every iteration (about 18 kB per rank per iteration)
     return spec
 
 
@@ -349,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.ingest_bench", description=__doc__.splitlines()[0])
     p.add_argument("--ranks", type=parse_ranks, default=[8, 64], help="comma-separated world sizes (default 8,64)")
     p.add_argument("--iterations", type=int, default=40, help="training iterations before the hang (default 40)")
-    p.add_argument("--coll", action="store_true", help="NCCL_DEBUG_SUBSYS with COLL")
+    p.add_argument("--coll", action="store_true", help="NCCL_DEBUG_SUBSYS with COLL and a COLL line for every collective (RunSpec.coll_trace)")
     p.add_argument("--nsys", action="store_true", help="an nsys SQLite export of every rank")
     p.add_argument("--repeats", type=int, default=1, help="child processes per measurement; the best counts")
     p.add_argument("--no-baseline", action="store_true", help="skip the per-line Python parser (large runs)")

@@ -18,8 +18,15 @@ LOG_PARSERS = [
     hwtools, config,                                   # nvidia-smi/topo, nccl-tests, ibstat; sbatch, collect_env
     kernel, health, scheduler,                         # node evidence: kernel logs, GPU/NIC health, Slurm/K8s
 ]
-# Parsers run once over all log inputs that contain their BATCH_LITERAL (analyzer.ingest):
-# they make many small Polars calls, which per file would cost more than the parsing.
-BATCHED = [nccl, megatron, deepspeed, hf_trainer, titan_lightning]
+# Parsers run once over all log inputs at once (analyzer.ingest), in LOG_PARSERS order: they make
+# many small Polars calls, which per file would cost more than the parsing (a job folder holds
+# hundreds of small per-rank files). They follow multi-line blocks per stream
+# (parsers.lines.with_stream, whose key includes the input), so files never bleed into each
+# other. Parsers that keep file-level state run per file: node evidence (kernel, health,
+# scheduler), py-spy dumps (the header opens the file), tool output whose tables number their
+# rows by line (hwtools, config, nccl_ras). tests/test_batched_parsing.py holds the batched
+# ones to the per-file result.
+PER_FILE = (pyspy, nccl_ras, hwtools, config, kernel, health, scheduler)
+BATCHED = [m for m in LOG_PARSERS if m not in PER_FILE]
 ENV_PARSERS = [envdump]
 ALL_PARSERS = LOG_PARSERS + ENV_PARSERS

@@ -175,6 +175,8 @@ def _join_wrapped(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.Series]:
     ) | (
         pl.col("text").str.ends_with(" detected") & nxt.str.starts_with("by watchdog at work")
     )
+    if "input_id" in df.columns:  # batched over many inputs: never join the last line of one to the next
+        wrapped = wrapped & (pl.col("input_id") == pl.col("input_id").shift(-1))
     df = df.with_columns(_wrapped=wrapped.fill_null(False))
     swallowed = df.filter(pl.col("_wrapped").shift(1).fill_null(False))["line_no"]
     df = df.with_columns(
@@ -312,7 +314,7 @@ def _settings(df: pl.DataFrame) -> pl.DataFrame:
 
 def parse(lines: pl.DataFrame) -> ParseResult:
     # Join wrapped lines first: the second half of a wrapped line holds none of the literals.
-    df, swallowed = _join_wrapped(lines.select("line_no", "text"))
+    df, swallowed = _join_wrapped(lines.select("line_no", "text", *[c for c in ("input_id",) if c in lines.columns]))
     df = df.filter(pl.col("text").str.contains_any(_LITERALS))
     if df.is_empty():
         return ParseResult()

@@ -181,42 +181,79 @@ def _peel_pass(df: pl.DataFrame, prefixes: list[tuple[str, str, dict[str, int]]]
 _RANK_BRACKET = r"^\[(\d+)\] "
 
 
-def _rank_brackets(text: pl.Series) -> bool:
-    hits = int(text.str.contains(_RANK_BRACKET).sum())
-    filled = int((text.str.strip_chars() != "").sum())
-    return hits >= max(3, int(0.1 * len(text))) or (hits > 0 and hits == filled)
-
-
-def _pdsh_hosts(text: pl.Series) -> set[str]:
-    """Host-like tokens that prefix enough lines of this file to be pdsh's ``host:`` tag."""
-    tokens = text.str.extract(_PDSH, 1).drop_nulls()
-    if tokens.is_empty():
-        return set()
-    counts = tokens.value_counts()
-    need = max(3, int(0.1 * len(text)))
-    hosts = counts.filter(
-        (pl.col("count") >= need) & pl.col(tokens.name).str.contains(_HOSTLIKE)
-    )[tokens.name].to_list()
-    return {h for h in hosts if h not in _NOT_HOSTS}
-
-
 def envelope(data: bytes, passes: int = 4) -> pl.DataFrame:
     """Bytes of one input -> one row per physical line with prefixes peeled (see module doc)."""
-    lines = decode_lines(data)
-    df = lines.with_columns(text=_clean(pl.col("raw"))).drop("raw")
+    return envelope_many([data], passes)[0]
+
+
+def envelope_many(datas: list[bytes], passes: int = 4) -> list[pl.DataFrame]:
+    """``envelope`` of many inputs in one pass over all their lines (one frame per input, the
+    same as ``envelope(data)`` of each): a job folder holds hundreds of small per-rank files, and
+    a few dozen Polars calls per file cost more than the parsing. The per-file decisions (pdsh
+    host tags, ``[N]`` rank tags) are taken per input, and inputs that decided alike are peeled
+    together with the same prefix list."""
+    if not datas:
+        return []
+    frames = [decode_lines(d).with_columns(_input=pl.lit(i, dtype=pl.UInt32)) for i, d in enumerate(datas)]
+    df = pl.concat(frames, how="vertical")
+    df = df.with_columns(text=_clean(pl.col("raw"))).drop("raw")
     df = df.with_columns(
         [pl.lit(None, dtype=dtype).alias(name)
          for name, dtype in ENVELOPE_SCHEMA.items() if name not in df.columns]
     )
     if df.is_empty():
-        return df.select(list(ENVELOPE_SCHEMA))
-    hosts = _pdsh_hosts(df["text"])
+        return [df.select(list(ENVELOPE_SCHEMA)) for _ in datas]
+    hosts = _pdsh_hosts_per_input(df)
+    brackets = _rank_brackets_per_input(df)
+    groups: dict[tuple, list[int]] = {}
+    for i in range(len(datas)):
+        groups.setdefault((hosts.get(i, frozenset()), i in brackets), []).append(i)
+    done = []
+    for (group_hosts, group_brackets), members in groups.items():
+        part = df.filter(pl.col("_input").is_in(members)) if len(groups) > 1 else df
+        done.append(_peel_all(part, _prefixes_for(group_hosts, group_brackets), passes))
+    out = pl.concat(done, how="vertical") if len(done) > 1 else done[0]
+    by_input = {key[0]: frame for key, frame in out.partition_by("_input", as_dict=True, maintain_order=True).items()}
+    empty = out.clear().select(list(ENVELOPE_SCHEMA))
+    return [by_input[i].sort("line_no").select(list(ENVELOPE_SCHEMA)) if i in by_input else empty
+            for i in range(len(datas))]
+
+
+def _prefixes_for(hosts: frozenset[str], rank_brackets: bool) -> list[tuple[str, str, dict[str, int]]]:
     prefixes = list(_PREFIXES)
     if hosts:
         alternatives = "|".join(sorted((h.replace(".", r"\.") for h in hosts), key=len, reverse=True))
         prefixes.append(("pdsh", rf"^({alternatives}): ", {"host_tag": 1}))
-    if _rank_brackets(df["text"]):
+    if rank_brackets:
         prefixes.append(("rank_bracket", _RANK_BRACKET, {"mpi_rank": 1}))
+    return prefixes
+
+
+def _pdsh_hosts_per_input(df: pl.DataFrame) -> dict[int, frozenset[str]]:
+    """Per input: host-like tokens that prefix enough of its lines to be pdsh's ``host:`` tag."""
+    sizes = df.group_by("_input").agg(_n=pl.len())
+    tokens = (df.select("_input", token=pl.col("text").str.extract(_PDSH, 1)).drop_nulls("token")
+              .group_by("_input", "token").agg(count=pl.len()).join(sizes, on="_input")
+              .filter((pl.col("count") >= pl.max_horizontal(pl.lit(3), (pl.col("_n") * 0.1).floor().cast(pl.Int64)))
+                      & pl.col("token").str.contains(_HOSTLIKE) & ~pl.col("token").is_in(list(_NOT_HOSTS))))
+    out: dict[int, set[str]] = {}
+    for i, token in tokens.select("_input", "token").iter_rows():
+        out.setdefault(i, set()).add(token)
+    return {i: frozenset(h) for i, h in out.items()}
+
+
+def _rank_brackets_per_input(df: pl.DataFrame) -> set[int]:
+    """Inputs where a user launcher's ``[N] `` tag prefixes a good share of the lines."""
+    counts = df.group_by("_input").agg(
+        hits=pl.col("text").str.contains(_RANK_BRACKET).sum(),
+        filled=(pl.col("text").str.strip_chars() != "").sum(), n=pl.len())
+    chosen = counts.filter(
+        (pl.col("hits") >= pl.max_horizontal(pl.lit(3), (pl.col("n") * 0.1).floor().cast(pl.Int64)))
+        | ((pl.col("hits") > 0) & (pl.col("hits") == pl.col("filled"))))
+    return set(chosen["_input"].to_list())
+
+
+def _peel_all(df: pl.DataFrame, prefixes: list[tuple[str, str, dict[str, int]]], passes: int) -> pl.DataFrame:
     for _ in range(passes):
         before = df["text"]
         df = _peel_pass(df, prefixes)
@@ -236,11 +273,10 @@ def envelope(data: bytes, passes: int = 4) -> pl.DataFrame:
     df = df.with_columns(text=pl.when(pl.col("prefix").str.contains("│", literal=True))
                          .then(pl.col("text").str.strip_chars_end()).otherwise(pl.col("text")))
     glued = pl.col("text").str.extract(r"^\[rank(\d+)\]: ?", 1).cast(pl.Int32, strict=False)
-    df = df.with_columns(
+    return df.with_columns(
         rank_tag=pl.coalesce(pl.col("rank_tag"), glued),
         text=pl.col("text").str.replace(r"^\[rank\d+\]: ?", ""),
     )
-    return df.select(list(ENVELOPE_SCHEMA))
 
 
 STREAM_COLUMNS = ("srun_task", "mpi_rank", "host_tag", "ray_pid", "local_rank", "rank_tag")

@@ -57,6 +57,9 @@ from parsers.base import ParseResult, conform, consumed_of, to_int
 from parsers.lines import with_stream
 
 NAME = "torch_errors"
+# Columns that hold line numbers besides ``line_no`` (a traceback's exception line; a stack's
+# dump id is its first line): analyzer.ingest maps them back when it parses many inputs at once.
+LINE_NUMBER_COLUMNS = {"events": ("exc_line_no",), "stacks": ("dump_index",)}
 
 SAMPLE_LINES = [
     "RuntimeError: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 10.92 GiB total capacity; 9.82 GiB already allocated; 30.56 MiB free; 1.01 GiB cached)",

@@ -66,7 +66,9 @@ def _job_lines(run: Run) -> list[tuple[Line, str]]:
 
 def _write_combined(path: Path, labelled: list[tuple[Line, str]]) -> None:
     labelled.sort(key=lambda item: (item[0].t, item[0].order))
-    path.write_text("".join(f"{prefix}{line.text}\n" for line, prefix in labelled))
+    path.write_text("".join(f"{prefix}{line.text}\n" if not getattr(line, "multiline", False)
+                            else prefix + line.text.replace("\n", "\n" + prefix) + "\n"   # coll_trace blocks
+                            for line, prefix in labelled))
 
 
 def _write_rank_files(run: Run, out: Path) -> None:

@@ -60,6 +60,7 @@ class Story(Endings):
         # that the default output stays byte-identical.
         self.nrng = random.Random(f"nccl-{spec.seed}")
         self.nccl_comms: dict[tuple[int, int], list[Comm]] = {}      # (attempt, rank) -> world, expert comm
+        self.coll_streams: dict[tuple[int, int], str] = {}           # (attempt, rank) -> the training stream
 
     # -- identities --------------------------------------------------------------------
 
@@ -256,6 +257,7 @@ class Story(Endings):
         bf16 = 9 if self.nccl.at_least(10) else 6
         calls = (("AllReduce", 1, 7, 4, 0.1), ("AllGather", 1 << 20, bf16, 2, 4.0), ("ReduceScatter", 1 << 20, bf16, 2, 4.1))
         stream = pointer(self.nrng)
+        self.coll_streams[(attempt.index, proc.rank)] = stream     # RunSpec.coll_trace goes on on this stream
         for op_count, (op, count, dtype, size, dt) in enumerate(calls):
             t = attempt.t_train0 + dt + jitter(self.nrng, 0, 0.05)
             send = f"0x7f{self.nrng.randrange(16 ** 7):07x}000"         # device buffers, page aligned
