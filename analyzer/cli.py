@@ -59,6 +59,7 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--gpu", metavar="MODEL", help="the GPU model for the hardware model (e.g. H20, H100, A100-80GB); "
                                                    "default: the nvidia-smi name in the inputs")
     r.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    r.add_argument("--no-cache", action="store_true", help="parse everything again: neither read nor keep the cache of parsed runs (see POSTMORTEM_CACHE_DIR)")
     r.add_argument("--what-if-gpu", metavar="MODEL", help="also judge the observed memory peak against another card "
                                                           "(e.g. H100): does it fit, by how much not, and the levers")
 
@@ -68,6 +69,7 @@ def _parser() -> argparse.ArgumentParser:
     i.add_argument("paths", nargs="+", metavar="PATH")
     i.add_argument("--db", required=True, metavar="FILE")
     i.add_argument("--quiet", action="store_true")
+    i.add_argument("--no-cache", action="store_true", help="parse everything again: neither read nor keep the cache of parsed runs (see POSTMORTEM_CACHE_DIR)")
 
     q = sub.add_parser("query", help="run SQL on a store", description="Run one SQL statement on a store.")
     q.add_argument("sql")
@@ -147,13 +149,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
 
-def _analyze(paths, db, quiet, exclude=None):
+def _analyze(paths, db, quiet, exclude=None, no_cache=False):
     from analyzer.pipeline import NothingReadable, analyze
 
     try:
         from analyzer.ingest import progress_wanted
 
-        run = analyze(paths, db_path=db, progress=progress_wanted(quiet), exclude=exclude)
+        run = analyze(paths, db_path=db, progress=progress_wanted(quiet), exclude=exclude,
+                      use_cache=False if no_cache else None)
     except NothingReadable as exc:
         print(f"postmortem: nothing readable: {exc}", file=sys.stderr)
         return None
@@ -174,7 +177,7 @@ def _report(args) -> int:
               file=sys.stderr)
         return 2
     # --out inside the job folder (the epilog recipe) must not be read back as input on a re-run
-    run = _analyze(args.paths, args.db, args.quiet, exclude=[args.out] if args.out else None)
+    run = _analyze(args.paths, args.db, args.quiet, exclude=[args.out] if args.out else None, no_cache=args.no_cache)
     if run is None:
         return 2
     if args.gpu:
@@ -209,7 +212,7 @@ def _exit_code(report: dict, fail_on: str) -> int:
 def _ingest(args) -> int:
     from analyzer.report import build_report
 
-    run = _analyze(args.paths, args.db, args.quiet)
+    run = _analyze(args.paths, args.db, args.quiet, no_cache=args.no_cache)
     if run is None:
         return 2
     build_report(run)  # fills the findings table

@@ -14,7 +14,7 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
-from analyzer import collective_timing, env_model, identity, nccl_model, node_model, store, timeline
+from analyzer import cache, collective_timing, env_model, identity, nccl_model, node_model, store, timeline
 from analyzer.archives import Scratch
 from analyzer.discover import discover
 from analyzer.ingest import Progress, parse_all
@@ -47,12 +47,15 @@ class NothingReadable(Exception):
 
 
 def analyze(paths: list[str | Path], db_path: str | Path | None = None, progress: bool = False,
-            exclude: list[str | Path] | None = None, progress_stream=None) -> Run:
+            exclude: list[str | Path] | None = None, progress_stream=None, use_cache: bool | None = None) -> Run:
     """``exclude``: files or folders not to read (the report's own --out folder).
-    ``progress_stream``: where progress lines go instead of stderr (the TUI's loading screen)."""
+    ``progress_stream``: where progress lines go instead of stderr (the TUI's loading screen).
+    ``use_cache``: reuse (and keep) the parsed run in ``analyzer.cache`` (default: on unless
+    ``POSTMORTEM_CACHE=off``)."""
     started = time.perf_counter()
     exclude = {Path(p) for p in exclude or []} | ({Path(db_path)} if db_path else set())
     meter = Progress(progress or progress_stream is not None, stream=progress_stream)
+    use_cache = cache.enabled() if use_cache is None else use_cache
     # Archive members are copied into a private temporary directory for parsing; it is gone
     # once the inputs are parsed (evidence is read back from the archive: analyzer.archives).
     with Scratch() as scratch:
@@ -60,6 +63,12 @@ def analyze(paths: list[str | Path], db_path: str | Path | None = None, progress
             items, errors = discover(paths, exclude=exclude, scratch=scratch, progress=meter.status)
             if not items:
                 raise NothingReadable("; ".join(errors) or "no input files found")
+            run_key = cache.key(items) if use_cache else None
+            hit = cache.load(run_key, db_path) if run_key else None
+            if hit:
+                con, meta = hit
+                return Run(con, meta["info"], meta["messages"], {"cache": "hit", "total_ingest_s": round(
+                    time.perf_counter() - started, 3)}, db_path=str(db_path) if db_path else None)
             parsed = parse_all(items, progress=meter)
         finally:
             meter.close()
@@ -90,6 +99,8 @@ def analyze(paths: list[str | Path], db_path: str | Path | None = None, progress
     info.update(year=year, time_source=year_source,
                 attempts=sorted(a for a in lines["attempt"].unique().to_list() if a is not None))
     run = Run(con, info, errors + _collapse_empty(parsed.messages), db_path=str(db_path) if db_path else None)
+    if run_key:
+        cache.save(run_key, con, {"info": run.info, "messages": run.messages})
     run.timings = {"parse_s": round(t_parse - started, 3), "total_ingest_s": round(time.perf_counter() - started, 3)}
     return run
 

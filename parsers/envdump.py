@@ -139,6 +139,12 @@ def _classify(lines: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def file_gate(text: pl.Expr) -> pl.Expr:
+    """An input with no upper-case ``KEY=VALUE`` line is not an env dump (analyzer.ingest asks
+    ``looks_like_env_dump`` only where some line passes)."""
+    return text.fill_null("").str.contains(_UPPER_KV)
+
+
 def looks_like_env_dump(lines: pl.DataFrame) -> bool:
     """True when most non-empty lines (of the first 5000) are ``KEY=VALUE`` with an
     upper-case key (continuation lines of multi-line values are not counted)."""

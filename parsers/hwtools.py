@@ -173,6 +173,17 @@ def _has(df: pl.DataFrame, pattern: str, literal: bool = False) -> bool:
 _ROW_HINT = r"^\s*(?:\[\d+\])?\s*\d+\s+\d+\s+[a-z]"
 
 
+
+def file_gate(text: pl.Expr) -> pl.Expr:
+    """A line this parser could start from: an input with none gives nothing (analyzer.ingest
+    skips the parser there; tests/test_batched_parsing.py holds the skip to the full run)."""
+    # the five tool families parse looks for first
+    return (text.str.contains("GPU0", literal=True) | text.str.contains("Legend:", literal=True)
+            | text.str.contains(r"^\s*[a-z_]+\.[a-z_.]+(?: \[[^\]]+\])?(?:, |$)|--query-gpu=|^- [^:]+: \d+ ?MiB \(")
+            | text.str.contains(_NT_MARKERS) | text.str.contains(_ROW_HINT)
+            | text.str.contains(r"^CA '|^hca_id:") | text.str.contains("Gbps", literal=True)).fill_null(False)
+
+
 def parse(lines: pl.DataFrame) -> ParseResult:
     tables = _empty()
     if lines is None or lines.is_empty() or "text" not in lines.columns:

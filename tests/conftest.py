@@ -1,8 +1,13 @@
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+
+# Tests parse for real: a cached run (analyzer.cache) would hide what a change to a parser does.
+# tests/test_cache.py turns it on with its own folder.
+os.environ["POSTMORTEM_CACHE"] = "off"
 
 ROOT = Path(__file__).resolve().parents[1]
 REAL = ROOT.parent / "shared" / "real-data" / "logs"

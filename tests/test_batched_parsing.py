@@ -42,3 +42,23 @@ def test_batched_parsing_equals_parsing_each_file_alone(paths, monkeypatch):
     assert batched.keys() == alone.keys()
     differ = {t: (batched[t], alone[t]) for t in batched if batched[t] != alone[t]}
     assert not differ, differ
+
+
+@pytest.mark.parametrize("paths", [
+    [ROOT / "sample_logs" / "gpu-fell-off-bus"],
+    [ROOT / "sample_logs" / "host-oom-kill"],
+    [REAL],
+], ids=["gpu-fell-off-bus", "host-oom-kill", "real-data-logs"])
+def test_file_gates_skip_only_parsers_that_would_find_nothing(paths, monkeypatch):
+    """Per-file parsers skip inputs without a line their ``file_gate`` passes (and only the
+    inputs with a KEY=VALUE line are asked whether they are env dumps): the store is the same
+    as when every parser reads every input."""
+    if not paths[0].exists():
+        pytest.skip(f"{paths[0]} is not present")
+    from analyzer import ingest
+
+    gated = [m.NAME for m in parsers.LOG_PARSERS if hasattr(m, "file_gate") and m not in parsers.BATCHED]
+    assert {"pyspy", "kernel", "health", "scheduler", "hwtools", "nccl_ras"} <= set(gated)
+    with_gates = _tables(paths)
+    monkeypatch.setattr(ingest, "USE_FILE_GATES", False)
+    assert _tables(paths) == with_gates

@@ -298,3 +298,21 @@ def test_snapshot_deadlock_as_opened(snap_compare, sample_store):
 def test_snapshot_filtered_by_a_regex(snap_compare, sample_store):
     assert snap_compare(app_of(sample_store(DEADLOCK), start="logs"), terminal_size=(120, 40),
                         run_before=_regex_filtered)
+
+
+def test_enter_on_a_finding_in_the_verdict_opens_its_evidence_line_here(sample_store):
+    """The whole jump, no stand-in: the verdict screen's Enter on the culprit finding opens the
+    Logs screen with that finding's first evidence line selected and on screen."""
+    app = app_of(sample_store(DEADLOCK))
+    finding = app.session.report["findings"][0]
+    evidence = finding["evidence"][0]
+
+    async def steps(pilot):
+        await pilot.pause()
+        await pilot.press("enter")
+        s = await idle(pilot)
+        return type(s).__name__, s.data.row(s.view.cursor), rendered(s.view, s.view.cursor)
+    screen, row, shown = drive(app, steps)
+    assert finding["code"] == "H001" and screen == "LogsScreen"
+    assert (row.path, row.line_no) == (evidence["path"], evidence["line"])
+    assert f" {evidence['line']} " in shown

@@ -1,0 +1,119 @@
+"""A cache of parsed runs, so a second report or the TUI on the same folder opens at once.
+
+Key: every input's path (an archive member's ``archive!/member``), size and mtime, plus a hash
+of the code that parses and models (``parsers/``, ``analyzer/``, ``hardware.toml``): a changed,
+added or removed input, or a new postmortem, misses. Value: the store as it stands after
+ingest, before the rules (which run again on every report: ``--gpu`` and the like change
+their verdict), with what ``analyze`` knew about the run (``Run.info``, messages).
+
+Where: ``$POSTMORTEM_CACHE_DIR``, else ``$XDG_CACHE_HOME/postmortem``, else
+``~/.cache/postmortem``; the newest ``KEEP`` entries are kept. ``POSTMORTEM_CACHE=off`` (or
+``--no-cache``) turns it off. A damaged entry is a miss, never an error. Limit: any change to
+any input re-parses the whole run (a growing log of a live hang included).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+import uuid
+from functools import cache
+from pathlib import Path
+
+import duckdb
+
+from analyzer.discover import InputFile
+
+KEEP = 10
+_META = "_postmortem_cache"
+
+
+def enabled() -> bool:
+    return os.environ.get("POSTMORTEM_CACHE", "on").strip().lower() not in ("0", "off", "no", "false")
+
+
+def root() -> Path:
+    if os.environ.get("POSTMORTEM_CACHE_DIR"):
+        return Path(os.environ["POSTMORTEM_CACHE_DIR"])
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "postmortem"
+
+
+@cache
+def code_version() -> str:
+    """A hash of the sources that decide what a store holds."""
+    digest = hashlib.sha256()
+    here = Path(__file__).resolve().parents[1]
+    for folder in ("parsers", "analyzer"):
+        for path in sorted((here / folder).glob("*.py")) + sorted((here / folder).glob("*.toml")):
+            digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def key(items: list[InputFile]) -> str:
+    digest = hashlib.sha256(code_version().encode())
+    for item in sorted(items, key=lambda i: i.display):
+        where = item.source or str(item.path)
+        digest.update(f"{item.display}\0{where}\0{item.size}\0{item.mtime!r}\n".encode())
+    return digest.hexdigest()[:32]
+
+
+def load(run_key: str, db_path: str | Path | None):
+    """The cached store as a new connection (in memory, or copied to ``db_path``) with the
+    run's info and messages, or None on a miss."""
+    entry = root() / f"{run_key}.duckdb"
+    if not entry.is_file():
+        return None
+    try:
+        if db_path is not None:
+            shutil.copyfile(entry, db_path)
+            con = duckdb.connect(str(db_path))
+        else:
+            con = duckdb.connect()
+            con.execute(f"ATTACH '{_quoted(entry)}' AS cached (READ_ONLY)")
+            con.execute("COPY FROM DATABASE cached TO memory")
+            con.execute("DETACH cached")
+        meta = json.loads(con.execute(f"SELECT json FROM {_META}").fetchall()[0][0])
+        con.execute(f"DROP TABLE {_META}")
+    except (duckdb.Error, OSError, IndexError, ValueError):
+        return None  # a damaged or half-written entry: parse again
+    os.utime(entry)  # recently used: kept longest
+    return con, meta
+
+
+def save(run_key: str, con: duckdb.DuckDBPyConnection, meta: dict) -> None:
+    """Copy the store into the cache (written aside, then renamed: readers never see half)."""
+    folder = root()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        part = folder / f".{run_key}.{uuid.uuid4().hex}.part"
+        con.execute(f"CREATE OR REPLACE TEMP TABLE {_META} AS SELECT ? AS json", [json.dumps(meta, default=str)])
+        alias = f"c{uuid.uuid4().hex[:8]}"
+        con.execute(f"ATTACH '{_quoted(part)}' AS {alias}")
+        try:
+            current = con.execute("SELECT current_database()").fetchall()[0][0]
+            con.execute(f"COPY FROM DATABASE {current} TO {alias}")
+            con.execute(f"CREATE TABLE {alias}.{_META} AS SELECT * FROM temp.{_META}")
+        finally:
+            con.execute(f"DETACH {alias}")
+            con.execute(f"DROP TABLE temp.{_META}")
+        os.replace(part, folder / f"{run_key}.duckdb")
+        _prune(folder)
+    except (duckdb.Error, OSError):
+        return  # a cache that cannot be written costs speed, never the report
+
+
+def _prune(folder: Path) -> None:
+    entries = sorted(folder.glob("*.duckdb"), key=lambda p: p.stat().st_mtime, reverse=True)
+    for old in entries[KEEP:]:
+        old.unlink(missing_ok=True)
+    for part in folder.glob(".*.part"):  # left by a process that died while writing
+        if time.time() - part.stat().st_mtime > 3600:
+            part.unlink(missing_ok=True)
+
+
+def _quoted(path: Path) -> str:
+    return str(path).replace("'", "''")

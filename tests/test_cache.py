@@ -1,0 +1,97 @@
+"""The cache of parsed runs (analyzer.cache): a second analysis of the same inputs reads the
+cached store instead of parsing, and gives the same findings; any change to an input, or
+--no-cache, parses again; a damaged entry is a miss, not an error."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from analyzer import cache
+from analyzer.pipeline import analyze
+from analyzer.report import build_report
+from tests.conftest import ROOT
+
+SAMPLE = ROOT / "sample_logs" / "slow-ring"
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("POSTMORTEM_CACHE", "on")
+    monkeypatch.setenv("POSTMORTEM_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def _findings(run) -> list[tuple]:
+    report = build_report(run)
+    return [(f["code"], f["severity"], f["ranks"], f["nodes"], f["title"]) for f in report["findings"]], report
+
+
+def test_a_second_analysis_reads_the_cache_and_finds_the_same(cache_dir, tmp_path):
+    job = tmp_path / "job"
+    shutil.copytree(SAMPLE, job)
+    first = analyze([job])
+    assert "parse_s" in first.timings and len(list(cache_dir.glob("*.duckdb"))) == 1
+    want, first_report = _findings(first)
+    second = analyze([job])
+    assert second.timings.get("cache") == "hit"
+    got, second_report = _findings(second)
+    assert got == want
+    assert second_report["verdict"] == first_report["verdict"]
+    assert second_report["inputs"]["totals"] == first_report["inputs"]["totals"]
+    assert second.info == json.loads(json.dumps(first.info, default=str))
+    without = analyze([job], use_cache=False)
+    assert "parse_s" in without.timings and _findings(without)[0] == want
+
+
+def test_a_changed_input_parses_again(cache_dir, tmp_path):
+    job = tmp_path / "job"
+    shutil.copytree(SAMPLE, job)
+    analyze([job])
+    log = next(p for p in sorted(job.rglob("*.log")) if p.stat().st_size)
+    with open(log, "a") as handle:
+        handle.write("one more line\n")
+    again = analyze([job])
+    assert "parse_s" in again.timings  # a miss
+    assert again.frame("SELECT sum(lines) AS n FROM inputs")["n"][0] == \
+        analyze([job], use_cache=False).frame("SELECT sum(lines) AS n FROM inputs")["n"][0]
+    assert len(list(cache_dir.glob("*.duckdb"))) == 2
+
+
+def test_a_damaged_entry_is_a_miss(cache_dir, tmp_path):
+    job = tmp_path / "job"
+    shutil.copytree(SAMPLE, job)
+    analyze([job])
+    for entry in cache_dir.glob("*.duckdb"):
+        entry.write_bytes(b"not a database")
+    run = analyze([job])
+    assert "parse_s" in run.timings and _findings(run)[0]
+
+
+def test_the_store_file_of_a_hit_is_a_full_store(cache_dir, tmp_path):
+    job = tmp_path / "job"
+    shutil.copytree(SAMPLE, job)
+    analyze([job])
+    db = tmp_path / "again.duckdb"
+    run = analyze([job], db_path=db)
+    assert run.timings.get("cache") == "hit"
+    build_report(run)
+    run.con.close()
+    done = subprocess.run([sys.executable, "-m", "analyzer.cli", "query", "--db", str(db),
+                           "SELECT count(*) AS n FROM findings", "--format", "json"], capture_output=True, text=True)
+    assert json.loads(done.stdout)[0]["n"] > 0
+
+
+def test_no_cache_flag_and_environment_turn_it_off(cache_dir, tmp_path, monkeypatch):
+    job = tmp_path / "job"
+    shutil.copytree(SAMPLE, job)
+    done = subprocess.run([sys.executable, "-m", "analyzer.cli", "report", str(job), "--quiet", "--no-cache",
+                           "--format", "json"], capture_output=True, text=True)
+    assert done.returncode in (0, 1) and not cache_dir.exists()
+    monkeypatch.setenv("POSTMORTEM_CACHE", "off")
+    analyze([job])
+    assert not cache_dir.exists() and not cache.enabled()
