@@ -174,10 +174,14 @@ def _parse_batched(results: list[FileResult]) -> None:
     Polars calls per input pays that overhead per file. These parsers get one frame of all
     inputs instead, with ``line_no`` renumbered to a global row; their rows are mapped back to
     (input_id, line_no) here, so to them and to everything after them nothing changes."""
-    logs = [r for r in results if r.lines is not None and r.item.kind == "log"]
+    texts = [r for r in results if r.lines is not None and r.item.kind in ("log", "pyspy")]
     for module in parsers.BATCHED:
-        literal = getattr(module, "BATCH_LITERAL", "")
-        chosen = [r for r in logs if not literal or r.lines["text"].str.contains(literal, literal=True).any()]
+        literal = getattr(module, "BATCH_LITERAL", None)
+        # Parsers written for the batch (they declare a BATCH_LITERAL) read logs; the ones that
+        # used to run per file read what they read there: logs and py-spy dumps.
+        kinds = ("log",) if literal is not None else ("log", "pyspy")
+        chosen = [r for r in texts if r.item.kind in kinds
+                  and (not literal or r.lines["text"].str.contains(literal, literal=True).any())]
         if not chosen:
             continue
         combined = pl.concat([r.lines for r in chosen], how="vertical_relaxed")

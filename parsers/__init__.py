@@ -23,10 +23,9 @@ LOG_PARSERS = [
 # hundreds of small per-rank files). They follow multi-line blocks per stream
 # (parsers.lines.with_stream, whose key includes the input), so files never bleed into each
 # other. Parsers that keep file-level state run per file: node evidence (kernel, health,
-# scheduler), py-spy dumps (the header opens the file), tool output whose tables number their
-# rows by line (hwtools, config, nccl_ras). tests/test_batched_parsing.py holds the batched
-# ones to the per-file result.
-PER_FILE = (pyspy, nccl_ras, hwtools, config, kernel, health, scheduler)
+# scheduler), tool output whose tables number their rows by line (hwtools, config, nccl_ras).
+# tests/test_batched_parsing.py holds the batched ones to the per-file result.
+PER_FILE = (nccl_ras, hwtools, config, kernel, health, scheduler)
 BATCHED = [m for m in LOG_PARSERS if m not in PER_FILE]
 ENV_PARSERS = [envdump]
 ALL_PARSERS = LOG_PARSERS + ENV_PARSERS

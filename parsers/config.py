@@ -124,20 +124,33 @@ def _empty() -> dict[str, pl.DataFrame]:
     return dict(_EMPTY)  # frames are never modified in place; sharing the empty ones is safe
 
 
+_COLLECT_START = r"^(?:Collecting environment information|PyTorch version: )"
+_PIP_LINE = r"^[A-Za-z0-9][\w.-]*\s*===?\s*\S+\s*$|^[A-Za-z0-9][\w.-]* @ \S+$|^-e \S+"
+_LAUNCH = r"\b(?:srun|torchrun|torch\.distributed\.(?:run|launch)|deepspeed|accelerate|mpirun|mpiexec)\s"
+
+
+def file_gate(text: pl.Expr) -> pl.Expr:
+    """A line this parser could start from: an input with none gives nothing (analyzer.ingest
+    skips the parser there; tests/test_batched_parsing.py holds the skip to the full run)."""
+    text = text.fill_null("")
+    return (text.str.contains(_COLLECT_START) | text.str.contains(_PIP_LINE)
+            | text.str.contains(r"^Package\s+Version\b") | text.str.contains("#SBATCH", literal=True)
+            | text.str.contains(_LAUNCH))
+
+
 def parse(lines: pl.DataFrame) -> ParseResult:
     tables = _empty()
     if lines is None or lines.is_empty() or "text" not in lines.columns:
         return ParseResult(tables=tables)
     # Which kinds are here at all: decided on the text before anything else is computed.
     text = lines["text"]
-    collect = bool(text.str.contains(r"^(?:Collecting environment information|PyTorch version: )").any())
+    collect = bool(text.str.contains(_COLLECT_START).any())
     cand = text.filter(text.str.contains("=", literal=True) | text.str.contains(" @ ", literal=True)
                        | text.str.starts_with("-e "))
-    pip = bool(cand.str.contains(r"^[A-Za-z0-9][\w.-]*\s*===?\s*\S+\s*$|^[A-Za-z0-9][\w.-]* @ \S+$|^-e \S+").sum() >= 3
+    pip = bool(cand.str.contains(_PIP_LINE).sum() >= 3
                or text.str.contains(r"^Package\s+Version\b").any())
     sbatch = bool(text.str.contains("#SBATCH", literal=True).any())
-    commands = bool(text.str.contains(
-        r"\b(?:srun|torchrun|torch\.distributed\.(?:run|launch)|deepspeed|accelerate|mpirun|mpiexec)\s").any())
+    commands = bool(text.str.contains(_LAUNCH).any())
     if not (collect or pip or sbatch or commands):
         return ParseResult(tables=tables)
     df = with_stream(lines)

@@ -101,6 +101,8 @@ def parse(lines: pl.DataFrame) -> ParseResult:
     if not lines.select(file_gate(t).any()).item():
         return ParseResult(tables={"stacks": _empty()})
     df = with_stream(lines)
+    # Many inputs at once (analyzer.ingest): dumps are numbered per input, as for one input.
+    df = df.with_columns(_input=lines["input_id"] if "input_id" in lines.columns else pl.lit(0))
     cand = df.filter(
         t.str.contains("Thread ", literal=True)
         | t.str.contains("Process ", literal=True)
@@ -171,7 +173,7 @@ def parse(lines: pl.DataFrame) -> ParseResult:
     is_process = pl.col("kind") == "process"
     is_thread = pl.col("kind") == "thread"
     cand = cand.with_columns(
-        dump_index=pl.when(is_process).then(is_process.cast(pl.Int64).cum_sum() - 1),
+        dump_index=pl.when(is_process).then(is_process.cast(pl.Int64).cum_sum().over("_input") - 1),
         _proc_ln=pl.when(is_process).then(pl.col("line_no")).forward_fill().over(s),
         _thread_ln=pl.when(is_thread).then(pl.col("line_no")).when(is_process).then(0)
         .forward_fill().over(s),

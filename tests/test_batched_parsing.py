@@ -1,5 +1,5 @@
 """Most line parsers run once over all inputs (analyzer.ingest, parsers.BATCHED) instead of once
-per file. For the parsers moved to that path for speed (c10d, torchrun, torch_errors) it must
+per file. For the parsers moved to that path for speed (c10d, torchrun, torch_errors, pyspy) it must
 change nothing: every table of the store, row for row, equals what they give when each file
 is parsed on its own. (The parsers written for the batch from the start, which declare a
 ``BATCH_LITERAL``, stay batched in both runs: some combine evidence across files by design.)"""
@@ -35,7 +35,7 @@ def test_batched_parsing_equals_parsing_each_file_alone(paths, monkeypatch):
     if not paths[0].exists():
         pytest.skip(f"{paths[0]} is not present")
     moved = [m for m in parsers.BATCHED if not hasattr(m, "BATCH_LITERAL")]
-    assert {m.NAME for m in moved} >= {"c10d", "torchrun", "torch_errors"}
+    assert {m.NAME for m in moved} >= {"c10d", "torchrun", "torch_errors", "pyspy"}
     batched = _tables(paths)
     monkeypatch.setattr(parsers, "BATCHED", [m for m in parsers.BATCHED if m not in moved])
     alone = _tables(paths)
@@ -58,7 +58,7 @@ def test_file_gates_skip_only_parsers_that_would_find_nothing(paths, monkeypatch
     from analyzer import ingest
 
     gated = [m.NAME for m in parsers.LOG_PARSERS if hasattr(m, "file_gate") and m not in parsers.BATCHED]
-    assert {"pyspy", "kernel", "health", "scheduler", "hwtools", "nccl_ras"} <= set(gated)
+    assert {"kernel", "health", "scheduler", "hwtools", "nccl_ras", "config"} <= set(gated)
     with_gates = _tables(paths)
     monkeypatch.setattr(ingest, "USE_FILE_GATES", False)
     assert _tables(paths) == with_gates
