@@ -126,6 +126,34 @@ def decode_lines(data: bytes) -> pl.DataFrame:
     })
 
 
+def decode_many(datas: list[bytes]) -> pl.DataFrame:
+    """``decode_lines`` of many inputs as one frame with an ``_input`` column (the position in
+    ``datas``): the valid UTF-8 inputs are split in one call; the rare others one by one."""
+    bodies, index, odd = [], [], []
+    for i, data in enumerate(datas):
+        if not data:
+            continue
+        body = data[:-1] if data.endswith(b"\n") else data
+        try:
+            bodies.append(body.decode("utf-8"))
+            index.append(i)
+        except UnicodeDecodeError:
+            odd.append(decode_lines(data).with_columns(_input=pl.lit(i, dtype=pl.UInt32)))
+    frames = odd
+    if bodies:
+        df = pl.DataFrame({"_input": pl.Series(index, dtype=pl.UInt32),
+                           "raw": pl.Series(bodies, dtype=pl.String).str.split("\n")}).explode("raw")
+        lengths = pl.col("raw").str.len_bytes().cast(pl.UInt64)
+        df = df.with_columns(
+            line_no=pl.int_range(1, pl.len() + 1, dtype=pl.UInt32).over("_input"),
+            offset=((lengths + 1).cum_sum() - (lengths + 1)).over("_input"),
+            length=lengths.cast(pl.UInt32))
+        frames = [df.select("line_no", "offset", "length", "raw", "_input"), *odd]
+    if not frames:
+        return decode_lines(b"").with_columns(_input=pl.lit(0, dtype=pl.UInt32))
+    return pl.concat(frames, how="vertical").sort("_input", "line_no", maintain_order=True)
+
+
 def _clean(raw: pl.Expr) -> pl.Expr:
     """Last non-empty carriage-return segment, ANSI removed."""
     no_crlf = raw.str.strip_suffix("\r")
@@ -194,8 +222,7 @@ def envelope_many(datas: list[bytes], passes: int = 4) -> list[pl.DataFrame]:
     together with the same prefix list."""
     if not datas:
         return []
-    frames = [decode_lines(d).with_columns(_input=pl.lit(i, dtype=pl.UInt32)) for i, d in enumerate(datas)]
-    df = pl.concat(frames, how="vertical")
+    df = decode_many(datas)
     df = df.with_columns(text=_clean(pl.col("raw"))).drop("raw")
     df = df.with_columns(
         [pl.lit(None, dtype=dtype).alias(name)

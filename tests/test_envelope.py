@@ -42,3 +42,17 @@ def test_pdsh_prefix_needs_a_recurring_host():
 
 def test_empty_input():
     assert envelope(b"").is_empty()
+
+
+def test_decoding_many_inputs_at_once_equals_decoding_each():
+    """parsers.lines.decode_many (one split for all valid UTF-8 inputs) against decode_lines per
+    input: empty, no final newline, invalid UTF-8, CRLF, blank lines."""
+    import polars as pl
+
+    from parsers.lines import decode_lines, decode_many
+
+    datas = [b"a\nbb\n", b"", b"x", b"\xff\xfeoops\nok\n", "é\r\nz\n".encode(), b"\n\n", b"last\n"]
+    many = decode_many(datas)
+    for i, data in enumerate(datas):
+        assert many.filter(pl.col("_input") == i).drop("_input").equals(decode_lines(data))
+    assert many["_input"].is_sorted()
