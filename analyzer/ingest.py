@@ -17,7 +17,7 @@ import polars as pl
 
 import parsers
 from analyzer.discover import InputError, InputFile, read_bytes, sniff
-from parsers.lines import envelope_many
+from parsers.lines import envelope_frame, split_inputs
 
 
 @dataclass
@@ -27,9 +27,16 @@ class FileResult:
     lines: pl.DataFrame | None = None
     tables: dict[str, pl.DataFrame] = field(default_factory=dict)
     error: str | None = None
-    # (parser name, line_nos it understood): ``_assign_kinds`` names each line after the first
-    # parser in ``parsers.ALL_PARSERS`` order that understood it, per-file and batched alike.
-    claims: list[tuple[str, pl.Series]] = field(default_factory=list)
+    # What the per-file parsers understood: frames of (input_id, line_no, parser), see _claims.
+    claims: list[pl.DataFrame] = field(default_factory=list)
+
+
+@dataclass
+class Batched:
+    """What the batched parsers gave for all inputs at once: their tables (input_id and
+    line_no already mapped back) and the lines they understood, kept whole for ``_combine``."""
+    tables: dict[str, list[pl.DataFrame]] = field(default_factory=dict)
+    claims: list[pl.DataFrame] = field(default_factory=list)
 
 
 @dataclass
@@ -95,7 +102,7 @@ def parse_text(result: FileResult, lines: pl.DataFrame, gates: dict[str, set[int
             frame = frame.with_columns(input_id=pl.lit(input_id, dtype=pl.UInt32), parser=pl.lit(module.NAME))
             result.tables.setdefault(name, []).append(frame)
         if len(parsed.consumed):
-            result.claims.append((module.NAME, parsed.consumed))
+            result.claims.append(_claims(module.NAME, pl.DataFrame({"line_no": parsed.consumed}), input_id))
     result.lines = lines.with_columns(input_id=pl.lit(input_id, dtype=pl.UInt32))
     result.tables = {name: pl.concat(frames, how="diagonal_relaxed") for name, frames in result.tables.items()}
     return result
@@ -167,13 +174,14 @@ def _parse_kineto(result: FileResult, data: bytes) -> FileResult:
                        kineto.KinetoError)
 
 
-def _parse_batched(results: list[FileResult]) -> None:
+def _parse_batched(results: list[FileResult]) -> Batched:
     """Run the batched parsers once over the lines of every log input that mentions them.
 
     A job folder holds hundreds of small per-rank files; a parser that makes a few dozen
     Polars calls per input pays that overhead per file. These parsers get one frame of all
     inputs instead, with ``line_no`` renumbered to a global row; their rows are mapped back to
     (input_id, line_no) here, so to them and to everything after them nothing changes."""
+    batched = Batched()
     texts = [r for r in results if r.lines is not None and r.item.kind in ("log", "pyspy")]
     for module in parsers.BATCHED:
         literal = getattr(module, "BATCH_LITERAL", None)
@@ -193,19 +201,23 @@ def _parse_batched(results: list[FileResult]) -> None:
                 r.item.problems.append(f"parser {module.NAME} failed ({type(exc).__name__}: {exc}); "
                                        "its lines are counted as unparsed")
             continue
-        by_id = {r.input_id: r for r in chosen}
         for name, frame in parsed.tables.items():
             if frame.is_empty():
                 continue
             more = getattr(module, "LINE_NUMBER_COLUMNS", {}).get(name, ())
             frame = _unbatch(frame, mapping, more).with_columns(parser=pl.lit(module.NAME))
-            for (input_id,), part in frame.group_by("input_id"):
-                result = by_id[input_id]
-                result.tables[name] = pl.concat([result.tables[name], part], how="diagonal_relaxed") \
-                    if name in result.tables else part
+            batched.tables.setdefault(name, []).append(frame)
         consumed = mapping.filter(pl.col("_row").is_in(parsed.consumed.implode()))
-        for (input_id,), part in consumed.partition_by("input_id", as_dict=True).items():
-            by_id[input_id].claims.append((module.NAME, part["_line"]))
+        batched.claims.append(_claims(module.NAME, consumed.select("input_id", line_no="_line")))
+    return batched
+
+
+def _claims(parser: str, rows: pl.DataFrame, input_id: int | None = None) -> pl.DataFrame:
+    """(input_id, line_no, parser) rows: the lines a parser understood."""
+    if input_id is not None:
+        rows = rows.with_columns(input_id=pl.lit(input_id, dtype=pl.UInt32))
+    return rows.select(pl.col("input_id").cast(pl.UInt32), pl.col("line_no").cast(pl.UInt32),
+                       parser=pl.lit(parser))
 
 
 def _unbatch(frame: pl.DataFrame, mapping: pl.DataFrame, more: tuple[str, ...] = ()) -> pl.DataFrame:
@@ -221,18 +233,16 @@ def _unbatch(frame: pl.DataFrame, mapping: pl.DataFrame, more: tuple[str, ...] =
     return out
 
 
-def _assign_kinds(lines: pl.DataFrame, results: list[FileResult]) -> pl.DataFrame:
+def _assign_kinds(lines: pl.DataFrame, claims: list[pl.DataFrame]) -> pl.DataFrame:
     """``kind``: the first parser in ``parsers.ALL_PARSERS`` order that understood the line
     (whether it ran per file or batched), else "blank" for a blank line (NCCL puts one before
     every WARN: understood), else null (unparsed)."""
     priority = {m.NAME: i for i, m in enumerate(parsers.ALL_PARSERS)}
-    claims = [pl.DataFrame({"input_id": pl.Series([r.input_id] * len(ids), dtype=pl.UInt32),
-                            "line_no": ids.cast(pl.UInt32), "_p": pl.Series([priority[name]] * len(ids), dtype=pl.Int32)})
-              for r in results for name, ids in r.claims]
     names = pl.DataFrame({"_p": list(priority.values()), "kind": list(priority)},
                          schema={"_p": pl.Int32, "kind": pl.String})
     if claims:
-        first = pl.concat(claims).group_by("input_id", "line_no").agg(pl.col("_p").min()).join(names, on="_p")
+        ranked = pl.concat(claims).with_columns(_p=pl.col("parser").replace_strict(priority, return_dtype=pl.Int32))
+        first = ranked.group_by("input_id", "line_no").agg(pl.col("_p").min()).join(names, on="_p")
         lines = lines.join(first.drop("_p"), on=["input_id", "line_no"], how="left", maintain_order="left")
     else:
         lines = lines.with_columns(kind=pl.lit(None, dtype=pl.String))
@@ -248,17 +258,14 @@ def _assign_kinds(lines: pl.DataFrame, results: list[FileResult]) -> pl.DataFram
 USE_FILE_GATES = True
 
 
-def file_gates(input_ids: list[int], frames: list[pl.DataFrame]) -> dict[str, set[int]]:
-    """Per gated parser (and the env-dump check): the inputs with a line it could start from."""
+def file_gates(input_ids: list[int], frame: pl.DataFrame) -> dict[str, set[int]]:
+    """Per gated parser (and the env-dump check): the inputs with a line it could start from.
+    ``frame``: ``parsers.lines.envelope_frame`` of a chunk, whose ``_input`` indexes ``input_ids``."""
     modules = [m for m in (*parsers.LOG_PARSERS, parsers.envdump)
                if m not in parsers.BATCHED and hasattr(m, "file_gate")]
-    parts = [f.select("text").with_columns(_input=pl.lit(i, dtype=pl.UInt32)) for i, f in zip(input_ids, frames)
-             if not f.is_empty()]
-    if not parts:
-        return {m.NAME: set() for m in modules}
-    hits = pl.concat(parts).group_by("_input").agg(
-        [m.file_gate(pl.col("text")).any().alias(m.NAME) for m in modules])
-    return {m.NAME: set(hits.filter(pl.col(m.NAME).fill_null(False))["_input"].to_list()) for m in modules}
+    hits = frame.group_by("_input").agg([m.file_gate(pl.col("text")).any().alias(m.NAME) for m in modules])
+    return {m.NAME: {input_ids[i] for i in hits.filter(pl.col(m.NAME).fill_null(False))["_input"].to_list()}
+            for m in modules}
 
 
 # Text inputs are enveloped together up to this many bytes at a time: few Polars calls for a
@@ -270,7 +277,7 @@ def parse_all(items: list[InputFile], progress: bool | Progress = False) -> Pars
     """Parse inputs; results come back in input order.
 
     Inputs are read one after another; text inputs are enveloped in chunks of up to
-    ``CHUNK_BYTES`` (``parsers.lines.envelope_many``), and most line parsers then run once over
+    ``CHUNK_BYTES`` (``parsers.lines.envelope_frame``), and most line parsers then run once over
     all inputs (``_parse_batched``). Each Polars operation already uses every core. ``progress``:
     a ``Progress`` (or True for a new one) shows files, bytes and rate on one updating line.
     """
@@ -280,9 +287,11 @@ def parse_all(items: list[InputFile], progress: bool | Progress = False) -> Pars
     pending: list[tuple[FileResult, bytes]] = []
 
     def envelope_pending() -> None:
-        frames = envelope_many([data for _, data in pending])
-        gates = file_gates([result.input_id for result, _ in pending], frames) if USE_FILE_GATES else None
-        for (result, _), lines in zip(pending, frames):
+        if not pending:
+            return
+        combined = envelope_frame([data for _, data in pending])
+        gates = file_gates([result.input_id for result, _ in pending], combined) if USE_FILE_GATES else None
+        for (result, _), lines in zip(pending, split_inputs(combined, len(pending))):
             parse_text(result, lines, gates)
             meter.advance(result.item.size)
         pending.clear()
@@ -298,8 +307,7 @@ def parse_all(items: list[InputFile], progress: bool | Progress = False) -> Pars
             envelope_pending()
     envelope_pending()
     meter.finish()
-    _parse_batched(results)
-    return _combine(results)
+    return _combine(results, _parse_batched(results))
 
 
 def progress_wanted(quiet: bool = False, stream=None) -> bool:
@@ -391,17 +399,22 @@ def _mb(n: int) -> str:
     return f"{n / 1e6:.1f}" if n >= 100_000 else f"{n / 1e6:.3f}"
 
 
-def _combine(results: list[FileResult]) -> Parsed:
+def _combine(results: list[FileResult], batched: Batched) -> Parsed:
     messages = [r.error for r in results if r.error]
     for r in results:
         messages.extend(f"{r.item.display}: {p}" for p in r.item.problems)
     line_frames = [r.lines for r in results if r.lines is not None and not r.lines.is_empty()]
-    lines = _assign_kinds(pl.concat(line_frames, how="diagonal_relaxed"), results) if line_frames else pl.DataFrame()
+    claims = [c for r in results for c in r.claims] + batched.claims
+    lines = _assign_kinds(pl.concat(line_frames, how="diagonal_relaxed"), claims) if line_frames else pl.DataFrame()
     tables: dict[str, list[pl.DataFrame]] = {}
     for r in results:
         for name, frame in r.tables.items():
             tables.setdefault(name, []).append(frame)
-    merged = {name: pl.concat(frames, how="diagonal_relaxed") for name, frames in tables.items()}
+    merged = {}
+    for name in tables.keys() | batched.tables.keys():
+        frame = pl.concat(tables.get(name, []) + batched.tables.get(name, []), how="diagonal_relaxed")
+        # per input: its per-file rows, then each batched parser's (a stable sort keeps that order)
+        merged[name] = frame.sort("input_id", maintain_order=True) if name in batched.tables else frame
     return Parsed(_inputs_frame(results, lines), lines, merged, messages, [r.item for r in results])
 
 

@@ -211,25 +211,24 @@ _RANK_BRACKET = r"^\[(\d+)\] "
 
 def envelope(data: bytes, passes: int = 4) -> pl.DataFrame:
     """Bytes of one input -> one row per physical line with prefixes peeled (see module doc)."""
-    return envelope_many([data], passes)[0]
+    return split_inputs(envelope_frame([data], passes), 1)[0]
 
 
-def envelope_many(datas: list[bytes], passes: int = 4) -> list[pl.DataFrame]:
-    """``envelope`` of many inputs in one pass over all their lines (one frame per input, the
-    same as ``envelope(data)`` of each): a job folder holds hundreds of small per-rank files, and
-    a few dozen Polars calls per file cost more than the parsing. The per-file decisions (pdsh
-    host tags, ``[N]`` rank tags) are taken per input, and inputs that decided alike are peeled
-    together with the same prefix list."""
-    if not datas:
-        return []
+def envelope_frame(datas: list[bytes], passes: int = 4) -> pl.DataFrame:
+    """All inputs' lines as one frame: ``ENVELOPE_SCHEMA`` plus ``_input`` (the position in
+    ``datas``), in input and line order. A job folder holds hundreds of small per-rank files,
+    and a few dozen Polars calls per file cost more than the parsing. The per-file decisions
+    (pdsh host tags, ``[N]`` rank tags) are taken per input, and inputs that decided alike are
+    peeled together with the same prefix list."""
     df = decode_many(datas)
     df = df.with_columns(text=_clean(pl.col("raw"))).drop("raw")
     df = df.with_columns(
         [pl.lit(None, dtype=dtype).alias(name)
          for name, dtype in ENVELOPE_SCHEMA.items() if name not in df.columns]
     )
+    columns = [*ENVELOPE_SCHEMA, "_input"]
     if df.is_empty():
-        return [df.select(list(ENVELOPE_SCHEMA)) for _ in datas]
+        return df.select(columns)
     hosts = _pdsh_hosts_per_input(df)
     brackets = _rank_brackets_per_input(df)
     groups: dict[tuple, list[int]] = {}
@@ -240,10 +239,14 @@ def envelope_many(datas: list[bytes], passes: int = 4) -> list[pl.DataFrame]:
         part = df.filter(pl.col("_input").is_in(members)) if len(groups) > 1 else df
         done.append(_peel_all(part, _prefixes_for(group_hosts, group_brackets), passes))
     out = pl.concat(done, how="vertical") if len(done) > 1 else done[0]
-    by_input = {key[0]: frame for key, frame in out.partition_by("_input", as_dict=True, maintain_order=True).items()}
-    empty = out.clear().select(list(ENVELOPE_SCHEMA))
-    return [by_input[i].sort("line_no").select(list(ENVELOPE_SCHEMA)) if i in by_input else empty
-            for i in range(len(datas))]
+    return out.sort("_input", "line_no").select(columns)
+
+
+def split_inputs(frame: pl.DataFrame, count: int) -> list[pl.DataFrame]:
+    """``envelope_frame``'s rows as one frame per input (an empty one where an input has none)."""
+    by_input = {key[0]: part for key, part in frame.partition_by("_input", as_dict=True, maintain_order=True).items()}
+    empty = frame.clear().select(list(ENVELOPE_SCHEMA))
+    return [by_input[i].select(list(ENVELOPE_SCHEMA)) if i in by_input else empty for i in range(count)]
 
 
 def _prefixes_for(hosts: frozenset[str], rank_brackets: bool) -> list[tuple[str, str, dict[str, int]]]:
