@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
@@ -29,7 +29,6 @@ class Session:
     run: Run
     report: dict
     title: str
-    _inputs: dict[str, int] | None = field(default=None, repr=False)
 
     def frame(self, sql: str, params: list | None = None) -> pl.DataFrame:
         return self.run.frame(sql, params)
@@ -48,13 +47,6 @@ class Session:
     @property
     def culprit_nodes(self) -> list[str]:
         return list(self.report["verdict"].get("culprit", {}).get("nodes") or [])
-
-    def input_id(self, path: str) -> int | None:
-        """The input id of an evidence path (``Evidence.path`` is the input's ``path``)."""
-        if self._inputs is None:
-            rows = self.frame("SELECT path, input_id FROM inputs").iter_rows()
-            self._inputs = {p: int(i) for p, i in rows}
-        return self._inputs.get(path)
 
 
 def open_store(db: str | Path) -> Session:

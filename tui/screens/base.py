@@ -75,12 +75,23 @@ class BaseScreen(Screen):
         self.sub_title = self.session.title
 
     @work(thread=True, exclusive=True, group="load")
-    def load_view(self, build, done) -> None:
+    def load_view(self, build, done, failed=None) -> None:
         """``build(run, report)`` in a worker thread, on a Run over its own cursor (one DuckDB
-        connection must not serve two threads at once); ``done(view)`` then on the UI thread."""
+        connection must not serve two threads at once); ``done(view)`` then on the UI thread, or
+        ``failed(why)`` when given and the build raised."""
         from analyzer.pipeline import Run
 
-        view = build(Run(self.session.cursor(), db_path=self.session.run.db_path), self.session.report)
+        con = self.session.cursor()
+        try:
+            view = build(Run(con, info=dict(self.session.run.info), db_path=self.session.run.db_path),
+                         self.session.report)
+        except Exception as exc:  # noqa: BLE001 -- shown on the screen by ``failed``
+            if failed is None:
+                raise
+            self.app.call_from_thread(failed, f"{type(exc).__name__}: {exc}")
+            return
+        finally:
+            con.close()
         self.app.call_from_thread(done, view)
 
 

@@ -16,7 +16,6 @@ from itertools import groupby
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
-from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
@@ -391,16 +390,8 @@ fall in one column the first of that list is shown. The panel lists the marks un
 
     def on_mount(self) -> None:
         self.watch(self.app, "theme", lambda _: self.call_after_refresh(self._refresh_aux), init=False)
-        self._load()
-
-    @work(thread=True, exclusive=True)
-    def _load(self) -> None:
-        con = self.session.cursor()
-        try:
-            data = td.load(con, self.session.culprit_ranks, self.session.culprit_nodes)
-        finally:
-            con.close()
-        self.app.call_from_thread(self._loaded, data)
+        culprits = (self.session.culprit_ranks, self.session.culprit_nodes)
+        self.load_view(lambda run, _report: td.load(run.con, *culprits), self._loaded)
 
     def _loaded(self, data: td.TimelineData) -> None:
         self.lanes.set_data(data)

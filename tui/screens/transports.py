@@ -10,12 +10,11 @@ the hop list for a node-by-node matrix of the tiers used; ``f`` keeps only hops 
 from __future__ import annotations
 
 from rich.text import Text
-from textual import on, work
+from textual import on
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.widgets import ContentSwitcher, DataTable, Static
 
-from analyzer.pipeline import Run
 from tui import transport_rows as tr
 from tui.screens.base import BaseScreen
 from tui.text import cell, join, plain
@@ -89,22 +88,8 @@ channel, `enter` the NCCL line that declared the hop, in Logs.
                                                                              "✗ off-tier", "tiers", "hosts")))
         self.query_one("#hops", DataTable).add_columns(*(plain(c) for c in HOP_COLUMNS))
         self.query_one("#hops", DataTable).focus()
-        self._load()
-
-    # -- loading (the view reads every NCCL table: a worker thread on its own cursor) ----------------
-
-    @work(thread=True, exclusive=True)
-    def _load(self) -> None:
-        con = self.session.cursor()
-        try:
-            run = Run(con, info=dict(self.session.run.info), db_path=self.session.run.db_path)
-            v = tr.load(run, gpu=self.session.run.info.get("gpu"))
-        except Exception as exc:  # noqa: BLE001 -- shown on the screen instead of the hops
-            self.app.call_from_thread(self._failed, f"{type(exc).__name__}: {exc}")
-            return
-        finally:
-            con.close()
-        self.app.call_from_thread(self._loaded, v)
+        # the view reads every NCCL table: off the UI thread
+        self.load_view(lambda run, _report: tr.load(run, gpu=run.info.get("gpu")), self._loaded, self._failed)
 
     def _failed(self, why: str) -> None:
         self.query_one("#summary", Static).update(plain(f"Cannot read the transports: {why}", OFF_STYLE))
