@@ -29,6 +29,8 @@ class FileResult:
     error: str | None = None
     # What the per-file parsers understood: frames of (input_id, line_no, parser), see _claims.
     claims: list[pl.DataFrame] = field(default_factory=list)
+    # ``lines`` without the COLL trace lines only the NCCL parser reads (``others_of``).
+    others: pl.DataFrame | None = None
 
 
 @dataclass
@@ -77,21 +79,23 @@ def read_input(input_id: int, item: InputFile) -> tuple[FileResult, bytes | None
     return result, data
 
 
-def parse_text(result: FileResult, lines: pl.DataFrame, gates: dict[str, set[int]] | None = None) -> FileResult:
+def parse_text(result: FileResult, lines: pl.DataFrame, gates: dict[str, set[int]] | None = None,
+               others: pl.DataFrame | None = None) -> FileResult:
     """The per-file parsers over one text input's enveloped lines (the batched ones run later
     over all inputs at once: ``_parse_batched``). ``gates`` (``file_gates``): a gated parser
-    runs only on the inputs listed for it."""
+    runs only on the inputs listed for it. ``others``: ``others_of(lines)``, if known."""
     item, input_id = result.item, result.input_id
 
     def passes(module) -> bool:
         return gates is None or module.NAME not in gates or input_id in gates[module.NAME]
-    if item.kind == "log" and passes(parsers.envdump) and parsers.envdump.looks_like_env_dump(lines):
+    others = others_of(lines) if others is None else others
+    if item.kind == "log" and passes(parsers.envdump) and parsers.envdump.looks_like_env_dump(others):
         item.kind = "env"
     chosen = parsers.ENV_PARSERS if item.kind == "env" else \
         [m for m in parsers.LOG_PARSERS if m not in parsers.BATCHED and passes(m)]
     for module in chosen:
         try:
-            parsed = module.parse(lines)
+            parsed = module.parse(lines if module is parsers.nccl else others)
         except Exception as exc:  # a parser bug must not cost the rest of the run
             item.problems.append(f"parser {module.NAME} failed ({type(exc).__name__}: {exc}); "
                                  "its lines are counted as unparsed")
@@ -104,8 +108,16 @@ def parse_text(result: FileResult, lines: pl.DataFrame, gates: dict[str, set[int
         if len(parsed.consumed):
             result.claims.append(_claims(module.NAME, pl.DataFrame({"line_no": parsed.consumed}), input_id))
     result.lines = lines.with_columns(input_id=pl.lit(input_id, dtype=pl.UInt32))
+    result.others = result.lines if others is lines or others.height == lines.height else others.with_columns(input_id=pl.lit(input_id, dtype=pl.UInt32))
     result.tables = {name: pl.concat(frames, how="diagonal_relaxed") for name, frames in result.tables.items()}
     return result
+
+
+def others_of(lines: pl.DataFrame) -> pl.DataFrame:
+    """The lines every parser but NCCL's reads: all but whole COLL trace lines, which are nearly
+    every line of a COLL-traced log and mean nothing to the others (``parsers.nccl.is_plain_coll``)."""
+    coll = lines.select(parsers.nccl.is_plain_coll(pl.col("text"))).to_series()
+    return lines.filter(~coll) if coll.any() else lines
 
 
 def _read_whole(result: FileResult, name: str, label: str, read, refused: type[Exception],
@@ -188,17 +200,19 @@ def _parse_batched(results: list[FileResult]) -> Batched:
         # Parsers written for the batch (they declare a BATCH_LITERAL) read logs; the ones that
         # used to run per file read what they read there: logs and py-spy dumps.
         kinds = ("log",) if literal is not None else ("log", "pyspy")
-        chosen = [r for r in texts if r.item.kind in kinds
-                  and (not literal or r.lines["text"].str.contains(literal, literal=True).any())]
+        read = [r.lines if module is parsers.nccl else r.others for r in texts if r.item.kind in kinds]
+        chosen = [frame for frame in read if not literal or frame["text"].str.contains(literal, literal=True).any()]
         if not chosen:
             continue
-        combined = pl.concat([r.lines for r in chosen], how="vertical_relaxed")
+        combined = pl.concat(chosen, how="vertical_relaxed")
         mapping = combined.select(_row=pl.int_range(1, pl.len() + 1, dtype=pl.UInt32), input_id="input_id", _line="line_no")
         try:
             parsed = module.parse(combined.with_columns(line_no=mapping["_row"]))
         except Exception as exc:  # a parser bug must not cost the rest of the run
-            for r in chosen:
-                r.item.problems.append(f"parser {module.NAME} failed ({type(exc).__name__}: {exc}); "
+            failed = set(combined["input_id"].unique().to_list())
+            for r in texts:
+                if r.input_id in failed:
+                    r.item.problems.append(f"parser {module.NAME} failed ({type(exc).__name__}: {exc}); "
                                        "its lines are counted as unparsed")
             continue
         for name, frame in parsed.tables.items():
@@ -268,46 +282,143 @@ def file_gates(input_ids: list[int], frame: pl.DataFrame) -> dict[str, set[int]]
             for m in modules}
 
 
-# Text inputs are enveloped together up to this many bytes at a time: few Polars calls for a
-# folder of small per-rank files, and the raw bytes held at once stay bounded.
-CHUNK_BYTES = 64 * 2**20
+# Inputs are parsed in chunks of consecutive inputs of up to this many bytes: few Polars calls
+# for a folder of small per-rank files, the raw bytes held at once stay bounded, and chunks are
+# the unit of parallel work. Every chunk is parsed the same way whether it runs in a worker or
+# here, so the result does not depend on the number of workers.
+CHUNK_BYTES = 32 * 2**20
+# Runs smaller than this are parsed in this process: starting a worker (a fresh interpreter
+# importing Polars and the parsers) costs about a second.
+PARALLEL_MIN_BYTES = 96 * 2**20
 
 
-def parse_all(items: list[InputFile], progress: bool | Progress = False) -> Parsed:
+@dataclass
+class ChunkResult:
+    """What one chunk of inputs gave: its items (kinds and problems as parsing left them), its
+    lines with their kinds, its tables and messages."""
+    first_id: int
+    items: list[InputFile]
+    lines: pl.DataFrame | None
+    tables: dict[str, pl.DataFrame]
+    errors: list[str | None]        # per item: why it was skipped, or None
+
+
+def plan_chunks(items: list[InputFile], chunk_bytes: int | None = None) -> list[range]:
+    """Consecutive input ids, up to ``chunk_bytes`` (on disk) per chunk; a larger input is a
+    chunk of its own."""
+    limit = chunk_bytes or CHUNK_BYTES
+    chunks, start, size = [], 0, 0
+    for i, item in enumerate(items):
+        if i > start and size + item.size > limit:
+            chunks.append(range(start, i))
+            start, size = i, 0
+        size += item.size
+    if start < len(items):
+        chunks.append(range(start, len(items)))
+    return chunks
+
+
+def parse_chunk(first_id: int, items: list[InputFile]) -> ChunkResult:
+    """Read and parse a chunk of consecutive inputs (ids from ``first_id``): whole-file readers,
+    the envelope of all text inputs at once, the gated per-file parsers, then the batched ones.
+
+    The text of understood NCCL INFO lines is dropped here (it is read back by offset, see
+    ``analyzer.store``): in a COLL-traced run they are nearly all the bytes."""
+    results: list[FileResult] = []
+    pending: list[tuple[FileResult, bytes]] = []
+    for offset, item in enumerate(items):
+        result, data = read_input(first_id + offset, item)
+        results.append(result)
+        if data is not None:
+            pending.append((result, data))
+    if pending:
+        combined = envelope_frame([data for _, data in pending])
+        others = others_of(combined)
+        gates = file_gates([result.input_id for result, _ in pending], others) if USE_FILE_GATES else None
+        every = split_inputs(combined, len(pending))
+        rests = split_inputs(others, len(pending)) if others is not combined else every
+        for (result, _), lines, rest in zip(pending, every, rests):
+            parse_text(result, lines, gates, rest)
+        del combined, others
+    pending.clear()
+    return _combine_chunk(first_id, results, _parse_batched(results))
+
+
+def _parse_chunk_job(job: tuple[int, list[InputFile]]) -> ChunkResult:
+    return parse_chunk(*job)
+
+
+def worker_count(items: list[InputFile], workers: int | None = None) -> int:
+    """Worker processes for ``parse_all``: ``workers`` if given, else ``$POSTMORTEM_WORKERS``,
+    else one per core for runs of at least ``PARALLEL_MIN_BYTES`` (1 = parse here)."""
+    if workers is None:
+        text = os.environ.get("POSTMORTEM_WORKERS", "").strip()
+        if text.isdigit() and int(text) > 0:
+            workers = int(text)
+        elif sum(i.size for i in items) >= PARALLEL_MIN_BYTES:
+            workers = os.cpu_count() or 1
+        else:
+            workers = 1
+    return max(1, workers)
+
+
+def parse_all(items: list[InputFile], progress: bool | Progress = False, workers: int | None = None,
+              chunk_bytes: int | None = None) -> Parsed:
     """Parse inputs; results come back in input order.
 
-    Inputs are read one after another; text inputs are enveloped in chunks of up to
-    ``CHUNK_BYTES`` (``parsers.lines.envelope_frame``), and most line parsers then run once over
-    all inputs (``_parse_batched``). Each Polars operation already uses every core. ``progress``:
-    a ``Progress`` (or True for a new one) shows files, bytes and rate on one updating line.
+    Inputs are parsed in chunks (``plan_chunks``), each by ``parse_chunk``: in worker processes
+    when there are several chunks and more than one worker (``worker_count``), else here. Chunks
+    come back in order, so the result is the same either way (tests/test_parallel_ingest.py).
+    ``progress``: a ``Progress`` (or True for a new one) shows files, bytes and rate.
     """
     meter = progress if isinstance(progress, Progress) else Progress(bool(progress))
     meter.start(len(items), sum(i.size for i in items))
-    results: list[FileResult] = []
-    pending: list[tuple[FileResult, bytes]] = []
-
-    def envelope_pending() -> None:
-        if not pending:
-            return
-        combined = envelope_frame([data for _, data in pending])
-        gates = file_gates([result.input_id for result, _ in pending], combined) if USE_FILE_GATES else None
-        for (result, _), lines in zip(pending, split_inputs(combined, len(pending))):
-            parse_text(result, lines, gates)
-            meter.advance(result.item.size)
-        pending.clear()
-
-    for input_id, item in enumerate(items):
-        result, data = read_input(input_id, item)
-        results.append(result)
-        if data is None:
-            meter.advance(item.size)
-            continue
-        pending.append((result, data))
-        if sum(len(d) for _, d in pending) >= CHUNK_BYTES:
-            envelope_pending()
-    envelope_pending()
+    chunks = plan_chunks(items, chunk_bytes)
+    jobs = [(c.start, items[c.start:c.stop]) for c in chunks]
+    count = min(worker_count(items, workers), len(jobs))
+    done: list[ChunkResult] = []
+    for chunk in _run_jobs(jobs, count):
+        done.append(chunk)
+        meter.advance(sum(i.size for i in chunk.items), files=len(chunk.items))
     meter.finish()
-    return _combine(results, _parse_batched(results))
+    # A worker's items are copies: the kinds and problems it found go back to the caller's.
+    for chunk in done:
+        for mine, theirs in zip(items[chunk.first_id:], chunk.items):
+            mine.kind, mine.problems = theirs.kind, theirs.problems
+    return _combine(done, items)
+
+
+def _run_jobs(jobs: list[tuple[int, list[InputFile]]], count: int):
+    """Each job's ``ChunkResult`` in job order: here, or in ``count`` worker processes.
+
+    Workers are spawned (never forked: Polars' thread pool does not survive a fork) with one
+    Polars thread each, since the processes already use the cores. A pool that breaks (a worker
+    killed for memory) hands its remaining chunks back to this process."""
+    if count <= 1:
+        for job in jobs:
+            yield parse_chunk(*job)
+        return
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
+    saved = os.environ.get("POLARS_MAX_THREADS")
+    os.environ["POLARS_MAX_THREADS"] = "1"   # read by each worker's Polars at import
+    try:
+        pool = ProcessPoolExecutor(count, mp_context=multiprocessing.get_context("spawn"))
+    finally:
+        if saved is None:
+            os.environ.pop("POLARS_MAX_THREADS", None)
+        else:
+            os.environ["POLARS_MAX_THREADS"] = saved
+    with pool:
+        futures = [pool.submit(_parse_chunk_job, job) for job in jobs]
+        for job, future in zip(jobs, futures):
+            try:
+                chunk = future.result()
+            except BrokenProcessPool:
+                chunk = parse_chunk(*job)
+            yield chunk
 
 
 def progress_wanted(quiet: bool = False, stream=None) -> bool:
@@ -347,8 +458,8 @@ class Progress:
         self._started = time.perf_counter()
         self._drawn = 0.0
 
-    def advance(self, nbytes: int) -> None:
-        self.files += 1
+    def advance(self, nbytes: int, files: int = 1) -> None:
+        self.files += files
         self.bytes += nbytes
         if self.enabled and time.perf_counter() - self._drawn >= self.every:
             self._draw(self._line())
@@ -399,13 +510,11 @@ def _mb(n: int) -> str:
     return f"{n / 1e6:.1f}" if n >= 100_000 else f"{n / 1e6:.3f}"
 
 
-def _combine(results: list[FileResult], batched: Batched) -> Parsed:
-    messages = [r.error for r in results if r.error]
-    for r in results:
-        messages.extend(f"{r.item.display}: {p}" for p in r.item.problems)
+def _combine_chunk(first_id: int, results: list[FileResult], batched: Batched) -> ChunkResult:
+    """One chunk's lines (kinds assigned, understood NCCL INFO text dropped) and tables."""
+    errors = [r.error for r in results]
     line_frames = [r.lines for r in results if r.lines is not None and not r.lines.is_empty()]
     claims = [c for r in results for c in r.claims] + batched.claims
-    lines = _assign_kinds(pl.concat(line_frames, how="diagonal_relaxed"), claims) if line_frames else pl.DataFrame()
     tables: dict[str, list[pl.DataFrame]] = {}
     for r in results:
         for name, frame in r.tables.items():
@@ -415,21 +524,51 @@ def _combine(results: list[FileResult], batched: Batched) -> Parsed:
         frame = pl.concat(tables.get(name, []) + batched.tables.get(name, []), how="diagonal_relaxed")
         # per input: its per-file rows, then each batched parser's (a stable sort keeps that order)
         merged[name] = frame.sort("input_id", maintain_order=True) if name in batched.tables else frame
-    return Parsed(_inputs_frame(results, lines), lines, merged, messages, [r.item for r in results])
+    lines = None
+    if line_frames:
+        lines = _drop_nccl_info_text(_assign_kinds(pl.concat(line_frames, how="diagonal_relaxed"), claims),
+                                     merged.get("nccl_lines"))
+    return ChunkResult(first_id, [r.item for r in results], lines, merged, errors)
 
 
-def _inputs_frame(results: list[FileResult], lines: pl.DataFrame) -> pl.DataFrame:
+def _drop_nccl_info_text(lines: pl.DataFrame, nccl_lines: pl.DataFrame | None) -> pl.DataFrame:
+    """Understood NCCL INFO lines keep no text: the store reads it back by offset
+    (``analyzer.store``); lines the NCCL parser did not understand keep theirs."""
+    if nccl_lines is None or nccl_lines.is_empty():
+        return lines
+    info = nccl_lines.filter((pl.col("level") == "INFO") & pl.col("kind").is_not_null()).select(
+        "input_id", "line_no", _nccl_info=pl.lit(True))
+    return lines.join(info, on=["input_id", "line_no"], how="left", maintain_order="left").with_columns(
+        text=pl.when(pl.col("_nccl_info").fill_null(False)).then(None).otherwise(pl.col("text"))).drop("_nccl_info")
+
+
+def _combine(chunks: list[ChunkResult], items: list[InputFile]) -> Parsed:
+    errors = [e for chunk in chunks for e in chunk.errors]
+    messages = [e for e in errors if e]
+    for item in items:
+        messages.extend(f"{item.display}: {p}" for p in item.problems)
+    line_frames = [c.lines for c in chunks if c.lines is not None]
+    lines = pl.concat(line_frames, how="diagonal_relaxed") if line_frames else pl.DataFrame()
+    tables: dict[str, list[pl.DataFrame]] = {}
+    for chunk in chunks:
+        for name, frame in chunk.tables.items():
+            tables.setdefault(name, []).append(frame)
+    merged = {name: pl.concat(frames, how="diagonal_relaxed") for name, frames in tables.items()}
+    return Parsed(_inputs_frame(items, errors, lines), lines, merged, messages, items)
+
+
+def _inputs_frame(items: list[InputFile], errors: list[str | None], lines: pl.DataFrame) -> pl.DataFrame:
     counts = {} if lines.is_empty() else {
         i: (n, p) for i, n, p in lines.group_by("input_id").agg(n=pl.len(), p=pl.col("kind").is_not_null().sum()).iter_rows()}
     rows = []
-    for r in results:
-        total, parsed = counts.get(r.input_id, (0, 0))
+    for input_id, (item, error) in enumerate(zip(items, errors)):
+        total, parsed = counts.get(input_id, (0, 0))
         rows.append({
-            "input_id": r.input_id, "path": r.item.display, "abs_path": r.item.source or str(r.item.path),
-            "kind": r.item.kind, "compression": r.item.compression, "bytes": r.item.size,
-            "mtime": r.item.mtime, "lines": total, "parsed_lines": parsed,
+            "input_id": input_id, "path": item.display, "abs_path": item.source or str(item.path),
+            "kind": item.kind, "compression": item.compression, "bytes": item.size,
+            "mtime": item.mtime, "lines": total, "parsed_lines": parsed,
             "unparsed_lines": total - parsed,
-            "problem": "; ".join(([r.error] if r.error else []) + r.item.problems) or None,
+            "problem": "; ".join(([error] if error else []) + item.problems) or None,
         })
     schema = {"input_id": pl.UInt32, "path": pl.String, "abs_path": pl.String, "kind": pl.String,
               "compression": pl.String, "bytes": pl.Int64, "mtime": pl.Float64, "lines": pl.Int64,

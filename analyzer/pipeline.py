@@ -90,7 +90,7 @@ def analyze(paths: list[str | Path], db_path: str | Path | None = None, progress
     tables.update(nccl_model.build(tables, ranks))
     tables.update(node_model.build(tables, ranks, parsed.inputs))  # issue 5: node evidence, GPU join, clocks
     tables.update(env_model.build(tables, parsed.lines, parsed.inputs))
-    lines = _lines_table(parsed.lines, attribution, parsed.tables.get("nccl_lines"))
+    lines = _lines_table(parsed.lines, attribution)
     con = store.connect(db_path)
     store.write_table(con, "inputs", parsed.inputs)
     store.write_table(con, "lines", lines)
@@ -146,17 +146,10 @@ def _fill_attempts(tables: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:
     return {name: timeline.fill_attempts(frame, starts, only) for name, frame in tables.items()}
 
 
-def _lines_table(lines: pl.DataFrame, attribution: pl.DataFrame, nccl_lines: pl.DataFrame | None) -> pl.DataFrame:
-    """The per-line index; the text of understood NCCL INFO lines is left to be read back by
-    offset (see analyzer.store); lines the NCCL parser did not understand keep their text.
-
-    The NCCL parser already found every NCCL-prefixed line (``nccl_lines``): reuse that
-    instead of matching the prefix over all lines again."""
+def _lines_table(lines: pl.DataFrame, attribution: pl.DataFrame) -> pl.DataFrame:
+    """The per-line index (understood NCCL INFO lines carry no text: ``analyzer.ingest``
+    dropped it, the store reads it back by offset)."""
     df = lines.join(attribution, on=["input_id", "line_no"], how="left", suffix="_attr")
-    if nccl_lines is not None and not nccl_lines.is_empty():
-        info = nccl_lines.filter((pl.col("level") == "INFO") & pl.col("kind").is_not_null()).select("input_id", "line_no", _nccl_info=pl.lit(True))
-        df = df.join(info, on=["input_id", "line_no"], how="left")
-        df = df.with_columns(text=pl.when(pl.col("_nccl_info").fill_null(False)).then(None).otherwise(pl.col("text")))
     if df["attempt"].null_count() == len(df):
         df = df.with_columns(attempt=pl.lit(0, dtype=pl.Int64))
     return df.select([c for c in LINE_COLUMNS if c in df.columns])

@@ -284,6 +284,29 @@ def _rank_brackets_per_input(df: pl.DataFrame) -> set[int]:
 
 
 def _peel_all(df: pl.DataFrame, prefixes: list[tuple[str, str, dict[str, int]]], passes: int) -> pl.DataFrame:
+    """Peel every line that could change (``_may_change``); the others (nearly all lines of a
+    per-rank log: NCCL and framework lines start with their own header) pass untouched, so the
+    dozens of prefix patterns run over the few lines a launcher or collector touched."""
+    mask = df.select(_may_change(prefixes)).to_series()
+    if mask.all():
+        return _peel_rows(df, prefixes, passes)
+    untouched = df.filter(~mask)
+    if untouched.height == df.height:
+        return df
+    return pl.concat([_peel_rows(df.filter(mask), prefixes, passes), untouched], how="vertical")
+
+
+def _may_change(prefixes: list[tuple[str, str, dict[str, int]]]) -> pl.Expr:
+    """True for a line some step of ``_peel_rows`` could alter: a prefix at its start (every
+    pattern is anchored), c10d's rank tag or glog header anywhere, a pager marker or box border."""
+    text = pl.col("text")
+    starts = "|".join(f"(?:{pattern})" for _name, pattern, _groups in prefixes)
+    return (text.str.contains(starts) | text.str.contains("[rank", literal=True)
+            | text.str.contains("ProcessGroupNCCL.cpp:", literal=True) | text.str.ends_with("]")
+            | text.str.contains("│", literal=True) | text.str.contains("┃", literal=True))
+
+
+def _peel_rows(df: pl.DataFrame, prefixes: list[tuple[str, str, dict[str, int]]], passes: int) -> pl.DataFrame:
     for _ in range(passes):
         before = df["text"]
         df = _peel_pass(df, prefixes)

@@ -142,6 +142,25 @@ def bus_id_to_pci(bus_id: str | None) -> str | None:
 # -- the prefix ---------------------------------------------------------------------------------
 
 
+# The common line, `host:pid:tid [dev] NCCL INFO msg`, once and with no second header in it
+# (so not torn): split by position instead of the full prefix pattern, which has fourteen groups.
+_PLAIN_INFO = r"^[^:\s\[]*:\d+:\d+ \[\d+\] NCCL INFO "
+# Fields of a COLL trace message (``KINDS[0]``) by position: `Op: opCount h sendbuff p recvbuff p
+# count n datatype n op n root n comm p [nranks=n] stream p` (formats/nccl.md section 3.9).
+_COLL_TOKENS = {"op": 0, "op_count_hex": 2, "sendbuff": 4, "recvbuff": 6, "count": 8, "datatype": 10,
+                "red_op": 12, "root": 14, "comm": 16, "nranks": 17, "stream": 19}
+_COLL_SHAPE = re.sub(r"\(\?P<\w+>", "(?:", KINDS[0].pattern)   # the catalogue's pattern, groups unnamed
+
+
+def is_plain_coll(text: pl.Expr) -> pl.Expr:
+    """A whole, untorn COLL trace line (`host:pid:tid [dev] NCCL INFO AllReduce: opCount ...`):
+    the bulk of a COLL-traced log, and a line only this parser reads (``analyzer.ingest`` keeps
+    such lines from the other parsers). A literal test first: the pattern runs on few lines."""
+    return (text.str.contains(": opCount ", literal=True)
+            & (text.str.count_matches("NCCL ", literal=True) == 1)
+            & text.str.contains(_PLAIN_INFO + _COLL_SHAPE.removeprefix("^")))
+
+
 def _prefixed(lines: pl.DataFrame) -> pl.DataFrame:
     empty = pl.DataFrame(schema={**{k: v for k, v in LINES_SCHEMA.items() if k != "kind"}, "src_file": pl.String,
                                  "msg": pl.String, "torn": pl.Boolean, "nccl_ts": pl.String,
@@ -149,6 +168,29 @@ def _prefixed(lines: pl.DataFrame) -> pl.DataFrame:
     df = lines.select("line_no", "text").filter(pl.col("text").str.contains(" NCCL ", literal=True))
     if df.is_empty():
         return empty
+    plain = (pl.col("text").str.count_matches("NCCL ", literal=True) == 1) & pl.col("text").str.contains(_PLAIN_INFO)
+    df = df.with_columns(_plain=plain)
+    parts = [_plain_prefix(df.filter(pl.col("_plain")), empty.schema),
+             _full_prefix(df.filter(~pl.col("_plain")), empty.schema)]
+    return pl.concat(parts).sort("line_no")
+
+
+def _plain_prefix(df: pl.DataFrame, schema) -> pl.DataFrame:
+    """``_PLAIN_INFO`` lines: header fields by position."""
+    fields = pl.col("text").str.splitn(" ", 5).struct
+    head = fields.field("field_0").str.split(":")
+    return df.select(
+        "line_no", host=head.list.get(0), pid=to_int(head.list.get(1)), tid=to_int(head.list.get(2)),
+        cuda_dev=to_int(fields.field("field_1").str.strip_chars("[]")), level=pl.lit("INFO"),
+        src_file=pl.lit(None, dtype=pl.String), msg=fields.field("field_4").str.strip_chars_end(),
+        torn=pl.lit(False), nccl_ts=pl.lit(None, dtype=pl.String), fn=pl.lit(None, dtype=pl.String),
+    ).cast(schema)
+
+
+def _full_prefix(df: pl.DataFrame, schema) -> pl.DataFrame:
+    """Every other NCCL line: torn lines cut to their surviving record, then the full pattern."""
+    if df.is_empty():
+        return pl.DataFrame(schema=schema)
     torn = pl.col("text").str.count_matches(_HEADER_BODY) >= 2
     survivor = pl.col("text").str.extract(_LAST_HEADER, 1)
     stamp = pl.col("text").str.extract_all(_TORN_WARN_TS).list.last().str.extract(r"^(\[[^\]]*\]) ", 1)
@@ -164,7 +206,7 @@ def _prefixed(lines: pl.DataFrame) -> pl.DataFrame:
         cuda_dev=to_int(pl.coalesce(f("dev"), f("dev2"))), level=f("level"),
         src_file=pl.coalesce(f("file"), f("trace_fn")), msg=f("msg").str.strip_chars_end(), torn="torn",
         nccl_ts=f("nccl_ts"), fn=f("fn"),
-    ).cast(empty.schema)
+    ).cast(schema)
 
 
 # -- classification -------------------------------------------------------------------------------
@@ -190,13 +232,28 @@ def _classify(info: pl.DataFrame) -> tuple[dict[str, list[pl.DataFrame]], pl.Dat
     empty = pl.DataFrame(schema={"line_no": pl.UInt32, "kind": pl.String})
     if info.is_empty():
         return rows, empty
+    # COLL trace messages, the bulk: known by the catalogue's own pattern (no shape folding),
+    # their fields taken by position.
+    coll = pl.col("msg").str.contains(": opCount ", literal=True) & pl.col("msg").str.contains(_COLL_SHAPE)
+    info = info.with_columns(_coll=coll)
+    traced = info.filter(pl.col("_coll"))
+    info = info.filter(~pl.col("_coll"))
+    kinds = []
+    if not traced.is_empty():
+        traced = traced.with_columns(_tokens=pl.col("msg").str.split(" "))   # split once, not per field
+        fields = {name: pl.col("_tokens").list.get(i) for name, i in _COLL_TOKENS.items()}
+        fields["op"] = fields["op"].str.strip_suffix(":")
+        fields["nranks"] = fields["nranks"].str.strip_prefix("[nranks=").str.strip_suffix("]")
+        kinds.append(traced.select("line_no", kind=pl.lit(KINDS[0].name)))
+        rows[KINDS[0].table] = [traced.select(*_BASE, "level", "src_file", "msg", kind=pl.lit(KINDS[0].name), **fields)]
+    if info.is_empty():
+        return rows, (pl.concat(kinds) if kinds else empty)
     shape = pl.col("msg").str.replace_all(_FOLD_HEX, "0x0").str.replace_all(r"\b\d+\b", "0")
     info = info.with_columns(_shape=shape)
     shapes = info["_shape"].unique()
     index = pl.DataFrame({"_shape": shapes, "_kind": [_kind_of(s) for s in shapes.to_list()]},
                          schema={"_shape": pl.String, "_kind": pl.Int64})
     info = info.join(index, on="_shape", how="left").filter(pl.col("_kind").is_not_null())
-    kinds = []
     for (i,), sub in info.group_by("_kind"):
         kind = KINDS[i]
         kinds.append(sub.select("line_no", kind=pl.lit(kind.name)))
