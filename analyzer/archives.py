@@ -238,7 +238,7 @@ class _Expansion:
         now = time.monotonic()
         if now - self._shown >= 0.2:
             self._shown = now
-            self.progress(f"extracting {self.display}: {len(self.items)} members, {self.total / 1e6:.1f} MB")
+            self.progress(f"extracting {_show(self.display)}: {len(self.items)} members, {self.total / 1e6:.1f} MB")
 
     def damaged(self, exc: Exception, after: str | None) -> None:
         if after is None and not self.items:
@@ -323,13 +323,23 @@ def _tar_members(out: _Expansion) -> None:
                 last = name
 
 
-def _open_tar_stream(path: Path, raw) -> tarfile.TarFile:
-    """A streaming (one pass, no seeks) tar reader; zstd through the zstandard package."""
-    if path.name.lower().endswith((".zst", ".zstd", ".tzst")):
-        import zstandard
+_MAGIC = ((b"\x1f\x8b", "gzip"), (b"BZh", "bz2"), (b"\xfd7zXZ\x00", "xz"), (b"\x28\xb5\x2f\xfd", "zstd"))
 
-        return tarfile.open(fileobj=zstandard.ZstdDecompressor().stream_reader(raw), mode="r|")
-    return tarfile.open(fileobj=raw, mode="r|*")
+
+def _open_tar_stream(path: Path, raw) -> tarfile.TarFile:
+    """A streaming (one pass, no seeks) tar reader. Compressed tars are decompressed by
+    ``discover.Decompressed``, which reads every member of the stream: pbzip2 and bgzip write
+    several, and tarfile's own decompression stops after the first, calling the rest damage."""
+    from analyzer.discover import Decompressed
+
+    head = raw.read(6)
+    raw.seek(0)
+    kind = next((k for magic, k in _MAGIC if head.startswith(magic)), None)
+    if kind is None and path.name.lower().endswith((".zst", ".zstd", ".tzst")):
+        kind = "zstd"  # a zstd file with a skippable frame first
+    if kind is None:
+        return tarfile.open(fileobj=raw, mode="r|")
+    return tarfile.open(fileobj=Decompressed(raw, kind), mode="r|")
 
 
 # -- zip ----------------------------------------------------------------------------------------

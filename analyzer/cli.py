@@ -151,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _analyze(paths, db, quiet, exclude=None, no_cache=False):
     from analyzer.pipeline import NothingReadable, analyze
+    from analyzer.render import safe
 
     try:
         from analyzer.ingest import progress_wanted
@@ -158,10 +159,10 @@ def _analyze(paths, db, quiet, exclude=None, no_cache=False):
         run = analyze(paths, db_path=db, progress=progress_wanted(quiet), exclude=exclude,
                       use_cache=False if no_cache else None)
     except NothingReadable as exc:
-        print(f"postmortem: nothing readable: {exc}", file=sys.stderr)
+        print(f"postmortem: nothing readable: {safe(str(exc))}", file=sys.stderr)
         return None
-    for message in run.messages:
-        print(f"postmortem: {message}", file=sys.stderr)
+    for message in run.messages:  # they quote file names and file content: no raw escapes on the terminal
+        print(f"postmortem: {safe(message)}", file=sys.stderr)
     return run
 
 

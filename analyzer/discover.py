@@ -11,7 +11,9 @@ FR-shaped JSON are offered to the Flight Recorder reader (never ``pickle.load``;
 from __future__ import annotations
 
 import bz2
+import io
 import lzma
+import os
 import re
 import zlib
 from dataclasses import dataclass, field
@@ -87,72 +89,233 @@ def _hidden(path: Path, root: Path) -> bool:
 
 def read_bytes(item: InputFile) -> bytes:
     """The decompressed content. Problems (truncation) are appended to ``item.problems``."""
-    with open(item.path, "rb") as handle:
-        data = handle.read()
     if item.compression is None:
-        return data
-    return _decompress(data, item)
+        with open(item.path, "rb") as handle:
+            return handle.read()
+    with open(item.path, "rb") as handle:
+        return _decompress_from(handle, item)
 
 
 def _decompress(data: bytes, item: InputFile) -> bytes:
+    return _decompress_from(io.BytesIO(data), item)
+
+
+def max_decompressed() -> int:
+    """Decompressed size above which one input is skipped (``POSTMORTEM_MAX_DECOMPRESSED``, bytes)."""
+    try:
+        return int(os.environ.get("POSTMORTEM_MAX_DECOMPRESSED", MAX_DECOMPRESSED))
+    except ValueError:
+        return MAX_DECOMPRESSED
+
+
+def _decompress_from(source, item: InputFile) -> bytes:
+    """Every member of a compressed input (``Decompressed``), as far as the data goes: a torn or
+    damaged stream keeps the part that was readable and says so in ``item.problems``."""
     kind = item.compression
-    try:
-        if kind == "gzip":
-            return _stream(zlib.decompressobj(16 + zlib.MAX_WBITS), data, item)
-        if kind == "zstd":
-            return _zstd(data, item)
-        if kind == "bz2":
-            return _stream(bz2.BZ2Decompressor(), data, item)
-        if kind == "xz":
-            return _stream(lzma.LZMADecompressor(), data, item)
-    except (OSError, EOFError, zlib.error, lzma.LZMAError, zstandard.ZstdError, ValueError) as exc:
-        raise InputError(f"{item.display}: cannot decompress {kind}: {exc}") from exc
-    raise InputError(f"{item.display}: unknown compression {kind}")
-
-
-def _stream(decoder, data: bytes, item: InputFile) -> bytes:
-    """Decompress as far as the data goes; a torn stream keeps the part that was readable."""
-    out = []
+    if kind not in DECODERS:
+        raise InputError(f"{item.display}: unknown compression {kind}")
+    limit = max_decompressed()
+    stream = Decompressed(source, kind)
+    out: list[bytes] = []
     total = 0
-    view = memoryview(data)
-    step = 1 << 20
     try:
-        for start in range(0, len(data), step):
-            chunk = decoder.decompress(view[start:start + step])
+        while chunk := stream.read(STEP):
             total += len(chunk)
-            if total > MAX_DECOMPRESSED:
-                raise InputError(f"{item.display}: decompresses to more than {MAX_DECOMPRESSED >> 30} GiB; skipped")
+            if total > limit:
+                raise InputError(f"{item.display}: decompresses to more than {_size(limit)} (the cap, "
+                                 "POSTMORTEM_MAX_DECOMPRESSED: a compression bomb?); skipped")
             out.append(chunk)
-            if getattr(decoder, "eof", False):
-                break
-    except (OSError, EOFError, zlib.error, lzma.LZMAError) as exc:
-        if not out:
-            raise InputError(f"{item.display}: corrupt {item.compression} data: {exc}") from exc
-        item.problems.append(f"corrupt {item.compression} data after {total} bytes; kept what was readable")
+    except DECODE_ERRORS as exc:
+        if not total:
+            raise InputError(f"{item.display}: corrupt {kind} data ({_why(exc)}); skipped") from exc
+        item.problems.append(f"corrupt {kind} data after {total} bytes ({_why(exc)}); kept what was readable")
         return b"".join(out)
-    if not getattr(decoder, "eof", True):
-        item.problems.append(
-            f"truncated {item.compression} file: the stream ends early; kept the {total} bytes that were readable")
+    if stream.truncated:
+        if not total:
+            raise InputError(f"{item.display}: truncated {kind} file: the stream ends before anything could be "
+                             "decompressed; skipped")
+        item.problems.append(f"truncated {kind} file: the stream ends early; kept the {total} bytes that were "
+                             "readable")
+    if stream.trailing:
+        item.problems.append(f"{stream.trailing} bytes after the last {kind} stream are not {kind} data; ignored")
     return b"".join(out)
 
 
-def _zstd(data: bytes, item: InputFile) -> bytes:
-    decoder = zstandard.ZstdDecompressor().decompressobj()
-    try:
-        out = decoder.decompress(data)
-    except zstandard.ZstdError as exc:
-        raise InputError(f"{item.display}: corrupt zstd data: {exc}") from exc
-    if len(out) > MAX_DECOMPRESSED:
-        raise InputError(f"{item.display}: decompresses to more than {MAX_DECOMPRESSED >> 30} GiB; skipped")
-    if not decoder.eof:
-        item.problems.append(f"truncated zstd file: kept the {len(out)} bytes that were readable")
-    return out
+def _gzip():
+    return zlib.decompressobj(16 + zlib.MAX_WBITS)
+
+
+def _zstd():
+    return zstandard.ZstdDecompressor().decompressobj()
+
+
+DECODERS = {"gzip": _gzip, "bz2": bz2.BZ2Decompressor, "xz": lzma.LZMADecompressor, "zstd": _zstd}
+DECODE_ERRORS = (OSError, EOFError, zlib.error, lzma.LZMAError, zstandard.ZstdError, ValueError)
+STEP = 4 << 20        # decompressed bytes per read: a bomb is stopped at the cap, not in memory
+_FEED = 1 << 16       # compressed bytes read at a time
+_ZSTD_FEED = 1 << 13  # zstd has no output bound per call: small inputs keep each call's output small (<= 256 MiB)
+
+
+class Decompressed(io.RawIOBase):
+    """The decompressed bytes of ``source`` (a binary file object holding ``kind`` data: gzip, bz2,
+    xz or zstd) as a readable stream, every member in turn: ``cat a.gz b.gz``, bgzip, pbzip2 and
+    pzstd write several members (streams, frames), each of which ends the decoder that read it.
+    Zero padding between or after members is skipped. Each read returns at most about ``size``
+    bytes, so a compression bomb costs no more memory than one read.
+
+    After the last byte: ``truncated`` (the data ends inside a member) and ``trailing`` (the
+    number of bytes after the last member that are not another member). Damage inside a member
+    raises the decoder's error (``DECODE_ERRORS``)."""
+
+    def __init__(self, source, kind: str) -> None:
+        super().__init__()
+        self.source, self.kind = source, kind
+        self.truncated = False
+        self.trailing = 0
+        self.members = 0
+        self._fed = 0
+        self._pieces = self._decode()
+        self._buffer = b""
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int = -1) -> bytes:
+        if size is not None and 0 <= size <= len(self._buffer) - self._pos:
+            self._pos += size
+            return self._buffer[self._pos - size:self._pos]
+        rest = self._buffer[self._pos:] if self._pos else self._buffer
+        if size is None or size < 0:
+            self._buffer, self._pos = b"", 0
+            return rest + b"".join(self._pieces)
+        parts, have = [rest], len(rest)
+        while have < size:
+            piece = next(self._pieces, None)
+            if piece is None:
+                break
+            parts.append(piece)
+            have += len(piece)
+        self._buffer = b"".join(parts)
+        self._pos = min(size, len(self._buffer))
+        return self._buffer[:size]
+
+    def readinto(self, buffer) -> int:
+        data = self.read(len(buffer))
+        buffer[:len(data)] = data
+        return len(data)
+
+    def _more(self) -> bytes:
+        data = self.source.read(_ZSTD_FEED if self.kind == "zstd" else _FEED)
+        self._fed += len(data)
+        return data
+
+    def _decode(self):
+        data = b""
+        while True:
+            # the start of the next member, past any zero padding (tape blocks, xz stream padding)
+            while True:
+                data = data or self._more()
+                if not data:
+                    return
+                if self.members:
+                    data = data.lstrip(b"\0")
+                    if not data:
+                        continue
+                break
+            decoder = DECODERS[self.kind]()
+            began = self._fed - len(data)
+            produced = 0
+            pieces = self._step(decoder, data)
+            try:
+                out = next(pieces)
+            except DECODE_ERRORS:
+                if not self.members:
+                    raise
+                self._rest(began)  # not another member: trailing bytes
+                return
+            self.members += 1
+            while True:
+                if out:
+                    produced += len(out)
+                    yield out
+                try:
+                    out = next(pieces)
+                except StopIteration as stop:
+                    data = stop.value
+                    break
+            if data is None:  # the input ended inside this member
+                if self.members > 1 and not produced:
+                    self._rest(began)  # a few stray bytes after the last member, not a torn one
+                    self.members -= 1
+                else:
+                    self.truncated = True
+                return
+
+    def _rest(self, began: int) -> None:
+        """Everything from ``began`` (a count of compressed bytes) to the end is trailing bytes."""
+        while self._more():
+            pass
+        self.trailing = self._fed - began
+
+    def _step(self, decoder, data: bytes):
+        """Feed one member's decoder from ``data`` on; yields its output in pieces and returns the
+        input left after the member (None when the input ended before the member did)."""
+        step = STEP
+        if self.kind == "gzip":
+            while True:
+                out = decoder.decompress(data, step)
+                data = decoder.unconsumed_tail
+                yield out
+                if decoder.eof:
+                    return decoder.unused_data + data
+                if not data:
+                    data = self._more()
+                    if not data:
+                        tail = decoder.flush()
+                        if tail:
+                            yield tail
+                        return b"" if decoder.eof else None
+        if self.kind == "zstd":
+            while True:
+                piece, data = data[:_ZSTD_FEED], data[_ZSTD_FEED:]
+                out = decoder.decompress(piece)
+                yield out
+                if decoder.eof:
+                    return decoder.unused_data + data
+                if not data:
+                    data = self._more()
+                    if not data:
+                        return None
+        while True:  # bz2, xz: the decoder keeps unread input itself
+            out = decoder.decompress(data, step)
+            data = b""
+            yield out
+            if decoder.eof:
+                return decoder.unused_data
+            if decoder.needs_input:
+                data = self._more()
+                if not data:
+                    return None
+
+
+def _size(n: int) -> str:
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift:
+            return f"{n / (1 << shift):g} {unit}"
+    return f"{n} bytes"
+
+
+def _why(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
 class InputError(Exception):
     """An input that cannot be read as a log; the message names the file and the reason."""
 
 
+# SQLite's rollback journal and write-ahead log headers
+_SQLITE_SIDE = (b"\xd9\xd5\x05\xf9\x20\xa1\x63\xd7", b"\x37\x7f\x06\x82", b"\x37\x7f\x06\x83")
 _PYSPY_HEAD = re.compile(rb"^Process \d+: ", re.M)
 
 
@@ -165,6 +328,11 @@ def sniff(item: InputFile, data: bytes) -> str:
         # Uncompressed nsys exports never get here (analyzer.ingest routes them to parsers.nsys).
         raise InputError(f"{item.display}: SQLite database that is not a readable Nsight Systems export "
                          "(compressed, or no nsys tables); skipped")
+    if item.path.name.endswith(("-journal", "-wal", "-shm")) and (head.startswith(_SQLITE_SIDE) or _looks_binary(head)):
+        # a SQLite rollback journal, write-ahead log or its index, left by a writer of the database beside it
+        raise InputError(f"{item.display}: SQLite {item.path.name.rsplit('-', 1)[1]} file of "
+                         f"{item.path.name.rsplit('-', 1)[0]} (another process is writing that database, or "
+                         "was when it stopped); not a log; skipped")
     if item.path.suffix.lower() in (".nsys-rep", ".qdrep"):
         # Issue 8: the report itself is a proprietary format; the SQLite export is what we read.
         raise InputError(f"{item.display}: Nsight Systems report (needs nsys to read); export it with "

@@ -6,17 +6,25 @@ from __future__ import annotations
 
 import re
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# C0/C1 control characters (ESC, BEL, CR, ...; not tab and newline) and the Unicode bidi
+# controls, which reorder what a terminal or browser shows ("Trojan Source" spoofing).
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def _visible(match: re.Match) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 def safe(text: str | None) -> str:
     """Log text for a terminal: control characters (ESC included) become visible escapes."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text or "")
+    return _CONTROL.sub(_visible, text or "")
 
 
 def md_code(text: str | None) -> str:
-    """Log text inside Markdown inline code: backticks cannot close the span."""
-    body = safe(text).replace("`", "\u02cb")
+    """Log text inside Markdown inline code: backticks cannot close the span, and a newline
+    cannot end the paragraph it is in (and start a heading or a fence on the next line)."""
+    body = safe(text).replace("`", "\u02cb").replace("\n", " ")
     return f"`{body}`"
 
 
@@ -102,7 +110,9 @@ def text_report(report: dict) -> str:
         out += [f"  - {m['what']}  (next time: {m['enable']})" for m in report["missing_evidence"]]
         out.append("")
     out += _summary_lines(report)
-    return "\n".join(out) + "\n"
+    # Every line once more through safe (a no-op on text already made safe): paths, ids and
+    # versions that come from the inputs (a file name can hold ESC) cannot reach the terminal raw.
+    return "\n".join(safe(line) for line in out) + "\n"
 
 
 def _summary_lines(report: dict) -> list[str]:
@@ -157,13 +167,22 @@ def markdown_report(report: dict) -> str:
         out.append("")
     if report["missing_evidence"]:
         out.append("## Evidence gaps")
-        out += [f"- {_md_text(m['what'])} — next time: `{m['enable']}`" for m in report["missing_evidence"]]
+        out += [f"- {_md_text(m['what'])} — next time: {md_code(m['enable'])}" for m in report["missing_evidence"]]
         out.append("")
     out.append("## Run")
     out += [f"- {_md_text(line)}" for line in _summary_lines(report)]
     return "\n".join(out) + "\n"
 
 
+# Inline: emphasis, code, links and images, raw HTML and entities, table cells, strikethrough.
+_MD_INLINE = re.compile(r"([\\`*_\[\]<>|&~!])")
+# At the start of a block: a heading, a list item, a quote, a fence, a setext underline.
+_MD_BLOCK = re.compile(r"^(\s*)(#|[-+=]|\d+(?=[.)]))")
+
+
 def _md_text(text: str) -> str:
-    """Escape Markdown/HTML-significant characters in prose that may quote log text."""
-    return re.sub(r"([\\`*_\[\]<>|])", r"\\\1", safe(text))
+    """Escape Markdown/HTML-significant characters in prose that may quote log text: nothing in
+    it can become markup, a link, HTML or a new block (newlines are folded)."""
+    body = _MD_INLINE.sub(r"\\\1", safe(text).replace("\n", " "))
+    return _MD_BLOCK.sub(lambda m: m.group(1) + ("\\" + m.group(2) if not m.group(2)[0].isdigit() else
+                                               m.group(2) + "\\"), body, count=1)

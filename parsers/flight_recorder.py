@@ -316,7 +316,7 @@ def _str(value) -> str | None:
 
 def _literal(value):
     """A size/dtype list given as text (JSON dumps) -> a Python list; lists pass through."""
-    if isinstance(value, str):
+    if isinstance(value, str) and len(value) <= 1 << 16:  # a shape list is short; a huge one only costs time
         try:
             return ast.literal_eval(value)   # literals only: never evaluates code
         except (ValueError, SyntaxError, MemoryError, RecursionError):

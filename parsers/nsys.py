@@ -236,11 +236,18 @@ def read(path: str | Path, display: str | None = None) -> tuple[dict[str, pl.Dat
     try:
         con = _open(path)
         try:
-            return _read(con, display)
+            tables, problems = _read(con, display)
         finally:
             con.close()
     except sqlite3.DatabaseError as exc:
         raise NsysError(f"{display}: corrupt or truncated nsys SQLite export ({exc}); skipped") from exc
+    # Opened immutable (no lock is taken or waited for, nothing is written): a writer's journal
+    # or write-ahead log beside the file is not applied, so say that the export may be unfinished.
+    beside = [s for s in ("-journal", "-wal") if Path(f"{path}{s}").exists()]
+    if beside:
+        problems.append(f"a SQLite {' and '.join(beside)} file is beside this export (another process is writing it, "
+                        "or was when it stopped): read as it is on disk, without that process's unfinished changes")
+    return tables, problems
 
 
 def _read(con: sqlite3.Connection, display: str) -> tuple[dict[str, pl.DataFrame], list[str]]:
