@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from parsers.base import ParseResult, conform, consumed_of
+from parsers.base import ParseResult, conform, consumed_of, to_int
 from parsers.lines import with_stream
 
 NAME = "hwtools"
@@ -262,7 +262,8 @@ def _topo(df: pl.DataFrame, tables: dict, used: list) -> None:
     )
     pairs = cells.select(
         "line_no", "_view", pl.col("from_").alias("from"),
-        to=pl.col("names").list.slice(0, pl.col("n_matrix")), link="matrix",
+        # a torn row has fewer cells than the header has columns: pair only the cells it has
+        to=pl.col("names").list.slice(0, pl.col("matrix").list.len()), link="matrix",
     ).explode(["to", "link"]).drop_nulls("link")
     kinds = pairs.group_by("_view").agg(p2p=pl.col("link").is_in(_P2P_CODES).any())
     pairs = pairs.join(kinds, on="_view", how="left", nulls_equal=True).with_columns(
@@ -284,7 +285,7 @@ def _topo(df: pl.DataFrame, tables: dict, used: list) -> None:
         .with_columns(tail_names=tail_names)
     gpus = gpus.select(
         "line_no", source=pl.lit("nvidia-smi topo"), gpu="from_",
-        index=pl.col("from_").str.extract(r"(\d+)", 1).cast(pl.Int64),
+        index=to_int(pl.col("from_").str.extract(r"(\d+)", 1)),
         cpu_affinity=pl.when(pl.col("tail_names").list.contains("CPU Affinity")).then(pl.col("trailing").list.get(0, null_on_oob=True)),
         numa_affinity=pl.when(pl.col("tail_names").list.contains("NUMA Affinity")).then(pl.col("trailing").list.get(1, null_on_oob=True)),
         gpu_numa_id=pl.when(pl.col("tail_names").list.contains("GPU NUMA ID")).then(pl.col("trailing").list.get(2, null_on_oob=True)),
@@ -335,7 +336,7 @@ def _smi_csv(df: pl.DataFrame, tables: dict, used: list) -> None:
     rows = rows.filter(pl.col("_cells").list.len() == pl.col("_hnames").list.len())
     memory = df.filter(t.str.contains(_MEMORY_LIST)).select(
         "line_no", source=pl.lit("memory list"), name=t.str.extract(_MEMORY_LIST, 1),
-        memory_total_mib=t.str.extract(_MEMORY_LIST, 2).cast(pl.Int64))
+        memory_total_mib=to_int(t.str.extract(_MEMORY_LIST, 2)))
     used += [d.filter(is_cmd).select("line_no"), heads.select(line_no="_anchor"), rows.select("line_no"),
              memory.select("line_no")]
     frames = [conform(memory, GPUS_SCHEMA)]
@@ -477,7 +478,7 @@ def _ib_blocks(df: pl.DataFrame, tables: dict, used: list) -> None:
     s = "_stream"
     ca = pl.coalesce(t.str.extract(_CA, 1), t.str.extract(_CA, 2))
     is_ca = ca.is_not_null()
-    port = pl.coalesce(t.str.extract(_PORT, 1), t.str.extract(_PORT, 2)).cast(pl.Int64)
+    port = to_int(pl.coalesce(t.str.extract(_PORT, 1), t.str.extract(_PORT, 2)))
     indented = t.str.contains(r"^\s+\S")
     blank = t.str.strip_chars() == ""
     d = df.with_columns(
@@ -546,10 +547,10 @@ def _iblinkinfo(df: pl.DataFrame, tables: dict, used: list) -> None:
     rows = d.filter(links).with_columns(_p=p).select(
         "line_no", device="_dev", guid=pl.col("_p").struct.field("1"), lid=pl.col("_p").struct.field("2"),
         port=pl.col("_p").struct.field("3"), width=pl.col("_p").struct.field("4"),
-        lane_gbps=pl.col("_p").struct.field("5").cast(pl.Float64),
+        lane_gbps=pl.col("_p").struct.field("5").cast(pl.Float64, strict=False),
         state=pl.col("_p").struct.field("6"), physical_state=pl.col("_p").struct.field("7"),
         peer_lid=pl.col("_p").struct.field("8"), peer_port=pl.col("_p").struct.field("9"),
         peer=pl.col("_p").struct.field("10"),
-    ).with_columns(rate_gbps=pl.col("width").str.extract(r"(\d+)", 1).cast(pl.Float64) * pl.col("lane_gbps"))
+    ).with_columns(rate_gbps=pl.col("width").str.extract(r"(\d+)", 1).cast(pl.Float64, strict=False) * pl.col("lane_gbps"))
     tables["ib_links"] = conform(rows, IB_LINKS_SCHEMA)
     used += [rows.select("line_no"), d.filter(head).select("line_no")]
