@@ -352,10 +352,7 @@ def _kineto_trace() -> dict:
                 {"ph": "M", "name": "process_name", "pid": 0, "args": {"name": "GPU 0"}}]}
 
 
-# parsers.kineto trusts the trace's numbers and types (see the reproducers below): most damaged
-# traces raise today. No shrinking (the reproducers are already minimal), so the xfail is cheap.
-@pytest.mark.xfail(strict=True, reason="parsers.kineto raises on out-of-range or mistyped trace values "
-                   "(test_kineto_reader_refuses_or_reads_hostile_values)")
+# parsers.kineto on damaged traces (reproducers of the defects found: KINETO_HOSTILE below).
 @settings(fuzz(80), phases=[Phase.generate])
 @given(seed=st.integers(0, 2**32))
 def test_kineto_reader_on_damaged_traces(seed):
@@ -412,8 +409,6 @@ KINETO_HOSTILE = {
 }
 
 
-@pytest.mark.xfail(strict=True, reason="parsers.kineto: float->Int64 / int->Datetime casts are strict, "
-                   "baseTimeNanoseconds, ranks, pids and host_name are used without a type or range check")
 @pytest.mark.parametrize("case", list(KINETO_HOSTILE))
 def test_kineto_reader_refuses_or_reads_hostile_values(case):
     from parsers import kineto
