@@ -128,21 +128,27 @@ def decode_lines(data: bytes) -> pl.DataFrame:
 
 def decode_many(datas: list[bytes]) -> pl.DataFrame:
     """``decode_lines`` of many inputs as one frame with an ``_input`` column (the position in
-    ``datas``): the valid UTF-8 inputs are split in one call; the rare others one by one."""
-    bodies, index, odd = [], [], []
+    ``datas``). Valid UTF-8 inputs are split together by Polars' line reader (``scan_lines``:
+    several times faster than splitting a string, and a fraction of the memory); it drops a
+    ``\r`` before a ``\n``, so inputs with CRLF endings, like invalid UTF-8 ones, go one by one
+    through ``decode_lines``, whose lengths count every byte."""
+    bodies, index, counts, odd = [], [], [], []
     for i, data in enumerate(datas):
         if not data:
             continue
         body = data[:-1] if data.endswith(b"\n") else data
-        try:
-            bodies.append(body.decode("utf-8"))
+        if (body.isascii() or _is_utf8(body)) and b"\r\n" not in body and not body.endswith(b"\r"):
+            bodies.append(body)
             index.append(i)
-        except UnicodeDecodeError:
+            counts.append(body.count(b"\n") + 1)
+        else:
             odd.append(decode_lines(data).with_columns(_input=pl.lit(i, dtype=pl.UInt32)))
     frames = odd
     if bodies:
-        df = pl.DataFrame({"_input": pl.Series(index, dtype=pl.UInt32),
-                           "raw": pl.Series(bodies, dtype=pl.String).str.split("\n")}).explode("raw")
+        # each body ends with a newline, so that a last empty line is a line (not a terminator)
+        raw = pl.scan_lines(b"\n".join(bodies) + b"\n", name="raw").collect()
+        inputs = pl.Series("_input", index, dtype=pl.UInt32).repeat_by(pl.Series(counts, dtype=pl.UInt32)).explode()
+        df = raw.with_columns(_input=inputs)
         lengths = pl.col("raw").str.len_bytes().cast(pl.UInt64)
         df = df.with_columns(
             line_no=pl.int_range(1, pl.len() + 1, dtype=pl.UInt32).over("_input"),
@@ -151,7 +157,17 @@ def decode_many(datas: list[bytes]) -> pl.DataFrame:
         frames = [df.select("line_no", "offset", "length", "raw", "_input"), *odd]
     if not frames:
         return decode_lines(b"").with_columns(_input=pl.lit(0, dtype=pl.UInt32))
+    if len(frames) == 1:
+        return frames[0]
     return pl.concat(frames, how="vertical").sort("_input", "line_no", maintain_order=True)
+
+
+def _is_utf8(body: bytes) -> bool:
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def _clean(raw: pl.Expr) -> pl.Expr:
