@@ -355,7 +355,7 @@ def _rings(df: pl.DataFrame | None) -> pl.DataFrame:
         df = df.with_columns(order=pl.lit(None, dtype=pl.String))
     if "cut" not in df.columns:
         df = df.with_columns(cut=pl.lit(None, dtype=pl.String))
-    numbers = pl.col("order").str.extract_all(r"\d+").list.eval(pl.element().cast(pl.Int64))
+    numbers = pl.col("order").str.extract_all(r"\d+").list.eval(pl.element().cast(pl.Int64, strict=False))
     # `...` glued to a number (2.23+ overwrites the last three characters): that number is partial.
     partial = pl.col("cut").fill_null("").str.starts_with(".")
     return df.with_columns(

@@ -453,8 +453,6 @@ def test_hwtools_torn_topo_row_keeps_the_cells_it_has():
     assert sorted(topo.filter(pl.col("from") == "GPU1").select("to", "link").rows()) == [("GPU0", "NV18")]
 
 
-@pytest.mark.xfail(strict=True, reason="parsers.nccl (being rewritten; not edited here): the ring order's "
-                   "rank numbers are cast to Int64 strictly, so a digit run past Int64 raises")
 def test_nccl_ring_order_with_a_huge_rank_number():
     fc.TRIED["regressions"] += 1
     line = b"node1:1:1 [0] NCCL INFO Channel 00/02 :    0   1   2 99999999999999999999999\n"
