@@ -97,7 +97,9 @@ def _titan_inputs(lines: pl.DataFrame) -> list[int]:
 
 
 def resolve(lines: pl.DataFrame, tables: dict[str, pl.DataFrame], inputs: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, dict]:
-    """Annotate every line with rank/node/pid/attempt (+ sources); build the ``ranks`` table."""
+    """Annotate every line with rank/node/pid/attempt (+ sources); build the ``ranks`` table.
+    ``lines`` may carry ``_w``, the number of lines a row stands for (``analyzer.bulk``)."""
+    lines = lines.with_columns(_w=pl.col("_w").fill_null(1) if "_w" in lines.columns else pl.lit(1, dtype=pl.UInt32))
     world = _world_size(tables)
     procs = _process_map(tables, world)
     nccl = tables.get("nccl_lines", pl.DataFrame(schema={"input_id": pl.UInt32, "line_no": pl.UInt32,
@@ -151,6 +153,15 @@ def resolve(lines: pl.DataFrame, tables: dict[str, pl.DataFrame], inputs: pl.Dat
     keep = ["input_id", "line_no", "rank", "rank_source", "rank_confidence", "node", "node_source",
             "pid", "attempt", "attempt_source"]
     return df.select(keep), ranks, info
+
+
+def _weighted_mode(df: pl.DataFrame, by: str, value: pl.Expr, name: str) -> pl.DataFrame:
+    """Per ``by``: the value most lines have (a row counts ``_w`` lines: the first line of a run
+    of COLL trace lines stands for the run, ``analyzer.bulk``); a tie goes to the smallest."""
+    rows = df.select(by, _v=value, _n=pl.col("_w")).drop_nulls("_v")
+    return (rows.group_by(by, "_v").agg(_n=pl.col("_n").sum())
+            .sort([by, "_n", "_v"], descending=[False, True, False])
+            .group_by(by, maintain_order=True).agg(pl.col("_v").first().alias(name)))
 
 
 def _stream_key() -> list[pl.Expr]:
@@ -213,8 +224,7 @@ def _nodes(df: pl.DataFrame, tables: dict[str, pl.DataFrame], inputs: pl.DataFra
     stream_host = df.filter(pl.col("nccl_host").is_not_null()).group_by(key).agg(
         n=pl.col("nccl_host").n_unique(), s_host=pl.col("nccl_host").first()).filter(pl.col("n") == 1).drop("n")
     df = df.join(stream_host, on=key, how="left", nulls_equal=True)
-    rank_host = df.filter(pl.col("nccl_host").is_not_null() & pl.col("rank").is_not_null()).group_by("rank").agg(
-        r_host=pl.col("nccl_host").mode().first())
+    rank_host = _weighted_mode(df.filter(pl.col("rank").is_not_null()), "rank", pl.col("nccl_host"), "r_host")
     exits = tables.get("exits")
     if exits is not None and not exits.is_empty():
         extra = exits.drop_nulls(["rank", "host"]).select("rank", r_host2=_short(pl.col("host"))).unique("rank")
@@ -276,14 +286,14 @@ def _attempts(df: pl.DataFrame, tables: dict[str, pl.DataFrame], inputs: pl.Data
 def _ranks_table(df: pl.DataFrame, procs: pl.DataFrame, tables: dict[str, pl.DataFrame]) -> pl.DataFrame:
     known = df.filter(pl.col("rank").is_not_null())
     agg = known.group_by("rank").agg(
-        node=pl.col("node").drop_nulls().mode().first(),
         pid=pl.col("pid").drop_nulls().last(),
-        local_rank=pl.coalesce(pl.col("local_rank"), pl.col("h_local")).drop_nulls().mode().first(),
-        cuda_dev=pl.col("nccl_dev").drop_nulls().mode().first(),
         source=pl.col("rank_source").sort_by(pl.col("rank_confidence").replace_strict(CONFIDENCE_ORDER, default=9)).first(),
         confidence=pl.col("rank_confidence").sort_by(pl.col("rank_confidence").replace_strict(CONFIDENCE_ORDER, default=9)).first(),
         inputs=pl.col("input_id").n_unique(),
     )
+    for name, value in (("node", pl.col("node")), ("local_rank", pl.coalesce(pl.col("local_rank"), pl.col("h_local"))),
+                        ("cuda_dev", pl.col("nccl_dev"))):
+        agg = agg.join(_weighted_mode(known, "rank", value, name), on="rank", how="left")
     if not procs.is_empty():
         gpu = procs.filter(pl.col("p_bus_id").is_not_null()).group_by("p_rank").agg(
             bus_id=pl.col("p_bus_id").last(), nccl_cuda_dev=pl.col("p_cuda_dev").last())

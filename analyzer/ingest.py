@@ -9,6 +9,7 @@ the others are still analysed.
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 import parsers
+from analyzer import bulk
 from analyzer.discover import InputError, InputFile, read_bytes, sniff
 from parsers.lines import envelope_frame, split_inputs
 
@@ -50,10 +52,20 @@ class Parsed:
     items: list[InputFile]
 
 
-def read_input(input_id: int, item: InputFile) -> tuple[FileResult, bytes | None]:
+def read_input(input_id: int, item: InputFile, piece=None) -> tuple[FileResult, bytes | None]:
     """Read and sniff one input. Whole-file formats (nsys, Flight Recorder, Kineto) are parsed
-    here; for a text input the bytes come back, to be enveloped with the others."""
+    here; for a text input the bytes come back, to be enveloped with the others. ``piece``: a
+    segment of a large log (``Piece``), read from its byte range; its kind is already known."""
     result = FileResult(input_id, item)
+    if piece is not None and piece.end is not None:
+        try:
+            with open(item.path, "rb") as handle:
+                handle.seek(piece.start)
+                return result, handle.read(piece.end - piece.start)
+        except OSError as exc:
+            item.kind = "skipped"
+            result.error = f"{item.display}: cannot read: {exc.strerror or exc}"
+            return result, None
     if item.compression is None and _is_sqlite(item):
         # Nsight Systems SQLite exports (issue 8) are read from the file by parsers.nsys;
         # other SQLite files are skipped there with a message. No `lines` rows.
@@ -293,58 +305,152 @@ PARALLEL_MIN_BYTES = 96 * 2**20
 
 
 @dataclass
+class Piece:
+    """What one chunk parses of one input: all of it, or (an uncompressed log larger than
+    ``SEGMENT_BYTES``) the byte range ``start``-``end`` whose first line is line ``line_base + 1``."""
+    input_id: int
+    item: InputFile
+    start: int = 0
+    end: int | None = None
+    line_base: int = 0
+
+    @property
+    def size(self) -> int:
+        return (self.end if self.end is not None else self.item.size) - self.start
+
+
+@dataclass
 class ChunkResult:
-    """What one chunk of inputs gave: its items (kinds and problems as parsing left them), its
-    lines with their kinds, its tables and messages."""
-    first_id: int
+    """What one chunk of pieces gave: their items (kinds and problems as parsing left them),
+    the lines with their kinds, the tables and messages."""
+    ids: list[int]                  # per piece: its input
     items: list[InputFile]
     lines: pl.DataFrame | None
     tables: dict[str, pl.DataFrame]
-    errors: list[str | None]        # per item: why it was skipped, or None
+    errors: list[str | None]        # per piece: why it was skipped, or None
+    # COLL trace lines past the first of each run (``analyzer.bulk``), for the store, not the
+    # models; and how many each input had.
+    bulk: pl.DataFrame | None = None
+    bulk_counts: dict[int, int] = field(default_factory=dict)
 
 
-def plan_chunks(items: list[InputFile], chunk_bytes: int | None = None) -> list[range]:
-    """Consecutive input ids, up to ``chunk_bytes`` (on disk) per chunk; a larger input is a
-    chunk of its own."""
+# A log larger than this is parsed in segments of about this size (at line starts), so that no
+# input is held whole in memory however large it is.
+SEGMENT_BYTES = CHUNK_BYTES
+# A segment ends at a newline followed by a line that does not start with white space, so that
+# the indented lines of a traceback or a py-spy stack stay with their first line.
+_CUT = re.compile(rb"\n(?=[^\s])")
+
+
+def plan_chunks(items: list[InputFile], chunk_bytes: int | None = None) -> list[list[Piece]]:
+    """Consecutive pieces, up to ``chunk_bytes`` (on disk) per chunk; a larger piece is a chunk
+    of its own. Large uncompressed logs are cut into segments (``segments``)."""
     limit = chunk_bytes or CHUNK_BYTES
-    chunks, start, size = [], 0, 0
-    for i, item in enumerate(items):
-        if i > start and size + item.size > limit:
-            chunks.append(range(start, i))
-            start, size = i, 0
-        size += item.size
-    if start < len(items):
-        chunks.append(range(start, len(items)))
+    chunks: list[list[Piece]] = []
+    current: list[Piece] = []
+    size = 0
+    for input_id, item in enumerate(items):
+        for piece in segments(input_id, item, limit):
+            if current and size + piece.size > limit:
+                chunks.append(current)
+                current, size = [], 0
+            current.append(piece)
+            size += piece.size
+    if current:
+        chunks.append(current)
     return chunks
 
 
-def parse_chunk(first_id: int, items: list[InputFile]) -> ChunkResult:
-    """Read and parse a chunk of consecutive inputs (ids from ``first_id``): whole-file readers,
-    the envelope of all text inputs at once, the gated per-file parsers, then the batched ones.
+def segments(input_id: int, item: InputFile, target: int | None = None) -> list[Piece]:
+    """The pieces of one input: itself, or for an uncompressed text log larger than ``target``
+    (default ``SEGMENT_BYTES``) byte ranges of about that size cut at line starts, with the line
+    count before each (one pass over the file, a block at a time)."""
+    target = target or SEGMENT_BYTES
+    if item.compression is not None or item.size <= target or not _is_text_log(item):
+        return [Piece(input_id, item)]
+    pieces, start, base = [], 0, 0
+    with open(item.path, "rb") as handle:
+        while start < item.size:
+            handle.seek(start)
+            block = handle.read(target)
+            if start + len(block) >= item.size:
+                pieces.append(Piece(input_id, item, start, item.size, base))
+                break
+            ahead = handle.read(1 << 20)
+            found = _CUT.search(ahead)
+            if found is not None:
+                body = block + ahead[:found.start() + 1]
+            elif (last := block.rfind(b"\n")) >= 0:
+                body = block[:last + 1]     # a megabyte of indented lines: cut at any line end
+            else:
+                pieces.append(Piece(input_id, item, start, item.size, base))   # one enormous line
+                break
+            pieces.append(Piece(input_id, item, start, start + len(body), base))
+            start += len(body)
+            base += body.count(b"\n")
+    if len(pieces) > 1:
+        item.kind = "log"
+    return pieces
+
+
+def _is_text_log(item: InputFile) -> bool:
+    try:
+        with open(item.path, "rb") as handle:
+            head = handle.read(65536)
+        return sniff(item, head) == "log"
+    except (OSError, InputError):
+        return False
+
+
+def parse_chunk(pieces: list[Piece], cut_bulk: bool = False) -> ChunkResult:
+    """Read and parse a chunk of pieces: whole-file readers, the envelope of all text pieces at
+    once, the gated per-file parsers, then the batched ones.
 
     The text of understood NCCL INFO lines is dropped here (it is read back by offset, see
-    ``analyzer.store``): in a COLL-traced run they are nearly all the bytes."""
+    ``analyzer.store``): in a COLL-traced run they are nearly all the bytes. ``cut_bulk``: COLL
+    trace lines past the first of each run go to ``ChunkResult.bulk`` (``analyzer.bulk``)."""
     results: list[FileResult] = []
-    pending: list[tuple[FileResult, bytes]] = []
-    for offset, item in enumerate(items):
-        result, data = read_input(first_id + offset, item)
+    pending: list[tuple[FileResult, bytes, Piece]] = []
+    for piece in pieces:
+        result, data = read_input(piece.input_id, piece.item, piece)
         results.append(result)
         if data is not None:
-            pending.append((result, data))
+            pending.append((result, data, piece))
+    traced = None
     if pending:
-        combined = envelope_frame([data for _, data in pending])
+        combined = _placed(envelope_frame([data for _, data, _ in pending]), [p for _, _, p in pending])
         others = others_of(combined)
-        gates = file_gates([result.input_id for result, _ in pending], others) if USE_FILE_GATES else None
+        if others is not combined:
+            ids = pl.Series([result.input_id for result, _, _ in pending], dtype=pl.UInt32)
+            traced = combined.join(others.select("_input", "line_no"), on=["_input", "line_no"], how="anti").select(
+                input_id=pl.col("_input").replace_strict(pl.int_range(len(ids), eager=True, dtype=pl.UInt32), ids),
+                line_no="line_no")
+        gates = file_gates([result.input_id for result, _, _ in pending], others) if USE_FILE_GATES else None
         every = split_inputs(combined, len(pending))
         rests = split_inputs(others, len(pending)) if others is not combined else every
-        for (result, _), lines, rest in zip(pending, every, rests):
+        for (result, _, _), lines, rest in zip(pending, every, rests):
             parse_text(result, lines, gates, rest)
         del combined, others
     pending.clear()
-    return _combine_chunk(first_id, results, _parse_batched(results))
+    chunk = _combine_chunk([p.input_id for p in pieces], results, _parse_batched(results))
+    cut = bulk.split(chunk.lines, chunk.tables, traced) if cut_bulk and chunk.lines is not None else None
+    if cut is not None:
+        chunk.lines, chunk.tables, chunk.bulk, chunk.bulk_counts = cut
+    return chunk
 
 
-def _parse_chunk_job(job: tuple[int, list[InputFile]]) -> ChunkResult:
+def _placed(frame: pl.DataFrame, pieces: list[Piece]) -> pl.DataFrame:
+    """Line numbers and byte offsets of segments moved to where the segment sits in its input."""
+    if not any(p.start or p.line_base for p in pieces):
+        return frame
+    shift = pl.DataFrame({"_input": pl.Series(range(len(pieces)), dtype=pl.UInt32),
+                          "_lines": pl.Series([p.line_base for p in pieces], dtype=pl.UInt32),
+                          "_bytes": pl.Series([p.start for p in pieces], dtype=pl.UInt64)})
+    return frame.join(shift, on="_input", how="left", maintain_order="left").with_columns(
+        line_no=pl.col("line_no") + pl.col("_lines"), offset=pl.col("offset") + pl.col("_bytes")).drop("_lines", "_bytes")
+
+
+def _parse_chunk_job(job: tuple[list[Piece], bool]) -> ChunkResult:
     return parse_chunk(*job)
 
 
@@ -363,32 +469,44 @@ def worker_count(items: list[InputFile], workers: int | None = None) -> int:
 
 
 def parse_all(items: list[InputFile], progress: bool | Progress = False, workers: int | None = None,
-              chunk_bytes: int | None = None) -> Parsed:
+              chunk_bytes: int | None = None, sink=None) -> Parsed:
     """Parse inputs; results come back in input order.
 
     Inputs are parsed in chunks (``plan_chunks``), each by ``parse_chunk``: in worker processes
     when there are several chunks and more than one worker (``worker_count``), else here. Chunks
     come back in order, so the result is the same either way (tests/test_parallel_ingest.py).
     ``progress``: a ``Progress`` (or True for a new one) shows files, bytes and rate.
+    ``sink``: a callable (``analyzer.bulk.Sink``) that takes each chunk's COLL trace bulk as it
+    arrives; without one every line stays in the result.
     """
     meter = progress if isinstance(progress, Progress) else Progress(bool(progress))
     meter.start(len(items), sum(i.size for i in items))
     chunks = plan_chunks(items, chunk_bytes)
-    jobs = [(c.start, items[c.start:c.stop]) for c in chunks]
+    jobs = [(pieces, sink is not None) for pieces in chunks]
     count = min(worker_count(items, workers), len(jobs))
     done: list[ChunkResult] = []
-    for chunk in _run_jobs(jobs, count):
+    for (pieces, _), chunk in zip(jobs, _run_jobs(jobs, count)):
+        if chunk.bulk is not None:
+            sink(chunk.bulk)
+            chunk.bulk = None
         done.append(chunk)
-        meter.advance(sum(i.size for i in chunk.items), files=len(chunk.items))
+        meter.advance(sum(p.size for p in pieces), files=sum(p.end in (None, p.item.size) for p in pieces))
     meter.finish()
-    # A worker's items are copies: the kinds and problems it found go back to the caller's.
+    # A worker's items are copies: the kinds and problems it found go back to the caller's (a
+    # segmented input's problems are those of all its segments).
+    fresh = set()
     for chunk in done:
-        for mine, theirs in zip(items[chunk.first_id:], chunk.items):
-            mine.kind, mine.problems = theirs.kind, theirs.problems
+        for input_id, theirs in zip(chunk.ids, chunk.items):
+            mine = items[input_id]
+            if input_id not in fresh:
+                mine.problems = []
+                fresh.add(input_id)
+            mine.kind = theirs.kind
+            mine.problems.extend(p for p in theirs.problems if p not in mine.problems)
     return _combine(done, items)
 
 
-def _run_jobs(jobs: list[tuple[int, list[InputFile]]], count: int):
+def _run_jobs(jobs: list[tuple[list[Piece], bool]], count: int):
     """Each job's ``ChunkResult`` in job order: here, or in ``count`` worker processes.
 
     Workers are spawned (never forked: Polars' thread pool does not survive a fork) with one
@@ -510,7 +628,7 @@ def _mb(n: int) -> str:
     return f"{n / 1e6:.1f}" if n >= 100_000 else f"{n / 1e6:.3f}"
 
 
-def _combine_chunk(first_id: int, results: list[FileResult], batched: Batched) -> ChunkResult:
+def _combine_chunk(ids: list[int], results: list[FileResult], batched: Batched) -> ChunkResult:
     """One chunk's lines (kinds assigned, understood NCCL INFO text dropped) and tables."""
     errors = [r.error for r in results]
     line_frames = [r.lines for r in results if r.lines is not None and not r.lines.is_empty()]
@@ -528,7 +646,7 @@ def _combine_chunk(first_id: int, results: list[FileResult], batched: Batched) -
     if line_frames:
         lines = _drop_nccl_info_text(_assign_kinds(pl.concat(line_frames, how="diagonal_relaxed"), claims),
                                      merged.get("nccl_lines"))
-    return ChunkResult(first_id, [r.item for r in results], lines, merged, errors)
+    return ChunkResult(ids, [r.item for r in results], lines, merged, errors)
 
 
 def _drop_nccl_info_text(lines: pl.DataFrame, nccl_lines: pl.DataFrame | None) -> pl.DataFrame:
@@ -543,7 +661,12 @@ def _drop_nccl_info_text(lines: pl.DataFrame, nccl_lines: pl.DataFrame | None) -
 
 
 def _combine(chunks: list[ChunkResult], items: list[InputFile]) -> Parsed:
-    errors = [e for chunk in chunks for e in chunk.errors]
+    first_error: dict[int, str] = {}
+    for chunk in chunks:
+        for input_id, error in zip(chunk.ids, chunk.errors):
+            if error:
+                first_error.setdefault(input_id, error)
+    errors = [first_error.get(i) for i in range(len(items))]
     messages = [e for e in errors if e]
     for item in items:
         messages.extend(f"{item.display}: {p}" for p in item.problems)
@@ -554,15 +677,23 @@ def _combine(chunks: list[ChunkResult], items: list[InputFile]) -> Parsed:
         for name, frame in chunk.tables.items():
             tables.setdefault(name, []).append(frame)
     merged = {name: pl.concat(frames, how="diagonal_relaxed") for name, frames in tables.items()}
-    return Parsed(_inputs_frame(items, errors, lines), lines, merged, messages, items)
+    bulk_counts: dict[int, int] = {}
+    for chunk in chunks:   # a segmented input has bulk in several chunks
+        for input_id, n in chunk.bulk_counts.items():
+            bulk_counts[input_id] = bulk_counts.get(input_id, 0) + n
+    return Parsed(_inputs_frame(items, errors, lines, bulk_counts), lines, merged, messages, items)
 
 
-def _inputs_frame(items: list[InputFile], errors: list[str | None], lines: pl.DataFrame) -> pl.DataFrame:
+def _inputs_frame(items: list[InputFile], errors: list[str | None], lines: pl.DataFrame,
+                  bulk_counts: dict[int, int]) -> pl.DataFrame:
+    """One row per input; ``bulk_counts``: its COLL trace lines held in the store's ``_bulk``
+    rather than in ``lines`` (all of them understood)."""
     counts = {} if lines.is_empty() else {
         i: (n, p) for i, n, p in lines.group_by("input_id").agg(n=pl.len(), p=pl.col("kind").is_not_null().sum()).iter_rows()}
     rows = []
     for input_id, (item, error) in enumerate(zip(items, errors)):
         total, parsed = counts.get(input_id, (0, 0))
+        total, parsed = total + bulk_counts.get(input_id, 0), parsed + bulk_counts.get(input_id, 0)
         rows.append({
             "input_id": input_id, "path": item.display, "abs_path": item.source or str(item.path),
             "kind": item.kind, "compression": item.compression, "bytes": item.size,

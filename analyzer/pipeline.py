@@ -14,7 +14,7 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
-from analyzer import cache, collective_timing, env_model, identity, nccl_model, node_model, store, timeline
+from analyzer import bulk, cache, collective_timing, env_model, identity, nccl_model, node_model, store, timeline
 from analyzer.archives import Scratch
 from analyzer.discover import discover
 from analyzer.ingest import Progress, parse_all
@@ -69,7 +69,11 @@ def analyze(paths: list[str | Path], db_path: str | Path | None = None, progress
                 con, meta = hit
                 return Run(con, meta["info"], meta["messages"], {"cache": "hit", "total_ingest_s": round(
                     time.perf_counter() - started, 3)}, db_path=str(db_path) if db_path else None)
-            parsed = parse_all(items, progress=meter)
+            # A large run gets its store on disk from the start: the COLL trace bulk streams
+            # into it chunk by chunk (analyzer.bulk) instead of being held in memory.
+            spill = sum(i.size for i in items) >= store.SPILL_BYTES
+            sink = bulk.Sink(lambda: store.connect(db_path, spill=spill))
+            parsed = parse_all(items, progress=meter, sink=sink)
         finally:
             meter.close()
     t_parse = time.perf_counter()
@@ -91,11 +95,16 @@ def analyze(paths: list[str | Path], db_path: str | Path | None = None, progress
     tables.update(node_model.build(tables, ranks, parsed.inputs))  # issue 5: node evidence, GPU join, clocks
     tables.update(env_model.build(tables, parsed.lines, parsed.inputs))
     lines = _lines_table(parsed.lines, attribution)
-    con = store.connect(db_path)
+    con = sink.con or store.connect(db_path, spill=spill)
+    if sink.rows:   # row numbers, so that bulk.merge keeps every table's order
+        lines = lines.with_row_index("_ord")
+        tables = {name: frame.with_row_index("_ord") if name in bulk.OWN else frame for name, frame in tables.items()}
     store.write_table(con, "inputs", parsed.inputs)
     store.write_table(con, "lines", lines)
     store.write_table(con, "ranks", ranks)
     store.write_all(con, tables)
+    if sink.rows:
+        bulk.merge(con)
     info.update(year=year, time_source=year_source,
                 attempts=sorted(a for a in lines["attempt"].unique().to_list() if a is not None))
     run = Run(con, info, errors + _collapse_empty(parsed.messages), db_path=str(db_path) if db_path else None)

@@ -14,7 +14,12 @@ Table columns are documented in ``docs/schema.md`` (generated from a sample data
 
 from __future__ import annotations
 
+import atexit
+import os
+import shutil
 import sys
+import tempfile
+import uuid
 from pathlib import Path
 
 import duckdb
@@ -48,16 +53,41 @@ REQUIRED = {
 INTERNAL = {"nccl_shapes"}
 
 
-def connect(db_path: str | Path | None) -> duckdb.DuckDBPyConnection:
-    if db_path is None:
+# Runs at least this large get a store on disk even when no --db is given: a file store keeps
+# its tables compressed and pages them out, an in-memory one holds every row in RAM.
+SPILL_BYTES = 64 * 2**20
+# What DuckDB itself may hold in memory for a store on disk (it pages the rest out).
+MEMORY_LIMIT = os.environ.get("POSTMORTEM_DB_MEMORY", "512MB")
+
+
+def connect(db_path: str | Path | None, spill: bool = False) -> duckdb.DuckDBPyConnection:
+    """A new store: ``db_path`` (replaced if it exists), else in memory, or with ``spill`` a
+    private temporary file removed when the process exits. DuckDB's own temporary files go to a
+    private folder too, never to the current directory (which may be the job folder)."""
+    if db_path is None and not spill:
         return duckdb.connect()
+    if db_path is None:
+        db_path = private_dir() / f"store-{uuid.uuid4().hex[:12]}.duckdb"
     path = Path(db_path)
     if path.exists():
         path.unlink()  # a store describes one analysis; re-ingesting replaces it
     wal = path.with_name(path.name + ".wal")
     if wal.exists():
         wal.unlink()
-    return duckdb.connect(str(path))
+    return duckdb.connect(str(path), config={"memory_limit": MEMORY_LIMIT,
+                                             "temp_directory": str(private_dir() / "duckdb-tmp")})
+
+
+def private_dir() -> Path:
+    """A temporary folder of this process's own, removed at exit."""
+    global _PRIVATE
+    if _PRIVATE is None or not _PRIVATE.is_dir():
+        _PRIVATE = Path(tempfile.mkdtemp(prefix="postmortem-"))
+        atexit.register(shutil.rmtree, _PRIVATE, True)
+    return _PRIVATE
+
+
+_PRIVATE: Path | None = None
 
 
 def write_table(con: duckdb.DuckDBPyConnection, name: str, frame: pl.DataFrame) -> None:

@@ -187,6 +187,19 @@ def _clean(raw: pl.Expr) -> pl.Expr:
     )
 
 
+def _cleaned(df: pl.DataFrame) -> pl.DataFrame:
+    """``raw`` -> ``text`` (``_clean``), the carriage-return and ANSI work only on the lines that
+    have a ``\r`` or an ESC (few: the rest are renamed, not copied)."""
+    dirty = df.select(pl.col("raw").str.contains("\r", literal=True)
+                      | pl.col("raw").str.contains("\x1b", literal=True)).to_series()
+    if not dirty.any():
+        return df.rename({"raw": "text"})
+    if dirty.all():
+        return df.with_columns(text=_clean(pl.col("raw"))).drop("raw")
+    fixed = df.filter(dirty).with_columns(raw=_clean(pl.col("raw")))
+    return pl.concat([df.filter(~dirty), fixed]).rename({"raw": "text"})   # envelope_frame sorts at the end
+
+
 def _peel_pass(df: pl.DataFrame, prefixes: list[tuple[str, str, dict[str, int]]]) -> pl.DataFrame:
     """Strip at most one prefix per line; the first pattern (in order) that matches wins.
 
@@ -237,7 +250,7 @@ def envelope_frame(datas: list[bytes], passes: int = 4) -> pl.DataFrame:
     (pdsh host tags, ``[N]`` rank tags) are taken per input, and inputs that decided alike are
     peeled together with the same prefix list."""
     df = decode_many(datas)
-    df = df.with_columns(text=_clean(pl.col("raw"))).drop("raw")
+    df = _cleaned(df)
     df = df.with_columns(
         [pl.lit(None, dtype=dtype).alias(name)
          for name, dtype in ENVELOPE_SCHEMA.items() if name not in df.columns]

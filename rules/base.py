@@ -54,6 +54,11 @@ class Finding:
         return data
 
 
+# NCCL's COLL trace rows in ``collectives`` (parsers.nccl)
+COLL_TRACE = "nccl_coll"
+_THIS_ATTEMPT = "attempt = ? OR attempt IS NULL"
+
+
 class Context:
     """A run and one attempt, with helpers rules share (evidence lines, the rank map)."""
 
@@ -69,17 +74,46 @@ class Context:
 
     def table(self, name: str) -> pl.DataFrame:
         """The rows of ``name`` in this attempt (all rows when the table has no attempt column;
-        an empty frame when the run has no such table)."""
+        an empty frame when the run has no such table). ``collectives`` comes without its COLL
+        trace rows (kind ``nccl_coll``: one per collective per rank, millions in a traced run);
+        ``coll_trace_ends`` has what rules read of them."""
         if name not in self._cache:
             columns = self.run.columns(name)
+            where = [f"({_THIS_ATTEMPT})"] if "attempt" in columns and self.attempt is not None else []
+            if name == "collectives" and "kind" in columns:
+                where.append(f"kind IS DISTINCT FROM '{COLL_TRACE}'")
             if not columns:
                 df = pl.DataFrame()
-            elif "attempt" in columns and self.attempt is not None:
-                df = self.frame(f'SELECT * FROM "{name}" WHERE attempt = ? OR attempt IS NULL', [self.attempt])
             else:
-                df = self.frame(f'SELECT * FROM "{name}"')
+                sql = f'SELECT * FROM "{name}"' + (" WHERE " + " AND ".join(where) if where else "")
+                df = self.frame(sql, [self.attempt] if "attempt" in columns and self.attempt is not None else None)
             self._cache[name] = df
         return self._cache[name]
+
+    def coll_trace_ends(self) -> pl.DataFrame:
+        """COLL trace rows of this attempt, only the first and the last (by opCount, then
+        position) of each (comm, host, pid, rank), with the columns a communicator's progress
+        needs: one aggregate over what may be millions of rows."""
+        if "coll_trace_ends" not in self._cache:
+            columns = set(self.run.columns("collectives"))
+            wanted = ["op_count", "op", "count", "input_id", "line_no", "node", "rank_confidence"]
+            if not {"kind", "comm", "host", "pid", "rank", *wanted} <= columns:
+                self._cache["coll_trace_ends"] = pl.DataFrame()
+                return self._cache["coll_trace_ends"]
+            attempt = f" AND ({_THIS_ATTEMPT})" if "attempt" in columns and self.attempt is not None else ""
+            row = "struct_pack(" + ", ".join(wanted) + ")"
+            order = "struct_pack(op_count, input_id, line_no)"
+            sql = f"""
+                WITH ends AS (
+                  SELECT comm, host, pid, rank, arg_min({row}, {order}) AS first, arg_max({row}, {order}) AS last
+                  FROM collectives
+                  WHERE kind = '{COLL_TRACE}' AND op_count IS NOT NULL AND comm IS NOT NULL{attempt}
+                  GROUP BY comm, host, pid, rank)
+                SELECT comm, host, pid, rank, unnest(first) FROM ends
+                UNION ALL
+                SELECT comm, host, pid, rank, unnest(last) FROM ends WHERE last <> first"""
+            self._cache["coll_trace_ends"] = self.frame(sql, [self.attempt] if attempt else None)
+        return self._cache["coll_trace_ends"]
 
     def logged_ranks(self, this_attempt: bool = False) -> set[int]:
         """Ranks that any line is attributed to (at any confidence), in the run or this attempt."""

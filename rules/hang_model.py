@@ -434,11 +434,7 @@ def nccl_comm_states(ctx: Context) -> list[PGState]:
     if "nccl_states" in ctx.shared:
         return ctx.shared["nccl_states"]
     ctx.shared["nccl_states"] = out = []
-    colls = ctx.table("collectives")
-    if colls.is_empty() or "op_count" not in colls.columns:
-        return out
-    rows = colls.filter((pl.col("kind") == "nccl_coll") & pl.col("op_count").is_not_null()
-                        & pl.col("comm").is_not_null())
+    rows = ctx.coll_trace_ends()
     if rows.is_empty():
         return out
     members = ctx.table("nccl_members")
