@@ -8,6 +8,7 @@ the others are still analysed.
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import sys
@@ -350,7 +351,7 @@ def plan_chunks(items: list[InputFile], chunk_bytes: int | None = None) -> list[
     current: list[Piece] = []
     size = 0
     for input_id, item in enumerate(items):
-        for piece in segments(input_id, item, limit):
+        for piece in segments(input_id, item):
             if current and size + piece.size > limit:
                 chunks.append(current)
                 current, size = [], 0
@@ -364,7 +365,11 @@ def plan_chunks(items: list[InputFile], chunk_bytes: int | None = None) -> list[
 def segments(input_id: int, item: InputFile, target: int | None = None) -> list[Piece]:
     """The pieces of one input: itself, or for an uncompressed text log larger than ``target``
     (default ``SEGMENT_BYTES``) byte ranges of about that size cut at line starts, with the line
-    count before each (one pass over the file, a block at a time)."""
+    count before each (one pass over the file, a block at a time).
+
+    Each segment is parsed as a file of its own: a record whose context spans a cut is read
+    in two halves (a traceback's indented lines stay with it; NCCL's ``Connected all rings``
+    marker 32 MB after its connection lines would not). Only logs larger than a segment are cut."""
     target = target or SEGMENT_BYTES
     if item.compression is not None or item.size <= target or not _is_text_log(item):
         return [Piece(input_id, item)]
@@ -494,16 +499,30 @@ def parse_all(items: list[InputFile], progress: bool | Progress = False, workers
     meter.finish()
     # A worker's items are copies: the kinds and problems it found go back to the caller's (a
     # segmented input's problems are those of all its segments).
-    fresh = set()
+    problems: dict[int, list[str]] = {}
     for chunk in done:
         for input_id, theirs in zip(chunk.ids, chunk.items):
-            mine = items[input_id]
-            if input_id not in fresh:
-                mine.problems = []
-                fresh.add(input_id)
-            mine.kind = theirs.kind
-            mine.problems.extend(p for p in theirs.problems if p not in mine.problems)
+            items[input_id].kind = theirs.kind
+            seen = problems.setdefault(input_id, [])
+            seen.extend(p for p in theirs.problems if p not in seen)
+    for input_id, found in problems.items():
+        items[input_id].problems = found
     return _combine(done, items)
+
+
+def _compacted(chunk: ChunkResult) -> ChunkResult:
+    """The chunk's frames copied into buffers of their own. A Polars string keeps the whole
+    buffer it was cut from alive: a few kept lines would hold a chunk's 32 MB of text each.
+    (A worker's results are copied on their way back anyway.)"""
+    def copy(frame: pl.DataFrame) -> pl.DataFrame:
+        buffer = io.BytesIO()
+        frame.write_ipc(buffer)
+        buffer.seek(0)
+        return pl.read_ipc(buffer)
+    if chunk.lines is not None:
+        chunk.lines = copy(chunk.lines)
+    chunk.tables = {name: copy(frame) for name, frame in chunk.tables.items()}
+    return chunk
 
 
 def _run_jobs(jobs: list[tuple[list[Piece], bool]], count: int):
@@ -514,7 +533,7 @@ def _run_jobs(jobs: list[tuple[list[Piece], bool]], count: int):
     killed for memory) hands its remaining chunks back to this process."""
     if count <= 1:
         for job in jobs:
-            yield parse_chunk(*job)
+            yield _compacted(parse_chunk(*job))
         return
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor

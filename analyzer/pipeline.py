@@ -63,6 +63,10 @@ def analyze(paths: list[str | Path], db_path: str | Path | None = None, progress
             items, errors = discover(paths, exclude=exclude, scratch=scratch, progress=meter.status)
             if not items:
                 raise NothingReadable("; ".join(errors) or "no input files found")
+            if len(paths) > 1:
+                # Inputs in one order whatever the order the paths were given in (input ids, and
+                # so every table's row order, follow it).
+                items.sort(key=lambda i: (Path(i.display).parts, i.source or str(i.path)))
             run_key = cache.key(items) if use_cache else None
             hit = cache.load(run_key, db_path) if run_key else None
             if hit:
@@ -141,7 +145,11 @@ def _annotate(tables: dict[str, pl.DataFrame], attribution: pl.DataFrame) -> dic
                 [pl.when(fr).then(pl.col(c)).otherwise(pl.col(f"{c}_attr")).alias(c) for c in own]
             ).drop([f"{c}_attr" for c in own])
         extra = attribution.drop([c for c in attribution.columns if c in frame.columns and c not in ("input_id", "line_no")])
-        out[name] = frame.join(extra, on=["input_id", "line_no"], how="left").sort(["input_id", "line_no"])
+        # A total order: rows of one line come from one parser in the order it wrote them, so
+        # the order never depends on how the inputs were chunked, segmented or parallelised.
+        order = ["input_id", "line_no", *(["parser"] if "parser" in frame.columns else [])]
+        out[name] = frame.join(extra, on=["input_id", "line_no"], how="left", maintain_order="left").sort(
+            order, maintain_order=True)
     return out
 
 

@@ -285,8 +285,9 @@ def _merge(table: str, frames: list[pl.DataFrame] | None) -> pl.DataFrame | None
 # -- per-table shaping ---------------------------------------------------------------------------
 
 
-def _connections(df: pl.DataFrame | None, markers: pl.DataFrame) -> pl.DataFrame:
-    """Decode ``via`` (section 3.7) and the phase each connection was made in."""
+def _connections(df: pl.DataFrame | None, markers: pl.DataFrame, sources: pl.DataFrame | None = None) -> pl.DataFrame:
+    """Decode ``via`` (section 3.7) and the phase each connection was made in. ``sources``:
+    (line_no, input_id) when several inputs are parsed at once."""
     if df is None:
         return pl.DataFrame(schema=SCHEMAS["nccl_connections"])
     via = pl.col("via")
@@ -312,10 +313,10 @@ def _connections(df: pl.DataFrame | None, markers: pl.DataFrame) -> pl.DataFrame
         read=via.str.contains(r"/read\b"), copy_engine=via.str.contains(r"/CE\b"),
         indirect_via=to_int(via.str.extract(r"^P2P/indirect/(\d+)", 1)),
     ).drop("_n")
-    return _phase(df, markers)
+    return _phase(df, markers, sources)
 
 
-def _phase(conns: pl.DataFrame, markers: pl.DataFrame) -> pl.DataFrame:
+def _phase(conns: pl.DataFrame, markers: pl.DataFrame, sources: pl.DataFrame | None = None) -> pl.DataFrame:
     """ring / tree / p2p per connection (section 3.7 "Which side prints what").
 
     Connection index 1 is always point-to-point. Otherwise the next ``Connected all rings``
@@ -325,6 +326,13 @@ def _phase(conns: pl.DataFrame, markers: pl.DataFrame) -> pl.DataFrame:
     Releases before 2.8 print no markers at all: the phase stays null here and the analyzer
     decides it from the ring order (``analyzer.nccl_model``)."""
     key = ["host", "pid", "tid"]
+    if sources is not None and not markers.is_empty():
+        # A marker counts only in its own input: two files may hold threads with the same
+        # host:pid:tid (restarts reusing a pid, pastes with rewritten names).
+        key = ["_src", *key]
+        src = sources.select("line_no", _src="input_id")
+        conns = conns.join(src, on="line_no", how="left", maintain_order="left")
+        markers = markers.join(src, on="line_no", how="left", maintain_order="left")
     if markers.is_empty():
         return conns.with_columns(phase=pl.when(pl.col("conn_index") == 1).then(pl.lit("p2p"))
                                   .when(pl.col("kind") == "collnet_connection").then(pl.lit("collnet"))
@@ -335,8 +343,12 @@ def _phase(conns: pl.DataFrame, markers: pl.DataFrame) -> pl.DataFrame:
     prev = m.rename({"_marker": "_before"})
     nxt = nxt.drop("_mline").with_columns(_mline=pl.col("line_no")).sort("_mline").join_asof(
         prev, on="_mline", by=key, strategy="backward", check_sortedness=False).drop("_mline")
-    # Markers exist (2.8+): a thread without one after its lines stopped before it.
+    # Markers exist (2.8+): a thread without one after its lines stopped before it. Parsing
+    # several inputs at once, that holds only in an input that has markers: one without any
+    # is read as it would be alone, however the inputs are batched.
     stalled = pl.col("_marker").is_null()
+    if "_src" in nxt.columns:
+        stalled = stalled & pl.col("_src").is_in(markers["_src"].unique().implode())
     phase = (pl.when(pl.col("conn_index") == 1).then(pl.lit("p2p"))
              .when(pl.col("kind") == "collnet_connection").then(pl.lit("collnet"))
              .when(pl.col("_marker") == "Connected all rings").then(pl.lit("ring"))
@@ -345,7 +357,7 @@ def _phase(conns: pl.DataFrame, markers: pl.DataFrame) -> pl.DataFrame:
              .when(stalled & pl.col("_before").is_null()).then(pl.lit("ring"))
              .when(stalled & (pl.col("_before") == "Connected all rings")).then(pl.lit("tree"))
              .otherwise(pl.lit(None, dtype=pl.String)))
-    return nxt.with_columns(phase=phase).drop("_marker", "_before").sort("line_no")
+    return nxt.with_columns(phase=phase).drop("_marker", "_before", "_src", strict=False).sort("line_no")
 
 
 def _rings(df: pl.DataFrame | None) -> pl.DataFrame:
@@ -690,7 +702,8 @@ def parse(lines: pl.DataFrame) -> ParseResult:
     comms = _comms(merged.get("nccl_comms"))
     tables = {
         "nccl_comms": comms,
-        "nccl_connections": _connections(merged.get("nccl_connections"), markers),
+        "nccl_connections": _connections(merged.get("nccl_connections"), markers,
+                                         lines.select("line_no", "input_id") if "input_id" in lines.columns else None),
         "nccl_rings": _rings(merged.get("nccl_rings")),
         "nccl_trees": _trees(merged.get("nccl_trees")),
         "nccl_graph": merged.get("nccl_graph"),

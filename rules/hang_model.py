@@ -647,10 +647,11 @@ def solo_work(ctx: Context) -> dict | None:
         progress = ctx.table("progress")
         if not progress.is_empty() and {"rank", "ts", "last_completed"} <= set(progress.columns):
             mine = _pg_key(progress.filter(pl.col("rank") == rank))
-            for (pg,), rows in mine.group_by("pg"):
+            for (pg,), rows in mine.group_by("pg", maintain_order=True):
                 # Periodic status lines are a minute apart: only growth between two lines both
                 # after the others began to wait is work done while they waited.
-                later = rows.filter(pl.col("ts") > t_wait).sort("ts")["last_completed"].drop_nulls()
+                later = rows.filter(pl.col("ts") > t_wait).sort("ts", "input_id", "line_no", maintain_order=True)[
+                    "last_completed"].drop_nulls()
                 if len(later) >= 2 and later.max() > later[0]:
                     grown = rows.filter((pl.col("ts") > t_wait) & (pl.col("last_completed") > later[0]))
                     signs.append(f"its completed work in {pg} kept advancing after the others began to wait "

@@ -1,0 +1,169 @@
+"""Issue 11: how a run is parsed must not change what the store holds.
+
+The same inputs give the same store, row for row, and the same findings, whether they are
+parsed in one chunk or many, here or in worker processes, with the COLL trace bulk kept out of
+the models (``analyzer.bulk``) or not, with large logs cut into segments or read whole, and with
+the cache on or off. A large single log is parsed in bounded memory."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from analyzer import bulk, ingest
+from analyzer.pipeline import analyze
+from analyzer.report import build_report
+from bench.generator import RunSpec, generate_run
+from tests.conftest import REAL, ROOT
+
+DEADLOCK = ROOT / "sample_logs" / "silent-deadlock-40r"
+
+
+@pytest.fixture(scope="module")
+def coll_run(tmp_path_factory):
+    """A small generated hang with a COLL line for every collective (8 ranks, 3 iterations)."""
+    out = tmp_path_factory.mktemp("coll") / "run"
+    generate_run(out, RunSpec(nodes=2, gpus_per_node=4, culprit=5, iterations_before_hang=3,
+                              nccl_subsys="INIT,ENV,COLL", coll_trace=True, work_updates=True))
+    return out
+
+
+def store_of(paths, **options) -> tuple[dict, list, dict]:
+    """Every table as (rows, hash of its sorted rows), the findings, and the report's verdict."""
+    run = analyze(paths, **options)
+    tables = {}
+    for (table,) in run.con.execute("SELECT table_name FROM information_schema.tables").fetchall():
+        row = " || '|' || ".join(f'coalesce("{c}"::VARCHAR, \'∅\')' for c in sorted(run.columns(table)))
+        rows = [r[0] for r in run.con.execute(f'SELECT {row} FROM "{table}"').fetchall()]
+        tables[table] = (len(rows), hashlib.sha256("\n".join(sorted(rows)).encode()).hexdigest())
+    report = build_report(run)
+    findings = [(f["code"], f["severity"], f["ranks"], f["nodes"], f["title"]) for f in report["findings"]]
+    assert list_order_is_file_order(run)
+    return tables, findings, report["verdict"]
+
+
+def list_order_is_file_order(run) -> bool:
+    """``lines`` is stored in input and line order (the TUI's Logs screen pages by rowid)."""
+    wrong = run.con.execute("SELECT count(*) FROM (SELECT rowid, row_number() OVER (ORDER BY input_id, line_no) - 1 "
+                            "AS position FROM lines) WHERE position <> rowid").fetchone()[0]
+    return wrong == 0
+
+
+def differing(a: dict, b: dict) -> dict:
+    return {t: (a.get(t), b.get(t)) for t in a.keys() | b.keys() if a.get(t) != b.get(t)}
+
+
+def test_the_coll_bulk_is_merged_back_row_for_row(coll_run, monkeypatch):
+    merged = []
+    monkeypatch.setattr(bulk, "MERGE_ROWS", 500)    # several merge slices per table
+    real_merge = bulk.merge
+    monkeypatch.setattr(bulk, "merge", lambda con: merged.append(
+        con.execute(f"SELECT count(*) FROM {bulk.TABLE}").fetchone()[0]) or real_merge(con))
+    with_bulk = store_of([coll_run])
+    assert merged and merged[0] > 1000, "the run's COLL lines should have gone through the bulk"
+    monkeypatch.setattr(bulk, "split", lambda *args: None)
+    without = store_of([coll_run])
+    assert not differing(with_bulk[0], without[0])
+    assert with_bulk[1] == without[1] and with_bulk[2] == without[2]
+    assert any(code == "H001" for code, *_ in with_bulk[1]), "the planted culprit is still found"
+
+
+@pytest.mark.parametrize("paths, segment", [([DEADLOCK], 60_000), ([REAL], None)], ids=["deadlock", "real-data-logs"])
+def test_chunks_workers_and_segments_change_nothing(paths, segment, coll_run, monkeypatch):
+    """Small chunks parsed by two workers; on the deadlock sample and the COLL run also every
+    log of more than 60 kB cut into segments. (The real excerpts are pastes that keep NCCL's
+    connection lines and their ``Connected all rings`` marker close: cut at 60 kB, a marker
+    lands in the next segment, which is what a cut every 32 MB does only to logs that large.)"""
+    if not paths[0].exists():
+        pytest.skip(f"{paths[0]} is not present")
+    paths = paths + [coll_run]
+    whole = store_of(paths)
+    cuts = []
+    real_segments = ingest.segments
+    monkeypatch.setattr(ingest, "segments", lambda *a: cuts.append(len(out := real_segments(*a))) or out)
+    monkeypatch.setattr(ingest, "CHUNK_BYTES", 60_000)
+    if segment:
+        monkeypatch.setattr(ingest, "SEGMENT_BYTES", segment)
+    monkeypatch.setenv("POSTMORTEM_WORKERS", "2")
+    parallel = store_of(paths)
+    assert (max(cuts) > 1) == bool(segment), "the deadlock's large logs are cut into segments, nothing else"
+    assert not differing(whole[0], parallel[0])
+    assert whole[1] == parallel[1] and whole[2] == parallel[2]
+
+
+def test_the_order_the_paths_are_given_in_changes_nothing(coll_run):
+    one = store_of([DEADLOCK, coll_run])
+    other = store_of([coll_run, DEADLOCK])
+    assert not differing(one[0], other[0])
+    assert one[1] == other[1] and one[2] == other[2]
+
+
+def test_findings_are_the_same_with_and_without_the_cache(coll_run, tmp_path, monkeypatch):
+    monkeypatch.setenv("POSTMORTEM_CACHE_DIR", str(tmp_path / "cache"))
+    off = store_of([coll_run], use_cache=False)
+    first = store_of([coll_run], use_cache=True)       # parses and fills the cache
+    hit = analyze([coll_run], use_cache=True)
+    assert hit.timings.get("cache") == "hit"
+    again = store_of([coll_run], use_cache=True)
+    assert off[1] == first[1] == again[1] and off[2] == first[2] == again[2]
+    monkeypatch.setenv("POSTMORTEM_WORKERS", "2")
+    monkeypatch.setattr(ingest, "CHUNK_BYTES", 100_000)
+    parallel_off = store_of([coll_run], use_cache=False)
+    assert parallel_off[1] == off[1] and not differing(parallel_off[0], off[0])
+
+
+def test_a_segment_ends_at_a_line_start_and_counts_the_lines_before_it(tmp_path):
+    from analyzer.discover import discover
+
+    text = "".join(f"line {i}\n" + ("  indented continuation\n" if i % 3 == 0 else "") for i in range(5000))
+    path = tmp_path / "big.log"
+    path.write_text(text)
+    (item,), _ = discover([path])
+    pieces = ingest.segments(0, item, 4096)
+    assert len(pieces) > 10
+    data = path.read_bytes()
+    assert pieces[0].start == 0 and pieces[-1].end == len(data)
+    for before, after in zip(pieces, pieces[1:]):
+        assert before.end == after.start
+        assert data[after.start - 1:after.start] == b"\n" and not data[after.start:after.start + 1].isspace()
+        assert after.line_base == data[:after.start].count(b"\n")
+
+
+def test_a_large_single_log_is_parsed_in_bounded_memory(tmp_path):
+    """A 600 MB log (a COLL trace with a c10d line every 4,000 lines) is read a segment at a
+    time: peak RSS stays far below the file's size (a whole-file read alone would be 600 MB,
+    its lines several times that)."""
+    script = textwrap.dedent(f"""
+        import json, resource, sys
+        sys.path.insert(0, {str(ROOT)!r})
+        from pathlib import Path
+        from analyzer.pipeline import analyze
+        block = "".join(
+            f"h20-node-01:2231:2231 [0] NCCL INFO AllReduce: opCount {{i:x}} sendbuff 0x7f2a10000000 "
+            f"recvbuff 0x7f2a10000000 count 262144 datatype 7 op 0 root 0 comm 0x55d0c0a1b2c0 [nranks=16] "
+            f"stream 0x55d0c0000a10\\n" for i in range(4000))
+        block += "[rank0]:[E1124 03:20:21.001 ProcessGroupNCCL.cpp:1] [Rank 0] Watchdog caught collective operation timeout\\n"
+        path = Path({str(tmp_path)!r}) / "rank0.log"
+        written = 0
+        with open(path, "w") as handle:
+            while handle.tell() < 600_000_000:
+                handle.write(block)
+                written += block.count("\\n")
+        run = analyze([path], use_cache=False)
+        lines = run.con.execute("SELECT sum(lines), sum(parsed_lines) FROM inputs").fetchone()
+        print(json.dumps({{"rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024,
+                           "children_rss_mib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024,
+                           "lines": lines[0], "parsed": lines[1], "bytes": path.stat().st_size,
+                           "physical": written}}))
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600,
+                         env={"POSTMORTEM_CACHE": "off", "POSTMORTEM_WORKERS": "1", "PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["lines"] == got["physical"] > 3_000_000 and got["parsed"] >= 0.99 * got["lines"], got
+    assert got["rss_mib"] < 1024, got
