@@ -15,7 +15,7 @@ line); the others go to a ``_bulk`` table of the store as the chunk arrives (``S
 ``lines``, ``nccl_lines`` and ``collectives``: their own fields (offset, length, prefix,
 NCCL header, the collective's fields) and everything else (attribution, attempt, ...) from
 the first line of their run. The store is the same as if every line had gone through the
-models (tests/test_bulk.py holds it to that).
+models (tests/test_scale_ingest.py holds it to that).
 """
 
 from __future__ import annotations
@@ -92,11 +92,15 @@ class Sink:
         self.con: duckdb.DuckDBPyConnection | None = None
         self.rows = 0
 
+    def connection(self) -> duckdb.DuckDBPyConnection:
+        if self.con is None:
+            self.con = self.connect()
+        return self.con
+
     def __call__(self, frame: pl.DataFrame) -> None:
         if frame.is_empty():
             return
-        if self.con is None:
-            self.con = self.connect()
+        self.connection()
         self.con.register("_incoming_bulk", frame.to_arrow())
         try:
             if self.rows:
@@ -153,7 +157,7 @@ def _slices(con: duckdb.DuckDBPyConnection, table: str, first: str) -> list[tupl
         SELECT r._ord, r.input_id, u.n FROM "{table}" r JOIN _runs u
           ON r.input_id = u.input_id AND r.line_no = u.run_line{first}
         ORDER BY r._ord""").fetchall()
-    end = con.execute(f'SELECT coalesce(max(_ord), 0) + 1 FROM "{table}"').fetchone()[0]
+    end = con.execute(f'SELECT coalesce(max(_ord), 0) + 1 FROM "{table}"').fetchall()[0][0]
     slices, lo, rows, inputs = [], 0, 0, []
     for ord_, input_id, n in reps:
         inputs.append(input_id)

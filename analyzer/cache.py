@@ -8,8 +8,8 @@ their verdict), with what ``analyze`` knew about the run (``Run.info``, messages
 
 Where: ``$POSTMORTEM_CACHE_DIR``, else ``$XDG_CACHE_HOME/postmortem``, else
 ``~/.cache/postmortem``; the newest ``KEEP`` entries are kept. ``POSTMORTEM_CACHE=off`` (or
-``--no-cache``) turns it off. A damaged entry is a miss, never an error. Limit: any change to
-any input re-parses the whole run (a growing log of a live hang included).
+``--no-cache``) turns it off. A damaged entry is a miss, never an error. A run whose logs only
+grew since (a live hang) re-parses just their tails (``analyzer.tails``).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from pathlib import Path
 
 import duckdb
 
+from analyzer import store
 from analyzer.discover import InputFile
 
 KEEP = 10
@@ -68,14 +69,11 @@ def load(run_key: str, db_path: str | Path | None):
     if not entry.is_file():
         return None
     try:
-        if db_path is not None:
-            shutil.copyfile(entry, db_path)
-            con = duckdb.connect(str(db_path))
-        else:
-            con = duckdb.connect()
-            con.execute(f"ATTACH '{_quoted(entry)}' AS cached (READ_ONLY)")
-            con.execute("COPY FROM DATABASE cached TO memory")
-            con.execute("DETACH cached")
+        # A copy of the entry's file (the caller may write to the store: the report table):
+        # a file copy costs far less than loading every table into memory.
+        target = Path(db_path) if db_path is not None else store.private_dir() / f"cached-{uuid.uuid4().hex[:12]}.duckdb"
+        shutil.copyfile(entry, target)
+        con = duckdb.connect(str(target), config=store.file_config())
         meta = json.loads(con.execute(f"SELECT json FROM {_META}").fetchall()[0][0])
         con.execute(f"DROP TABLE {_META}")
     except (duckdb.Error, OSError, IndexError, ValueError):
@@ -90,6 +88,17 @@ def save(run_key: str, con: duckdb.DuckDBPyConnection, meta: dict) -> None:
     try:
         folder.mkdir(parents=True, exist_ok=True)
         part = folder / f".{run_key}.{uuid.uuid4().hex}.part"
+        source = con.execute("SELECT path FROM duckdb_databases() WHERE database_name = current_database()").fetchall()
+        source = source[0] if source else None
+        if source and source[0]:
+            # A store on disk: its file, checkpointed, is the entry (no table is read or rewritten).
+            con.execute("CHECKPOINT")
+            shutil.copyfile(source[0], part)
+            with duckdb.connect(str(part)) as copy:
+                copy.execute(f"CREATE TABLE {_META} AS SELECT ? AS json", [json.dumps(meta, default=str)])
+            os.replace(part, folder / f"{run_key}.duckdb")
+            _prune(folder)
+            return
         con.execute(f"CREATE OR REPLACE TEMP TABLE {_META} AS SELECT ? AS json", [json.dumps(meta, default=str)])
         alias = f"c{uuid.uuid4().hex[:8]}"
         con.execute(f"ATTACH '{_quoted(part)}' AS {alias}")
@@ -110,6 +119,9 @@ def _prune(folder: Path) -> None:
     entries = sorted(folder.glob("*.duckdb"), key=lambda p: p.stat().st_mtime, reverse=True)
     for old in entries[KEEP:]:
         old.unlink(missing_ok=True)
+    parsed = sorted(folder.glob("*.parsed"), key=lambda p: p.stat().st_mtime, reverse=True)
+    for old in parsed[KEEP:]:   # parse entries of analyzer.tails
+        shutil.rmtree(old, ignore_errors=True)
     for part in folder.glob(".*.part"):  # left by a process that died while writing
         if time.time() - part.stat().st_mtime > 3600:
             part.unlink(missing_ok=True)

@@ -1,9 +1,12 @@
-"""Parse every input (in parallel) into frames: the per-line index and the parsers' tables.
+"""Parse every input into frames: the per-line index and the parsers' tables.
 
-One input goes bytes -> envelope -> every applicable parser -> tables stamped with
-``input_id``. Nothing here decides ranks or attempts (``analyzer.identity`` does, over all
-inputs at once). A file that cannot be read yields a message naming it and the reason;
-the others are still analysed.
+Inputs are cut into chunks of about ``CHUNK_BYTES`` (a large log into segments at line
+starts); each chunk goes bytes -> envelope -> every applicable parser -> tables stamped with
+``input_id``, in worker processes for large runs. A chunk's COLL trace bulk goes to the store as
+it arrives (``analyzer.bulk``); the rest is combined in input order, so the result does not
+depend on how the run was cut or how many workers parsed it. Nothing here decides ranks or
+attempts (``analyzer.identity`` does, over all inputs at once). A file that cannot be read
+yields a message naming it and the reason; the others are still analysed.
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ class Parsed:
     tables: dict[str, pl.DataFrame]
     messages: list[str]
     items: list[InputFile]
+    errors: list[str | None] = field(default_factory=list)   # per input: why it was skipped
 
 
 def read_input(input_id: int, item: InputFile, piece=None) -> tuple[FileResult, bytes | None]:
@@ -479,7 +483,7 @@ def parse_all(items: list[InputFile], progress: bool | Progress = False, workers
 
     Inputs are parsed in chunks (``plan_chunks``), each by ``parse_chunk``: in worker processes
     when there are several chunks and more than one worker (``worker_count``), else here. Chunks
-    come back in order, so the result is the same either way (tests/test_parallel_ingest.py).
+    come back in order, so the result is the same either way (tests/test_scale_ingest.py).
     ``progress``: a ``Progress`` (or True for a new one) shows files, bytes and rate.
     ``sink``: a callable (``analyzer.bulk.Sink``) that takes each chunk's COLL trace bulk as it
     arrives; without one every line stays in the result.
@@ -700,7 +704,7 @@ def _combine(chunks: list[ChunkResult], items: list[InputFile]) -> Parsed:
     for chunk in chunks:   # a segmented input has bulk in several chunks
         for input_id, n in chunk.bulk_counts.items():
             bulk_counts[input_id] = bulk_counts.get(input_id, 0) + n
-    return Parsed(_inputs_frame(items, errors, lines, bulk_counts), lines, merged, messages, items)
+    return Parsed(_inputs_frame(items, errors, lines, bulk_counts), lines, merged, messages, items, errors)
 
 
 def _inputs_frame(items: list[InputFile], errors: list[str | None], lines: pl.DataFrame,

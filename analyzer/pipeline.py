@@ -14,7 +14,7 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
-from analyzer import bulk, cache, collective_timing, env_model, identity, nccl_model, node_model, store, timeline
+from analyzer import bulk, cache, collective_timing, env_model, identity, nccl_model, node_model, store, tails, timeline
 from analyzer.archives import Scratch
 from analyzer.discover import discover
 from analyzer.ingest import Progress, parse_all
@@ -77,7 +77,16 @@ def analyze(paths: list[str | Path], db_path: str | Path | None = None, progress
             # into it chunk by chunk (analyzer.bulk) instead of being held in memory.
             spill = sum(i.size for i in items) >= store.SPILL_BYTES
             sink = bulk.Sink(lambda: store.connect(db_path, spill=spill))
-            parsed = parse_all(items, progress=meter, sink=sink)
+            # A live hang's logs grow between two analyses: parse only what they gained.
+            paths_key = tails.paths_key(items, cache.code_version()) if use_cache else None
+            plan = tails.plan(cache.root(), paths_key, items) if paths_key else None
+            if plan is not None:
+                meter.status(f"re-reading the tails of {len(plan.grown)} grown file(s)")
+                parsed, tail_info = tails.reparse(plan, items, sink)
+            else:
+                parsed, tail_info = parse_all(items, progress=meter, sink=sink), None
+            if paths_key:
+                tails.save(cache.root(), paths_key, parsed, sink.con)
         finally:
             meter.close()
     t_parse = time.perf_counter()
@@ -115,6 +124,8 @@ def analyze(paths: list[str | Path], db_path: str | Path | None = None, progress
     if run_key:
         cache.save(run_key, con, {"info": run.info, "messages": run.messages})
     run.timings = {"parse_s": round(t_parse - started, 3), "total_ingest_s": round(time.perf_counter() - started, 3)}
+    if tail_info:
+        run.timings.update(cache="tails", **tail_info)
     return run
 
 

@@ -74,8 +74,12 @@ def connect(db_path: str | Path | None, spill: bool = False) -> duckdb.DuckDBPyC
     wal = path.with_name(path.name + ".wal")
     if wal.exists():
         wal.unlink()
-    return duckdb.connect(str(path), config={"memory_limit": MEMORY_LIMIT,
-                                             "temp_directory": str(private_dir() / "duckdb-tmp")})
+    return duckdb.connect(str(path), config=file_config())
+
+
+def file_config() -> dict:
+    """DuckDB settings of a store on disk: a memory cap, temporary files in a private folder."""
+    return {"memory_limit": MEMORY_LIMIT, "temp_directory": str(private_dir() / "duckdb-tmp")}
 
 
 def private_dir() -> Path:

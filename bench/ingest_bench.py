@@ -46,7 +46,8 @@ GPUS_PER_NODE = 8
 TIME_BIN = "/usr/bin/time"
 SCHEMA = "postmortem-ingest-bench/1"
 # Numbers a --compare divides (new / old); lower is better for all of them.
-COMPARED = ("ingest_s", "report_s", "grep_s", "baseline_s", "peak_rss_mib", "baseline_peak_rss_mib")
+COMPARED = ("ingest_s", "report_s", "grep_s", "baseline_s", "peak_rss_mib", "peak_rss_all_mib",
+            "baseline_peak_rss_mib")
 
 
 # -- the run ---------------------------------------------------------------------------------------
@@ -183,9 +184,15 @@ def child_main(mode: str, run_dir: str, result_file: str) -> int:
     import_s = time.perf_counter() - t
     out: dict = {"import_s": round(import_s, 4)}
     if mode == "ingest":
+        from analyzer import ingest
+        from analyzer.discover import discover
+
+        out["workers"] = ingest.worker_count(discover([run_dir])[0])
         t = time.perf_counter()
         run = analyze([run_dir])
         out["ingest_s"] = time.perf_counter() - t
+        # Worker processes (analyzer.ingest) run beside this one: the largest one's peak.
+        out["worker_maxrss_mib"] = round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1)
         t = time.perf_counter()
         report = build_report(run)
         out["report_s"] = time.perf_counter() - t
@@ -242,6 +249,12 @@ def bench_one(run_dir: Path, ranks: int, iterations: int, coll: bool, nsys: bool
     row["ratio_second_first"] = row["second_report_s"] / row["ingest_report_s"]
     row["peak_rss_mib"] = max(r["peak_rss_mib"] for r in runs)
     row["peak_rss_source"] = best["peak_rss_source"]
+    row["workers"] = best.get("workers")
+    row["worker_peak_rss_mib"] = max(r.get("worker_maxrss_mib") or 0 for r in runs)
+    # Upper bound of the memory taken at once: this process at its peak plus every worker at
+    # the largest worker's peak (their peaks need not coincide).
+    workers = row["workers"] if row["workers"] and row["workers"] > 1 else 0
+    row["peak_rss_all_mib"] = row["peak_rss_mib"] + workers * row["worker_peak_rss_mib"]
     row["import_s"] = best["import_s"]
     for key in ("store_lines", "verdict", "findings", "stage_timings"):
         row[key] = best.get(key)
@@ -317,7 +330,8 @@ TABLE = [("files", "files", 0), ("MB", "mb", 2), ("lines", "lines", 0), ("grep -
          ("ingest/grep", "ratio_ingest_grep", 1), ("baseline s", "baseline_s", 3),
          ("baseline/ingest", "ratio_baseline_ingest", 2), ("report s", "report_s", 3),
          ("ingest+report s", "ingest_report_s", 3), ("2nd report s (cache)", "second_report_s", 3),
-         ("2nd / 1st", "ratio_second_first", 3), ("peak RSS MiB", "peak_rss_mib", 1),
+         ("2nd / 1st", "ratio_second_first", 3), ("workers", "workers", 0), ("peak RSS MiB", "peak_rss_mib", 1),
+         ("worker peak RSS MiB", "worker_peak_rss_mib", 1), ("RSS all at once ≤ MiB", "peak_rss_all_mib", 1),
          ("baseline RSS MiB", "baseline_peak_rss_mib", 1)]
 
 

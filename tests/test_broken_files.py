@@ -27,7 +27,6 @@ import zstandard
 
 from analyzer.cli import main
 from analyzer.pipeline import analyze
-from analyzer.render import markdown_report, text_report
 from analyzer.report import build_report
 from tests.scenario import write_scenario
 
@@ -143,7 +142,7 @@ def folder(tmp_path_factory) -> Path:
     w = {}
     w["empty.log"] = b""
     w["core.bin"] = bytes(range(256)) * 64
-    gz, bz, xz, zs = gzip.compress(FILLER), bz2.compress(FILLER), lzma.compress(FILLER), _zstd(FILLER)
+    gz, xz, zs = gzip.compress(FILLER), lzma.compress(FILLER), _zstd(FILLER)
     w["torn.log.gz"], w["torn.log.xz"] = _torn(gz), _torn(xz)
     w["torn.log.bz2"] = _torn(bz2.compress(LONG, compresslevel=1))
     w["torn.log.zst"] = _torn(_zstd(LONG))
@@ -186,7 +185,7 @@ def folder(tmp_path_factory) -> Path:
     tar = _tar([(f"node/{i}.log", FILLER[:3000], {}) for i in range(6)], mode="w")
     (job / "pbzip2.tar.bz2").write_bytes(bz2.compress(tar[:len(tar) // 2]) + bz2.compress(tar[len(tar) // 2:]))
     # an nsys export held under an exclusive lock by another connection, with its hot journal beside it
-    export = _nsys_export(job / "nsys" / "rank_0.sqlite")
+    _nsys_export(job / "nsys" / "rank_0.sqlite")
     return job
 
 

@@ -37,6 +37,13 @@ def test_report_matches_expected(name):
         assert not [f for f in report["findings"] if f["severity"] in ("error", "warning")]
     for f in report["inputs"]["files"]:
         assert f["lines"] == f["parsed_lines"] + f["unparsed_lines"]
+    # Nothing lost (issue 12): every physical line of every text input is a row of `lines`.
+    stored = dict(run.con.execute("SELECT i.abs_path, count(l.line_no) FROM inputs i LEFT JOIN lines l "
+                                  "USING (input_id) WHERE i.kind IN ('log', 'pyspy', 'env') AND i.compression IS NULL "
+                                  "GROUP BY 1").fetchall())
+    for path, rows in stored.items():
+        data = Path(path).read_bytes()
+        assert rows == data.count(b"\n") + (not data.endswith(b"\n")), path
     _valid_report(json.loads(to_json(report)))
     # The other formats render from the same report (what report --format text,md,json,html writes).
     assert expected["verdict"]["status"] in markdown_report(report) and text_report(report)
