@@ -122,8 +122,10 @@ def merge(con: duckdb.DuckDBPyConnection) -> None:
     an ``_ord`` row number): own columns from the bulk row, the others from the first line of its
     run, rows kept in the tables' order (a bulk line right after its run's first line).
 
-    The tables are rebuilt in slices of their ``_ord`` range, each slice's rows and the bulk rows
-    of its runs sorted together and appended in order."""
+    ``lines`` is rebuilt in slices of its ``_ord`` range, each slice's rows and the bulk rows of
+    its runs sorted together and appended in order: it is stored in file order (the TUI's Logs
+    screen pages by rowid). ``nccl_lines`` and ``collectives`` get their bulk rows appended:
+    rules read COLL rows only through an aggregate (``rules.base.Context.coll_trace_ends``)."""
     con.execute(f"CREATE OR REPLACE TEMP TABLE _runs AS SELECT input_id, run_line, count(*) AS n "
                 f"FROM {TABLE} GROUP BY ALL")
     for table, own in OWN.items():
@@ -132,6 +134,11 @@ def merge(con: duckdb.DuckDBPyConnection) -> None:
             [table]).fetchall()]
         picked = ", ".join(f'{"b" if c in own else "r"}."{c}" AS "{c}"' for c in columns)
         first = _FIRST_ROW[table]
+        if table != "lines":
+            con.execute(f"""INSERT INTO "{table}" SELECT {picked} FROM {TABLE} b JOIN "{table}" r
+                            ON r.input_id = b.input_id AND r.line_no = b.run_line{first}""")
+            con.execute(f'ALTER TABLE "{table}" DROP COLUMN _ord')
+            continue
         slices = _slices(con, table, first)
         con.execute(f'CREATE OR REPLACE TABLE "_merged_{table}" AS SELECT * EXCLUDE (_ord) FROM "{table}" LIMIT 0')
         for lo, hi, input_lo, input_hi in slices:

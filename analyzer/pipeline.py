@@ -177,7 +177,7 @@ def _fill_attempts(tables: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:
 def _lines_table(lines: pl.DataFrame, attribution: pl.DataFrame) -> pl.DataFrame:
     """The per-line index (understood NCCL INFO lines carry no text: ``analyzer.ingest``
     dropped it, the store reads it back by offset)."""
-    df = lines.join(attribution, on=["input_id", "line_no"], how="left", suffix="_attr")
+    df = lines.join(attribution, on=["input_id", "line_no"], how="left", suffix="_attr", maintain_order="left")
     if df["attempt"].null_count() == len(df):
         df = df.with_columns(attempt=pl.lit(0, dtype=pl.Int64))
     return df.select([c for c in LINE_COLUMNS if c in df.columns])
