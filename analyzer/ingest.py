@@ -16,6 +16,7 @@ import os
 import re
 import sys
 import time
+import types
 from dataclasses import dataclass, field
 
 import polars as pl
@@ -543,17 +544,24 @@ def _run_jobs(jobs: list[tuple[list[Piece], bool]], count: int):
     from concurrent.futures import ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool
 
-    saved = os.environ.get("POLARS_MAX_THREADS")
-    os.environ["POLARS_MAX_THREADS"] = "1"   # read by each worker's Polars at import
-    try:
-        pool = ProcessPoolExecutor(count, mp_context=multiprocessing.get_context("spawn"))
-    finally:
-        if saved is None:
-            os.environ.pop("POLARS_MAX_THREADS", None)
-        else:
-            os.environ["POLARS_MAX_THREADS"] = saved
-    with pool:
-        futures = [pool.submit(_parse_chunk_job, job) for job in jobs]
+    # Workers start at the first submissions, and two things are set for them then: one Polars
+    # thread each (read by their Polars at import), and a stand-in for the caller's main
+    # script, which spawned workers would otherwise run again (multiprocessing re-imports
+    # __main__ unless a script guards itself with `if __name__ == "__main__"`); they need
+    # nothing of it: the parse job is importable by name.
+    with ProcessPoolExecutor(count, mp_context=multiprocessing.get_context("spawn")) as pool:
+        saved_threads, main = os.environ.get("POLARS_MAX_THREADS"), sys.modules.get("__main__")
+        os.environ["POLARS_MAX_THREADS"] = "1"
+        sys.modules["__main__"] = types.ModuleType("__main__")
+        try:
+            futures = [pool.submit(_parse_chunk_job, job) for job in jobs[:count]]
+        finally:
+            sys.modules["__main__"] = main
+            if saved_threads is None:
+                os.environ.pop("POLARS_MAX_THREADS", None)
+            else:
+                os.environ["POLARS_MAX_THREADS"] = saved_threads
+        futures += [pool.submit(_parse_chunk_job, job) for job in jobs[count:]]
         for job, future in zip(jobs, futures):
             try:
                 chunk = future.result()

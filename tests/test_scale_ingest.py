@@ -167,3 +167,24 @@ def test_a_large_single_log_is_parsed_in_bounded_memory(tmp_path):
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got["lines"] == got["physical"] > 3_000_000 and got["parsed"] >= 0.99 * got["lines"], got
     assert got["rss_mib"] < 1024, got
+
+
+def test_workers_never_run_the_callers_script_again(tmp_path):
+    """A script without an ``if __name__ == "__main__"`` guard that analyses with workers: the
+    spawned workers must not run it again (they would print twice, or analyse again)."""
+    script = tmp_path / "unguarded.py"
+    script.write_text(textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(ROOT)!r})
+        print("script body ran")
+        from analyzer import ingest
+        from analyzer.discover import discover
+        items, _ = discover([{str(DEADLOCK)!r}])
+        parsed = ingest.parse_all(items, workers=2, chunk_bytes=2_000_000)
+        print("lines", parsed.lines.height)
+    """))
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                         env={"POSTMORTEM_CACHE": "off", "PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.count("script body ran") == 1, out.stdout
+    assert "lines " in out.stdout and "RuntimeError" not in out.stderr
