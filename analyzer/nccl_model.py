@@ -515,7 +515,10 @@ def _settle_phase(hops: pl.DataFrame, rings: pl.DataFrame) -> pl.DataFrame:
     pairs = pairs.with_columns(dst_rank=pl.col("dst_rank").list.drop_nulls()).with_columns(
         dst_rank=pl.when(pl.col("dst_rank").list.len() == pl.col("src_rank").list.len()).then(pl.col("dst_rank"))
         .otherwise(pl.col("order").list.slice(1).list.concat(pl.col("order").list.slice(0, 1))))
-    pairs = pairs.explode("src_rank", "dst_rank").select("comm_key", "channel", "src_rank", "dst_rank", _neighbours=pl.lit(True))
+    # drop the whole-ring ``order`` list before exploding: explode would copy it onto every
+    # pair, n x n values per ring (800M for eight channels of a 10,000-rank ring)
+    pairs = pairs.select("comm_key", "channel", "src_rank", "dst_rank").explode("src_rank", "dst_rank").with_columns(
+        _neighbours=pl.lit(True))
     hops = hops.join(pairs, on=["comm_key", "channel", "src_rank", "dst_rank"], how="left")
     known = rings.select("comm_key", "channel", _known=pl.col("complete"))
     hops = hops.join(known, on=["comm_key", "channel"], how="left")
@@ -531,23 +534,41 @@ def _settle_phase(hops: pl.DataFrame, rings: pl.DataFrame) -> pl.DataFrame:
 def _chains(nxt: pl.DataFrame | None) -> pl.DataFrame | None:
     """Follow next-neighbour pointers from rank 0 on each (communicator, channel).
 
-    A small loop over ring positions (at most the ring length), each step one vectorised join
-    over every ring at once: position k+1 = next(position k)."""
+    Walking one pointer per step costs one join over every link per ring position, which is
+    quadratic for a 10,000-rank ring. Instead the path from rank 0 is built by doubling: with
+    ``jump`` = next applied 2^j times, the known prefix of length 2^j (positions 0..2^j-1) maps
+    to positions 2^j..2^(j+1)-1. A ring stops doubling once its prefix has reached a rank with
+    no next pointer or repeated one, so the work is O(links x log(ring length))."""
     if nxt is None or nxt.is_empty():
         return None
-    nxt = nxt.unique(["comm_key", "channel", "src"], keep="first", maintain_order=True)
-    source = nxt.group_by("comm_key", "channel").agg(source=pl.col("source").first())
-    walk = nxt.filter(pl.col("src") == 0).select("comm_key", "channel", order=pl.concat_list([pl.lit(0, dtype=pl.Int64)]),
-                                                  cur=pl.col("src"))
-    longest = int(nxt.group_by("comm_key", "channel").len()["len"].max())
-    links = nxt.select("comm_key", "channel", cur="src", _next="dst")
-    for _ in range(longest):
-        walk = walk.join(links, on=["comm_key", "channel", "cur"], how="left")
-        done = pl.col("_next").is_null() | (pl.col("_next") == 0) | pl.col("order").list.contains(pl.col("_next"))
-        if walk.select(done.all()).item():
-            walk = walk.drop("_next")
+    ring = ["comm_key", "channel"]
+    nxt = nxt.unique([*ring, "src"], keep="first", maintain_order=True)
+    source = nxt.group_by(ring).agg(source=pl.col("source").first())
+    # joins never match a null key, so a ring without a communicator or channel stays at [0]
+    jump = nxt.drop_nulls(ring).select(*ring, node=pl.col("src").cast(pl.Int64), _to=pl.col("dst").cast(pl.Int64))
+    # position ``k`` on the path from rank 0 of each ring that has a rank 0
+    path = nxt.filter(pl.col("src") == 0).select(*ring, k=pl.lit(0, dtype=pl.Int64), node=pl.col("src").cast(pl.Int64))
+    step = 1
+    active = path.drop_nulls(ring).select(ring)
+    while not active.is_empty():
+        frontier = path.join(active, on=ring, how="semi")
+        block = frontier.join(jump, on=[*ring, "node"], how="left").select(
+            *ring, k=pl.col("k") + step, node="_to")
+        path = pl.concat([path, block])
+        # a ring is finished once its path ends (no next pointer) or comes back to a rank it saw
+        ended = block.group_by(ring).agg(
+            _stop=pl.col("node").is_null().any()).filter(pl.col("_stop")).select(ring)
+        repeats = path.join(active, on=ring, how="semi").drop_nulls("node").group_by(ring).agg(
+            _stop=pl.col("node").n_unique() < pl.len()).filter(pl.col("_stop")).select(ring)
+        active = active.join(pl.concat([ended, repeats]), on=ring, how="anti")
+        if active.is_empty():
             break
-        walk = walk.with_columns(
-            order=pl.when(done).then(pl.col("order")).otherwise(pl.concat_list("order", "_next")),
-            cur=pl.when(done).then(pl.col("cur")).otherwise(pl.col("_next"))).drop("_next")
-    return walk.join(source, on=["comm_key", "channel"], how="left").select("comm_key", "channel", "order", "source")
+        jump = jump.join(active, on=ring, how="semi")
+        jump = jump.join(jump.select(*ring, _to="node", _to2="_to"), on=[*ring, "_to"], how="left").select(
+            *ring, "node", _to="_to2")
+        step *= 2
+    # the walk keeps every rank up to (not including) the first missing or repeated one
+    path = path.sort(*ring, "k").with_columns(
+        _stop=(pl.col("node").is_null() | ~pl.col("node").is_first_distinct()).cast(pl.UInt32).cum_sum().over(ring) > 0)
+    walk = path.filter(~pl.col("_stop")).group_by(ring).agg(order=pl.col("node"))
+    return walk.join(source, on=ring, how="left").select("comm_key", "channel", "order", "source")
