@@ -17,7 +17,9 @@ import re
 import sys
 import time
 import types
+from collections import deque
 from dataclasses import dataclass, field
+from itertools import islice
 
 import polars as pl
 
@@ -553,20 +555,34 @@ def _run_jobs(jobs: list[tuple[list[Piece], bool]], count: int):
         saved_threads, main = os.environ.get("POLARS_MAX_THREADS"), sys.modules.get("__main__")
         os.environ["POLARS_MAX_THREADS"] = "1"
         sys.modules["__main__"] = types.ModuleType("__main__")
+        waiting = iter(jobs)
+        pending: deque = deque()
         try:
-            futures = [pool.submit(_parse_chunk_job, job) for job in jobs[:count]]
+            pending.extend((job, pool.submit(_parse_chunk_job, job)) for job in islice(waiting, count))
         finally:
             sys.modules["__main__"] = main
             if saved_threads is None:
                 os.environ.pop("POLARS_MAX_THREADS", None)
             else:
                 os.environ["POLARS_MAX_THREADS"] = saved_threads
-        futures += [pool.submit(_parse_chunk_job, job) for job in jobs[count:]]
-        for job, future in zip(jobs, futures):
-            try:
-                chunk = future.result()
-            except BrokenProcessPool:
-                chunk = parse_chunk(*job)
+        # At most two chunks per worker in flight: results that wait for this process (a chunk's
+        # COLL bulk is a few hundred MB) would otherwise pile up without bound.
+        pending.extend((job, pool.submit(_parse_chunk_job, job)) for job in islice(waiting, count))
+        broken = False
+        while pending:
+            job, future = pending.popleft()
+            chunk = None
+            if future is not None:
+                try:
+                    chunk = future.result()
+                except BrokenProcessPool:
+                    broken = True
+            if chunk is None:    # the pool broke (a worker killed for memory): parse it here
+                chunk = _compacted(parse_chunk(*job))
+            following = next(waiting, None)
+            if following is not None:
+                pending.append((following, None if broken else pool.submit(_parse_chunk_job, following)))
+            del future
             yield chunk
 
 
