@@ -80,11 +80,19 @@ def analyze(paths: list[str | Path], db_path: str | Path | None = None, progress
             # A live hang's logs grow between two analyses: parse only what they gained.
             paths_key = tails.paths_key(items, cache.code_version()) if use_cache else None
             plan = tails.plan(cache.root(), paths_key, items) if paths_key else None
+            parsed, tail_info = None, None
             if plan is not None:
                 meter.status(f"re-reading the tails of {len(plan.grown)} grown file(s)")
-                parsed, tail_info = tails.reparse(plan, items, sink)
-            else:
-                parsed, tail_info = parse_all(items, progress=meter, sink=sink), None
+                before = [(item.kind, list(item.problems)) for item in items]
+                try:
+                    parsed, tail_info = tails.reparse(plan, items, sink)
+                except Exception as exc:  # a damaged parse entry costs a full parse, never the report
+                    errors.append(f"cached parse of these inputs unusable ({type(exc).__name__}); parsed in full")
+                    sink = bulk.Sink(lambda: store.connect(db_path, spill=spill))
+                    for item, (kind, problems) in zip(items, before):
+                        item.kind, item.problems = kind, problems
+            if parsed is None:
+                parsed = parse_all(items, progress=meter, sink=sink)
             if paths_key:
                 tails.save(cache.root(), paths_key, parsed, sink.con)
         finally:

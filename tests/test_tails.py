@@ -82,3 +82,15 @@ def test_a_rewritten_or_shrunk_file_is_parsed_again_whole(cached):
     assert "cache" not in again.timings
     path.write_text(text[: len(text) // 2])
     assert "cache" not in analyze([job]).timings
+
+
+def test_a_damaged_parse_entry_costs_a_full_parse_not_the_report(cached):
+    job = cached / "job"
+    shutil.copytree(DEADLOCK, job)
+    analyze([job])
+    grow(biggest_logs(job, 1)[0])
+    for entry in (cached / "cache").glob("*.parsed"):
+        (entry / "lines.arrow").write_bytes(b"not arrow")
+    again = analyze([job])
+    assert "cache" not in again.timings
+    assert store_of([job], use_cache=False)[1] == store_of([job])[1]
