@@ -83,6 +83,12 @@ def split(lines: pl.DataFrame, tables: dict[str, pl.DataFrame], traced: pl.DataF
     return kept_lines, kept, bulk, counts
 
 
+def staged(con: duckdb.DuckDBPyConnection) -> bool:
+    """Whether the store holds bulk rows not merged yet (a ``_bulk`` table)."""
+    return bool(con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = ?",
+                            [TABLE]).fetchall()[0][0])
+
+
 class Sink:
     """Appends each chunk's bulk rows to ``_bulk`` in the store as they arrive. The store is
     opened (``connect()``) at the first rows, so a run without bulk opens it as before."""

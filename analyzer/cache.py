@@ -101,7 +101,7 @@ def save(run_key: str, con: duckdb.DuckDBPyConnection, meta: dict) -> None:
             return
         con.execute(f"CREATE OR REPLACE TEMP TABLE {_META} AS SELECT ? AS json", [json.dumps(meta, default=str)])
         alias = f"c{uuid.uuid4().hex[:8]}"
-        con.execute(f"ATTACH '{_quoted(part)}' AS {alias}")
+        con.execute(f"ATTACH '{store.sql_path(part)}' AS {alias}")
         try:
             current = con.execute("SELECT current_database()").fetchall()[0][0]
             con.execute(f"COPY FROM DATABASE {current} TO {alias}")
@@ -125,7 +125,3 @@ def _prune(folder: Path) -> None:
     for part in folder.glob(".*.part"):  # left by a process that died while writing
         if time.time() - part.stat().st_mtime > 3600:
             part.unlink(missing_ok=True)
-
-
-def _quoted(path: Path) -> str:
-    return str(path).replace("'", "''")

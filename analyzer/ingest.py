@@ -38,7 +38,7 @@ class FileResult:
     error: str | None = None
     # What the per-file parsers understood: frames of (input_id, line_no, parser), see _claims.
     claims: list[pl.DataFrame] = field(default_factory=list)
-    # ``lines`` without the COLL trace lines only the NCCL parser reads (``others_of``).
+    # ``lines`` without the COLL trace lines only the NCCL parser reads (``parse_chunk``).
     others: pl.DataFrame | None = None
 
 
@@ -99,16 +99,16 @@ def read_input(input_id: int, item: InputFile, piece=None) -> tuple[FileResult, 
     return result, data
 
 
-def parse_text(result: FileResult, lines: pl.DataFrame, gates: dict[str, set[int]] | None = None,
-               others: pl.DataFrame | None = None) -> FileResult:
+def parse_text(result: FileResult, lines: pl.DataFrame, others: pl.DataFrame,
+               gates: dict[str, set[int]] | None = None) -> FileResult:
     """The per-file parsers over one text input's enveloped lines (the batched ones run later
-    over all inputs at once: ``_parse_batched``). ``gates`` (``file_gates``): a gated parser
-    runs only on the inputs listed for it. ``others``: ``others_of(lines)``, if known."""
+    over all inputs at once: ``_parse_batched``). ``others``: the lines without whole COLL trace
+    lines, which only the NCCL parser reads (``parse_chunk``). ``gates`` (``file_gates``): a
+    gated parser runs only on the inputs listed for it."""
     item, input_id = result.item, result.input_id
 
     def passes(module) -> bool:
         return gates is None or module.NAME not in gates or input_id in gates[module.NAME]
-    others = others_of(lines) if others is None else others
     if item.kind == "log" and passes(parsers.envdump) and parsers.envdump.looks_like_env_dump(others):
         item.kind = "env"
     chosen = parsers.ENV_PARSERS if item.kind == "env" else \
@@ -128,16 +128,10 @@ def parse_text(result: FileResult, lines: pl.DataFrame, gates: dict[str, set[int
         if len(parsed.consumed):
             result.claims.append(_claims(module.NAME, pl.DataFrame({"line_no": parsed.consumed}), input_id))
     result.lines = lines.with_columns(input_id=pl.lit(input_id, dtype=pl.UInt32))
-    result.others = result.lines if others is lines or others.height == lines.height else others.with_columns(input_id=pl.lit(input_id, dtype=pl.UInt32))
+    # the same lines (no COLL line in this input) are kept once
+    result.others = result.lines if others.height == lines.height else others.with_columns(input_id=pl.lit(input_id, dtype=pl.UInt32))
     result.tables = {name: pl.concat(frames, how="diagonal_relaxed") for name, frames in result.tables.items()}
     return result
-
-
-def others_of(lines: pl.DataFrame) -> pl.DataFrame:
-    """The lines every parser but NCCL's reads: all but whole COLL trace lines, which are nearly
-    every line of a COLL-traced log and mean nothing to the others (``parsers.nccl.is_plain_coll``)."""
-    coll = lines.select(parsers.nccl.is_plain_coll(pl.col("text"))).to_series()
-    return lines.filter(~coll) if coll.any() else lines
 
 
 def _read_whole(result: FileResult, name: str, label: str, read, refused: type[Exception],
@@ -431,17 +425,21 @@ def parse_chunk(pieces: list[Piece], cut_bulk: bool = False) -> ChunkResult:
     traced = None
     if pending:
         combined = _placed(envelope_frame([data for _, data, _ in pending]), [p for _, _, p in pending])
-        others = others_of(combined)
-        if others is not combined:
+        # Whole COLL trace lines are nearly every line of a COLL-traced log and mean nothing to
+        # the parsers but NCCL's: the others read ``others``.
+        coll = combined.select(parsers.nccl.is_plain_coll(pl.col("text"))).to_series()
+        others = combined
+        if coll.any():
+            others = combined.filter(~coll)
             ids = pl.Series([result.input_id for result, _, _ in pending], dtype=pl.UInt32)
-            traced = combined.join(others.select("_input", "line_no"), on=["_input", "line_no"], how="anti").select(
+            traced = combined.filter(coll).select(
                 input_id=pl.col("_input").replace_strict(pl.int_range(len(ids), eager=True, dtype=pl.UInt32), ids),
                 line_no="line_no")
         gates = file_gates([result.input_id for result, _, _ in pending], others) if USE_FILE_GATES else None
         every = split_inputs(combined, len(pending))
         rests = split_inputs(others, len(pending)) if others is not combined else every
         for (result, _, _), lines, rest in zip(pending, every, rests):
-            parse_text(result, lines, gates, rest)
+            parse_text(result, lines, rest, gates)
         del combined, others
     pending.clear()
     chunk = _combine_chunk([p.input_id for p in pieces], results, _parse_batched(results))

@@ -82,6 +82,11 @@ def file_config() -> dict:
     return {"memory_limit": MEMORY_LIMIT, "temp_directory": str(private_dir() / "duckdb-tmp")}
 
 
+def sql_path(path: Path | str) -> str:
+    """``path`` for a single-quoted SQL string literal."""
+    return str(path).replace("'", "''")
+
+
 def private_dir() -> Path:
     """A temporary folder of this process's own, removed at exit."""
     global _PRIVATE

@@ -33,7 +33,7 @@ import duckdb
 import polars as pl
 
 import parsers
-from analyzer import bulk
+from analyzer import bulk, store
 from analyzer.discover import InputFile
 from analyzer.ingest import ChunkResult, Parsed, Piece, _combine, parse_chunk
 
@@ -74,10 +74,9 @@ def save(folder: Path, key: str, parsed: Parsed, con: duckdb.DuckDBPyConnection 
         parsed.lines.write_ipc(part / "lines.arrow")
         for name, frame in parsed.tables.items():
             frame.write_ipc(part / f"table.{name}.arrow")
-        has_bulk = con is not None and bool(con.execute(
-            f"SELECT count(*) FROM information_schema.tables WHERE table_name = '{bulk.TABLE}'").fetchall()[0][0])
+        has_bulk = con is not None and bulk.staged(con)
         if has_bulk:
-            con.execute(f"COPY {bulk.TABLE} TO '{_quoted(part / 'bulk.parquet')}' (FORMAT parquet)")
+            con.execute(f"COPY {bulk.TABLE} TO '{store.sql_path(part / 'bulk.parquet')}' (FORMAT parquet)")
         manifest = {"items": [{"display": i.display, "path": str(i.path), "source": i.source, "size": i.size,
                                "mtime": i.mtime, "compression": i.compression, "kind": i.kind,
                                "problems": i.problems, "error": e, "fingerprint": fingerprint(i, i.size)}
@@ -132,7 +131,7 @@ def reparse(plan_: Plan, items: list[InputFile], sink) -> tuple[Parsed, dict]:
     if manifest["bulk"]:
         con = sink.connection()
         con.execute(f"CREATE OR REPLACE TABLE {bulk.TABLE} AS SELECT * FROM read_parquet("
-                    f"'{_quoted(entry / 'bulk.parquet')}')")
+                    f"'{store.sql_path(entry / 'bulk.parquet')}')")
         sink.rows = con.execute(f"SELECT count(*) FROM {bulk.TABLE}").fetchall()[0][0]
     pieces = []
     for input_id, old_size in sorted(plan_.grown.items()):
@@ -191,8 +190,7 @@ def _before(frame: pl.DataFrame, input_id: int, restart: int) -> pl.DataFrame:
 
 def _reweighted(lines: pl.DataFrame, con: duckdb.DuckDBPyConnection, inputs: list[int]) -> pl.DataFrame:
     """``_w`` of the first lines of runs in grown logs: what is left of their runs."""
-    if "_w" not in lines.columns or not con.execute(
-            f"SELECT count(*) FROM information_schema.tables WHERE table_name = '{bulk.TABLE}'").fetchall()[0][0]:
+    if "_w" not in lines.columns or not bulk.staged(con):
         return lines
     left = con.sql(f"SELECT input_id, run_line, count(*) + 1 FROM {bulk.TABLE} WHERE input_id IN "
                    f"({','.join(map(str, inputs))}) GROUP BY ALL").pl()
@@ -202,7 +200,3 @@ def _reweighted(lines: pl.DataFrame, con: duckdb.DuckDBPyConnection, inputs: lis
     grown = pl.col("input_id").is_in(inputs) & (pl.col("_w") > 1)
     return lines.join(left, on=["input_id", "line_no"], how="left", maintain_order="left").with_columns(
         _w=pl.when(grown).then(pl.col("_left").fill_null(1)).otherwise(pl.col("_w"))).drop("_left")
-
-
-def _quoted(path: Path) -> str:
-    return str(path).replace("'", "''")

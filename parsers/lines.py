@@ -317,12 +317,11 @@ def _peel_all(df: pl.DataFrame, prefixes: list[tuple[str, str, dict[str, int]]],
     per-rank log: NCCL and framework lines start with their own header) pass untouched, so the
     dozens of prefix patterns run over the few lines a launcher or collector touched."""
     mask = df.select(_may_change(prefixes)).to_series()
+    if not mask.any():
+        return df
     if mask.all():
         return _peel_rows(df, prefixes, passes)
-    untouched = df.filter(~mask)
-    if untouched.height == df.height:
-        return df
-    return pl.concat([_peel_rows(df.filter(mask), prefixes, passes), untouched], how="vertical")
+    return pl.concat([_peel_rows(df.filter(mask), prefixes, passes), df.filter(~mask)], how="vertical")
 
 
 def _may_change(prefixes: list[tuple[str, str, dict[str, int]]]) -> pl.Expr:
