@@ -10,8 +10,9 @@ So each chunk of inputs (``analyzer.ingest.parse_chunk``) cuts its whole, untorn
 into *runs*: consecutive lines of one input with the same launcher tags and NCCL
 ``host:pid [dev]``, broken by any other line. The first line of a run stays in the frames
 (with ``_w``, the run's length, so that majority votes in ``analyzer.identity`` weigh every
-line); the others go to a ``_bulk`` table of the store as the chunk arrives (``Sink``), with
-``run_line``, their run's first line. Once the store is written, ``merge`` adds them to
+line); the others are read by position (``parsers.nccl.coll_rows``) and written to a Parquet
+file per chunk, shown to the store as one ``_bulk`` view (``Sink``), with ``run_line``, their
+run's first line. Once the store is written, ``merge`` adds them to
 ``lines``, ``nccl_lines`` and ``collectives``: their own fields (offset, length, prefix,
 NCCL header, the collective's fields) and everything else (attribution, attempt, ...) from
 the first line of their run. The store is the same as if every line had gone through the
@@ -20,13 +21,20 @@ models (tests/test_scale_ingest.py holds it to that).
 
 from __future__ import annotations
 
+import os
+import shutil
+import uuid
+
 import duckdb
 import polars as pl
 
+import parsers.nccl
+from analyzer import store
 from parsers.nccl import SCHEMAS as NCCL_SCHEMAS
 
-# What makes two consecutive COLL lines one run: the launcher tags (the stream) and the header.
-RUN_KEY = ["srun_task", "mpi_rank", "local_rank", "rank_tag", "host_tag", "ray_pid", "host", "pid", "cuda_dev"]
+# What makes two consecutive COLL lines one run: the launcher tags (the stream) and the NCCL
+# header's host, pid and [cudaDev].
+LAUNCHER_TAGS = ["srun_task", "mpi_rank", "local_rank", "rank_tag", "host_tag", "ray_pid"]
 # Each table's columns a bulk row brings itself; the rest come from the first line of its run.
 OWN = {
     "lines": ["input_id", "line_no", "offset", "length", "prefix", "ext_ts"],
@@ -43,79 +51,109 @@ SCHEMA = {"input_id": pl.UInt32, "line_no": pl.UInt32, "run_line": pl.UInt32, "o
 TABLE = "_bulk"
 
 
-def split(lines: pl.DataFrame, tables: dict[str, pl.DataFrame], traced: pl.DataFrame | None):
-    """Cut a chunk's COLL lines (``traced``: their input_id, line_no) into runs. Returns the
-    lines (first lines of runs carrying ``_w``), the tables without the bulk rows, the bulk
-    frame (``SCHEMA``) and the bulk lines per input; or None when there is nothing to cut."""
-    nccl_lines, colls = tables.get("nccl_lines"), tables.get("collectives")
-    if traced is None or traced.is_empty() or nccl_lines is None or colls is None:
-        return None
-    own = [c for c in SCHEMA if c not in ("input_id", "line_no", "run_line", "offset", "length", "prefix", "ext_ts")]
-    coll_own = [c for c in own if c not in ("host", "pid", "tid", "cuda_dev")]
-    keys = ["input_id", "line_no"]
-    rows = (traced.join(nccl_lines.filter(pl.col("kind") == "coll").select(*keys, "host", "pid", "tid", "cuda_dev"),
-                        on=keys)
-            .join(colls.filter((pl.col("kind") == "nccl_coll") & (pl.col("parser") == "nccl")).select(*keys, *coll_own),
-                  on=keys))
-    if rows.is_empty():
-        return None
-    marked = lines.join(rows.select(*keys, "host", "pid", "cuda_dev", _bulk=pl.lit(True)), on=keys, how="left",
-                        maintain_order="left")
-    is_bulk = pl.col("_bulk").fill_null(False)
-    key = pl.concat_str([pl.col(c).cast(pl.String).fill_null("\x00") for c in ["input_id", *RUN_KEY]], separator="\x1f")
-    new_run = is_bulk & (~is_bulk.shift(1).fill_null(False) | (key != key.shift(1)).fill_null(True))
-    marked = marked.with_columns(_new=new_run).with_columns(
-        run_line=pl.when(pl.col("_new")).then(pl.col("line_no")).forward_fill())
-    marked = marked.with_columns(run_line=pl.when(is_bulk).then(pl.col("run_line")))
-    weights = marked.filter(is_bulk).group_by("input_id", "run_line").agg(_w=pl.len().cast(pl.UInt32))
-    first = marked.filter(~is_bulk | pl.col("_new"))
-    first = first.join(weights.rename({"run_line": "line_no"}), on=keys, how="left", maintain_order="left")
-    kept_lines = first.drop("_bulk", "_new", "run_line", "host", "pid", "cuda_dev").with_columns(
-        _w=pl.col("_w").fill_null(1))
-    rest = marked.filter(is_bulk & ~pl.col("_new")).select(*keys, "run_line", "offset", "length", "prefix", "ext_ts")
-    bulk = rest.join(rows, on=keys, maintain_order="left").select(
-        [pl.col(c).cast(t) for c, t in SCHEMA.items()])
-    gone = bulk.select(keys)
-    kept = dict(tables)
-    kept["nccl_lines"] = nccl_lines.join(gone, on=keys, how="anti", maintain_order="left")
-    kept["collectives"] = colls.join(gone, on=keys, how="anti", maintain_order="left")
-    counts = dict(bulk.group_by("input_id").len().iter_rows())
-    return kept_lines, kept, bulk, counts
+def cut(lines: pl.DataFrame, is_coll: pl.Series, input_ids: list[int]):
+    """Cut a chunk's enveloped lines (``_input``: the input's place in ``input_ids``) at the
+    whole COLL trace lines ``is_coll`` marks, into runs. Returns the lines without the bulk (the
+    rest of every run), the bulk frame (``SCHEMA``, read by ``parsers.nccl.coll_rows`` alone),
+    the first lines' ``_w`` (``_input``, ``line_no``, ``_w``), which of ``lines`` were kept (a
+    mask) and the bulk lines per input.
+
+    Lines of a run are adjacent rows of one input (the envelope has a row per physical line)."""
+    header = pl.col("text").str.splitn(" ", 3).struct
+    writer = header.field("field_0").str.splitn(":", 3).struct
+    key = pl.concat_str([pl.col(c).cast(pl.String).fill_null("\x00") for c in ["_input", *LAUNCHER_TAGS]]
+                        + [writer.field("field_0"), writer.field("field_1"), header.field("field_1")],
+                        separator="\x1f")
+    marked = lines.with_columns(_coll=is_coll).with_columns(
+        _key=pl.when(pl.col("_coll")).then(key))
+    # the rest of a run: a COLL line right after a COLL line of the same input and writer
+    rest = pl.col("_coll") & (pl.col("_key") == pl.col("_key").shift(1)).fill_null(False)
+    marked = marked.with_columns(_rest=rest).with_columns(
+        run_line=pl.when(~pl.col("_rest")).then(pl.col("line_no")).forward_fill()).drop("_key")
+    bulk_lines = marked.filter(pl.col("_rest"))
+    kept = marked.filter(~pl.col("_rest")).drop("_rest", "run_line")
+    weights = bulk_lines.group_by("_input", "run_line").agg(_w=(pl.len() + 1).cast(pl.UInt32)).rename(
+        {"run_line": "line_no"})
+    fields = parsers.nccl.coll_rows(bulk_lines.select(pl.int_range(pl.len(), dtype=pl.UInt32).alias("line_no"),
+                                                      "text"))
+    ids = pl.Series(input_ids, dtype=pl.UInt32)
+    to_id = pl.col("_input").replace_strict(pl.int_range(len(ids), eager=True, dtype=pl.UInt32), ids)
+    frame = pl.concat([bulk_lines.select(input_id=to_id, line_no="line_no", run_line="run_line", offset="offset",
+                                         length="length", prefix="prefix", ext_ts="ext_ts"),
+                       fields.drop("line_no", "kind")], how="horizontal")
+    frame = frame.select([pl.col(c).cast(t) for c, t in SCHEMA.items()])
+    counts = dict(frame.group_by("input_id").len().iter_rows())
+    return kept.drop("_coll"), frame, weights, ~marked["_rest"], counts
 
 
 def staged(con: duckdb.DuckDBPyConnection) -> bool:
-    """Whether the store holds bulk rows not merged yet (a ``_bulk`` table)."""
+    """Whether the store shows bulk rows not merged yet (the ``_bulk`` view, ``Sink.stage``)."""
     return bool(con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = ?",
                             [TABLE]).fetchall()[0][0])
 
 
 class Sink:
-    """Appends each chunk's bulk rows to ``_bulk`` in the store as they arrive. The store is
-    opened (``connect()``) at the first rows, so a run without bulk opens it as before."""
+    """Collects the COLL trace bulk of a run: each chunk's rows are a Parquet file in ``spool``
+    (written by whoever parsed the chunk, a worker process or this one: ``write``), and
+    ``stage`` shows them all to the store as one ``_bulk`` view. So the bulk never crosses
+    from a worker to this process, and is never inserted twice. The store is opened
+    (``connect()``) at ``stage``, so a run without bulk opens it as before."""
 
     def __init__(self, connect) -> None:
         self.connect = connect
         self.con: duckdb.DuckDBPyConnection | None = None
         self.rows = 0
+        self.spool = str(store.private_dir() / f"bulk-{uuid.uuid4().hex[:12]}")
+        self.files: list[str] = []
+        # (input_id, line_no): that input's rows from that line on are left out (analyzer.tails)
+        self.dropped: list[tuple[int, int]] = []
+        self.old_files: list[str] = []      # files read with ``dropped`` applied (an old parse's)
 
     def connection(self) -> duckdb.DuckDBPyConnection:
         if self.con is None:
             self.con = self.connect()
         return self.con
 
-    def __call__(self, frame: pl.DataFrame) -> None:
-        if frame.is_empty():
+    def add(self, path: str | None, rows: int) -> None:
+        """A chunk's bulk file (``write``), in chunk order."""
+        if path is not None and rows:
+            self.files.append(path)
+            self.rows += rows
+
+    def stage(self) -> None:
+        """The ``_bulk`` view over every file (none: no view)."""
+        if not self.files and not self.old_files:
             return
-        self.connection()
-        self.con.register("_incoming_bulk", frame.to_arrow())
-        try:
-            if self.rows:
-                self.con.execute(f"INSERT INTO {TABLE} SELECT * FROM _incoming_bulk")
-            else:
-                self.con.execute(f"CREATE OR REPLACE TABLE {TABLE} AS SELECT * FROM _incoming_bulk")
-        finally:
-            self.con.unregister("_incoming_bulk")
-        self.rows += frame.height
+        con = self.connection()
+        parts = []
+        if self.old_files:
+            keep = " AND ".join(f"NOT (input_id = {i} AND line_no >= {n})" for i, n in self.dropped) or "true"
+            parts.append(f"SELECT * FROM read_parquet({_list(self.old_files)}) WHERE {keep}")
+        if self.files:
+            parts.append(f"SELECT * FROM read_parquet({_list(self.files)})")
+        con.execute(f"CREATE OR REPLACE VIEW {TABLE} AS " + " UNION ALL ".join(parts))
+        self.rows = con.execute(f"SELECT count(*) FROM {TABLE}").fetchall()[0][0]
+        if not self.rows:
+            con.execute(f"DROP VIEW {TABLE}")
+
+
+    def discard(self) -> None:
+        """The files, once merged (the store has the rows now)."""
+        shutil.rmtree(self.spool, ignore_errors=True)
+
+
+def _list(files: list[str]) -> str:
+    return "[" + ", ".join(f"'{store.sql_path(f)}'" for f in files) + "]"
+
+
+def write(frame: pl.DataFrame, spool: str, name: str) -> str | None:
+    """One chunk's bulk rows as ``spool/name.parquet``; None when there are none."""
+    if frame.is_empty():
+        return None
+    os.makedirs(spool, exist_ok=True)
+    path = os.path.join(spool, f"{name}.parquet")
+    frame.write_parquet(path, compression="zstd", statistics=True)
+    return path
 
 
 # Bulk rows merged per statement: each statement sorts only its own slice, so the memory a
@@ -159,7 +197,7 @@ def merge(con: duckdb.DuckDBPyConnection) -> None:
                 ORDER BY _ord, line_no""")
         con.execute(f'DROP TABLE "{table}"')
         con.execute(f'ALTER TABLE "_merged_{table}" RENAME TO "{table}"')
-    con.execute(f"DROP TABLE {TABLE}")
+    con.execute(f"DROP VIEW {TABLE}")
     con.execute("DROP TABLE _runs")
 
 

@@ -3,8 +3,12 @@
 Key: every input's path (an archive member's ``archive!/member``), size and mtime, plus a hash
 of the code that parses and models (``parsers/``, ``analyzer/``, ``hardware.toml``): a changed,
 added or removed input, or a new postmortem, misses. Value: the store as it stands after
-ingest, before the rules (which run again on every report: ``--gpu`` and the like change
-their verdict), with what ``analyze`` knew about the run (``Run.info``, messages).
+ingest, before the rules, with what ``analyze`` knew about the run (``Run.info``, messages).
+
+The report too: a second report on unchanged inputs would run the same rules on the same store,
+so its findings and report (``save_report``) are kept beside the store, keyed by the store's key,
+a hash of ``rules/`` and ``Run.info`` (where ``--gpu`` and the like go): another ``--gpu``, or
+a changed rule, runs the rules again.
 
 Where: ``$POSTMORTEM_CACHE_DIR``, else ``$XDG_CACHE_HOME/postmortem``, else
 ``~/.cache/postmortem``; the newest ``KEEP`` entries are kept. ``POSTMORTEM_CACHE=off`` (or
@@ -52,6 +56,21 @@ def code_version() -> str:
         for path in sorted((here / folder).glob("*.py")) + sorted((here / folder).glob("*.toml")):
             digest.update(path.name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:16]
+
+
+@cache
+def rules_version() -> str:
+    """A hash of the rules' sources (the report's code in ``analyzer/`` is in ``code_version``)."""
+    digest = hashlib.sha256(code_version().encode())
+    for path in sorted((Path(__file__).resolve().parents[1] / "rules").glob("*.py")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def report_key(run_key: str, info: dict) -> str:
+    """The key of the report on a store of key ``run_key`` with ``info`` (``Run.info``)."""
+    options = json.dumps(info, sort_keys=True, default=str)
+    return hashlib.sha256(f"{run_key}\0{rules_version()}\0{options}".encode()).hexdigest()[:32]
 
 
 def key(items: list[InputFile]) -> str:
@@ -115,6 +134,35 @@ def save(run_key: str, con: duckdb.DuckDBPyConnection, meta: dict) -> None:
         return  # a cache that cannot be written costs speed, never the report
 
 
+def load_report(report_key_: str, con: duckdb.DuckDBPyConnection) -> dict | None:
+    """The cached report, its ``findings`` table copied into ``con``'s store; None on a miss."""
+    entry = root() / f"{report_key_}.report"
+    try:
+        report = json.loads((entry / "report.json").read_text(encoding="utf-8"))
+        con.execute("CREATE OR REPLACE TABLE findings AS SELECT * FROM read_parquet(?)",
+                    [str(entry / "findings.parquet")])
+    except (duckdb.Error, OSError, ValueError):
+        return None   # no entry, or a damaged one: the rules run again
+    os.utime(entry)
+    return report
+
+
+def save_report(report_key_: str, con: duckdb.DuckDBPyConnection, report: dict) -> None:
+    """Keep ``report`` and the store's ``findings`` table (written in a folder aside, then renamed)."""
+    folder = root()
+    part = folder / f".{report_key_}.{uuid.uuid4().hex}.part"
+    try:
+        part.mkdir(parents=True)
+        con.execute(f"COPY findings TO '{store.sql_path(part / 'findings.parquet')}' (FORMAT parquet)")
+        (part / "report.json").write_text(json.dumps(report, default=str), encoding="utf-8")
+        final = folder / f"{report_key_}.report"
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(part, final)
+        _prune(folder)
+    except (duckdb.Error, OSError):
+        shutil.rmtree(part, ignore_errors=True)   # costs speed next time, never this report
+
+
 def _prune(folder: Path) -> None:
     entries = sorted(folder.glob("*.duckdb"), key=lambda p: p.stat().st_mtime, reverse=True)
     for old in entries[KEEP:]:
@@ -122,6 +170,12 @@ def _prune(folder: Path) -> None:
     parsed = sorted(folder.glob("*.parsed"), key=lambda p: p.stat().st_mtime, reverse=True)
     for old in parsed[KEEP:]:   # parse entries of analyzer.tails
         shutil.rmtree(old, ignore_errors=True)
+    reports = sorted(folder.glob("*.report"), key=lambda p: p.stat().st_mtime, reverse=True)
+    for old in reports[3 * KEEP:]:   # a few per store (--gpu and the like)
+        shutil.rmtree(old, ignore_errors=True)
     for part in folder.glob(".*.part"):  # left by a process that died while writing
         if time.time() - part.stat().st_mtime > 3600:
-            part.unlink(missing_ok=True)
+            if part.is_dir():
+                shutil.rmtree(part, ignore_errors=True)
+            else:
+                part.unlink(missing_ok=True)

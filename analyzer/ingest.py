@@ -209,16 +209,22 @@ def _parse_batched(results: list[FileResult]) -> Batched:
     (input_id, line_no) here, so to them and to everything after them nothing changes."""
     batched = Batched()
     texts = [r for r in results if r.lines is not None and r.item.kind in ("log", "pyspy")]
+    frames: dict[tuple, pl.DataFrame | None] = {}   # what a module reads, concatenated once
     for module in parsers.BATCHED:
         literal = getattr(module, "BATCH_LITERAL", None)
         # Parsers written for the batch (they declare a BATCH_LITERAL) read logs; the ones that
         # used to run per file read what they read there: logs and py-spy dumps.
         kinds = ("log",) if literal is not None else ("log", "pyspy")
-        read = [r.lines if module is parsers.nccl else r.others for r in texts if r.item.kind in kinds]
-        chosen = [frame for frame in read if not literal or frame["text"].str.contains(literal, literal=True).any()]
-        if not chosen:
+        source = (module is parsers.nccl, kinds)
+        if source not in frames:
+            read = [r.lines if module is parsers.nccl else r.others for r in texts if r.item.kind in kinds]
+            frames[source] = pl.concat(read, how="vertical_relaxed") if read else None
+        combined = frames[source]
+        if combined is not None and literal:   # only the inputs that mention the literal
+            mention = combined.filter(pl.col("text").str.contains(literal, literal=True))["input_id"].unique()
+            combined = combined.filter(pl.col("input_id").is_in(mention.implode()))
+        if combined is None or combined.is_empty():
             continue
-        combined = pl.concat(chosen, how="vertical_relaxed")
         mapping = combined.select(_row=pl.int_range(1, pl.len() + 1, dtype=pl.UInt32), input_id="input_id", _line="line_no")
         try:
             parsed = module.parse(combined.with_columns(line_no=mapping["_row"]))
@@ -331,8 +337,8 @@ class ChunkResult:
     tables: dict[str, pl.DataFrame]
     errors: list[str | None]        # per piece: why it was skipped, or None
     # COLL trace lines past the first of each run (``analyzer.bulk``), for the store, not the
-    # models; and how many each input had.
-    bulk: pl.DataFrame | None = None
+    # models: the Parquet file they were written to, and how many each input had.
+    bulk_file: str | None = None
     bulk_counts: dict[int, int] = field(default_factory=dict)
 
 
@@ -408,13 +414,14 @@ def _is_text_log(item: InputFile) -> bool:
         return False
 
 
-def parse_chunk(pieces: list[Piece], cut_bulk: bool = False) -> ChunkResult:
+def parse_chunk(pieces: list[Piece], spool: str | None = None) -> ChunkResult:
     """Read and parse a chunk of pieces: whole-file readers, the envelope of all text pieces at
     once, the gated per-file parsers, then the batched ones.
 
     The text of understood NCCL INFO lines is dropped here (it is read back by offset, see
-    ``analyzer.store``): in a COLL-traced run they are nearly all the bytes. ``cut_bulk``: COLL
-    trace lines past the first of each run go to ``ChunkResult.bulk`` (``analyzer.bulk``)."""
+    ``analyzer.store``): in a COLL-traced run they are nearly all the bytes. ``spool``: a folder
+    (``analyzer.bulk.Sink``); COLL trace lines past the first of each run are written there, to
+    ``ChunkResult.bulk_file``, instead of going through the parsers and the models."""
     results: list[FileResult] = []
     pending: list[tuple[FileResult, bytes, Piece]] = []
     for piece in pieces:
@@ -422,20 +429,22 @@ def parse_chunk(pieces: list[Piece], cut_bulk: bool = False) -> ChunkResult:
         results.append(result)
         if data is not None:
             pending.append((result, data, piece))
-    traced = None
+    weights = None
     if pending:
         combined = _placed(envelope_frame([data for _, data, _ in pending]), [p for _, _, p in pending])
-        # Whole COLL trace lines are nearly every line of a COLL-traced log and mean nothing to
-        # the parsers but NCCL's: the others read ``others``.
-        coll = combined.select(parsers.nccl.is_plain_coll(pl.col("text"))).to_series()
-        others = combined
-        if coll.any():
-            others = combined.filter(~coll)
-            ids = pl.Series([result.input_id for result, _, _ in pending], dtype=pl.UInt32)
-            traced = combined.filter(coll).select(
-                input_id=pl.col("_input").replace_strict(pl.int_range(len(ids), eager=True, dtype=pl.UInt32), ids),
-                line_no="line_no")
-        gates = file_gates([result.input_id for result, _, _ in pending], others) if USE_FILE_GATES else None
+        # Whole NCCL INFO lines (half the lines of an init log; COLL trace lines, nearly every
+        # line of a COLL-traced log) mean nothing to the parsers but NCCL's: the others read
+        # ``others``. With a ``spool`` only the first line of each run of COLL lines is parsed;
+        # the rest are read by position (``analyzer.bulk``).
+        marks = combined.select(info=parsers.nccl.is_plain_info(pl.col("text")),
+                                coll=parsers.nccl.is_plain_coll(pl.col("text")))
+        info, coll = marks["info"], marks["coll"]
+        ids = [result.input_id for result, _, _ in pending]
+        if spool is not None and coll.any():
+            combined, chunk_bulk, weights, kept, bulk_counts = bulk.cut(combined, coll, ids)
+            info = info.filter(kept)
+        others = combined.filter(~info) if info.any() else combined
+        gates = file_gates(ids, others) if USE_FILE_GATES else None
         every = split_inputs(combined, len(pending))
         rests = split_inputs(others, len(pending)) if others is not combined else every
         for (result, _, _), lines, rest in zip(pending, every, rests):
@@ -443,10 +452,20 @@ def parse_chunk(pieces: list[Piece], cut_bulk: bool = False) -> ChunkResult:
         del combined, others
     pending.clear()
     chunk = _combine_chunk([p.input_id for p in pieces], results, _parse_batched(results))
-    cut = bulk.split(chunk.lines, chunk.tables, traced) if cut_bulk and chunk.lines is not None else None
-    if cut is not None:
-        chunk.lines, chunk.tables, chunk.bulk, chunk.bulk_counts = cut
+    if weights is not None:
+        name = f"{pieces[0].input_id:08d}-{pieces[0].start}-{os.getpid()}"
+        chunk.bulk_file, chunk.bulk_counts = bulk.write(chunk_bulk, spool, name), bulk_counts
+        chunk.lines = _weighted(chunk.lines, weights, ids)
     return chunk
+
+
+def _weighted(lines: pl.DataFrame, weights: pl.DataFrame, input_ids: list[int]) -> pl.DataFrame:
+    """``lines`` with ``_w``: how many lines each row stands for (a run's first line, its run)."""
+    ids = pl.Series(input_ids, dtype=pl.UInt32)
+    weights = weights.select(input_id=pl.col("_input").replace_strict(
+        pl.int_range(len(ids), eager=True, dtype=pl.UInt32), ids), line_no="line_no", _w="_w")
+    return lines.join(weights, on=["input_id", "line_no"], how="left", maintain_order="left").with_columns(
+        _w=pl.col("_w").fill_null(1))
 
 
 def _placed(frame: pl.DataFrame, pieces: list[Piece]) -> pl.DataFrame:
@@ -460,7 +479,7 @@ def _placed(frame: pl.DataFrame, pieces: list[Piece]) -> pl.DataFrame:
         line_no=pl.col("line_no") + pl.col("_lines"), offset=pl.col("offset") + pl.col("_bytes")).drop("_lines", "_bytes")
 
 
-def _parse_chunk_job(job: tuple[list[Piece], bool]) -> ChunkResult:
+def _parse_chunk_job(job: tuple[list[Piece], str | None]) -> ChunkResult:
     return parse_chunk(*job)
 
 
@@ -486,22 +505,23 @@ def parse_all(items: list[InputFile], progress: bool | Progress = False, workers
     when there are several chunks and more than one worker (``worker_count``), else here. Chunks
     come back in order, so the result is the same either way (tests/test_scale_ingest.py).
     ``progress``: a ``Progress`` (or True for a new one) shows files, bytes and rate.
-    ``sink``: a callable (``analyzer.bulk.Sink``) that takes each chunk's COLL trace bulk as it
-    arrives; without one every line stays in the result.
+    ``sink``: an ``analyzer.bulk.Sink``, which gets each chunk's COLL trace bulk as a file, and
+    stages them all at the end; without one every line stays in the result.
     """
     meter = progress if isinstance(progress, Progress) else Progress(bool(progress))
     meter.start(len(items), sum(i.size for i in items))
     chunks = plan_chunks(items, chunk_bytes)
-    jobs = [(pieces, sink is not None) for pieces in chunks]
+    jobs = [(pieces, sink.spool if sink is not None else None) for pieces in chunks]
     count = min(worker_count(items, workers), len(jobs))
     done: list[ChunkResult] = []
     for (pieces, _), chunk in zip(jobs, _run_jobs(jobs, count)):
-        if chunk.bulk is not None:
-            sink(chunk.bulk)
-            chunk.bulk = None
+        if sink is not None:
+            sink.add(chunk.bulk_file, sum(chunk.bulk_counts.values()))
         done.append(chunk)
         meter.advance(sum(p.size for p in pieces), files=sum(p.end in (None, p.item.size) for p in pieces))
     meter.finish()
+    if sink is not None:
+        sink.stage()
     # A worker's items are copies: the kinds and problems it found go back to the caller's (a
     # segmented input's problems are those of all its segments).
     problems: dict[int, list[str]] = {}
@@ -530,7 +550,7 @@ def _compacted(chunk: ChunkResult) -> ChunkResult:
     return chunk
 
 
-def _run_jobs(jobs: list[tuple[list[Piece], bool]], count: int):
+def _run_jobs(jobs: list[tuple[list[Piece], str | None]], count: int):
     """Each job's ``ChunkResult`` in job order: here, or in ``count`` worker processes.
 
     Workers are spawned (never forked: Polars' thread pool does not survive a fork) with one
@@ -544,14 +564,18 @@ def _run_jobs(jobs: list[tuple[list[Piece], bool]], count: int):
     from concurrent.futures import ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool
 
-    # Workers start at the first submissions, and two things are set for them then: one Polars
-    # thread each (read by their Polars at import), and a stand-in for the caller's main
-    # script, which spawned workers would otherwise run again (multiprocessing re-imports
-    # __main__ unless a script guards itself with `if __name__ == "__main__"`); they need
-    # nothing of it: the parse job is importable by name.
+    # Workers start at the first submissions, and these are set for them then (read at their
+    # start): one Polars thread each; Polars' allocator keeping freed pages for reuse (every
+    # chunk allocates about the same again: handing pages back and faulting them in anew cost a
+    # fifth of a worker's time); and a stand-in for the caller's main script, which spawned
+    # workers would otherwise run again (multiprocessing re-imports __main__ unless a script
+    # guards itself with `if __name__ == "__main__"`); they need nothing of it: the parse job is
+    # importable by name.
+    settings = {"POLARS_MAX_THREADS": "1",
+                "_RJEM_MALLOC_CONF": os.environ.get("_RJEM_MALLOC_CONF", "dirty_decay_ms:30000,muzzy_decay_ms:30000")}
     with ProcessPoolExecutor(count, mp_context=multiprocessing.get_context("spawn")) as pool:
-        saved_threads, main = os.environ.get("POLARS_MAX_THREADS"), sys.modules.get("__main__")
-        os.environ["POLARS_MAX_THREADS"] = "1"
+        saved, main = {name: os.environ.get(name) for name in settings}, sys.modules.get("__main__")
+        os.environ.update(settings)
         sys.modules["__main__"] = types.ModuleType("__main__")
         waiting = iter(jobs)
         pending: deque = deque()
@@ -559,12 +583,13 @@ def _run_jobs(jobs: list[tuple[list[Piece], bool]], count: int):
             pending.extend((job, pool.submit(_parse_chunk_job, job)) for job in islice(waiting, count))
         finally:
             sys.modules["__main__"] = main
-            if saved_threads is None:
-                os.environ.pop("POLARS_MAX_THREADS", None)
-            else:
-                os.environ["POLARS_MAX_THREADS"] = saved_threads
-        # At most two chunks per worker in flight: results that wait for this process (a chunk's
-        # COLL bulk is a few hundred MB) would otherwise pile up without bound.
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
+        # At most two chunks per worker in flight: results that wait for this process would
+        # otherwise pile up without bound.
         pending.extend((job, pool.submit(_parse_chunk_job, job)) for job in islice(waiting, count))
         broken = False
         while pending:

@@ -31,6 +31,7 @@ class Run:
     messages: list[str] = field(default_factory=list)
     timings: dict = field(default_factory=dict)
     db_path: str | None = None
+    cache_key: str | None = None   # the key of this store in analyzer.cache (None: cache off)
 
     def frame(self, sql: str, params: list | None = None) -> pl.DataFrame:
         return self.con.sql(sql, params=params or None).pl()
@@ -72,9 +73,10 @@ def analyze(paths: list[str | Path], db_path: str | Path | None = None, progress
             if hit:
                 con, meta = hit
                 return Run(con, meta["info"], meta["messages"], {"cache": "hit", "total_ingest_s": round(
-                    time.perf_counter() - started, 3)}, db_path=str(db_path) if db_path else None)
-            # A large run gets its store on disk from the start: the COLL trace bulk streams
-            # into it chunk by chunk (analyzer.bulk) instead of being held in memory.
+                    time.perf_counter() - started, 3)}, db_path=str(db_path) if db_path else None,
+                           cache_key=run_key)
+            # A large run gets its store on disk from the start. Its COLL trace bulk is kept
+            # out of memory: files the store reads at the end (analyzer.bulk).
             spill = sum(i.size for i in items) >= store.SPILL_BYTES
             sink = bulk.Sink(lambda: store.connect(db_path, spill=spill))
             # A live hang's logs grow between two analyses: parse only what they gained.
@@ -94,7 +96,7 @@ def analyze(paths: list[str | Path], db_path: str | Path | None = None, progress
             if parsed is None:
                 parsed = parse_all(items, progress=meter, sink=sink)
             if paths_key:
-                tails.save(cache.root(), paths_key, parsed, sink.con)
+                tails.save(cache.root(), paths_key, parsed, sink)
         finally:
             meter.close()
     t_parse = time.perf_counter()
@@ -126,11 +128,13 @@ def analyze(paths: list[str | Path], db_path: str | Path | None = None, progress
     store.write_all(con, tables)
     if sink.rows:
         bulk.merge(con)
+    sink.discard()
     info.update(year=year, time_source=year_source,
                 attempts=sorted(a for a in lines["attempt"].unique().to_list() if a is not None))
     run = Run(con, info, errors + _collapse_empty(parsed.messages), db_path=str(db_path) if db_path else None)
     if run_key:
         cache.save(run_key, con, {"info": run.info, "messages": run.messages})
+        run.cache_key = run_key
     run.timings = {"parse_s": round(t_parse - started, 3), "total_ingest_s": round(time.perf_counter() - started, 3)}
     if tail_info:
         run.timings.update(cache="tails", **tail_info)

@@ -83,6 +83,24 @@ def root_causes(findings) -> list:
 
 
 def build_report(run: Run) -> dict:
+    """The report of ``run``; its ``findings`` and ``report`` tables are written to the store.
+    On a store from the cache, a report the same rules made with the same options is reused
+    (``analyzer.cache.load_report``)."""
+    from analyzer import cache
+
+    key = cache.report_key(run.cache_key, run.info) if run.cache_key else None
+    cached = cache.load_report(key, run.con) if key else None
+    if cached is not None:
+        cached["timings"] = {**run.timings, "report": "cached"}
+        store_report(run, cached)
+        return cached
+    report = _fresh_report(run)
+    if key:
+        cache.save_report(key, run.con, report)
+    return report
+
+
+def _fresh_report(run: Run) -> dict:
     attempts = run.info.get("attempts") or [0]
     per_attempt = {a: run_rules(run, a) for a in attempts}
     failed = [a for a in attempts if any(f.severity in ("error", "warning") for f in per_attempt[a][1])]

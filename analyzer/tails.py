@@ -4,7 +4,7 @@ The store cache (``analyzer.cache``) answers only when no input changed. A job t
 hanging keeps appending to a few of its logs (watchdog lines, periodic work updates) while the
 engineer runs ``postmortem`` again and again. So after every parse the parse-level result is
 kept too, one entry per set of input paths: the frames ``parse_all`` gave (``lines``, every
-table), the COLL trace bulk, and per input its size, mtime and a checksum of its bytes.
+table), the COLL trace bulk's files, and per input its size, mtime and a checksum of its bytes.
 
 On the next analysis of the same paths, when every input is unchanged or has only *grown*
 (larger, its old bytes unchanged, an uncompressed log), the old frames are reused and each grown log is parsed again from a restart line
@@ -65,8 +65,8 @@ def fingerprint(item: InputFile, size: int) -> str | None:
     return f"{crc:08x}" if left == 0 else None
 
 
-def save(folder: Path, key: str, parsed: Parsed, con: duckdb.DuckDBPyConnection | None) -> None:
-    """Keep ``parsed`` (and the ``_bulk`` table of ``con``) as the parse entry of ``key``."""
+def save(folder: Path, key: str, parsed: Parsed, sink: bulk.Sink) -> None:
+    """Keep ``parsed`` and the bulk ``sink`` staged as the parse entry of ``key``."""
     entry = folder / f"{key}.parsed"
     part = folder / f".{key}.{uuid.uuid4().hex}.parsed-part"
     try:
@@ -74,14 +74,22 @@ def save(folder: Path, key: str, parsed: Parsed, con: duckdb.DuckDBPyConnection 
         parsed.lines.write_ipc(part / "lines.arrow")
         for name, frame in parsed.tables.items():
             frame.write_ipc(part / f"table.{name}.arrow")
-        has_bulk = con is not None and bulk.staged(con)
-        if has_bulk:
-            con.execute(f"COPY {bulk.TABLE} TO '{store.sql_path(part / 'bulk.parquet')}' (FORMAT parquet)")
+        kept = []
+        if sink.con is not None and bulk.staged(sink.con):
+            (part / "bulk").mkdir()
+            if sink.old_files:   # an old parse's files, some rows left out: what the view shows, as one
+                sink.con.execute(f"COPY {bulk.TABLE} TO '{store.sql_path(part / 'bulk' / '0.parquet')}' "
+                                 "(FORMAT parquet, COMPRESSION zstd)")
+                kept = ["0.parquet"]
+            else:
+                for n, path in enumerate(sink.files):
+                    shutil.copyfile(path, part / "bulk" / f"{n}.parquet")
+                kept = [f"{n}.parquet" for n in range(len(sink.files))]
         manifest = {"items": [{"display": i.display, "path": str(i.path), "source": i.source, "size": i.size,
                                "mtime": i.mtime, "compression": i.compression, "kind": i.kind,
                                "problems": i.problems, "error": e, "fingerprint": fingerprint(i, i.size)}
                               for i, e in zip(parsed.items, parsed.errors)],
-                    "tables": sorted(parsed.tables), "bulk": has_bulk}
+                    "tables": sorted(parsed.tables), "bulk": kept}
         (part / "manifest.json").write_text(json.dumps(manifest))
         if entry.exists():
             shutil.rmtree(entry, ignore_errors=True)
@@ -127,27 +135,23 @@ def reparse(plan_: Plan, items: list[InputFile], sink) -> tuple[Parsed, dict]:
     tables = {name: pl.read_ipc(entry / f"table.{name}.arrow") for name in manifest["tables"]}
     for item, old in zip(items, manifest["items"]):
         item.kind, item.problems = old["kind"], list(old["problems"])
-    con = None
-    if manifest["bulk"]:
-        con = sink.connection()
-        con.execute(f"CREATE OR REPLACE TABLE {bulk.TABLE} AS SELECT * FROM read_parquet("
-                    f"'{store.sql_path(entry / 'bulk.parquet')}')")
-        sink.rows = con.execute(f"SELECT count(*) FROM {bulk.TABLE}").fetchall()[0][0]
+    if manifest["bulk"]:   # copied: the entry is replaced (``save``) before the store reads them
+        Path(sink.spool).mkdir(parents=True, exist_ok=True)
+        for name in manifest["bulk"]:
+            shutil.copyfile(entry / "bulk" / name, Path(sink.spool) / f"old-{name}")
+            sink.old_files.append(str(Path(sink.spool) / f"old-{name}"))
     pieces = []
     for input_id, old_size in sorted(plan_.grown.items()):
         restart, offset = _restart(lines, tables, input_id)
         pieces.append(Piece(input_id, items[input_id], offset, items[input_id].size, restart - 1))
         lines = lines.filter((pl.col("input_id") != input_id) | (pl.col("line_no") < restart))
         tables = {name: _before(frame, input_id, restart) for name, frame in tables.items()}
-        if con is not None:
-            con.execute(f"DELETE FROM {bulk.TABLE} WHERE input_id = ? AND line_no >= ?", [input_id, restart])
-    tail = parse_chunk(pieces, cut_bulk=True)
-    if tail.bulk is not None:
-        sink(tail.bulk)
-        tail.bulk = None
+        sink.dropped.append((input_id, restart))
+    tail = parse_chunk(pieces, sink.spool)
+    sink.add(tail.bulk_file, sum(tail.bulk_counts.values()))
+    sink.stage()
     counts: dict[int, int] = {}
-    if sink.con is not None:   # the bulk left of the old parse and the tails' (counted once, here)
-        sink.rows = sink.con.execute(f"SELECT count(*) FROM {bulk.TABLE}").fetchall()[0][0]
+    if sink.rows:   # the bulk left of the old parse and the tails' (counted once, here)
         counts = dict(sink.con.execute(f"SELECT input_id, count(*) FROM {bulk.TABLE} GROUP BY 1").fetchall())
         lines = _reweighted(lines, sink.con, list(plan_.grown))
     tail.bulk_counts = {}

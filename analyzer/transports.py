@@ -22,7 +22,7 @@ def accelerator(run, gpu: str | None = None) -> tuple[dict | None, str]:
     for table, column in (("gpus", "name"), ("gpu_health", "product")):
         if column in run.columns(table):
             names = run.frame(f'SELECT "{column}" AS n, count(*) AS c FROM "{table}" WHERE "{column}" IS NOT NULL '
-                              "GROUP BY 1 ORDER BY c DESC LIMIT 1")
+                              "GROUP BY 1 ORDER BY c DESC, n LIMIT 1")  # a tie: by name, not by chance
             if not names.is_empty():
                 acc = hardware.find(names["n"][0])
                 if acc:

@@ -101,8 +101,13 @@ GPU_HEALTH_SCHEMA = {
 NIC_SCHEMA = {"line_no": pl.UInt32, "device": pl.String, "port": pl.Int64, "counter": pl.String,
               "value": pl.Int64, "is_error": pl.Boolean, "source": pl.String}
 
-_GATE = ["GPU 0", "device handle", "memory.", "pci.bus_id", "temperature.", "clocks.", "ecc.errors", "pcie.link",
-         "NIC statistics", "ethtool -S", "perfquery", "Port counters", "Counter:."]
+# Where this parser's records start: literals, the `nvidia-smi -q` GPU header and the
+# `--query-gpu` CSV header (as patterns: literals such as `memory.` or `GPU 0` match every
+# py-spy `pin_memory.py` frame and many training-log lines).
+_NIC_LITERALS = ["NIC statistics", "ethtool -S", "perfquery", "Port counters", "Counter:."]
+_GATE = ["device handle", *_NIC_LITERALS]
+_NVSMI_HEAD = r"^GPU [0-9A-Fa-f]{4,8}:"
+_CSV_HEAD = r"^(?:[a-z_]+\.[a-z_.]+|index|name|uuid|serial)(?: \[[^\]]+\])?(?:, ?[a-z_.]+(?: \[[^\]]+\])?)+\s*$"
 _ERRORISH = r"(?i)err|discard|drop|link_?down|symbol|crc|timeout|retry|out_of_buffer|Downed|Recovery|Violation|Constraint"
 
 # path (sections joined by "/") -> column, for single values
@@ -224,7 +229,7 @@ def _unreachable(df: pl.DataFrame) -> pl.DataFrame:
 
 def _csv(df: pl.DataFrame) -> tuple[pl.DataFrame, list[int]]:
     t = pl.col("text")
-    head = t.str.contains(r"^(?:[a-z_]+\.[a-z_.]+|index|name|uuid|serial)(?: \[[^\]]+\])?(?:, ?[a-z_.]+(?: \[[^\]]+\])?)+\s*$")
+    head = t.str.contains(_CSV_HEAD)
     heads = df.filter(head)
     frames, used = [], []
     for line_no, text in heads.select("line_no", "text").iter_rows():
@@ -293,7 +298,8 @@ def _nics(df: pl.DataFrame) -> pl.DataFrame:
 def file_gate(text: pl.Expr) -> pl.Expr:
     """A line this parser could start from: an input with none gives nothing (analyzer.ingest
     skips the parser there; tests/test_batched_parsing.py holds the skip to the full run)."""
-    return text.fill_null("").str.contains_any(_GATE)
+    text = text.fill_null("")
+    return text.str.contains_any(_GATE) | text.str.contains(_NVSMI_HEAD) | text.str.contains(_CSV_HEAD)
 
 
 def parse(lines: pl.DataFrame) -> ParseResult:
@@ -304,10 +310,10 @@ def parse(lines: pl.DataFrame) -> ParseResult:
     df = lines.select("line_no", pl.col("text").fill_null(""))
     probe = df["text"]
     # literal gate: a training log without any health output costs one scan
-    if not probe.str.contains_any(_GATE).any():
+    if not df.select(file_gate(pl.col("text")).any()).item():
         return empty
     gpu_frames, used = [], []
-    if probe.str.contains(r"^GPU [0-9A-Fa-f]{4,8}:").any():
+    if probe.str.contains(_NVSMI_HEAD).any():
         frame, lines_used = _nvsmi(df)
         used += lines_used
         if not frame.is_empty():
@@ -323,7 +329,7 @@ def parse(lines: pl.DataFrame) -> ParseResult:
         if not frame.is_empty():
             gpu_frames.append(frame)
     nic = pl.DataFrame(schema=NIC_SCHEMA)
-    if probe.str.contains_any(["NIC statistics", "ethtool -S", "perfquery", "Port counters", "Counter:."]).any():
+    if probe.str.contains_any(_NIC_LITERALS).any():
         got = _nics(df)
         if isinstance(got, tuple):
             frame, head_lines = got

@@ -273,9 +273,18 @@ def envelope_frame(datas: list[bytes], passes: int = 4) -> pl.DataFrame:
 
 def split_inputs(frame: pl.DataFrame, count: int) -> list[pl.DataFrame]:
     """``envelope_frame``'s rows as one frame per input (an empty one where an input has none)."""
-    by_input = {key[0]: part for key, part in frame.partition_by("_input", as_dict=True, maintain_order=True).items()}
-    empty = frame.clear().select(list(ENVELOPE_SCHEMA))
-    return [by_input[i].select(list(ENVELOPE_SCHEMA)) if i in by_input else empty for i in range(count)]
+    frame = frame.select(*ENVELOPE_SCHEMA, "_input")
+    if not frame["_input"].is_sorted():
+        frame = frame.sort("_input", maintain_order=True)
+    # slices of one frame sorted by input (each a view, not a copy: thousands of small inputs)
+    sizes = frame["_input"].value_counts(sort=False).rows()
+    starts, at = {}, 0
+    for input_index, size in sorted(sizes):
+        starts[input_index] = (at, size)
+        at += size
+    frame = frame.drop("_input")
+    empty = frame.clear()
+    return [frame.slice(*starts[i]) if i in starts else empty for i in range(count)]
 
 
 def _prefixes_for(hosts: frozenset[str], rank_brackets: bool) -> list[tuple[str, str, dict[str, int]]]:

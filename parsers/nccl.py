@@ -152,24 +152,33 @@ _COLL_TOKENS = {"op": 0, "op_count_hex": 2, "sendbuff": 4, "recvbuff": 6, "count
 _COLL_SHAPE = re.sub(r"\(\?P<\w+>", "(?:", KINDS[0].pattern)   # the catalogue's pattern, groups unnamed
 
 
+def is_plain_info(text: pl.Expr) -> pl.Expr:
+    """A whole, untorn NCCL INFO line (`host:pid:tid [dev] NCCL INFO msg`): NCCL's own, a line
+    only this parser reads (``analyzer.ingest`` keeps such lines from the other parsers, whose
+    literal tests would otherwise match NCCL's words: `GPU 0`, `Name:`)."""
+    return (text.str.count_matches("NCCL ", literal=True) == 1) & text.str.contains(_PLAIN_INFO)
+
+
 def is_plain_coll(text: pl.Expr) -> pl.Expr:
-    """A whole, untorn COLL trace line (`host:pid:tid [dev] NCCL INFO AllReduce: opCount ...`):
-    the bulk of a COLL-traced log, and a line only this parser reads (``analyzer.ingest`` keeps
-    such lines from the other parsers). A literal test first: the pattern runs on few lines."""
+    """A plain INFO line (``is_plain_info``) that is a COLL trace line (`... NCCL INFO
+    AllReduce: opCount ...`): the bulk of a COLL-traced log. A literal test first."""
     return (text.str.contains(": opCount ", literal=True)
             & (text.str.count_matches("NCCL ", literal=True) == 1)
             & text.str.contains(_PLAIN_INFO + _COLL_SHAPE.removeprefix("^")))
 
 
+def _prefix_schema() -> pl.Schema:
+    """Columns of a split NCCL prefix (``_prefixed``)."""
+    return pl.Schema({**{k: v for k, v in LINES_SCHEMA.items() if k != "kind"}, "src_file": pl.String,
+                      "msg": pl.String, "torn": pl.Boolean, "nccl_ts": pl.String, "fn": pl.String})
+
+
 def _prefixed(lines: pl.DataFrame) -> pl.DataFrame:
-    empty = pl.DataFrame(schema={**{k: v for k, v in LINES_SCHEMA.items() if k != "kind"}, "src_file": pl.String,
-                                 "msg": pl.String, "torn": pl.Boolean, "nccl_ts": pl.String,
-                                 "fn": pl.String})
+    empty = pl.DataFrame(schema=_prefix_schema())
     df = lines.select("line_no", "text").filter(pl.col("text").str.contains(" NCCL ", literal=True))
     if df.is_empty():
         return empty
-    plain = (pl.col("text").str.count_matches("NCCL ", literal=True) == 1) & pl.col("text").str.contains(_PLAIN_INFO)
-    df = df.with_columns(_plain=plain)
+    df = df.with_columns(_plain=is_plain_info(pl.col("text")))
     parts = [_plain_prefix(df.filter(pl.col("_plain")), empty.schema),
              _full_prefix(df.filter(~pl.col("_plain")), empty.schema)]
     return pl.concat(parts).sort("line_no")
@@ -240,12 +249,8 @@ def _classify(info: pl.DataFrame) -> tuple[dict[str, list[pl.DataFrame]], pl.Dat
     info = info.filter(~pl.col("_coll"))
     kinds = []
     if not traced.is_empty():
-        traced = traced.with_columns(_tokens=pl.col("msg").str.split(" "))   # split once, not per field
-        fields = {name: pl.col("_tokens").list.get(i) for name, i in _COLL_TOKENS.items()}
-        fields["op"] = fields["op"].str.strip_suffix(":")
-        fields["nranks"] = fields["nranks"].str.strip_prefix("[nranks=").str.strip_suffix("]")
         kinds.append(traced.select("line_no", kind=pl.lit(KINDS[0].name)))
-        rows[KINDS[0].table] = [traced.select(*_BASE, "level", "src_file", "msg", kind=pl.lit(KINDS[0].name), **fields)]
+        rows[KINDS[0].table] = [_coll_fields(traced)]
     if info.is_empty():
         return rows, (pl.concat(kinds) if kinds else empty)
     shape = pl.col("msg").str.replace_all(_FOLD_HEX, "0x0").str.replace_all(r"\b\d+\b", "0")
@@ -267,6 +272,23 @@ def _classify(info: pl.DataFrame) -> tuple[dict[str, list[pl.DataFrame]], pl.Dat
                               how="horizontal")
         rows.setdefault(kind.table, []).append(frame)
     return rows, (pl.concat(kinds) if kinds else empty)
+
+
+def _coll_fields(traced: pl.DataFrame) -> pl.DataFrame:
+    """COLL trace messages (``KINDS[0]``, prefix already split off) -> their fields, by position."""
+    traced = traced.with_columns(_tokens=pl.col("msg").str.split(" "))   # split once, not per field
+    fields = {name: pl.col("_tokens").list.get(i) for name, i in _COLL_TOKENS.items()}
+    fields["op"] = fields["op"].str.strip_suffix(":")
+    fields["nranks"] = fields["nranks"].str.strip_prefix("[nranks=").str.strip_suffix("]")
+    return traced.select(*_BASE, "level", "src_file", "msg", kind=pl.lit(KINDS[0].name), **fields)
+
+
+def coll_rows(lines: pl.DataFrame) -> pl.DataFrame:
+    """Lines that ``is_plain_coll`` holds (``line_no``, ``text``) -> their ``collectives`` rows,
+    in the same order, exactly as ``parse`` makes them (``analyzer.bulk`` reads the COLL trace
+    bulk with this, without the rest of the parser)."""
+    rows = _coll_fields(_plain_prefix(lines.select("line_no", "text"), _prefix_schema()))
+    return conform(_collectives(_merge("collectives", [rows])), SCHEMAS["collectives"])
 
 
 def _merge(table: str, frames: list[pl.DataFrame] | None) -> pl.DataFrame | None:

@@ -386,13 +386,16 @@ def _nodes_of(job: pl.DataFrame) -> pl.DataFrame:
     return pl.DataFrame(rows, schema=JOB_NODES_SCHEMA)
 
 
+# Literals a scheduler record has; `kubectl describe` output by its first field only (`Name:`
+# anywhere would be every c10d `PG Name: 0` line of a training log).
+_GATE = ["JobID", "JobId=", "JOBID", "Pod"]
 
-_GATE = ["JobID", "JobId=", "JOBID", "Pod", "Name:"]
 
 def file_gate(text: pl.Expr) -> pl.Expr:
     """A line this parser could start from: an input with none gives nothing (analyzer.ingest
     skips the parser there; tests/test_batched_parsing.py holds the skip to the full run)."""
-    return text.fill_null("").str.contains_any(_GATE)
+    text = text.fill_null("")
+    return text.str.contains_any(_GATE) | text.str.starts_with("Name:")
 
 
 def parse(lines: pl.DataFrame) -> ParseResult:
@@ -402,7 +405,7 @@ def parse(lines: pl.DataFrame) -> ParseResult:
     df = lines.select("line_no", pl.col("text").fill_null(""))
     probe = df["text"]
     # literal gate: a training log without any scheduler output costs one scan
-    if not probe.str.contains_any(_GATE).any():
+    if not df.select(file_gate(pl.col("text")).any()).item():
         return empty
     frames, used = [], []
     if probe.str.contains(r"(?i)^\s*JobID").any():

@@ -95,3 +95,56 @@ def test_no_cache_flag_and_environment_turn_it_off(cache_dir, tmp_path, monkeypa
     monkeypatch.setenv("POSTMORTEM_CACHE", "off")
     analyze([job])
     assert not cache_dir.exists() and not cache.enabled()
+
+
+def _rendered(report: dict, run) -> dict[str, str]:
+    from analyzer.html_report import html_report
+    from analyzer.render import markdown_report, text_report
+    from analyzer.report import to_json
+
+    plain = {**report, "timings": {}}
+    return {"text": text_report(plain), "md": markdown_report(plain), "json": to_json(plain),
+            "html": html_report(plain, run)}
+
+
+def _findings_table(run) -> list[tuple]:
+    return run.con.execute("SELECT * FROM findings ORDER BY id").fetchall()
+
+
+def test_a_second_report_on_the_same_store_is_the_cached_one(cache_dir, tmp_path):
+    job = tmp_path / "job"
+    shutil.copytree(SAMPLE, job)
+    first = analyze([job])
+    fresh = build_report(first)
+    want, want_rows = _rendered(fresh, first), _findings_table(first)
+    assert len(list(cache_dir.glob("*.report"))) == 1
+    second = analyze([job])
+    again = build_report(second)
+    assert again["timings"].get("report") == "cached" and again["timings"].get("cache") == "hit"
+    assert _rendered(again, second) == want            # every format, byte for byte
+    assert _findings_table(second) == want_rows          # the store's findings table too
+    assert second.con.execute("SELECT count(*) FROM report").fetchone()[0] == 1
+
+
+def test_other_options_or_other_rules_run_the_rules_again(cache_dir, tmp_path, monkeypatch):
+    job = tmp_path / "job"
+    shutil.copytree(SAMPLE, job)
+    build_report(analyze([job]))
+    other = analyze([job])
+    other.info["gpu"] = "A100-80GB"      # what `report --gpu A100-80GB` does
+    assert "report" not in build_report(other)["timings"]
+    assert len(list(cache_dir.glob("*.report"))) == 2
+    monkeypatch.setattr(cache, "rules_version", lambda: "a changed rule")
+    assert "report" not in build_report(analyze([job]))["timings"]
+
+
+def test_a_damaged_report_entry_runs_the_rules_again(cache_dir, tmp_path):
+    job = tmp_path / "job"
+    shutil.copytree(SAMPLE, job)
+    want = _findings(analyze([job]))[0]
+    for entry in cache_dir.glob("*.report"):
+        (entry / "findings.parquet").write_bytes(b"not parquet")
+    run = analyze([job])
+    got, report = _findings(run)
+    assert got == want and "report" not in report["timings"]
+    assert len(_findings_table(run)) == len(want)

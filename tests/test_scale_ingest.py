@@ -66,8 +66,10 @@ def test_the_coll_bulk_is_merged_back_row_for_row(coll_run, monkeypatch):
         con.execute(f"SELECT count(*) FROM {bulk.TABLE}").fetchone()[0]) or real_merge(con))
     with_bulk = store_of([coll_run])
     assert merged and merged[0] > 1000, "the run's COLL lines should have gone through the bulk"
-    monkeypatch.setattr(bulk, "split", lambda *args: None)
+    whole_parse = ingest.parse_chunk     # every line through the parsers and the models
+    monkeypatch.setattr(ingest, "parse_chunk", lambda pieces, spool=None: whole_parse(pieces))
     without = store_of([coll_run])
+    assert len(merged) == 1, "the second store had no bulk"
     assert not differing(with_bulk[0], without[0])
     assert with_bulk[1] == without[1] and with_bulk[2] == without[2]
     assert any(code == "H001" for code, *_ in with_bulk[1]), "the planted culprit is still found"
