@@ -144,7 +144,7 @@ def bus_id_to_pci(bus_id: str | None) -> str | None:
 
 # The common line, `host:pid:tid [dev] NCCL INFO msg`, once and with no second header in it
 # (so not torn): split by position instead of the full prefix pattern, which has fourteen groups.
-_PLAIN_INFO = r"^[^:\s\[]*:\d+:\d+ \[\d+\] NCCL INFO "
+_PLAIN_INFO = r"^[^:\s\[]*:[0-9]+:[0-9]+ \[[0-9]+\] NCCL INFO "
 # Fields of a COLL trace message (``KINDS[0]``) by position: `Op: opCount h sendbuff p recvbuff p
 # count n datatype n op n root n comm p [nranks=n] stream p` (formats/nccl.md section 3.9).
 _COLL_TOKENS = {"op": 0, "op_count_hex": 2, "sendbuff": 4, "recvbuff": 6, "count": 8, "datatype": 10,

@@ -148,3 +148,15 @@ def test_a_damaged_report_entry_runs_the_rules_again(cache_dir, tmp_path):
     got, report = _findings(run)
     assert got == want and "report" not in report["timings"]
     assert len(_findings_table(run)) == len(want)
+
+
+def test_a_cached_report_follows_the_schema(cache_dir, tmp_path):
+    import jsonschema
+
+    job = tmp_path / "job"
+    shutil.copytree(SAMPLE, job)
+    build_report(analyze([job]))
+    again = json.loads(json.dumps(build_report(analyze([job])), default=str))
+    assert again["timings"]["report"] == "cached"
+    schema = json.loads((ROOT / "docs" / "report.schema.json").read_text())
+    assert not list(jsonschema.Draft202012Validator(schema).iter_errors(again))

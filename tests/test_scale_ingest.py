@@ -190,3 +190,26 @@ def test_workers_never_run_the_callers_script_again(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.count("script body ran") == 1, out.stdout
     assert "lines " in out.stdout and "RuntimeError" not in out.stderr
+
+
+def test_the_bulk_reads_coll_lines_as_the_nccl_parser_does():
+    """``parsers.nccl.coll_rows`` (the bulk path) gives, column for column, what the whole NCCL
+    parser gives for the same COLL lines: catalogue samples, odd headers, trailing blanks."""
+    import polars as pl
+
+    import parsers.nccl as nccl
+    from parsers.nccl_catalogue import KINDS
+
+    messages = list(KINDS[0].samples) + [
+        "Broadcast: opCount ff sendbuff 0x1 recvbuff 0x1 count 0 datatype 2 op 0 root -1 comm (nil) "
+        "[nranks=1] stream 0x2 \t",
+        "ReduceScatter: opCount 0 sendbuff 0xa recvbuff 0xb count 17 datatype 99 op 7 root 0 comm 0x3 "
+        "[nranks=4096] stream 0x4"]
+    headers = ["node03:38646:35596 [4]", "h-1.example.org:1:2 [0]", "x:0099:7 [15]"]
+    text = [f"{h} NCCL INFO {m}" for h in headers for m in messages]
+    lines = pl.DataFrame({"line_no": pl.Series(range(1, len(text) + 1), dtype=pl.UInt32), "text": text})
+    assert lines.select(nccl.is_plain_coll(pl.col("text")).all()).item()
+    whole = nccl.parse(lines).tables["collectives"]
+    bulk_rows = nccl.coll_rows(lines)
+    assert bulk_rows.height == len(text)
+    assert bulk_rows.equals(whole.select(bulk_rows.columns))
