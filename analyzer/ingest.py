@@ -2,11 +2,12 @@
 
 Inputs are cut into chunks of about ``CHUNK_BYTES`` (a large log into segments at line
 starts); each chunk goes bytes -> envelope -> every applicable parser -> tables stamped with
-``input_id``, in worker processes for large runs. A chunk's COLL trace bulk goes to the store as
-it arrives (``analyzer.bulk``); the rest is combined in input order, so the result does not
-depend on how the run was cut or how many workers parsed it. Nothing here decides ranks or
-attempts (``analyzer.identity`` does, over all inputs at once). A file that cannot be read
-yields a message naming it and the reason; the others are still analysed.
+``input_id``, in worker processes for large runs. A chunk's COLL trace bulk is written to a
+Parquet file the store reads at the end (``analyzer.bulk``); the rest is combined in input
+order, so the result does not depend on how the run was cut or how many workers parsed it.
+Nothing here decides ranks or attempts (``analyzer.identity`` does, over all inputs at once).
+A file that cannot be read yields a message naming it and the reason; the others are still
+analysed.
 """
 
 from __future__ import annotations
