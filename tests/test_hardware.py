@@ -95,3 +95,23 @@ def test_network_hops_are_priced_from_ibstat_rates(capsys):
     world = max(view["communicators"], key=lambda c: c["nranks"])
     roce = [h for h in world["hops"] if h["tier"] == "RoCE GDR"]
     assert roce and {h["gbyte_s"] for h in roce} == {50.0}  # 400 Gb/s ConnectX-7 ports in ibstat
+
+
+def test_a_tie_between_gpu_names_is_broken_by_name_not_by_chance():
+    """Mixed inputs with as many V100 as A100 rows (the real excerpts have that): the same model
+    every time, so a verdict (P001's MFU) never depends on DuckDB's group order."""
+    import duckdb
+    import polars as pl
+
+    from analyzer.pipeline import Run
+    from analyzer.transports import accelerator
+
+    names = ["Tesla V100-SXM2-32GB", "NVIDIA A100-SXM-80GB"] * 8
+    picked = set()
+    for order in (names, names[::-1]):
+        con = duckdb.connect()
+        con.register("g", pl.DataFrame({"name": order}).to_arrow())
+        con.execute("CREATE TABLE gpus AS SELECT * FROM g")
+        acc, source = accelerator(Run(con))
+        picked.add((acc["name"], source))
+    assert picked == {(hardware.find("NVIDIA A100-SXM-80GB")["name"], "gpus: NVIDIA A100-SXM-80GB")}
