@@ -55,7 +55,7 @@ def cut(lines: pl.DataFrame, is_coll: pl.Series, input_ids: list[int]):
     """Cut a chunk's enveloped lines (``_input``: the input's place in ``input_ids``) at the
     whole COLL trace lines ``is_coll`` marks, into runs. Returns the lines without the bulk (the
     rest of every run), the bulk frame (``SCHEMA``, read by ``parsers.nccl.coll_rows`` alone),
-    the first lines' ``_w`` (``_input``, ``line_no``, ``_w``), which of ``lines`` were kept (a
+    the first lines' ``_w`` (``input_id``, ``line_no``, ``_w``), which of ``lines`` were kept (a
     mask) and the bulk lines per input.
 
     Lines of a run are adjacent rows of one input (the envelope has a row per physical line)."""
@@ -70,16 +70,15 @@ def cut(lines: pl.DataFrame, is_coll: pl.Series, input_ids: list[int]):
     rest = pl.col("_coll") & (pl.col("_key") == pl.col("_key").shift(1)).fill_null(False)
     marked = marked.with_columns(_rest=rest).with_columns(
         run_line=pl.when(~pl.col("_rest")).then(pl.col("line_no")).forward_fill()).drop("_key")
-    bulk_lines = marked.filter(pl.col("_rest"))
+    ids = pl.Series(input_ids, dtype=pl.UInt32)
+    bulk_lines = marked.filter(pl.col("_rest")).with_columns(
+        input_id=pl.col("_input").replace_strict(pl.int_range(len(ids), eager=True, dtype=pl.UInt32), ids))
     kept = marked.filter(~pl.col("_rest")).drop("_rest", "run_line")
-    weights = bulk_lines.group_by("_input", "run_line").agg(_w=(pl.len() + 1).cast(pl.UInt32)).rename(
+    weights = bulk_lines.group_by("input_id", "run_line").agg(_w=(pl.len() + 1).cast(pl.UInt32)).rename(
         {"run_line": "line_no"})
     fields = parsers.nccl.coll_rows(bulk_lines.select(pl.int_range(pl.len(), dtype=pl.UInt32).alias("line_no"),
                                                       "text"))
-    ids = pl.Series(input_ids, dtype=pl.UInt32)
-    to_id = pl.col("_input").replace_strict(pl.int_range(len(ids), eager=True, dtype=pl.UInt32), ids)
-    frame = pl.concat([bulk_lines.select(input_id=to_id, line_no="line_no", run_line="run_line", offset="offset",
-                                         length="length", prefix="prefix", ext_ts="ext_ts"),
+    frame = pl.concat([bulk_lines.select("input_id", "line_no", "run_line", "offset", "length", "prefix", "ext_ts"),
                        fields.drop("line_no", "kind")], how="horizontal")
     frame = frame.select([pl.col(c).cast(t) for c, t in SCHEMA.items()])
     counts = dict(frame.group_by("input_id").len().iter_rows())
@@ -102,7 +101,7 @@ class Sink:
     def __init__(self, connect) -> None:
         self.connect = connect
         self.con: duckdb.DuckDBPyConnection | None = None
-        self.rows = 0
+        self.rows = 0      # the rows ``stage`` shows
         self.spool = str(store.private_dir() / f"bulk-{uuid.uuid4().hex[:12]}")
         self.files: list[str] = []
         # (input_id, line_no): that input's rows from that line on are left out (analyzer.tails)
@@ -114,11 +113,10 @@ class Sink:
             self.con = self.connect()
         return self.con
 
-    def add(self, path: str | None, rows: int) -> None:
-        """A chunk's bulk file (``write``), in chunk order."""
-        if path is not None and rows:
+    def add(self, path: str | None) -> None:
+        """A chunk's bulk file (``write``: None for a chunk without bulk), in chunk order."""
+        if path is not None:
             self.files.append(path)
-            self.rows += rows
 
     def stage(self) -> None:
         """The ``_bulk`` view over every file (none: no view)."""
@@ -135,7 +133,6 @@ class Sink:
         self.rows = con.execute(f"SELECT count(*) FROM {TABLE}").fetchall()[0][0]
         if not self.rows:
             con.execute(f"DROP VIEW {TABLE}")
-
 
     def discard(self) -> None:
         """The files, once merged (the store has the rows now)."""

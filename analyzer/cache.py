@@ -164,18 +164,18 @@ def save_report(report_key_: str, con: duckdb.DuckDBPyConnection, report: dict) 
 
 
 def _prune(folder: Path) -> None:
-    entries = sorted(folder.glob("*.duckdb"), key=lambda p: p.stat().st_mtime, reverse=True)
-    for old in entries[KEEP:]:
-        old.unlink(missing_ok=True)
-    parsed = sorted(folder.glob("*.parsed"), key=lambda p: p.stat().st_mtime, reverse=True)
-    for old in parsed[KEEP:]:   # parse entries of analyzer.tails
-        shutil.rmtree(old, ignore_errors=True)
-    reports = sorted(folder.glob("*.report"), key=lambda p: p.stat().st_mtime, reverse=True)
-    for old in reports[3 * KEEP:]:   # a few per store (--gpu and the like)
-        shutil.rmtree(old, ignore_errors=True)
+    # stores; parse entries of analyzer.tails; reports, a few per store (--gpu and the like)
+    for pattern, keep in (("*.duckdb", KEEP), ("*.parsed", KEEP), ("*.report", 3 * KEEP)):
+        entries = sorted(folder.glob(pattern), key=lambda p: p.stat().st_mtime, reverse=True)
+        for old in entries[keep:]:
+            _remove(old)
     for part in folder.glob(".*.part"):  # left by a process that died while writing
         if time.time() - part.stat().st_mtime > 3600:
-            if part.is_dir():
-                shutil.rmtree(part, ignore_errors=True)
-            else:
-                part.unlink(missing_ok=True)
+            _remove(part)
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)

@@ -456,17 +456,10 @@ def parse_chunk(pieces: list[Piece], spool: str | None = None) -> ChunkResult:
     if weights is not None:
         name = f"{pieces[0].input_id:08d}-{pieces[0].start}-{os.getpid()}"
         chunk.bulk_file, chunk.bulk_counts = bulk.write(chunk_bulk, spool, name), bulk_counts
-        chunk.lines = _weighted(chunk.lines, weights, ids)
+        # _w: how many lines each row stands for (a run's first line: its run)
+        chunk.lines = chunk.lines.join(weights, on=["input_id", "line_no"], how="left",
+                                       maintain_order="left").with_columns(_w=pl.col("_w").fill_null(1))
     return chunk
-
-
-def _weighted(lines: pl.DataFrame, weights: pl.DataFrame, input_ids: list[int]) -> pl.DataFrame:
-    """``lines`` with ``_w``: how many lines each row stands for (a run's first line, its run)."""
-    ids = pl.Series(input_ids, dtype=pl.UInt32)
-    weights = weights.select(input_id=pl.col("_input").replace_strict(
-        pl.int_range(len(ids), eager=True, dtype=pl.UInt32), ids), line_no="line_no", _w="_w")
-    return lines.join(weights, on=["input_id", "line_no"], how="left", maintain_order="left").with_columns(
-        _w=pl.col("_w").fill_null(1))
 
 
 def _placed(frame: pl.DataFrame, pieces: list[Piece]) -> pl.DataFrame:
@@ -517,7 +510,7 @@ def parse_all(items: list[InputFile], progress: bool | Progress = False, workers
     done: list[ChunkResult] = []
     for (pieces, _), chunk in zip(jobs, _run_jobs(jobs, count)):
         if sink is not None:
-            sink.add(chunk.bulk_file, sum(chunk.bulk_counts.values()))
+            sink.add(chunk.bulk_file)
         done.append(chunk)
         meter.advance(sum(p.size for p in pieces), files=sum(p.end in (None, p.item.size) for p in pieces))
     meter.finish()

@@ -79,14 +79,15 @@ class Context:
         ``coll_trace_ends`` has what rules read of them."""
         if name not in self._cache:
             columns = self.run.columns(name)
-            where = [f"({_THIS_ATTEMPT})"] if "attempt" in columns and self.attempt is not None else []
+            by_attempt = "attempt" in columns and self.attempt is not None
+            where = [f"({_THIS_ATTEMPT})"] if by_attempt else []
             if name == "collectives" and "kind" in columns:
                 where.append(f"kind IS DISTINCT FROM '{COLL_TRACE}'")
             if not columns:
                 df = pl.DataFrame()
             else:
                 sql = f'SELECT * FROM "{name}"' + (" WHERE " + " AND ".join(where) if where else "")
-                df = self.frame(sql, [self.attempt] if "attempt" in columns and self.attempt is not None else None)
+                df = self.frame(sql, [self.attempt] if by_attempt else None)
             self._cache[name] = df
         return self._cache[name]
 
