@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from textual.widgets import DataTable, Input, Static
 
-from tests.tui_helpers import app_of, drive
+from tests.tui_helpers import app_of, drive, settle
 from tui.env_memory_data import UNSET, RankMemory, bar, env_view, memory_view
 from tui.session import open_store
 
@@ -18,10 +18,8 @@ MARKUP = "[bold red]x[/] [link=http://e]y[/link]"     # the env dump parser drop
 
 
 async def _ready(pilot) -> None:
-    """Let the screen's loading worker finish and its result be applied."""
-    await pilot.pause()
-    await pilot.app.workers.wait_for_complete()
-    await pilot.pause()
+    """Let the screen's loading worker finish and its result be applied and measured."""
+    await settle(pilot, lambda app: getattr(app.screen, "view", None) is not None)
 
 
 def _matrix(app) -> DataTable:

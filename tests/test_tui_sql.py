@@ -12,7 +12,7 @@ import pytest
 
 from analyzer.pipeline import Run
 from analyzer.report import stored_report
-from tests.tui_helpers import app_of, drive
+from tests.tui_helpers import app_of, drive, settle
 from tui.app import PostmortemApp
 from tui.screens import sql as sql_screen
 from tui.screens.sql import (QueryBox, QueryHistory, RefusedStatement, SqlScreen, read_statements,
@@ -38,7 +38,7 @@ async def run_sql(pilot, sql: str, key: str = "ctrl+r"):
         await pilot.pause(0.02)
         if screen.last_result is not None and not screen.filling:
             break
-    await pilot.pause()
+    await settle(pilot)   # the table measured: painted cells are not cut to their old width
     return screen.last_result
 
 

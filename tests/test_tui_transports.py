@@ -9,7 +9,7 @@ from rich.text import Text
 from textual.widgets import ContentSwitcher, DataTable, Static
 
 from tests.conftest import ROOT
-from tests.tui_helpers import app_of, drive
+from tests.tui_helpers import app_of, drive, settle
 from tui import transport_rows as tr
 from tui.screens import transports as screen_module
 from tui.session import open_store
@@ -20,10 +20,8 @@ SOCKET_HOPS = ["7→8", "15→16", "23→24", "31→0"]  # the ring's inter-node
 
 
 async def loaded(pilot) -> None:
-    """Wait for the view's worker, then for the screen to apply it."""
-    await pilot.app.workers.wait_for_complete()
-    await pilot.pause()
-    await pilot.pause()
+    """Wait for the view's worker, for the screen to apply it and for its tables to be measured."""
+    await settle(pilot, lambda app: getattr(app.screen, "view", None) is not None)
 
 
 def shown_rows(screen) -> list[dict]:

@@ -28,3 +28,26 @@ def drive(app: PostmortemApp, steps, size=SIZE):
             await pilot.pause()
             return result
     return asyncio.run(main())
+
+
+def tables_pending(app) -> bool:
+    """Whether a DataTable on the screen still has rows or cells waiting for its idle pass
+    (which sets column widths): a render before that shows cut cells."""
+    from textual.widgets import DataTable
+
+    return any(t._require_update_dimensions or t._updated_cells or t._new_rows
+               for t in app.screen.query(DataTable))
+
+
+async def settle(pilot, loaded=lambda app: True, tries: int = 500) -> None:
+    """Wait until ``loaded(app)`` holds, no worker runs and every table has been measured.
+
+    One ``pause()`` is not enough on a loaded machine: the screen may not have mounted (so no
+    worker exists yet to wait for) or the tables' idle pass may not have run; CI saw both."""
+    for _ in range(tries):
+        await pilot.pause(0.02)
+        await pilot.app.workers.wait_for_complete()
+        if loaded(pilot.app) and not tables_pending(pilot.app):
+            break
+    await pilot.pause()
+
