@@ -6,7 +6,7 @@ is a row of ``lines``, ``nccl_lines`` and ``collectives``, and holding those row
 through attribution and the models would take tens of GB. Yet consecutive COLL lines of one
 process say the same about who wrote them: their attribution is their neighbour's.
 
-So each chunk of inputs (``analyzer.ingest.parse_chunk``) cuts its whole, untorn COLL lines
+So each chunk of inputs (``analyzer.ingest._prepare``) cuts its whole, untorn COLL lines
 into *runs*: consecutive lines of one input with the same launcher tags and NCCL
 ``host:pid [dev]``, broken by any other line. The first line of a run stays in the frames
 (with ``_w``, the run's length, so that majority votes in ``analyzer.identity`` weigh every
@@ -35,6 +35,7 @@ from parsers.nccl import SCHEMAS as NCCL_SCHEMAS
 # What makes two consecutive COLL lines one run: the launcher tags (the stream) and the NCCL
 # header's host, pid and [cudaDev].
 LAUNCHER_TAGS = ["srun_task", "mpi_rank", "local_rank", "rank_tag", "host_tag", "ray_pid"]
+WRITER = ["host", "pid", "cuda_dev"]
 # Each table's columns a bulk row brings itself; the rest come from the first line of its run.
 OWN = {
     "lines": ["input_id", "line_no", "offset", "length", "prefix", "ext_ts"],
@@ -58,31 +59,28 @@ def cut(lines: pl.DataFrame, is_coll: pl.Series, input_ids: list[int]):
     the first lines' ``_w`` (``input_id``, ``line_no``, ``_w``), which of ``lines`` were kept (a
     mask) and the bulk lines per input.
 
-    Lines of a run are adjacent rows of one input (the envelope has a row per physical line)."""
-    header = pl.col("text").str.splitn(" ", 3).struct
-    writer = header.field("field_0").str.splitn(":", 3).struct
-    key = pl.concat_str([pl.col(c).cast(pl.String).fill_null("\x00") for c in ["_input", *LAUNCHER_TAGS]]
-                        + [writer.field("field_0"), writer.field("field_1"), header.field("field_1")],
-                        separator="\x1f")
-    marked = lines.with_columns(_coll=is_coll).with_columns(
-        _key=pl.when(pl.col("_coll")).then(key))
-    # the rest of a run: a COLL line right after a COLL line of the same input and writer
-    rest = pl.col("_coll") & (pl.col("_key") == pl.col("_key").shift(1)).fill_null(False)
-    marked = marked.with_columns(_rest=rest).with_columns(
-        run_line=pl.when(~pl.col("_rest")).then(pl.col("line_no")).forward_fill()).drop("_key")
+    Lines of a run are adjacent rows of one input (the envelope has a row per physical line).
+    Every COLL line is read by position once; its header's host, pid and [cudaDev] then say
+    whether it continues the run of the COLL line before it."""
+    at = is_coll.arg_true()
+    coll = lines[at].with_columns(_at=at)
+    fields = parsers.nccl.coll_rows(coll.select(pl.int_range(pl.len(), dtype=pl.UInt32).alias("line_no"), "text"))
+    coll = pl.concat([coll.drop("text"), fields.drop("line_no", "kind")], how="horizontal")
+    # the rest of a run: the line right after a COLL line of the same input and writer
+    same = [pl.col(c).eq_missing(pl.col(c).shift(1)) for c in ["_input", *LAUNCHER_TAGS, *WRITER]]
+    rest = ((pl.col("_at") == pl.col("_at").shift(1) + 1) & pl.all_horizontal(same)).fill_null(False)
+    coll = coll.with_columns(_rest=rest).with_columns(
+        run_line=pl.when(~pl.col("_rest")).then(pl.col("line_no")).forward_fill())
     ids = pl.Series(input_ids, dtype=pl.UInt32)
-    bulk_lines = marked.filter(pl.col("_rest")).with_columns(
+    frame = coll.filter(pl.col("_rest")).with_columns(
         input_id=pl.col("_input").replace_strict(pl.int_range(len(ids), eager=True, dtype=pl.UInt32), ids))
-    kept = marked.filter(~pl.col("_rest")).drop("_rest", "run_line")
-    weights = bulk_lines.group_by("input_id", "run_line").agg(_w=(pl.len() + 1).cast(pl.UInt32)).rename(
-        {"run_line": "line_no"})
-    fields = parsers.nccl.coll_rows(bulk_lines.select(pl.int_range(pl.len(), dtype=pl.UInt32).alias("line_no"),
-                                                      "text"))
-    frame = pl.concat([bulk_lines.select("input_id", "line_no", "run_line", "offset", "length", "prefix", "ext_ts"),
-                       fields.drop("line_no", "kind")], how="horizontal")
     frame = frame.select([pl.col(c).cast(t) for c, t in SCHEMA.items()])
+    keep = pl.repeat(True, lines.height, dtype=pl.Boolean, eager=True).scatter(
+        coll.filter(pl.col("_rest"))["_at"], False)
+    weights = frame.group_by("input_id", "run_line").agg(_w=(pl.len() + 1).cast(pl.UInt32)).rename(
+        {"run_line": "line_no"})
     counts = dict(frame.group_by("input_id").len().iter_rows())
-    return kept.drop("_coll"), frame, weights, ~marked["_rest"], counts
+    return lines.filter(keep), frame, weights, keep, counts
 
 
 def staged(con: duckdb.DuckDBPyConnection) -> bool:

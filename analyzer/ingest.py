@@ -1,7 +1,8 @@
 """Parse every input into frames: the per-line index and the parsers' tables.
 
 Inputs are cut into chunks of about ``CHUNK_BYTES`` (a large log into segments at line
-starts); each chunk goes bytes -> envelope -> every applicable parser -> tables stamped with
+starts); each chunk goes bytes -> envelope -> the per-file parsers, and a few consecutive
+chunks (a job) then go through the batched parsers together -> tables stamped with
 ``input_id``, in worker processes for large runs. A chunk's COLL trace bulk is written to a
 Parquet file the store reads at the end (``analyzer.bulk``); the rest is combined in input
 order, so the result does not depend on how the run was cut or how many workers parsed it.
@@ -338,8 +339,8 @@ class ChunkResult:
     tables: dict[str, pl.DataFrame]
     errors: list[str | None]        # per piece: why it was skipped, or None
     # COLL trace lines past the first of each run (``analyzer.bulk``), for the store, not the
-    # models: the Parquet file they were written to, and how many each input had.
-    bulk_file: str | None = None
+    # models: the Parquet files they were written to, and how many each input had.
+    bulk_files: list[str] = field(default_factory=list)
     bulk_counts: dict[int, int] = field(default_factory=dict)
 
 
@@ -416,50 +417,119 @@ def _is_text_log(item: InputFile) -> bool:
 
 
 def parse_chunk(pieces: list[Piece], spool: str | None = None) -> ChunkResult:
-    """Read and parse a chunk of pieces: whole-file readers, the envelope of all text pieces at
-    once, the gated per-file parsers, then the batched ones.
+    """One chunk of pieces: ``parse_chunks([pieces], spool)``."""
+    return parse_chunks([pieces], spool)
 
-    The text of understood NCCL INFO lines is dropped here (it is read back by offset, see
-    ``analyzer.store``): in a COLL-traced run they are nearly all the bytes. ``spool``: a folder
-    (``analyzer.bulk.Sink``); COLL trace lines past the first of each run are written there, to
-    ``ChunkResult.bulk_file``, instead of going through the parsers and the models."""
-    results: list[FileResult] = []
+
+def parse_chunks(chunks: list[list[Piece]], spool: str | None = None, batch_bytes: int | None = None) -> ChunkResult:
+    """Read and parse consecutive chunks of pieces (a job, ``plan_jobs``): each chunk is read,
+    enveloped, cut and given to the per-file parsers on its own (``_prepare``), so the raw bytes
+    held stay one chunk's; the batched parsers then run once over the lines the chunks kept, as
+    long as those stay under ``batch_bytes`` (default ``CHUNK_BYTES``; ``_finish``).
+
+    A batched parser costs about as much for one chunk's lines of a COLL-traced run (a
+    twentieth of them are left beside the bulk) as for four chunks'. ``spool``: a folder
+    (``analyzer.bulk.Sink``); COLL trace lines past the first of each run are written there,
+    to ``ChunkResult.bulk_files``, instead of going through the parsers and the models."""
+    limit = batch_bytes or CHUNK_BYTES
+    done: list[ChunkResult] = []
+    held: list[_Prepared] = []
+    for pieces in chunks:
+        held.append(_prepare(pieces, spool))
+        if sum(p.kept_bytes for p in held) >= limit:
+            done.append(_finish(held))
+            held = []
+    if held:
+        done.append(_finish(held))
+    return done[0] if len(done) == 1 else _joined(done)
+
+
+@dataclass
+class _Prepared:
+    """A chunk read, enveloped, cut and through the per-file parsers (``_prepare``)."""
+    ids: list[int]
+    results: list[FileResult]
+    kept_bytes: int = 0
+    weights: pl.DataFrame | None = None     # (input_id, line_no, _w): the first lines of runs
+    bulk_file: str | None = None
+    bulk_counts: dict[int, int] = field(default_factory=dict)
+
+
+def _prepare(pieces: list[Piece], spool: str | None) -> _Prepared:
+    """Whole-file readers, the envelope of all text pieces at once, the COLL cut, the gated
+    per-file parsers. The text of understood NCCL INFO lines is dropped later (``_finish``; it
+    is read back by offset, see ``analyzer.store``): in a COLL-traced run they are nearly all
+    the bytes."""
+    prepared = _Prepared([p.input_id for p in pieces], [])
     pending: list[tuple[FileResult, bytes, Piece]] = []
     for piece in pieces:
         result, data = read_input(piece.input_id, piece.item, piece)
-        results.append(result)
+        prepared.results.append(result)
         if data is not None:
             pending.append((result, data, piece))
-    weights = None
-    if pending:
-        combined = _placed(envelope_frame([data for _, data, _ in pending]), [p for _, _, p in pending])
-        # Whole NCCL INFO lines (half the lines of an init log; COLL trace lines, nearly every
-        # line of a COLL-traced log) mean nothing to the parsers but NCCL's: the others read
-        # ``others``. With a ``spool`` only the first line of each run of COLL lines is parsed;
-        # the rest are read by position (``analyzer.bulk``).
-        marks = combined.select(info=parsers.nccl.is_plain_info(pl.col("text")),
-                                coll=parsers.nccl.is_plain_coll(pl.col("text")))
-        info, coll = marks["info"], marks["coll"]
-        ids = [result.input_id for result, _, _ in pending]
-        if spool is not None and coll.any():
-            combined, chunk_bulk, weights, kept, bulk_counts = bulk.cut(combined, coll, ids)
-            info = info.filter(kept)
-        others = combined.filter(~info) if info.any() else combined
-        gates = file_gates(ids, others) if USE_FILE_GATES else None
-        every = split_inputs(combined, len(pending))
-        rests = split_inputs(others, len(pending)) if others is not combined else every
-        for (result, _, _), lines, rest in zip(pending, every, rests):
-            parse_text(result, lines, rest, gates)
-        del combined, others
-    pending.clear()
-    chunk = _combine_chunk([p.input_id for p in pieces], results, _parse_batched(results))
-    if weights is not None:
+    if not pending:
+        return prepared
+    combined = _placed(envelope_frame([data for _, data, _ in pending]), [p for _, _, p in pending])
+    # Whole NCCL INFO lines (half the lines of an init log; COLL trace lines, nearly every
+    # line of a COLL-traced log) mean nothing to the parsers but NCCL's: the others read
+    # ``others``. With a ``spool`` only the first line of each run of COLL lines is parsed;
+    # the rest are read by position (``analyzer.bulk``).
+    marks = combined.lazy().select(info=parsers.nccl.is_plain_info(pl.col("text")),   # lazy: the INFO
+                                   coll=parsers.nccl.is_plain_coll(pl.col("text"))).collect()  # test once
+    info, coll = marks["info"], marks["coll"]
+    ids = [result.input_id for result, _, _ in pending]
+    if spool is not None and coll.any():
+        combined, chunk_bulk, prepared.weights, kept, prepared.bulk_counts = bulk.cut(combined, coll, ids)
+        info = info.filter(kept)
         name = f"{pieces[0].input_id:08d}-{pieces[0].start}-{os.getpid()}"
-        chunk.bulk_file, chunk.bulk_counts = bulk.write(chunk_bulk, spool, name), bulk_counts
+        prepared.bulk_file = bulk.write(chunk_bulk, spool, name)
+    prepared.kept_bytes = int(combined["length"].sum() or 0)
+    others = combined.filter(~info) if info.any() else combined
+    gates = file_gates(ids, others) if USE_FILE_GATES else None
+    every = split_inputs(combined, len(pending))
+    rests = split_inputs(others, len(pending)) if others is not combined else every
+    for (result, _, _), lines, rest in zip(pending, every, rests):
+        parse_text(result, lines, rest, gates)
+    return prepared
+
+
+def _finish(held: list[_Prepared]) -> ChunkResult:
+    """The batched parsers over the prepared chunks' lines at once, then their lines and tables
+    combined (``_combine_chunk``), with ``_w`` on the first lines of COLL runs."""
+    results = [r for p in held for r in p.results]
+    chunk = _combine_chunk([i for p in held for i in p.ids], results, _parse_batched(results))
+    chunk.bulk_files = [p.bulk_file for p in held if p.bulk_file is not None]
+    chunk.bulk_counts = _summed(p.bulk_counts for p in held)
+    weights = [p.weights for p in held if p.weights is not None]
+    if weights:
         # _w: how many lines each row stands for (a run's first line: its run)
-        chunk.lines = chunk.lines.join(weights, on=["input_id", "line_no"], how="left",
+        chunk.lines = chunk.lines.join(pl.concat(weights), on=["input_id", "line_no"], how="left",
                                        maintain_order="left").with_columns(_w=pl.col("_w").fill_null(1))
     return chunk
+
+
+def _joined(chunks: list[ChunkResult]) -> ChunkResult:
+    """Consecutive chunks' results as one: a job's, when its kept lines were parsed in parts,
+    and a whole run's (``_combine``)."""
+    tables: dict[str, list[pl.DataFrame]] = {}
+    for chunk in chunks:
+        for name, frame in chunk.tables.items():
+            tables.setdefault(name, []).append(frame)
+    line_frames = [c.lines for c in chunks if c.lines is not None]
+    return ChunkResult([i for c in chunks for i in c.ids], [item for c in chunks for item in c.items],
+                       pl.concat(line_frames, how="diagonal_relaxed") if line_frames else None,
+                       {name: pl.concat(frames, how="diagonal_relaxed") for name, frames in tables.items()},
+                       [e for c in chunks for e in c.errors], [f for c in chunks for f in c.bulk_files],
+                       _summed(c.bulk_counts for c in chunks))
+
+
+def _summed(counts) -> dict[int, int]:
+    """Bulk lines per input over several parts (a segmented input has bulk in several)."""
+    out: dict[int, int] = {}
+    for part in counts:
+        for input_id, n in part.items():
+            out[input_id] = out.get(input_id, 0) + n
+    return out
 
 
 def _placed(frame: pl.DataFrame, pieces: list[Piece]) -> pl.DataFrame:
@@ -473,8 +543,52 @@ def _placed(frame: pl.DataFrame, pieces: list[Piece]) -> pl.DataFrame:
         line_no=pl.col("line_no") + pl.col("_lines"), offset=pl.col("offset") + pl.col("_bytes")).drop("_lines", "_bytes")
 
 
-def _parse_chunk_job(job: tuple[list[Piece], str | None]) -> ChunkResult:
-    return parse_chunk(*job)
+# Chunks of COLL trace lines per job (``parse_chunks``): the batched parsers run once over the
+# lines up to this many chunks kept. Other chunks are jobs of their own: they keep all their
+# lines, and a job's results are held until it ends. So are the last chunks, so that the
+# workers finish together.
+JOB_CHUNKS = 4
+# How much of the middle of a chunk's largest piece ``mostly_coll`` reads.
+SAMPLE_BYTES = 64 * 1024
+
+Job = tuple[list[list[Piece]], str | None, int | None]    # chunks, spool, batch_bytes
+
+
+def plan_jobs(chunks: list[list[Piece]], workers: int, groupable=None) -> list[list[list[Piece]]]:
+    """Consecutive ``groupable`` chunks (default ``mostly_coll``), up to ``JOB_CHUNKS`` a job;
+    every other chunk, and with several workers each of the last ``2 * workers``, a job of its own."""
+    groupable = groupable or mostly_coll
+    alone = len(chunks) - (2 * workers if workers > 1 else 0)
+    jobs: list[list[list[Piece]]] = []
+    after_groupable = False
+    for i, chunk in enumerate(chunks):
+        joins = i < alone and groupable(chunk)
+        if joins and after_groupable and len(jobs[-1]) < JOB_CHUNKS:
+            jobs[-1].append(chunk)
+        else:
+            jobs.append([chunk])
+        after_groupable = joins
+    return jobs
+
+
+def mostly_coll(chunk: list[Piece]) -> bool:
+    """Whether most lines in the middle of the chunk's largest piece are COLL trace lines (the
+    chunk will keep a small part of its lines, ``analyzer.bulk``): a guess from ``SAMPLE_BYTES``
+    of it. A wrong guess costs time or memory, never a different result."""
+    piece = max(chunk, key=lambda p: p.size)
+    if piece.item.compression is not None:
+        return False
+    try:
+        with open(piece.item.path, "rb") as handle:
+            handle.seek(piece.start + max(0, piece.size - SAMPLE_BYTES) // 2)
+            sample = handle.read(min(SAMPLE_BYTES, piece.size))
+    except OSError:
+        return False
+    return 2 * sample.count(b": opCount ") > sample.count(b"\n") > 0
+
+
+def _parse_job(job: Job) -> ChunkResult:
+    return parse_chunks(*job)
 
 
 def worker_count(items: list[InputFile], workers: int | None = None) -> int:
@@ -495,9 +609,10 @@ def parse_all(items: list[InputFile], progress: bool | Progress = False, workers
               chunk_bytes: int | None = None, sink=None) -> Parsed:
     """Parse inputs; results come back in input order.
 
-    Inputs are parsed in chunks (``plan_chunks``), each by ``parse_chunk``: in worker processes
-    when there are several chunks and more than one worker (``worker_count``), else here. Chunks
-    come back in order, so the result is the same either way (tests/test_scale_ingest.py).
+    Inputs are parsed in chunks (``plan_chunks``), a few consecutive ones a job (``plan_jobs``,
+    ``parse_chunks``): in worker processes when there are several chunks and more than one
+    worker (``worker_count``), else here. Jobs come back in order, so the result is the same
+    either way (tests/test_scale_ingest.py).
     ``progress``: a ``Progress`` (or True for a new one) shows files, bytes and rate.
     ``sink``: an ``analyzer.bulk.Sink``, which gets each chunk's COLL trace bulk as a file, and
     stages them all at the end; without one every line stays in the result.
@@ -505,13 +620,17 @@ def parse_all(items: list[InputFile], progress: bool | Progress = False, workers
     meter = progress if isinstance(progress, Progress) else Progress(bool(progress))
     meter.start(len(items), sum(i.size for i in items))
     chunks = plan_chunks(items, chunk_bytes)
-    jobs = [(pieces, sink.spool if sink is not None else None) for pieces in chunks]
-    count = min(worker_count(items, workers), len(jobs))
+    count = min(worker_count(items, workers), len(chunks))
+    # the batch limit decided here, as the chunks were: a worker reads its own CHUNK_BYTES
+    jobs: list[Job] = [(group, sink.spool if sink is not None else None, chunk_bytes or CHUNK_BYTES)
+                       for group in plan_jobs(chunks, count)]
+    count = min(count, len(jobs))
     done: list[ChunkResult] = []
-    for (pieces, _), chunk in zip(jobs, _run_jobs(jobs, count)):
-        if sink is not None:
-            sink.add(chunk.bulk_file)
+    for (group, _, _), chunk in zip(jobs, _run_jobs(jobs, count)):
+        for path in chunk.bulk_files if sink is not None else ():
+            sink.add(path)
         done.append(chunk)
+        pieces = [p for c in group for p in c]
         meter.advance(sum(p.size for p in pieces), files=sum(p.end in (None, p.item.size) for p in pieces))
     meter.finish()
     if sink is not None:
@@ -544,15 +663,15 @@ def _compacted(chunk: ChunkResult) -> ChunkResult:
     return chunk
 
 
-def _run_jobs(jobs: list[tuple[list[Piece], str | None]], count: int):
+def _run_jobs(jobs: list[Job], count: int):
     """Each job's ``ChunkResult`` in job order: here, or in ``count`` worker processes.
 
     Workers are spawned (never forked: Polars' thread pool does not survive a fork) with one
     Polars thread each, since the processes already use the cores. A pool that breaks (a worker
-    killed for memory) hands its remaining chunks back to this process."""
+    killed for memory) hands its remaining jobs back to this process."""
     if count <= 1:
         for job in jobs:
-            yield _compacted(parse_chunk(*job))
+            yield _compacted(parse_chunks(*job))
         return
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
@@ -574,7 +693,7 @@ def _run_jobs(jobs: list[tuple[list[Piece], str | None]], count: int):
         waiting = iter(jobs)
         pending: deque = deque()
         try:
-            pending.extend((job, pool.submit(_parse_chunk_job, job)) for job in islice(waiting, count))
+            pending.extend((job, pool.submit(_parse_job, job)) for job in islice(waiting, count))
         finally:
             sys.modules["__main__"] = main
             for name, value in saved.items():
@@ -582,9 +701,9 @@ def _run_jobs(jobs: list[tuple[list[Piece], str | None]], count: int):
                     os.environ.pop(name, None)
                 else:
                     os.environ[name] = value
-        # At most two chunks per worker in flight: results that wait for this process would
+        # At most two jobs per worker in flight: results that wait for this process would
         # otherwise pile up without bound.
-        pending.extend((job, pool.submit(_parse_chunk_job, job)) for job in islice(waiting, count))
+        pending.extend((job, pool.submit(_parse_job, job)) for job in islice(waiting, count))
         broken = False
         while pending:
             job, future = pending.popleft()
@@ -595,10 +714,10 @@ def _run_jobs(jobs: list[tuple[list[Piece], str | None]], count: int):
                 except BrokenProcessPool:
                     broken = True
             if chunk is None:    # the pool broke (a worker killed for memory): parse it here
-                chunk = _compacted(parse_chunk(*job))
+                chunk = _compacted(parse_chunks(*job))
             following = next(waiting, None)
             if following is not None:
-                pending.append((following, None if broken else pool.submit(_parse_chunk_job, following)))
+                pending.append((following, None if broken else pool.submit(_parse_job, following)))
             del future
             yield chunk
 
@@ -725,27 +844,17 @@ def _drop_nccl_info_text(lines: pl.DataFrame, nccl_lines: pl.DataFrame | None) -
 
 
 def _combine(chunks: list[ChunkResult], items: list[InputFile]) -> Parsed:
+    whole = _joined(chunks)
     first_error: dict[int, str] = {}
-    for chunk in chunks:
-        for input_id, error in zip(chunk.ids, chunk.errors):
-            if error:
-                first_error.setdefault(input_id, error)
+    for input_id, error in zip(whole.ids, whole.errors):
+        if error:
+            first_error.setdefault(input_id, error)
     errors = [first_error.get(i) for i in range(len(items))]
     messages = [e for e in errors if e]
     for item in items:
         messages.extend(f"{item.display}: {p}" for p in item.problems)
-    line_frames = [c.lines for c in chunks if c.lines is not None]
-    lines = pl.concat(line_frames, how="diagonal_relaxed") if line_frames else pl.DataFrame()
-    tables: dict[str, list[pl.DataFrame]] = {}
-    for chunk in chunks:
-        for name, frame in chunk.tables.items():
-            tables.setdefault(name, []).append(frame)
-    merged = {name: pl.concat(frames, how="diagonal_relaxed") for name, frames in tables.items()}
-    bulk_counts: dict[int, int] = {}
-    for chunk in chunks:   # a segmented input has bulk in several chunks
-        for input_id, n in chunk.bulk_counts.items():
-            bulk_counts[input_id] = bulk_counts.get(input_id, 0) + n
-    return Parsed(_inputs_frame(items, errors, lines, bulk_counts), lines, merged, messages, items, errors)
+    lines = whole.lines if whole.lines is not None else pl.DataFrame()
+    return Parsed(_inputs_frame(items, errors, lines, whole.bulk_counts), lines, whole.tables, messages, items, errors)
 
 
 def _inputs_frame(items: list[InputFile], errors: list[str | None], lines: pl.DataFrame,

@@ -148,7 +148,8 @@ def reparse(plan_: Plan, items: list[InputFile], sink) -> tuple[Parsed, dict]:
         tables = {name: _before(frame, input_id, restart) for name, frame in tables.items()}
         sink.dropped.append((input_id, restart))
     tail = parse_chunk(pieces, sink.spool)
-    sink.add(tail.bulk_file)
+    for path in tail.bulk_files:
+        sink.add(path)
     sink.stage()
     counts: dict[int, int] = {}
     if sink.rows:   # the bulk left of the old parse and the tails' (counted once, here)

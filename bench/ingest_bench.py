@@ -314,7 +314,26 @@ def machine_info() -> dict:
         info["loadavg_1m"] = os.getloadavg()[0]
     except OSError:
         pass
+    info["speed_probe_s"] = round(speed_probe(), 4)   # again at the end: speed_probe_end_s
     return info
+
+
+def speed_probe(repeats: int = 3) -> float:
+    """Seconds (best of ``repeats``) for a fixed piece of single-threaded work: a Python loop
+    and a Polars regex over 500,000 generated lines (about 0.3 s). This machine's speed drifts by a third
+    over an hour (other tenants); runs are comparable by their ratio to it (``--compare``)."""
+    import polars as pl
+
+    lines = pl.Series([f"host-{i % 97}:{i}:{i * 7} [{i % 8}] NCCL INFO AllReduce: opCount {i:x}" for i in range(500_000)])
+    best = float("inf")
+    for _ in range(repeats):
+        t = time.perf_counter()
+        total = 0
+        for i in range(3_000_000):
+            total += i * i % 7
+        lines.str.contains(r"opCount [0-9a-f]+$").sum()
+        best = min(best, time.perf_counter() - t)
+    return best
 
 
 def _fmt(value, digits=3) -> str:
@@ -346,9 +365,20 @@ def format_row(row: dict) -> str:
     return "\n".join([head, *body])
 
 
+def _probe(result: dict) -> float | None:
+    """The mean of a result's speed probes (start and end), if it has them."""
+    m = result.get("machine", {})
+    found = [m[k] for k in ("speed_probe_s", "speed_probe_end_s") if m.get(k)]
+    return sum(found) / len(found) if found else None
+
+
 def compare(new: dict, old: dict) -> str:
     old_rows = {r["key"]: r for r in old.get("runs", [])}
     out = ["== new / old (below 1: faster or smaller now)"]
+    probes = _probe(new), _probe(old)
+    if all(probes):
+        out.append(f"  the machine's speed probe: new/old {probes[0] / probes[1]:.2f} (above 1: the machine was slower "
+                   "for the new run; times scale about with it)")
     for row in new.get("runs", []):
         prev = old_rows.get(row["key"])
         if prev is None:
@@ -406,8 +436,11 @@ def main(argv: list[str] | None = None) -> int:
         if not a.keep:
             shutil.rmtree(root, ignore_errors=True)
     m = result["machine"]
+    m["speed_probe_end_s"] = round(speed_probe(), 4)
+    a.json.write_text(json.dumps(result, indent=2, sort_keys=True, default=str) + "\n")
     print(f"machine: {m.get('cpu_count')} cpus, {m.get('mem_total_gib')} GiB, python {m['python']}, "
-          f"polars {m['polars']}, duckdb {m['duckdb']}, load {m.get('loadavg_1m')}; numbers in {a.json}")
+          f"polars {m['polars']}, duckdb {m['duckdb']}, load {m.get('loadavg_1m')}, speed probe "
+          f"{m.get('speed_probe_s')} s at the start, {m['speed_probe_end_s']} s at the end; numbers in {a.json}")
     if old is not None:
         print(compare(result, old))
     return 0

@@ -234,14 +234,21 @@ SETTINGS_SCHEMA = {"line_no": pl.UInt32, "source": pl.String, "key": pl.String, 
 
 
 def _classify(df: pl.DataFrame) -> pl.DataFrame:
-    """Give each message the first matching (kind, table, pattern index)."""
-    kind = pl.lit(None, dtype=pl.String)
-    index = pl.lit(None, dtype=pl.Int32)
-    for i, (name, _table, pattern) in reversed(list(enumerate(_MESSAGES))):
-        hit = pl.col("msg").str.contains(pattern)
-        kind = pl.when(hit).then(pl.lit(name)).otherwise(kind)
-        index = pl.when(hit).then(pl.lit(i, dtype=pl.Int32)).otherwise(index)
-    return df.with_columns(kind=kind, _pattern=index).filter(pl.col("kind").is_not_null())
+    """Give each message the first matching (kind, table, pattern index). Each pattern is tried
+    only on the messages no earlier one matched: most lines of a job are of a few kinds (work
+    updates), so the long tail of patterns reads a few hundred messages, not every one."""
+    parts, rest = [], df
+    for i, (name, _table, pattern) in enumerate(_MESSAGES):
+        hit = rest.select(pl.col("msg").str.contains(pattern)).to_series()
+        if not hit.any():
+            continue
+        parts.append(rest.filter(hit).with_columns(kind=pl.lit(name), _pattern=pl.lit(i, dtype=pl.Int32)))
+        rest = rest.filter(~hit)
+        if rest.is_empty():
+            break
+    if not parts:
+        return df.clear().with_columns(kind=pl.lit(None, dtype=pl.String), _pattern=pl.lit(None, dtype=pl.Int32))
+    return pl.concat(parts).sort("line_no", maintain_order=True)   # the input's order back
 
 
 def _rows(df: pl.DataFrame, table: str, schema: dict) -> pl.DataFrame:

@@ -150,6 +150,7 @@ _PLAIN_INFO = r"^[^:\s\[]*:[0-9]+:[0-9]+ \[[0-9]+\] NCCL INFO "
 _COLL_TOKENS = {"op": 0, "op_count_hex": 2, "sendbuff": 4, "recvbuff": 6, "count": 8, "datatype": 10,
                 "red_op": 12, "root": 14, "comm": 16, "nranks": 17, "stream": 19}
 _COLL_SHAPE = re.sub(r"\(\?P<\w+>", "(?:", KINDS[0].pattern)   # the catalogue's pattern, groups unnamed
+_COLL_LINE = "NCCL INFO " + _COLL_SHAPE.removeprefix("^")
 
 
 def is_plain_info(text: pl.Expr) -> pl.Expr:
@@ -161,10 +162,11 @@ def is_plain_info(text: pl.Expr) -> pl.Expr:
 
 def is_plain_coll(text: pl.Expr) -> pl.Expr:
     """A plain INFO line (``is_plain_info``) that is a COLL trace line (`... NCCL INFO
-    AllReduce: opCount ...`): the bulk of a COLL-traced log. A literal test first."""
-    return (text.str.contains(": opCount ", literal=True)
-            & (text.str.count_matches("NCCL ", literal=True) == 1)
-            & text.str.contains(_PLAIN_INFO + _COLL_SHAPE.removeprefix("^")))
+    AllReduce: opCount ...`): the bulk of a COLL-traced log. The message's shape is matched from
+    `NCCL INFO `, which a plain line has once, right after its header (cheaper than from the
+    line's start). Evaluated lazily beside ``is_plain_info``, the INFO test is computed once."""
+    return (is_plain_info(text) & text.str.contains(": opCount ", literal=True)
+            & text.str.contains(_COLL_LINE))
 
 
 def _prefix_schema() -> pl.Schema:
@@ -278,17 +280,32 @@ def _coll_fields(traced: pl.DataFrame) -> pl.DataFrame:
     """COLL trace messages (``KINDS[0]``, prefix already split off) -> their fields, by position."""
     traced = traced.with_columns(_tokens=pl.col("msg").str.split(" "))   # split once, not per field
     fields = {name: pl.col("_tokens").list.get(i) for name, i in _COLL_TOKENS.items()}
-    fields["op"] = fields["op"].str.strip_suffix(":")
-    fields["nranks"] = fields["nranks"].str.strip_prefix("[nranks=").str.strip_suffix("]")
-    return traced.select(*_BASE, "level", "src_file", "msg", kind=pl.lit(KINDS[0].name), **fields)
+    return traced.select(*_BASE, "level", "src_file", "msg", kind=pl.lit(KINDS[0].name), **_coll_tokens(fields))
 
 
 def coll_rows(lines: pl.DataFrame) -> pl.DataFrame:
     """Lines that ``is_plain_coll`` holds (``line_no``, ``text``) -> their ``collectives`` rows,
     in the same order, exactly as ``parse`` makes them (``analyzer.bulk`` reads the COLL trace
-    bulk with this, without the rest of the parser)."""
-    rows = _coll_fields(_plain_prefix(lines.select("line_no", "text"), _prefix_schema()))
+    bulk with this, without the rest of the parser).
+
+    The shape is known, so the whole line is split once: the plain header's four tokens
+    (`host:pid:tid`, `[dev]`, `NCCL`, `INFO`), then the message's (``_COLL_TOKENS``). Its end is
+    stripped first, as ``_plain_prefix`` strips the message."""
+    tokens = lines.select("line_no", _t=pl.col("text").str.strip_chars_end().str.split(" ")).with_columns(
+        _h=pl.col("_t").list.get(0).str.split(":"))   # a column: eager selects repeat a shared expression
+    head = pl.col("_h").list.get
+    fields = {name: pl.col("_t").list.get(i + 4) for name, i in _COLL_TOKENS.items()}
+    rows = tokens.select(
+        "line_no", host=head(0), pid=to_int(head(1)), tid=to_int(head(2)),
+        cuda_dev=to_int(pl.col("_t").list.get(1).str.strip_chars("[]")), kind=pl.lit(KINDS[0].name),
+        **_coll_tokens(fields))
     return conform(_collectives(_merge("collectives", [rows])), SCHEMAS["collectives"])
+
+
+def _coll_tokens(fields: dict[str, pl.Expr]) -> dict[str, pl.Expr]:
+    """The COLL fields as captured: the op without its colon, nranks without its brackets."""
+    return {**fields, "op": fields["op"].str.strip_suffix(":"),
+            "nranks": fields["nranks"].str.strip_prefix("[nranks=").str.strip_suffix("]")}
 
 
 def _merge(table: str, frames: list[pl.DataFrame] | None) -> pl.DataFrame | None:

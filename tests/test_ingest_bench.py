@@ -46,6 +46,7 @@ def test_json_has_every_field_with_sane_values(bench_run):
     assert result["schema"] == ingest_bench.SCHEMA
     machine = result["machine"]
     assert machine["cpu_count"] >= 1 and machine["python"] and machine["polars"] and machine["duckdb"]
+    assert machine["speed_probe_s"] > 0 and machine["speed_probe_end_s"] > 0   # the machine's drift, measured
     assert [r["key"] for r in result["runs"]] == ["8r-coll-nsys"]
     row = result["runs"][0]
     assert FIELDS <= set(row), FIELDS - set(row)
@@ -93,6 +94,7 @@ def test_compare_and_reuse(bench_run):
     row = json.loads(new.read_text())["runs"][0]
     assert row["generated_reused"] is True and row["baseline_s"] is None and row["ratio_baseline_ingest"] is None
     assert "new / old" in proc.stdout and "8r-coll-nsys: ingest_s " in proc.stdout
+    assert "the machine's speed probe: new/old " in proc.stdout
 
 
 def test_baseline_parser_kinds(tmp_path):

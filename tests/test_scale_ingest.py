@@ -66,8 +66,8 @@ def test_the_coll_bulk_is_merged_back_row_for_row(coll_run, monkeypatch):
         con.execute(f"SELECT count(*) FROM {bulk.TABLE}").fetchone()[0]) or real_merge(con))
     with_bulk = store_of([coll_run])
     assert merged and merged[0] > 1000, "the run's COLL lines should have gone through the bulk"
-    whole_parse = ingest.parse_chunk     # every line through the parsers and the models
-    monkeypatch.setattr(ingest, "parse_chunk", lambda pieces, spool=None: whole_parse(pieces))
+    whole_parse = ingest.parse_chunks     # every line through the parsers and the models
+    monkeypatch.setattr(ingest, "parse_chunks", lambda chunks, spool=None, batch_bytes=None: whole_parse(chunks))
     without = store_of([coll_run])
     assert len(merged) == 1, "the second store had no bulk"
     assert not differing(with_bulk[0], without[0])
@@ -96,6 +96,54 @@ def test_chunks_workers_and_segments_change_nothing(paths, segment, coll_run, mo
     assert (max(cuts) > 1) == bool(segment), "the deadlock's large logs are cut into segments, nothing else"
     assert not differing(whole[0], parallel[0])
     assert whole[1] == parallel[1] and whole[2] == parallel[2]
+
+
+def test_parsing_chunks_together_changes_nothing(coll_run, monkeypatch):
+    """The batched parsers over the lines of one chunk at a time, or of five chunks at once
+    (``parse_chunks``: a job's chunks share them)."""
+    paths = [DEADLOCK, coll_run]
+    monkeypatch.setattr(ingest, "CHUNK_BYTES", 60_000)
+    monkeypatch.setattr(ingest, "JOB_CHUNKS", 1)
+    alone = store_of(paths)
+    monkeypatch.setattr(ingest, "JOB_CHUNKS", 5)
+    monkeypatch.setattr(ingest, "mostly_coll", lambda chunk: True)   # the deadlock's chunks too
+    real, sizes = ingest.parse_chunks, []
+    monkeypatch.setattr(ingest, "parse_chunks", lambda chunks, spool=None, batch_bytes=None:
+                        sizes.append(len(chunks)) or real(chunks, spool, 10**9))
+    together = store_of(paths)
+    assert max(sizes) == 5 and len(sizes) > 3
+    assert not differing(alone[0], together[0])
+    assert alone[1] == together[1] and alone[2] == together[2]
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_jobs_hold_every_chunk_once_in_order(workers):
+    for n in range(14):
+        chunks = [[ingest.Piece(i, None)] for i in range(n)]
+        jobs = ingest.plan_jobs(chunks, workers, groupable=lambda chunk: chunk[0].input_id % 7 != 3)
+        assert [c for job in jobs for c in job] == chunks
+        assert all(1 <= len(job) <= ingest.JOB_CHUNKS for job in jobs)
+        assert all(len(job) == 1 for job in jobs if job[0][0].input_id % 7 == 3 or job[-1][0].input_id % 7 == 3)
+        if workers > 1:   # the last chunks alone, so that the workers finish together
+            assert all(len(job) == 1 for job in jobs[-2 * workers:])
+        if n == 13 and workers == 1:
+            assert [len(job) for job in jobs] == [3, 1, 4, 2, 1, 2]
+
+
+def test_only_chunks_mostly_of_coll_lines_are_grouped(tmp_path):
+    """A chunk whose lines go mostly to the bulk keeps a twentieth of them: four such chunks
+    share a job. Any other chunk keeps all of its lines, and is a job of its own."""
+    from analyzer.discover import discover
+
+    coll = "h:1:2 [0] NCCL INFO AllReduce: opCount 1 sendbuff 0x1 recvbuff 0x2 count 8 datatype 7 op 0 " \
+           "root 0 comm 0x3 [nranks=8] stream 0x4\n"
+    plain = "[rank0]: iteration 1 | lm loss 2.0\n"
+    for name, text in [("a.log", coll), ("b.log", coll), ("c.log", plain), ("d.log", coll), ("e.log", coll)]:
+        (tmp_path / name).write_text("h:1:2 [0] NCCL INFO Bootstrap\n" * 50 + text * 3000)
+    items, _ = discover([tmp_path])
+    chunks = ingest.plan_chunks(items, chunk_bytes=1)    # a chunk per file
+    assert [ingest.mostly_coll(c) for c in chunks] == [True, True, False, True, True]
+    assert [len(job) for job in ingest.plan_jobs(chunks, 1)] == [2, 1, 2]
 
 
 def test_the_order_the_paths_are_given_in_changes_nothing(coll_run):
