@@ -211,6 +211,7 @@ def child_main(mode: str, run_dir: str, result_file: str) -> int:
         out["second_report_s"] = time.perf_counter() - t
         out["second_was_cache_hit"] = again.timings.get("cache") == "hit"
         again.con.close()
+        shutil.rmtree(os.environ["POSTMORTEM_CACHE_DIR"], ignore_errors=True)   # a GB for a large run
     else:
         t = time.perf_counter()
         con, rows = parse([run_dir])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -34,9 +35,11 @@ def _wc_l(run_dir: Path) -> tuple[int, int, int, int]:
 def bench_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("ingest_bench")
     out = tmp / "bench.json"
+    (tmp / "tmp").mkdir()
     proc = subprocess.run([sys.executable, "-m", "bench.ingest_bench", "--ranks", "8", "--iterations", "3",
                            "--coll", "--nsys", "--json", str(out), "--keep", str(tmp / "runs")],
-                          cwd=REPO, capture_output=True, text=True, timeout=120)
+                          cwd=REPO, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "TMPDIR": str(tmp / "tmp")})
     assert proc.returncode == 0, proc.stderr[-3000:]
     return tmp, out, json.loads(out.read_text()), proc.stdout
 
@@ -72,6 +75,12 @@ def test_json_has_every_field_with_sane_values(bench_run):
     assert row["verdict"]["culprit_ranks"] == [5]      # the generated deadlock's culprit (ranks // 2 + 1)
     for label in ("ingest s", "grep -c s", "baseline/ingest", "peak RSS MiB"):
         assert label in stdout
+
+
+def test_the_bench_leaves_no_cache_behind(bench_run):
+    """Each measured child has a cache folder of its own (a GB for a large run): removed after."""
+    tmp = bench_run[0]
+    assert not list((tmp / "tmp").glob("ingest_bench_cache_*"))
 
 
 def test_coll_lines_are_in_the_run(bench_run):
