@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import uuid
 import zlib
@@ -65,6 +66,16 @@ def fingerprint(item: InputFile, size: int) -> str | None:
     return f"{crc:08x}" if left == 0 else None
 
 
+def _link_or_copy(source, target) -> None:
+    """A bulk file into the cache or back: a hard link where both are on one file system (a
+    bulk file is never written again once made; removing the spool removes only its name),
+    else a copy."""
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copyfile(source, target)
+
+
 def save(folder: Path, key: str, parsed: Parsed, sink: bulk.Sink) -> None:
     """Keep ``parsed`` and the bulk ``sink`` staged as the parse entry of ``key``."""
     entry = folder / f"{key}.parsed"
@@ -83,7 +94,7 @@ def save(folder: Path, key: str, parsed: Parsed, sink: bulk.Sink) -> None:
                 kept = ["0.parquet"]
             else:
                 for n, path in enumerate(sink.files):
-                    shutil.copyfile(path, part / "bulk" / f"{n}.parquet")
+                    _link_or_copy(path, part / "bulk" / f"{n}.parquet")
                 kept = [f"{n}.parquet" for n in range(len(sink.files))]
         manifest = {"items": [{"display": i.display, "path": str(i.path), "source": i.source, "size": i.size,
                                "mtime": i.mtime, "compression": i.compression, "kind": i.kind,
@@ -138,7 +149,7 @@ def reparse(plan_: Plan, items: list[InputFile], sink) -> tuple[Parsed, dict]:
     if manifest["bulk"]:   # copied: the entry is replaced (``save``) before the store reads them
         Path(sink.spool).mkdir(parents=True, exist_ok=True)
         for name in manifest["bulk"]:
-            shutil.copyfile(entry / "bulk" / name, Path(sink.spool) / f"old-{name}")
+            _link_or_copy(entry / "bulk" / name, Path(sink.spool) / f"old-{name}")
             sink.old_files.append(str(Path(sink.spool) / f"old-{name}"))
     pieces = []
     for input_id, old_size in sorted(plan_.grown.items()):
