@@ -111,10 +111,9 @@ class Sink:
             self.con = self.connect()
         return self.con
 
-    def add(self, path: str | None) -> None:
-        """A chunk's bulk file (``write``: None for a chunk without bulk), in chunk order."""
-        if path is not None:
-            self.files.append(path)
+    def add(self, path: str) -> None:
+        """A chunk's bulk file (``write``), in chunk order."""
+        self.files.append(path)
 
     def stage(self) -> None:
         """The ``_bulk`` view over every file (none: no view)."""

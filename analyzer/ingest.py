@@ -447,8 +447,7 @@ def parse_chunks(chunks: list[list[Piece]], spool: str | None = None, batch_byte
 @dataclass
 class _Prepared:
     """A chunk read, enveloped, cut and through the per-file parsers (``_prepare``)."""
-    ids: list[int]
-    results: list[FileResult]
+    results: list[FileResult]       # per piece, in order
     kept_bytes: int = 0
     weights: pl.DataFrame | None = None     # (input_id, line_no, _w): the first lines of runs
     bulk_file: str | None = None
@@ -460,7 +459,7 @@ def _prepare(pieces: list[Piece], spool: str | None) -> _Prepared:
     per-file parsers. The text of understood NCCL INFO lines is dropped later (``_finish``; it
     is read back by offset, see ``analyzer.store``): in a COLL-traced run they are nearly all
     the bytes."""
-    prepared = _Prepared([p.input_id for p in pieces], [])
+    prepared = _Prepared([])
     pending: list[tuple[FileResult, bytes, Piece]] = []
     for piece in pieces:
         result, data = read_input(piece.input_id, piece.item, piece)
@@ -497,7 +496,7 @@ def _finish(held: list[_Prepared]) -> ChunkResult:
     """The batched parsers over the prepared chunks' lines at once, then their lines and tables
     combined (``_combine_chunk``), with ``_w`` on the first lines of COLL runs."""
     results = [r for p in held for r in p.results]
-    chunk = _combine_chunk([i for p in held for i in p.ids], results, _parse_batched(results))
+    chunk = _combine_chunk([r.input_id for r in results], results, _parse_batched(results))
     chunk.bulk_files = [p.bulk_file for p in held if p.bulk_file is not None]
     chunk.bulk_counts = _summed(p.bulk_counts for p in held)
     weights = [p.weights for p in held if p.weights is not None]

@@ -146,7 +146,7 @@ def reparse(plan_: Plan, items: list[InputFile], sink) -> tuple[Parsed, dict]:
     tables = {name: pl.read_ipc(entry / f"table.{name}.arrow") for name in manifest["tables"]}
     for item, old in zip(items, manifest["items"]):
         item.kind, item.problems = old["kind"], list(old["problems"])
-    if manifest["bulk"]:   # copied: the entry is replaced (``save``) before the store reads them
+    if manifest["bulk"]:   # linked or copied: the entry is replaced (``save``) before the store reads them
         Path(sink.spool).mkdir(parents=True, exist_ok=True)
         for name in manifest["bulk"]:
             _link_or_copy(entry / "bulk" / name, Path(sink.spool) / f"old-{name}")

@@ -279,8 +279,8 @@ def _classify(info: pl.DataFrame) -> tuple[dict[str, list[pl.DataFrame]], pl.Dat
 def _coll_fields(traced: pl.DataFrame) -> pl.DataFrame:
     """COLL trace messages (``KINDS[0]``, prefix already split off) -> their fields, by position."""
     traced = traced.with_columns(_tokens=pl.col("msg").str.split(" "))   # split once, not per field
-    fields = {name: pl.col("_tokens").list.get(i) for name, i in _COLL_TOKENS.items()}
-    return traced.select(*_BASE, "level", "src_file", "msg", kind=pl.lit(KINDS[0].name), **_coll_tokens(fields))
+    return traced.select(*_BASE, "level", "src_file", "msg", kind=pl.lit(KINDS[0].name),
+                         **_coll_tokens(pl.col("_tokens")))
 
 
 def coll_rows(lines: pl.DataFrame) -> pl.DataFrame:
@@ -294,16 +294,17 @@ def coll_rows(lines: pl.DataFrame) -> pl.DataFrame:
     tokens = lines.select("line_no", _t=pl.col("text").str.strip_chars_end().str.split(" ")).with_columns(
         _h=pl.col("_t").list.get(0).str.split(":"))   # a column: eager selects repeat a shared expression
     head = pl.col("_h").list.get
-    fields = {name: pl.col("_t").list.get(i + 4) for name, i in _COLL_TOKENS.items()}
     rows = tokens.select(
         "line_no", host=head(0), pid=to_int(head(1)), tid=to_int(head(2)),
         cuda_dev=to_int(pl.col("_t").list.get(1).str.strip_chars("[]")), kind=pl.lit(KINDS[0].name),
-        **_coll_tokens(fields))
+        **_coll_tokens(pl.col("_t"), skip=4))
     return conform(_collectives(_merge("collectives", [rows])), SCHEMAS["collectives"])
 
 
-def _coll_tokens(fields: dict[str, pl.Expr]) -> dict[str, pl.Expr]:
-    """The COLL fields as captured: the op without its colon, nranks without its brackets."""
+def _coll_tokens(tokens: pl.Expr, skip: int = 0) -> dict[str, pl.Expr]:
+    """The COLL fields as captured, from a list of a message's tokens (``_COLL_TOKENS``) after
+    ``skip`` others: the op without its colon, nranks without its brackets."""
+    fields = {name: tokens.list.get(i + skip) for name, i in _COLL_TOKENS.items()}
     return {**fields, "op": fields["op"].str.strip_suffix(":"),
             "nranks": fields["nranks"].str.strip_prefix("[nranks=").str.strip_suffix("]")}
 
