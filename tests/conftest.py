@@ -38,3 +38,27 @@ def sample_store(tmp_path_factory):
             made[sample] = path
         return made[sample]
     return store
+
+
+@pytest.fixture
+def snap_compare(snap_compare, request):
+    """pytest-textual-snapshot's ``snap_compare``, which on a mismatch also says what differs as
+    a diff of the screen's text: its HTML report stays on the machine that ran the tests (CI's),
+    the assertion message does not."""
+    import difflib
+    import pickle
+
+    from pytest_textual_snapshot import node_to_report_path
+
+    from tests.tui_helpers import svg_screen_lines
+
+    def compare(*args, **kwargs) -> bool:
+        if snap_compare(*args, **kwargs):
+            return True
+        # The plugin's own record of this comparison, written by this process a moment ago.
+        record = pickle.loads(node_to_report_path(request.node).read_bytes())
+        expected, actual = svg_screen_lines(str(record[1])), svg_screen_lines(record[2])
+        diff = "\n".join(difflib.unified_diff(expected, actual, "snapshot", "now", lineterm=""))
+        raise AssertionError("the screen differs from its snapshot"
+                             + (f" in its text:\n{diff}" if diff else " in colour or style only"))
+    return compare

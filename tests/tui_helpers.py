@@ -32,11 +32,20 @@ def drive(app: PostmortemApp, steps, size=SIZE):
 
 def tables_pending(app) -> bool:
     """Whether a DataTable on the screen still has rows or cells waiting for its idle pass
-    (which sets column widths): a render before that shows cut cells."""
+    (which sets column widths) or a scroll waiting for that pass: a screenshot before then
+    shows what a user sees only for a moment."""
     from textual.widgets import DataTable
 
     return any(t._require_update_dimensions or t._updated_cells or t._new_rows
+               or _short_of_target(t)
                for t in app.screen.query(DataTable))
+
+
+def _short_of_target(table) -> bool:
+    """A ``tui.screens.base.Table`` not yet scrolled to the line it was asked for (as far as
+    its height allows)."""
+    target = getattr(table, "scroll_target", None)
+    return target is not None and table.scroll_y != min(target, table.max_scroll_y)
 
 
 async def settle(pilot, loaded=lambda app: True, tries: int = 500) -> None:
@@ -51,3 +60,18 @@ async def settle(pilot, loaded=lambda app: True, tries: int = 500) -> None:
             break
     await pilot.pause()
 
+
+
+def svg_screen_lines(svg: str) -> list[str]:
+    """The characters of a Textual SVG screenshot, a string per terminal line (colours left
+    out), so that a snapshot that differs can say where in words."""
+    import html
+    import re
+
+    lines: dict[int, dict[int, str]] = {}
+    for m in re.finditer(r'<text [^>]*x="([\d.]+)"[^>]*clip-path="url\(#[\w-]*-line-(\d+)\)">(.*?)</text>', svg):
+        column, line = round(float(m.group(1)) / 12.2), int(m.group(2))
+        for offset, char in enumerate(html.unescape(m.group(3)).replace("\xa0", " ")):
+            lines.setdefault(line, {})[column + offset] = char
+    return ["".join(row.get(x, " ") for x in range(max(row) + 1)).rstrip() if row else ""
+            for row in (lines.get(y, {}) for y in range(max(lines, default=-1) + 1))]

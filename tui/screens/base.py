@@ -8,7 +8,7 @@ from textual import events, work
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Static
+from textual.widgets import DataTable, Footer, Header, Static
 
 from tui.session import Session
 
@@ -42,6 +42,55 @@ class ModeBar(Static):
         for start, end, mode in self._spans:
             if start <= event.x < end:
                 self.app.switch_mode(mode)
+
+
+class Table(DataTable):
+    """A DataTable whose cells are painted at their measured width, and that scrolls where asked
+    once it knows its own height.
+
+    Textual (8.2) measures new rows in an idle pass and caches each rendered cell under a key
+    that leaves out the column's width. A table of fixed size that is painted between
+    ``add_rows`` and that pass (a busy machine, a big result) keeps the cells it drew at the
+    header's width, cut to ``…``, until something else invalidates the cache. So after each
+    measuring pass the cache is dropped and the table repainted.
+
+    The same pass sets how tall the table's content is, and the screen's layout may still change
+    the table's own height after it; a scroll made before either stops short. So
+    ``scroll_when_measured`` keeps its target and scrolls again after each measuring pass and
+    resize, until the cursor moves or the mouse wheel turns."""
+
+    scroll_target: int | None = None  # the line asked for by scroll_when_measured
+
+    def scroll_when_measured(self, y: int) -> None:
+        """Scroll to line ``y`` now, and again whenever the table is measured or resized."""
+        self.scroll_target = y
+        self.call_after_refresh(self._scroll_to_target)
+
+    def _scroll_to_target(self) -> None:
+        if self.scroll_target is not None:
+            self.scroll_to(y=self.scroll_target, animate=False, immediate=True)
+
+    def _update_dimensions(self, new_rows) -> None:
+        super()._update_dimensions(new_rows)
+        self._clear_caches()
+        self.refresh()
+        if self.scroll_target is not None:
+            self.call_after_refresh(self._scroll_to_target)
+
+    # Textual calls the handlers of every class in the MRO: these run beside DataTable's own.
+    def _on_resize(self, _) -> None:
+        if self.scroll_target is not None:
+            self.call_after_refresh(self._scroll_to_target)
+
+    def _on_mouse_scroll_down(self, _) -> None:
+        self.scroll_target = None
+
+    _on_mouse_scroll_up = _on_mouse_scroll_down
+
+    def watch_cursor_coordinate(self, old, new) -> None:
+        super().watch_cursor_coordinate(old, new)
+        if old != new:
+            self.scroll_target = None  # the cursor moved: the user reads elsewhere now
 
 
 class BaseScreen(Screen):

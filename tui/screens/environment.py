@@ -15,7 +15,7 @@ from textual.widgets import DataTable, Input, Static
 
 from rules.config_model import ECHO, UNSET
 from tui.env_memory_data import CLASS_LABEL, CLASS_MEANING, EnvVar, EnvView, env_view, matches
-from tui.screens.base import BaseScreen
+from tui.screens.base import BaseScreen, Table
 from tui.text import cell, join, plain
 
 CELL_LIMITS = (8, 24)    # characters of a value in the matrix, fitted to the width (the detail shows more)
@@ -63,9 +63,9 @@ a variable moves there (Tab moves back); Enter on a line, or `e`, opens it in th
         yield Static(plain("Reading the environment…"), id="env-summary")
         yield Input(placeholder="variable name: substring or regex (Enter: keep, Esc: clear)", id="env-filter",
                     compact=True)
-        yield DataTable(id="env-matrix", cursor_type="row", fixed_columns=1, zebra_stripes=True)
+        yield Table(id="env-matrix", cursor_type="row", fixed_columns=1, zebra_stripes=True)
         yield Static(plain(""), id="env-detail-title")
-        yield DataTable(id="env-detail", cursor_type="row")
+        yield Table(id="env-detail", cursor_type="row")
 
     def on_mount(self) -> None:
         self.load_view(env_view, self._loaded)

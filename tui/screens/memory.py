@@ -14,7 +14,7 @@ from textual.binding import Binding
 from textual.widgets import DataTable, Static
 
 from tui.env_memory_data import NEAR, MemoryView, RankMemory, bar, gib, memory_view, percent, sort_rows
-from tui.screens.base import BaseScreen
+from tui.screens.base import BaseScreen, Table
 from tui.text import cell, join, plain
 
 OOM_STYLE = "bold red"
@@ -51,7 +51,7 @@ in the Logs screen."""
 
     def compose_body(self) -> ComposeResult:
         yield Static(plain("Reading the memory lines…"), id="mem-summary")
-        yield DataTable(id="mem-table", cursor_type="row", cursor_foreground_priority="renderable")
+        yield Table(id="mem-table", cursor_type="row", cursor_foreground_priority="renderable")
         yield Static(plain(""), id="mem-detail")
 
     def on_mount(self) -> None:

@@ -24,7 +24,7 @@ from textual.message import Message
 from textual.widgets import DataTable, Static, TextArea, Tree
 from textual.worker import get_current_worker
 
-from tui.screens.base import BaseScreen
+from tui.screens.base import BaseScreen, Table
 from tui.text import cell, plain
 
 MAX_ROWS = 10_000  # rows fetched into the table; "first N of M" says when the query has more
@@ -381,7 +381,7 @@ class SqlScreen(BaseScreen):
                                placeholder="SELECT … (ctrl+r runs; escape leaves the box)")
                 yield Static(plain("ctrl+r runs the query; enter on a table in the sidebar fills the box"),
                              id="sql-status")
-                yield DataTable(id="sql-results", zebra_stripes=True, cursor_type="row")
+                yield Table(id="sql-results", zebra_stripes=True, cursor_type="row")
 
     def on_mount(self) -> None:
         self._fill_sidebar()

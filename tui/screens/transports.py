@@ -16,7 +16,7 @@ from textual.containers import Vertical
 from textual.widgets import ContentSwitcher, DataTable, Static
 
 from tui import transport_rows as tr
-from tui.screens.base import BaseScreen
+from tui.screens.base import BaseScreen, Table
 from tui.text import cell, join, plain
 
 OFF_STYLE = "bold red"  # reads on dark and light themes
@@ -74,11 +74,11 @@ channel, `enter` the NCCL line that declared the hop, in Logs.
         self.matrix_of: int | None = None  # the communicator the matrix table shows
 
     def compose_body(self):
-        yield DataTable(id="comms", cursor_type="row", cursor_foreground_priority="renderable")
+        yield Table(id="comms", cursor_type="row", cursor_foreground_priority="renderable")
         yield Static(plain("Reading the NCCL transports…"), id="summary")
         with ContentSwitcher(initial="hops", id="views"):
-            yield DataTable(id="hops", cursor_type="row", cursor_foreground_priority="renderable")
-            yield DataTable(id="matrix", cursor_type="cell", cursor_foreground_priority="renderable")
+            yield Table(id="hops", cursor_type="row", cursor_foreground_priority="renderable")
+            yield Table(id="matrix", cursor_type="cell", cursor_foreground_priority="renderable")
         with Vertical(id="foot"):
             yield Static(plain(""), id="legend")
             yield Static(plain(""), id="detail")
@@ -133,7 +133,7 @@ channel, `enter` the NCCL line that declared the hop, in Logs.
         return Text("\n").join(plain(text, style[kind]) for text, kind in lines)
 
     def _fill_hops(self, first_marked: bool = False) -> None:
-        table = self.query_one("#hops", DataTable)
+        table = self.query_one("#hops", Table)
         table.clear()
         self.rows = tr.hop_rows(self.comm, off_nvlink_only=self.off_nvlink_only, grouped=self.grouped)
         for row in self.rows:
@@ -147,7 +147,7 @@ channel, `enter` the NCCL line that declared the hop, in Logs.
             if marked:
                 table.move_cursor(row=marked[0], scroll=False)
                 # a few rows of context above it rather than the marked row at the bottom edge
-                self.call_after_refresh(table.scroll_to, y=max(0, marked[0] - 3), animate=False)
+                table.scroll_when_measured(max(0, marked[0] - 3))
         self._show_legend()
         self._show_hop_detail(table.cursor_row)
 

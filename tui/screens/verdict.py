@@ -23,7 +23,7 @@ from textual.widgets.option_list import Option
 
 from analyzer.ranges import hostlist, rank_ranges
 from analyzer.render import action_items, finding_details
-from tui.screens.base import BaseScreen
+from tui.screens.base import BaseScreen, Table
 from tui.text import SEVERITY_STYLE, cell, join, plain
 
 SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
@@ -196,7 +196,7 @@ def findings_heading(findings: list[dict]) -> Text:
 
 # --- widgets ------------------------------------------------------------------------------------
 
-class FindingsTable(DataTable):
+class FindingsTable(Table):
     """The findings, one row each; Enter opens the finding's first evidence line."""
 
     BINDINGS = [Binding("enter", "select_cursor", "Open")]
