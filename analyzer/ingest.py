@@ -51,6 +51,12 @@ class Batched:
     tables: dict[str, list[pl.DataFrame]] = field(default_factory=dict)
     claims: list[pl.DataFrame] = field(default_factory=list)
 
+    def take(self, other: "Batched") -> "Batched":
+        for name, frames in other.tables.items():
+            self.tables.setdefault(name, []).extend(frames)
+        self.claims.extend(other.claims)
+        return self
+
 
 @dataclass
 class Parsed:
@@ -102,19 +108,19 @@ def read_input(input_id: int, item: InputFile, piece=None) -> tuple[FileResult, 
 
 
 def parse_text(result: FileResult, lines: pl.DataFrame, others: pl.DataFrame,
-               gates: dict[str, set[int]] | None = None) -> FileResult:
+               gates: dict[str, set[int]] | None = None, env_dump: bool = False) -> FileResult:
     """The per-file parsers over one text input's enveloped lines (the batched ones run later
     over all inputs at once: ``_parse_batched``). ``others``: the lines without whole COLL trace
     lines, which only the NCCL parser reads (``parse_chunk``). ``gates`` (``file_gates``): a
-    gated parser runs only on the inputs listed for it."""
+    gated parser runs only on the inputs listed for it. An ``env_dump`` (``_env_dumps``) gets
+    none of them: the env parsers read the chunk's dumps at once (``_parse_env_dumps``)."""
     item, input_id = result.item, result.input_id
 
     def passes(module) -> bool:
         return gates is None or module.NAME not in gates or input_id in gates[module.NAME]
-    if item.kind == "log" and passes(parsers.envdump) and parsers.envdump.looks_like_env_dump(others):
+    if env_dump:
         item.kind = "env"
-    chosen = parsers.ENV_PARSERS if item.kind == "env" else \
-        [m for m in parsers.LOG_PARSERS if m not in parsers.BATCHED and passes(m)]
+    chosen = [] if env_dump else [m for m in parsers.LOG_PARSERS if m not in parsers.BATCHED and passes(m)]
     for module in chosen:
         try:
             parsed = module.parse(lines if module is parsers.nccl else others)
@@ -225,26 +231,52 @@ def _parse_batched(results: list[FileResult]) -> Batched:
         if combined is not None and literal:   # only the inputs that mention the literal
             mention = combined.filter(pl.col("text").str.contains(literal, literal=True))["input_id"].unique()
             combined = combined.filter(pl.col("input_id").is_in(mention.implode()))
-        if combined is None or combined.is_empty():
-            continue
-        mapping = combined.select(_row=pl.int_range(1, pl.len() + 1, dtype=pl.UInt32), input_id="input_id", _line="line_no")
-        try:
-            parsed = module.parse(combined.with_columns(line_no=mapping["_row"]))
-        except Exception as exc:  # a parser bug must not cost the rest of the run
-            failed = set(combined["input_id"].unique().to_list())
-            for r in texts:
-                if r.input_id in failed:
-                    r.item.problems.append(f"parser {module.NAME} failed ({type(exc).__name__}: {exc}); "
+        if combined is not None and not combined.is_empty():
+            _batch_parse(module, combined, texts, batched)
+    return batched
+
+
+def _batch_parse(module, combined: pl.DataFrame, texts: list[FileResult], batched: Batched) -> None:
+    """``module.parse`` once over ``combined``, the lines of several inputs (``input_id``), with
+    ``line_no`` renumbered to a global row for it; its rows are mapped back into ``batched``."""
+    mapping = combined.select(_row=pl.int_range(1, pl.len() + 1, dtype=pl.UInt32), input_id="input_id", _line="line_no")
+    try:
+        parsed = module.parse(combined.with_columns(line_no=mapping["_row"]))
+    except Exception as exc:  # a parser bug must not cost the rest of the run
+        failed = set(combined["input_id"].unique().to_list())
+        for r in texts:
+            if r.input_id in failed:
+                r.item.problems.append(f"parser {module.NAME} failed ({type(exc).__name__}: {exc}); "
                                        "its lines are counted as unparsed")
+        return
+    for name, frame in parsed.tables.items():
+        if frame.is_empty():
             continue
-        for name, frame in parsed.tables.items():
-            if frame.is_empty():
-                continue
-            more = getattr(module, "LINE_NUMBER_COLUMNS", {}).get(name, ())
-            frame = _unbatch(frame, mapping, more).with_columns(parser=pl.lit(module.NAME))
-            batched.tables.setdefault(name, []).append(frame)
-        consumed = mapping.filter(pl.col("_row").is_in(parsed.consumed.implode()))
-        batched.claims.append(_claims(module.NAME, consumed.select("input_id", line_no="_line")))
+        more = getattr(module, "LINE_NUMBER_COLUMNS", {}).get(name, ())
+        frame = _unbatch(frame, mapping, more).with_columns(parser=pl.lit(module.NAME))
+        batched.tables.setdefault(name, []).append(frame)
+    consumed = mapping.filter(pl.col("_row").is_in(parsed.consumed.implode()))
+    batched.claims.append(_claims(module.NAME, consumed.select("input_id", line_no="_line")))
+
+
+def _env_dumps(results: list[FileResult], others: pl.DataFrame, gates: dict[str, set[int]] | None) -> set[int]:
+    """Which of a chunk's text inputs (by ``_input``, their index in ``results``) are env dumps:
+    one ``parsers.envdump.env_dump_inputs`` over the logs that pass its gate."""
+    candidates = [i for i, r in enumerate(results) if r.item.kind == "log"
+                  and (gates is None or r.input_id in gates[parsers.envdump.NAME])]
+    if not candidates:
+        return set()
+    lines = others.filter(pl.col("_input").is_in(candidates)).with_columns(input_id=pl.col("_input"))
+    return parsers.envdump.env_dump_inputs(lines)
+
+
+def _parse_env_dumps(dumps: list[FileResult]) -> Batched:
+    """The env parsers once over a chunk's env dumps (their ``others``, stamped by ``parse_text``)."""
+    batched = Batched()
+    if dumps:
+        combined = pl.concat([r.others for r in dumps], how="vertical_relaxed")
+        for module in parsers.ENV_PARSERS:
+            _batch_parse(module, combined, dumps, batched)
     return batched
 
 
@@ -452,6 +484,7 @@ class _Prepared:
     weights: pl.DataFrame | None = None     # (input_id, line_no, _w): the first lines of runs
     bulk_file: str | None = None
     bulk_counts: dict[int, int] = field(default_factory=dict)
+    env: Batched = field(default_factory=Batched)    # the env parsers' results (_parse_env_dumps)
 
 
 def _prepare(pieces: list[Piece], spool: str | None) -> _Prepared:
@@ -487,8 +520,11 @@ def _prepare(pieces: list[Piece], spool: str | None) -> _Prepared:
     gates = file_gates(ids, others) if USE_FILE_GATES else None
     every = split_inputs(combined, len(pending))
     rests = split_inputs(others, len(pending)) if others is not combined else every
-    for (result, _, _), lines, rest in zip(pending, every, rests):
-        parse_text(result, lines, rest, gates)
+    results = [result for result, _, _ in pending]
+    dumps = _env_dumps(results, others, gates)
+    for i, (result, lines, rest) in enumerate(zip(results, every, rests)):
+        parse_text(result, lines, rest, gates, env_dump=i in dumps)
+    prepared.env = _parse_env_dumps([results[i] for i in sorted(dumps)])
     return prepared
 
 
@@ -496,7 +532,10 @@ def _finish(held: list[_Prepared]) -> ChunkResult:
     """The batched parsers over the prepared chunks' lines at once, then their lines and tables
     combined (``_combine_chunk``), with ``_w`` on the first lines of COLL runs."""
     results = [r for p in held for r in p.results]
-    chunk = _combine_chunk([r.input_id for r in results], results, _parse_batched(results))
+    batched = _parse_batched(results)
+    for prepared in held:
+        batched.take(prepared.env)
+    chunk = _combine_chunk([r.input_id for r in results], results, batched)
     chunk.bulk_files = [p.bulk_file for p in held if p.bulk_file is not None]
     chunk.bulk_counts = _summed(p.bulk_counts for p in held)
     weights = [p.weights for p in held if p.weights is not None]

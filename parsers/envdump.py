@@ -150,17 +150,38 @@ def looks_like_env_dump(lines: pl.DataFrame) -> bool:
     upper-case key (continuation lines of multi-line values are not counted)."""
     if lines is None or lines.is_empty() or "text" not in lines.columns:
         return False
-    if lines["text"].head(5000).str.contains(r"^#SBATCH|^#!/").any():
-        return False  # a batch script: parsers.config reads its options, exports and commands
-    head = _classify(lines.head(5000))
-    counted = head.filter(~pl.col("kind").is_in(["cont", "blank"]))
-    if counted.is_empty():
-        return False
-    upper = counted.filter(pl.col("text").str.contains(_UPPER_KV)).height
-    if upper == 1 and counted.filter(~pl.col("text").str.contains(r"^\s*#")).height == 1:
-        # a one-variable nccl.conf copy (`NCCL_IB_GID_INDEX=3` under a comment)
-        return bool(counted.filter(pl.col("text").str.contains(_UPPER_KV))["text"].str.contains(r"^NCCL_").all())
-    return upper >= 2 and upper * 2 > counted.height
+    return bool(env_dump_inputs(lines.with_columns(input_id=pl.lit(0, dtype=pl.UInt32))))
+
+
+# How many lines from the top of an input ``env_dump_inputs`` looks at.
+HEAD_LINES = 5000
+
+
+def env_dump_inputs(lines: pl.DataFrame) -> set:
+    """``looks_like_env_dump`` for many inputs at once: the ``input_id`` values of ``lines``
+    (each input's lines in file order) whose input is an env dump. One pass over them all:
+    a job folder holds a dump per node, and the test costs milliseconds per call."""
+    if lines is None or lines.is_empty():
+        return set()
+    head = lines.filter(pl.int_range(pl.len()).over("input_id") < HEAD_LINES)
+    # _classify keeps the rows and their order; its streams keep the inputs apart
+    head = _classify(head).with_columns(input_id=head["input_id"])
+    t = pl.col("text")
+    counted = pl.col("kind").is_in(["cont", "blank"]).not_()
+    upper = counted & t.str.contains(_UPPER_KV)
+    per_input = head.group_by("input_id").agg(
+        # a batch script: parsers.config reads its options, exports and commands
+        script=t.str.contains(r"^#SBATCH|^#!/").any(),
+        counted=counted.sum(),
+        upper=upper.sum(),
+        uncommented=(counted & ~t.str.contains(r"^\s*#")).sum(),
+        nccl=(upper & t.str.starts_with("NCCL_")).sum(),
+    )
+    # a one-variable nccl.conf copy (`NCCL_IB_GID_INDEX=3` under a comment), or mostly KEY=VALUE
+    one_nccl = (pl.col("upper") == 1) & (pl.col("uncommented") == 1)
+    dump = ~pl.col("script") & (pl.col("counted") > 0) & pl.when(one_nccl).then(pl.col("nccl") == 1).otherwise(
+        (pl.col("upper") >= 2) & (pl.col("upper") * 2 > pl.col("counted")))
+    return set(per_input.filter(dump)["input_id"].to_list())
 
 
 def parse(lines: pl.DataFrame) -> ParseResult:

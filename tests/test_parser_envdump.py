@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import polars as pl
 
@@ -152,3 +153,26 @@ def test_garbage_returns_empty_tables():
         assert result.tables["env"].is_empty() and dict(result.tables["env"].schema) == envdump.ENV_SCHEMA
         assert not envdump.looks_like_env_dump(frame)
     assert envdump.parse(_env(junk)).consumed.to_list() == []
+
+
+def test_many_inputs_at_once_are_classified_as_each_alone():
+    """``env_dump_inputs`` (ingest asks it once per chunk) keeps inputs apart: each one's first
+    ``HEAD_LINES`` lines, an open quote at the end of one input that the next cannot close."""
+    samples = sorted(Path(__file__).resolve().parents[1].glob("sample_logs/*/env/*.env"))[:6]
+    texts = [
+        SORTED_DUMP.encode(),
+        b"lower=case\nkeys=only\nhere=too\n",
+        b"# NCCL reads this file\nNCCL_IB_GID_INDEX=3\n",
+        b"#!/bin/bash\n#SBATCH -N 2\nexport A=1\nexport B=2\n",
+        b'A=1\nB=2\ndeclare -x C="open and never closed\n',
+        b'closes it"\nA=1\nB=2\na log line\n',      # read as the quote's end, it would be a dump
+        b"just a log\n" * (envdump.HEAD_LINES + 10) + b"A=1\nB=2\nC=3\n" * 4000,   # dump past the head
+        *(p.read_bytes() for p in samples),
+        *(p.read_bytes() for p in (sorted(REAL.glob("*/*.log"))[:40] if REAL.is_dir() else [])),
+    ]
+    frames = [bare(t) for t in texts]
+    alone = {i for i, frame in enumerate(frames) if envdump.looks_like_env_dump(frame)}
+    together = envdump.env_dump_inputs(pl.concat(
+        [f.with_columns(input_id=pl.lit(i, dtype=pl.UInt32)) for i, f in enumerate(frames)]))
+    assert together == alone
+    assert {0, 2, 4, *range(7, 7 + len(samples))} <= alone and not alone & {1, 3, 5, 6}
