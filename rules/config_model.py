@@ -249,14 +249,19 @@ def nccl_node_versions(ctx: Context) -> list[NodeVersion]:
                 nv.exact = " | ".join(sorted({*nv.exact.split(" | "), exact}))
             nv.exact = nv.exact or exact
         nv.pids.append(row["pid"])
+    # each node's rows, split once (one filter per node costs seconds at a thousand nodes)
+    versions_of = _by_host(versions) if not versions.is_empty() and "host" in versions.columns else None
+    fps_of = _by_host(fps) if not fps.is_empty() else None
     for nv in nodes.values():
-        own = versions.filter((pl.col("host") == nv.node) & pl.col("pid").is_in(nv.pids)) \
-            if not versions.is_empty() and "host" in versions.columns else versions
+        if versions_of is None:
+            own = versions
+        else:
+            own = versions_of.get(nv.node, versions.clear()).filter(pl.col("pid").is_in(nv.pids))
         if nv.exact and not own.is_empty():
             r = own.sort("input_id", "line_no").row(0, named=True)
             nv.refs.append((r["input_id"], r["line_no"], f"{nv.node} prints NCCL version {r['version']}"))
-        if not fps.is_empty():
-            mine = fps.filter((pl.col("host") == nv.node) & pl.col("pid").is_in(nv.pids)) \
+        if fps_of is not None:
+            mine = fps_of.get(nv.node, fps.clear()).filter(pl.col("pid").is_in(nv.pids)) \
                 .with_columns(span=pl.col("max_minor") - pl.col("min_minor")).sort("span", "input_id", "line_no")
             seen = set()
             for r in mine.iter_rows(named=True):
@@ -268,16 +273,34 @@ def nccl_node_versions(ctx: Context) -> list[NodeVersion]:
     return sorted(nodes.values(), key=lambda v: v.node)
 
 
+def _by_host(frame: pl.DataFrame) -> dict[str, pl.DataFrame]:
+    return {key[0]: part for key, part in frame.partition_by("host", as_dict=True, maintain_order=True).items()}
+
+
 def version_split(nodes: list) -> tuple[object | None, list]:
     """(a node of the majority, minority nodes) over items with ``conflicts``; (None, every node in
     a conflict) when no release is held by a strict majority; (x, []) when nothing conflicts."""
     if len(nodes) < 2:
         return None, []
-    support = {id(a): sum(not a.conflicts(b) for b in nodes) for a in nodes}
+    # Nodes of one signature (exact, lo, hi) conflict alike: compare the few distinct ones,
+    # each weighed by how many nodes hold it (a 10,000-rank run has 1,250 nodes, not 1,250 releases).
+    held: dict[tuple, list] = {}
+    for a in nodes:
+        held.setdefault(_signature(a), []).append(a)
+    kinds = [group[0] for group in held.values()]
+    weight = {_signature(k): len(group) for k, group in zip(kinds, held.values())}
+    kind_support = {_signature(a): sum(weight[_signature(b)] for b in kinds if not a.conflicts(b)) for a in kinds}
+    in_conflict = {_signature(a) for a in kinds if any(a.conflicts(b) for b in kinds)}
+    support = {id(a): kind_support[_signature(a)] for a in nodes}
     best = max(nodes, key=lambda a: (support[id(a)], -(a.hi - a.lo) if hasattr(a, "hi") else 0))
     minority = [b for b in nodes if best.conflicts(b)]
-    if not any(a.conflicts(b) for a in nodes for b in nodes):
+    if not in_conflict:
         return best, []
     if len(minority) * 2 >= len(nodes) or any(support[id(a)] == support[id(best)] and best.conflicts(a) for a in nodes):
-        return None, [a for a in nodes if any(a.conflicts(b) for b in nodes)]
+        return None, [a for a in nodes if _signature(a) in in_conflict]
     return best, minority
+
+
+def _signature(node) -> tuple:
+    """What ``conflicts`` reads of a node."""
+    return (node.exact, node.lo, node.hi)

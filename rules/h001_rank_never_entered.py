@@ -34,10 +34,12 @@ Known false positives
 
 from __future__ import annotations
 
+import polars as pl
+
 from analyzer.ranges import rank_ranges
 from rules.base import Context, Finding
 from rules.crash_model import first_failure, first_timeout
-from rules.hang_model import analyse_hang, chain_text, rank_lines, solo_work, stack_of, training_finished
+from rules.hang_model import analyse_hang, chain_text, rank_lines, solo_work, stack_of, stacks_of, training_finished
 from rules.why_no_timeout import why_no_timeout
 
 CODE = "H001"
@@ -138,14 +140,23 @@ def _died_before_the_wait(ctx: Context, culprits: list[int]):
 
 def _common_stack(ctx: Context, ranks: list[int], depth: int = 2) -> list[str]:
     """The innermost ``depth`` main-thread frames most of the waiting ranks' py-spy dumps share."""
+    stacks = stacks_of(ctx, ranks)
+    if stacks.is_empty():
+        return []
+    # per rank: its innermost main-thread frames (a rank with a dump but no main thread: none)
+    main = (stacks.with_columns(_row=pl.int_range(pl.len()))
+            .filter(pl.col("thread_name") == "MainThread").sort("stack_rank", "depth", "_row")
+            .group_by("stack_rank", maintain_order=True).head(depth)
+            .group_by("stack_rank", maintain_order=True)
+            .agg(pl.format("{} ({}:{})", *(pl.col(c).cast(pl.String).fill_null("None")   # as an f-string
+                                              for c in ("function", "file", "file_line"))).alias("key")))
+    keys = {r: tuple(k) for r, k in main.iter_rows()}
+    dumped = set(stacks["stack_rank"].to_list())
     counts: dict[tuple, int] = {}
     for r in ranks:
-        frames = stack_of(ctx, r)
-        if frames.is_empty():
-            continue
-        main = frames.filter(frames["thread_name"] == "MainThread").sort("depth").head(depth)
-        key = tuple(f"{f} ({p}:{n})" for f, p, n in main.select("function", "file", "file_line").iter_rows())
-        counts[key] = counts.get(key, 0) + 1
+        if r in dumped:
+            key = keys.get(r, ())
+            counts[key] = counts.get(key, 0) + 1
     if not counts:
         return []
     best = max(sorted(counts), key=counts.get)

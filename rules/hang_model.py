@@ -258,6 +258,14 @@ def stack_of(ctx: Context, rank: int) -> pl.DataFrame:
     return stacks.filter(pl.col("stack_rank") == rank)
 
 
+def stacks_of(ctx: Context, ranks: list[int]) -> pl.DataFrame:
+    """``stack_of`` for many ranks at once (one filter, not one per rank), in the same row order."""
+    stacks = _stacks(ctx)
+    if stacks.is_empty():
+        return stacks
+    return stacks.filter(pl.col("stack_rank").is_in(pl.Series(list(ranks), dtype=stacks.schema["stack_rank"]).implode()))
+
+
 def _stacks(ctx: Context) -> pl.DataFrame:
     """py-spy frames with the rank they belong to, computed once per attempt context."""
     if "stacks_by_rank" not in ctx.shared:
