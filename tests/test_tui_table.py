@@ -54,3 +54,21 @@ def test_a_scroll_asked_before_the_layout_settles_ends_where_asked():
         return stopped_short, reached, table.scroll_target
     stopped_short, reached, target = drive(app, steps)
     assert stopped_short < 12 and reached == 12 and target is None
+
+
+def test_the_cursor_stays_in_sight_when_the_table_gets_smaller():
+    app = OneTable()
+
+    async def steps(pilot):
+        table = app.query_one(Table)
+        table.add_column("n")
+        table.add_rows([[str(i)] for i in range(30)])
+        await pilot.pause(0.1)
+        table.move_cursor(row=29)
+        await pilot.pause(0.1)
+        await pilot.resize_terminal(120, 12)
+        await pilot.pause(0.2)
+        top = int(table.scroll_y)
+        return top, top + table.size.height - 1   # the first and last row in sight (one header line)
+    first, last = drive(app, steps)
+    assert first <= 29 < last

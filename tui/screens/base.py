@@ -57,7 +57,8 @@ class Table(DataTable):
     The same pass sets how tall the table's content is, and the screen's layout may still change
     the table's own height after it; a scroll made before either stops short. So
     ``scroll_when_measured`` keeps its target and scrolls again after each measuring pass and
-    resize, until the cursor moves or the mouse wheel turns."""
+    resize, until the cursor moves or the mouse wheel turns. Without a target, a resize keeps the
+    cursor's row in sight."""
 
     scroll_target: int | None = None  # the line asked for by scroll_when_measured
 
@@ -81,6 +82,9 @@ class Table(DataTable):
     def _on_resize(self, _) -> None:
         if self.scroll_target is not None:
             self.call_after_refresh(self._scroll_to_target)
+        elif self.show_cursor and self.row_count:
+            # a smaller terminal keeps the cursor's row in sight (Textual keeps the offset only)
+            self.call_after_refresh(self._scroll_cursor_into_view)
 
     def _on_mouse_scroll_down(self, _) -> None:
         self.scroll_target = None
