@@ -244,6 +244,10 @@ def _batch_parse(module, combined: pl.DataFrame, texts: list[FileResult], batche
         parsed = module.parse(combined.with_columns(line_no=mapping["_row"]))
     except Exception as exc:  # a parser bug must not cost the rest of the run
         failed = set(combined["input_id"].unique().to_list())
+        if len(failed) > 1:   # nor one input's lines the other inputs' rows: each alone, then
+            for part in combined.partition_by("input_id", maintain_order=True):
+                _batch_parse(module, part, texts, batched)
+            return
         for r in texts:
             if r.input_id in failed:
                 r.item.problems.append(f"parser {module.NAME} failed ({type(exc).__name__}: {exc}); "

@@ -261,3 +261,28 @@ def test_the_bulk_reads_coll_lines_as_the_nccl_parser_does():
     bulk_rows = nccl.coll_rows(lines)
     assert bulk_rows.height == len(text)
     assert bulk_rows.equals(whole.select(bulk_rows.columns))
+
+
+def test_a_parser_failing_on_one_input_of_a_batch_costs_that_input_only(tmp_path, monkeypatch):
+    """The env dumps of a chunk are parsed in one call: when it raises, each dump is parsed
+    alone, so only the one that breaks the parser loses its rows (with a message saying so)."""
+    from analyzer.pipeline import analyze
+    from parsers import envdump
+
+    for node in ("node01", "node02", "node03"):
+        poison = "POISON=1\n" if node == "node02" else ""
+        (tmp_path / f"{node}.env").write_text(f"NCCL_DEBUG=INFO\nNCCL_IB_HCA=mlx5_0\n{poison}HOSTNAME={node}\n")
+    parse = envdump.parse
+
+    def breaks_on_poison(lines):
+        if lines["text"].str.contains("POISON").any():
+            raise RuntimeError("a parser bug")
+        return parse(lines)
+    monkeypatch.setattr(envdump, "parse", breaks_on_poison)
+    run = analyze([tmp_path])
+    nodes = run.frame("SELECT DISTINCT node FROM env_nodes ORDER BY node")["node"].to_list()
+    problems = run.frame("SELECT path, problem FROM inputs WHERE problem IS NOT NULL")
+    run.con.close()
+    assert nodes == ["node01", "node03"]
+    assert problems["path"].to_list() == ["node02.env"]
+    assert "parser envdump failed (RuntimeError: a parser bug)" in problems["problem"][0]

@@ -67,6 +67,10 @@ class Table(DataTable):
         self.scroll_target = y
         self.call_after_refresh(self._scroll_to_target)
 
+    def clear(self, columns: bool = False):
+        self.scroll_target = None   # asked for the rows that were there
+        return super().clear(columns)
+
     def _scroll_to_target(self) -> None:
         if self.scroll_target is not None:
             self.scroll_to(y=self.scroll_target, animate=False, immediate=True)
