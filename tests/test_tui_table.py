@@ -72,3 +72,19 @@ def test_the_cursor_stays_in_sight_when_the_table_gets_smaller():
         return top, top + table.size.height - 1   # the first and last row in sight (one header line)
     first, last = drive(app, steps)
     assert first <= 29 < last
+
+
+def test_clearing_the_rows_drops_a_scroll_asked_for_them():
+    app = OneTable()
+
+    async def steps(pilot):
+        table = app.query_one(Table)
+        table.add_column("n")
+        table.add_rows([[str(i)] for i in range(40)])
+        table.scroll_when_measured(12)
+        table.clear()
+        table.add_rows([[str(i)] for i in range(60)])
+        await pilot.pause(0.1)
+        return table.scroll_target, table.scroll_y
+    target, y = drive(app, steps)
+    assert target is None and y == 0
