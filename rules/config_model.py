@@ -288,8 +288,7 @@ def version_split(nodes: list) -> tuple[object | None, list]:
     for a in nodes:
         held.setdefault(_signature(a), []).append(a)
     kinds = [group[0] for group in held.values()]
-    weight = {_signature(k): len(group) for k, group in zip(kinds, held.values())}
-    kind_support = {_signature(a): sum(weight[_signature(b)] for b in kinds if not a.conflicts(b)) for a in kinds}
+    kind_support = {_signature(a): sum(len(held[_signature(b)]) for b in kinds if not a.conflicts(b)) for a in kinds}
     in_conflict = {_signature(a) for a in kinds if any(a.conflicts(b) for b in kinds)}
     support = {id(a): kind_support[_signature(a)] for a in nodes}
     best = max(nodes, key=lambda a: (support[id(a)], -(a.hi - a.lo) if hasattr(a, "hi") else 0))

@@ -252,14 +252,11 @@ def rank_lines(ctx: Context, rank: int, limit: int = 6) -> pl.DataFrame:
 
 def stack_of(ctx: Context, rank: int) -> pl.DataFrame:
     """The frames of every thread in the rank's py-spy dump (``depth`` 0 innermost), if one exists."""
-    stacks = _stacks(ctx)
-    if stacks.is_empty():
-        return stacks
-    return stacks.filter(pl.col("stack_rank") == rank)
+    return stacks_of(ctx, [rank])
 
 
 def stacks_of(ctx: Context, ranks: list[int]) -> pl.DataFrame:
-    """``stack_of`` for many ranks at once (one filter, not one per rank), in the same row order."""
+    """``stack_of`` for many ranks at once (one filter, not one per rank), in dump order."""
     stacks = _stacks(ctx)
     if stacks.is_empty():
         return stacks

@@ -20,6 +20,14 @@ class OneTable(App):
         yield Table()
 
 
+def numbered(app: OneTable, rows: int) -> Table:
+    """The app's table with one column ``n`` and ``rows`` rows numbered from 0."""
+    table = app.query_one(Table)
+    table.add_column("n")
+    table.add_rows([[str(i)] for i in range(rows)])
+    return table
+
+
 def test_cells_painted_before_measuring_are_repainted_at_full_width():
     app = OneTable()
 
@@ -39,9 +47,7 @@ def test_a_scroll_asked_before_the_layout_settles_ends_where_asked():
     app = OneTable()
 
     async def steps(pilot):
-        table = app.query_one(Table)
-        table.add_column("n")
-        table.add_rows([[str(i)] for i in range(40)])
+        table = numbered(app, 40)
         table.scroll_when_measured(12)      # the table is as tall as the screen: room for 4 only
         await pilot.pause(0.1)
         stopped_short = table.scroll_y
@@ -60,9 +66,7 @@ def test_the_cursor_stays_in_sight_when_the_table_gets_smaller():
     app = OneTable()
 
     async def steps(pilot):
-        table = app.query_one(Table)
-        table.add_column("n")
-        table.add_rows([[str(i)] for i in range(30)])
+        table = numbered(app, 30)
         await pilot.pause(0.1)
         table.move_cursor(row=29)
         await pilot.pause(0.1)
@@ -78,9 +82,7 @@ def test_clearing_the_rows_drops_a_scroll_asked_for_them():
     app = OneTable()
 
     async def steps(pilot):
-        table = app.query_one(Table)
-        table.add_column("n")
-        table.add_rows([[str(i)] for i in range(40)])
+        table = numbered(app, 40)
         table.scroll_when_measured(12)
         table.clear()
         table.add_rows([[str(i)] for i in range(60)])

@@ -61,7 +61,6 @@ async def settle(pilot, loaded=lambda app: True, tries: int = 500) -> None:
     await pilot.pause()
 
 
-
 def svg_screen_lines(svg: str) -> list[str]:
     """The characters of a Textual SVG screenshot, a string per terminal line (colours left
     out), so that a snapshot that differs can say where in words."""
