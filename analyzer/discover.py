@@ -59,32 +59,63 @@ def discover(paths: list[str | Path], exclude: set[Path] | None = None, scratch=
         # excluded folders strictly inside this root (the report's --out folder in the job folder)
         inside = {e for e in exclude if root.resolve() in e.parents}
         if root.is_file():
-            candidates = [root]
-            base = root.parent
+            candidates = [(root.name, str(root), str(root.resolve()))]
         else:
-            candidates = sorted(p for p in root.rglob("*") if p.is_file() and not _hidden(p, root))
-            base = root
-        for path in candidates:
-            resolved = path.resolve()
-            if resolved in exclude or path.name.endswith((".duckdb", ".duckdb.wal")) or \
-                    (inside and any(p in inside for p in resolved.parents)):
+            candidates = _files_under(root)
+        for display, path, resolved in candidates:
+            real = Path(resolved)
+            if real in exclude or display.endswith((".duckdb", ".duckdb.wal")) or \
+                    (inside and any(p in inside for p in real.parents)):
                 continue
-            stat = path.stat()
-            display = str(path.relative_to(base)) if path != root else path.name
+            try:
+                stat = os.stat(path)
+            except OSError as exc:      # gone or unreadable since it was listed
+                errors.append(f"{path}: {exc.strerror or exc}")
+                continue
             if archives.is_archive(path):
                 if scratch is None:
                     scratch = archives.Scratch()  # removed at exit
-                members, problems = archives.expand(path, display, scratch, progress)
+                members, problems = archives.expand(Path(path), display, scratch, progress)
                 found.extend(members)
                 errors.extend(problems)
                 continue
-            found.append(InputFile(resolved, display, stat.st_size, stat.st_mtime,
-                                   COMPRESSED.get(path.suffix.lower())))
+            found.append(InputFile(real, display, stat.st_size, stat.st_mtime,
+                                   COMPRESSED.get(os.path.splitext(path)[1].lower())))
     return found, errors
 
 
-def _hidden(path: Path, root: Path) -> bool:
-    return any(part.startswith(".") for part in path.relative_to(root).parts)
+def _files_under(root: Path) -> list[tuple[str, str, str]]:
+    """Every file under ``root``, recursively, sorted as paths sort (part by part): its path
+    relative to ``root`` (what reports show), its path, its resolved path. Hidden files and
+    folders (a name starting with ".") are skipped; a link to a file is listed, a link to a
+    folder is not followed (as ``Path.rglob`` does), a broken link and an unreadable folder are
+    left out.
+
+    One ``scandir`` per folder, and a file's resolved path is its folder's plus its name unless
+    it is a link: ``rglob`` with ``is_file`` and ``resolve`` per file took 5 s for the 31,000
+    files of a 10,000-rank run."""
+    found: list[tuple[tuple[str, ...], str, str]] = []
+    pending: list[tuple[str, str, tuple[str, ...]]] = [(str(root), os.path.realpath(root), ())]
+    while pending:
+        folder, real, parts = pending.pop()
+        try:
+            with os.scandir(folder) as entries:
+                for entry in entries:
+                    if entry.name.startswith("."):
+                        continue
+                    try:
+                        if entry.is_dir(follow_symlinks=False):     # a folder, not a link to one
+                            pending.append((entry.path, os.path.join(real, entry.name), (*parts, entry.name)))
+                        elif entry.is_file():   # follows a link: a link to a file counts
+                            resolved = os.path.realpath(entry.path) if entry.is_symlink() else \
+                                os.path.join(real, entry.name)
+                            found.append(((*parts, entry.name), entry.path, resolved))
+                    except OSError:
+                        continue
+        except OSError:     # unreadable folder: as rglob, skipped
+            continue
+    found.sort(key=lambda f: f[0])
+    return [(os.path.join(*parts), path, resolved) for parts, path, resolved in found]
 
 
 def read_bytes(item: InputFile) -> bytes:

@@ -226,7 +226,7 @@ def _parse_batched(results: list[FileResult]) -> Batched:
         source = (module is parsers.nccl, kinds)
         if source not in frames:
             read = [r.lines if module is parsers.nccl else r.others for r in texts if r.item.kind in kinds]
-            frames[source] = pl.concat(read, how="vertical_relaxed") if read else None
+            frames[source] = pl.concat(read, how="vertical_relaxed", rechunk=True) if read else None
         combined = frames[source]
         if combined is not None and literal:   # only the inputs that mention the literal
             mention = combined.filter(pl.col("text").str.contains(literal, literal=True))["input_id"].unique()
@@ -278,7 +278,7 @@ def _parse_env_dumps(dumps: list[FileResult]) -> Batched:
     """The env parsers once over a chunk's env dumps (their ``others``, stamped by ``parse_text``)."""
     batched = Batched()
     if dumps:
-        combined = pl.concat([r.others for r in dumps], how="vertical_relaxed")
+        combined = pl.concat([r.others for r in dumps], how="vertical_relaxed", rechunk=True)
         for module in parsers.ENV_PARSERS:
             _batch_parse(module, combined, dumps, batched)
     return batched
@@ -313,7 +313,7 @@ def _assign_kinds(lines: pl.DataFrame, claims: list[pl.DataFrame]) -> pl.DataFra
     names = pl.DataFrame({"_p": list(priority.values()), "kind": list(priority)},
                          schema={"_p": pl.Int32, "kind": pl.String})
     if claims:
-        ranked = pl.concat(claims).with_columns(_p=pl.col("parser").replace_strict(priority, return_dtype=pl.Int32))
+        ranked = pl.concat(claims, rechunk=True).with_columns(_p=pl.col("parser").replace_strict(priority, return_dtype=pl.Int32))
         first = ranked.group_by("input_id", "line_no").agg(pl.col("_p").min()).join(names, on="_p")
         lines = lines.join(first.drop("_p"), on=["input_id", "line_no"], how="left", maintain_order="left")
     else:
@@ -383,25 +383,44 @@ class ChunkResult:
 # A log larger than this is parsed in segments of about this size (at line starts), so that no
 # input is held whole in memory however large it is.
 SEGMENT_BYTES = CHUNK_BYTES
+# Below this many chunks per worker, plan_chunks evens out the workers' shares.
+EVEN_CHUNKS_BELOW = 8
 # A segment ends at a newline followed by a line that does not start with white space, so that
 # the indented lines of a traceback or a py-spy stack stay with their first line.
 _CUT = re.compile(rb"\n(?=[^\s])")
 
 
-def plan_chunks(items: list[InputFile], chunk_bytes: int | None = None) -> list[list[Piece]]:
+def plan_chunks(items: list[InputFile], chunk_bytes: int | None = None, workers: int = 1) -> list[list[Piece]]:
     """Consecutive pieces, up to ``chunk_bytes`` (on disk) per chunk; a larger piece is a chunk
-    of its own. Large uncompressed logs are cut into segments (``segments``)."""
+    of its own. Large uncompressed logs are cut into segments (``segments``).
+
+    With several ``workers`` and a few chunks, as many chunks as make every worker's share the
+    same (``_pack``): with 7 chunks on 2 workers one of them parses 4 while the other waits a
+    whole chunk's time at the end (a tenth of the 10,000-rank run's parse); 8 smaller chunks
+    take 4 rounds of less each. With many chunks the last round matters little."""
     limit = chunk_bytes or CHUNK_BYTES
+    pieces = [piece for input_id, item in enumerate(items) for piece in segments(input_id, item)]
+    chunks = _pack(pieces, limit)
+    if 1 < workers and len(chunks) % workers and len(chunks) < EVEN_CHUNKS_BELOW * workers:
+        chunks = _pack(pieces, limit, -(-len(chunks) // workers) * workers)
+    return chunks
+
+
+def _pack(pieces: list[Piece], limit: int, count: int | None = None) -> list[list[Piece]]:
+    """Pieces in order into chunks of at most ``limit`` bytes (or one piece); with ``count``,
+    a new chunk also starts at each ``count``-th of the total bytes."""
+    step = sum(p.size for p in pieces) / count if count else None
     chunks: list[list[Piece]] = []
     current: list[Piece] = []
-    size = 0
-    for input_id, item in enumerate(items):
-        for piece in segments(input_id, item):
-            if current and size + piece.size > limit:
-                chunks.append(current)
-                current, size = [], 0
-            current.append(piece)
-            size += piece.size
+    size = done = 0
+    for piece in pieces:
+        at_step = step is not None and done >= step * (len(chunks) + 1)
+        if current and (size + piece.size > limit or at_step):
+            chunks.append(current)
+            current, size = [], 0
+        current.append(piece)
+        size += piece.size
+        done += piece.size
     if current:
         chunks.append(current)
     return chunks
@@ -661,8 +680,9 @@ def parse_all(items: list[InputFile], progress: bool | Progress = False, workers
     """
     meter = progress if isinstance(progress, Progress) else Progress(bool(progress))
     meter.start(len(items), sum(i.size for i in items))
-    chunks = plan_chunks(items, chunk_bytes)
-    count = min(worker_count(items, workers), len(chunks))
+    count = worker_count(items, workers)
+    chunks = plan_chunks(items, chunk_bytes, count)
+    count = min(count, len(chunks))
     # the batch limit decided here, as the chunks were: a worker reads its own CHUNK_BYTES
     jobs: list[Job] = [(group, sink.spool if sink is not None else None, chunk_bytes or CHUNK_BYTES)
                        for group in plan_jobs(chunks, count)]
@@ -864,12 +884,12 @@ def _combine_chunk(ids: list[int], results: list[FileResult], batched: Batched) 
             tables.setdefault(name, []).append(frame)
     merged = {}
     for name in tables.keys() | batched.tables.keys():
-        frame = pl.concat(tables.get(name, []) + batched.tables.get(name, []), how="diagonal_relaxed")
+        frame = pl.concat(tables.get(name, []) + batched.tables.get(name, []), how="diagonal_relaxed", rechunk=True)
         # per input: its per-file rows, then each batched parser's (a stable sort keeps that order)
         merged[name] = frame.sort("input_id", maintain_order=True) if name in batched.tables else frame
     lines = None
     if line_frames:
-        lines = _drop_nccl_info_text(_assign_kinds(pl.concat(line_frames, how="diagonal_relaxed"), claims),
+        lines = _drop_nccl_info_text(_assign_kinds(pl.concat(line_frames, how="diagonal_relaxed", rechunk=True), claims),
                                      merged.get("nccl_lines"))
     return ChunkResult(ids, [r.item for r in results], lines, merged, errors)
 

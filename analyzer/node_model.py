@@ -20,7 +20,6 @@ Xid's ``PCI:0000:2a:00``, nvidia-smi's ``00000000:2A:00.0``) plus the node's sho
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import polars as pl
 
@@ -57,19 +56,27 @@ def _known_hosts(tables: dict[str, pl.DataFrame], ranks: pl.DataFrame | None) ->
 
 
 def _path_nodes(inputs: pl.DataFrame | None, hosts: set[str]) -> pl.DataFrame:
-    """input_id -> a known host named by the input's path (a folder or part of the file name)."""
+    """input_id -> a known host named by the input's path: a folder or the file's whole name,
+    else a host the file name contains (the longest such; of equally long ones the first by
+    name). Matched for all inputs at once: 31,000 inputs against 1,250 hosts took 2 s one input
+    at a time."""
     empty = pl.DataFrame(schema={"input_id": pl.UInt32, "path_node": pl.String})
     if inputs is None or inputs.is_empty() or not hosts:
         return empty
-    rows = []
-    ordered = sorted(hosts, key=len, reverse=True)
-    for input_id, path in inputs.select("input_id", "path").iter_rows():
-        parts = Path(path).parts
-        found = next((h for h in ordered if h in parts), None) or \
-            next((h for h in ordered if parts and h in parts[-1]), None)
-        if found:
-            rows.append({"input_id": input_id, "path_node": found})
-    return pl.DataFrame(rows, schema=empty.schema) if rows else empty
+    known = pl.Series(sorted(hosts), dtype=pl.String)
+    parts = inputs.select(pl.col("input_id").cast(pl.UInt32), part=pl.col("path").str.split("/"))
+    named = _longest(parts.explode("part").filter(pl.col("part").is_in(known.implode())))
+    rest = parts.join(named, on="input_id", how="anti").select(
+        "input_id", part=pl.col("part").list.last().str.extract_many(known.implode(), overlapping=True))
+    within = _longest(rest.explode("part").drop_nulls("part"))
+    return pl.concat([named, within]).sort("input_id")
+
+
+def _longest(matches: pl.DataFrame) -> pl.DataFrame:
+    """Per input_id, the longest matched ``part`` (ties: the first by name) as ``path_node``."""
+    return (matches.sort(pl.col("part").str.len_chars(), "part", descending=[True, False])
+            .group_by("input_id", maintain_order=True).first()
+            .select(pl.col("input_id").cast(pl.UInt32), path_node=pl.col("part")))
 
 
 def _with_nodes(frame: pl.DataFrame, path_nodes: pl.DataFrame) -> pl.DataFrame:

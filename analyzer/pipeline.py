@@ -64,6 +64,7 @@ def analyze(paths: list[str | Path], db_path: str | Path | None = None, progress
             items, errors = discover(paths, exclude=exclude, scratch=scratch, progress=meter.status)
             if not items:
                 raise NothingReadable("; ".join(errors) or "no input files found")
+            t_discover = time.perf_counter()
             if len(paths) > 1:
                 # Inputs in one order whatever the order the paths were given in (input ids, and
                 # so every table's row order, follow it).
@@ -118,6 +119,7 @@ def analyze(paths: list[str | Path], db_path: str | Path | None = None, progress
     tables.update(node_model.build(tables, ranks, parsed.inputs))  # issue 5: node evidence, GPU join, clocks
     tables.update(env_model.build(tables, parsed.lines, parsed.inputs))
     lines = _lines_table(parsed.lines, attribution)
+    t_models = time.perf_counter()
     con = sink.con or store.connect(db_path, spill=spill)
     if sink.rows:   # row numbers, so that bulk.merge keeps every table's order
         lines = lines.with_row_index("_ord")
@@ -129,13 +131,16 @@ def analyze(paths: list[str | Path], db_path: str | Path | None = None, progress
     if sink.rows:
         bulk.merge(con)
     sink.discard()
+    t_store = time.perf_counter()
     info.update(year=year, time_source=year_source,
                 attempts=sorted(a for a in lines["attempt"].unique().to_list() if a is not None))
     run = Run(con, info, errors + _collapse_empty(parsed.messages), db_path=str(db_path) if db_path else None)
     if run_key:
         cache.save(run_key, con, {"info": run.info, "messages": run.messages})
         run.cache_key = run_key
-    run.timings = {"parse_s": round(t_parse - started, 3), "total_ingest_s": round(time.perf_counter() - started, 3)}
+    run.timings = {"discover_s": round(t_discover - started, 3), "parse_s": round(t_parse - started, 3),
+                   "models_s": round(t_models - t_parse, 3), "store_s": round(t_store - t_models, 3),
+                   "total_ingest_s": round(time.perf_counter() - started, 3)}
     if tail_info:
         run.timings.update(cache="tails", **tail_info)
     return run

@@ -450,3 +450,21 @@ def test_nvidia_bug_report_excerpt():
     assert ev["code"].to_list() == ["119", "79"] and ev["category"].to_list() == ["firmware", "bus"]
     gpu = health.parse(lines).tables["gpu_health"].row(0, named=True)
     assert (gpu["bus_id"], gpu["product"], gpu["driver"]) == ("0000:3b:00.0", "NVIDIA H100 80GB HBM3", "550.54.15")
+
+
+def test_an_inputs_path_names_its_node():
+    """A folder or the whole file name equal to a known host wins; else the longest host the
+    file name contains (of equally long ones, the first by name); no host, no row."""
+    from analyzer.node_model import _path_nodes
+
+    inputs = pl.DataFrame({"input_id": [0, 1, 2, 3, 4, 5], "path": [
+        "logs/gpu-1/rank0.log",              # a folder
+        "kernel/gpu-10",                     # the whole file name
+        "env/gpu-10.env",                    # contains gpu-1 and gpu-10: the longer
+        "dmesg-gpu-2-gpu-3.txt",             # two of one length: the first by name
+        "logs/gpu-1/gpu-3.log",              # a folder before a name that contains a host
+        "slurm-4242.out",                    # none
+    ]}, schema={"input_id": pl.UInt32, "path": pl.String})
+    found = _path_nodes(inputs, {"gpu-1", "gpu-10", "gpu-2", "gpu-3"})
+    assert found.rows() == [(0, "gpu-1"), (1, "gpu-10"), (2, "gpu-10"), (3, "gpu-2"), (4, "gpu-1")]
+    assert _path_nodes(inputs, set()).is_empty()

@@ -130,6 +130,27 @@ def test_jobs_hold_every_chunk_once_in_order(workers):
             assert [len(job) for job in jobs] == [3, 1, 4, 2, 1, 2]
 
 
+def test_a_few_chunks_are_evened_out_over_the_workers():
+    """7 chunks' worth of files on 2 workers: 8 chunks of even size (one worker would parse 4
+    chunks while the other waits); with many chunks, or one worker, the plan is unchanged."""
+    from pathlib import Path
+
+    from analyzer.discover import InputFile
+
+    def files(count: int) -> list[InputFile]:
+        return [InputFile(Path(f"/nonexistent/{i}.log"), f"{i}.log", 1 << 20, 0.0) for i in range(count)]
+
+    seven = files(7 * 32 - 3)
+    assert len(ingest.plan_chunks(seven)) == 7
+    even = ingest.plan_chunks(seven, workers=2)
+    assert len(even) == 8
+    assert [p.input_id for chunk in even for p in chunk] == list(range(len(seven)))
+    sizes = [sum(p.size for p in chunk) for chunk in even]
+    assert max(sizes) <= ingest.CHUNK_BYTES and max(sizes) - min(sizes) <= 1 << 20
+    many = files(ingest.EVEN_CHUNKS_BELOW * 2 * 32 + 5)
+    assert ingest.plan_chunks(many, workers=2) == ingest.plan_chunks(many)
+
+
 def test_only_chunks_mostly_of_coll_lines_are_grouped(tmp_path):
     """A chunk whose lines go mostly to the bulk keeps a twentieth of them: four such chunks
     share a job. Any other chunk keeps all of its lines, and is a job of its own."""
