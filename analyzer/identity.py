@@ -138,7 +138,9 @@ def resolve(lines: pl.DataFrame, tables: dict[str, pl.DataFrame], inputs: pl.Dat
         conf = pl.when(cond).then(pl.lit(level)).otherwise(conf)
     df = df.with_columns(rank=rank, rank_source=source, rank_confidence=conf)
     df = _propagate_streams(df)
-    df = _path_guess(df, inputs, world)
+    # what each input's path says (torchrun's attempt_N/<local_rank>/), read once for both uses
+    hints = {input_id: path_hints(path) for input_id, path in inputs.select("input_id", "path").iter_rows()}
+    df = _path_guess(df, hints, world)
     unnamed = pl.col("rank").is_null() & pl.col("pgx_rank").is_not_null()
     df = df.with_columns(
         rank=pl.when(unnamed).then(pl.col("pgx_rank")).otherwise(pl.col("rank")),
@@ -147,7 +149,7 @@ def resolve(lines: pl.DataFrame, tables: dict[str, pl.DataFrame], inputs: pl.Dat
         rank_confidence=pl.when(unnamed).then(pl.lit("guessed")).otherwise(pl.col("rank_confidence")),
     )
     df = _nodes(df, tables, inputs)
-    df = _attempts(df, tables, inputs)
+    df = _attempts(df, tables, hints)
     ranks = _ranks_table(df, procs, tables)
     info = {"world_size": world}
     keep = ["input_id", "line_no", "rank", "rank_source", "rank_confidence", "node", "node_source",
@@ -192,11 +194,10 @@ def _propagate_streams(df: pl.DataFrame) -> pl.DataFrame:
     ).drop("s_rank", "s_conf", "s_source", "s_pid", "s_pids")
 
 
-def _path_guess(df: pl.DataFrame, inputs: pl.DataFrame, world: int | None) -> pl.DataFrame:
+def _path_guess(df: pl.DataFrame, hints_of: dict[int, dict], world: int | None) -> pl.DataFrame:
     """torchrun log dirs give a local rank; node order from the folder names is only a guess."""
     rows = []
-    for input_id, path in inputs.select("input_id", "path").iter_rows():
-        hints = path_hints(path)
+    for input_id, hints in hints_of.items():
         if "local_rank" in hints:
             # torchrun writes <log_dir>/<run_id>_<random>/attempt_N/<local_rank>/: one folder per agent
             # (per node), so everything above attempt_N tells the nodes apart.
@@ -260,9 +261,9 @@ def _srun_task_hosts(tables: dict[str, pl.DataFrame]) -> pl.DataFrame:
     return pl.DataFrame(rows, schema=empty.schema).unique("srun_task", keep="first")
 
 
-def _attempts(df: pl.DataFrame, tables: dict[str, pl.DataFrame], inputs: pl.DataFrame) -> pl.DataFrame:
+def _attempts(df: pl.DataFrame, tables: dict[str, pl.DataFrame], hints_of: dict[int, dict]) -> pl.DataFrame:
     """torchrun's attempt_N folder, else repeated NCCL version banners within one file."""
-    path_attempt = {row[0]: path_hints(row[1]).get("attempt") for row in inputs.select("input_id", "path").iter_rows()}
+    path_attempt = {input_id: hints.get("attempt") for input_id, hints in hints_of.items()}
     df = df.with_columns(p_attempt=pl.col("input_id").replace_strict(path_attempt, default=None, return_dtype=pl.Int64))
     versions = tables.get("nccl_versions")
     if versions is not None and not versions.is_empty():

@@ -1,0 +1,39 @@
+"""``analyzer.pipeline.ByLine``: a lookup by (input_id, line_no) that must give what a left join
+gives, in the frame's order, whatever the frame holds."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+from analyzer.pipeline import ByLine
+
+KEYS = {"input_id": pl.UInt32, "line_no": pl.UInt32}
+
+
+def joined(frame: pl.DataFrame, rows: pl.DataFrame, columns: list[str], suffix: str = "") -> pl.DataFrame:
+    right = rows.select("input_id", "line_no", *columns).rename(
+        {c: f"{c}{suffix}" for c in columns if c in frame.columns})
+    return frame.join(right, on=["input_id", "line_no"], how="left", maintain_order="left")
+
+
+ROWS = pl.DataFrame({"input_id": [2, 0, 0, 1, 2], "line_no": [1, 5, 1, 3, 9], "rank": [20, 5, 1, 13, 29],
+                     "node": ["b", "a", "a", None, "b"]}, schema={**KEYS, "rank": pl.Int64, "node": pl.String})
+FRAME = pl.DataFrame({"input_id": [0, 2, 7, None, 1, 0, 2], "line_no": [1, 9, 1, 3, 3, 1, 2],
+                      "rank": [-1] * 7, "text": list("abcdefg")}, schema={**KEYS, "rank": pl.Int64, "text": pl.String})
+
+
+@pytest.mark.parametrize("rows", [ROWS, ROWS.clear(), ROWS.head(1)], ids=["rows", "none", "one"])
+def test_a_lookup_gives_what_a_left_join_gives(rows):
+    by_line = ByLine(rows)
+    assert by_line.attach(FRAME, ["node"]).equals(joined(FRAME, rows, ["node"]))
+    assert by_line.attach(FRAME, ["rank", "node"], suffix="_attr").equals(
+        joined(FRAME, rows, ["rank", "node"], suffix="_attr"))
+    assert by_line.attach(FRAME.clear(), ["node"]).equals(joined(FRAME.clear(), rows, ["node"]))
+
+
+def test_a_line_of_two_rows_repeats_the_frames_row_as_a_join_does():
+    twice = pl.concat([ROWS, ROWS.slice(2, 1).with_columns(rank=pl.lit(99, pl.Int64))])   # line (0, 1)
+    got = ByLine(twice).attach(FRAME, ["rank"], suffix="_attr")
+    assert got.height == FRAME.height + 2     # the frame has line (0, 1) twice
+    assert got.sort(pl.all()).equals(joined(FRAME, twice, ["rank"], suffix="_attr").sort(pl.all()))
