@@ -226,6 +226,8 @@ def _parse_batched(results: list[FileResult]) -> Batched:
         source = (module is parsers.nccl, kinds)
         if source not in frames:
             read = [r.lines if module is parsers.nccl else r.others for r in texts if r.item.kind in kinds]
+            # One buffer, not one per input: every Polars call on a frame of 10,000 pieces (a
+            # chunk of py-spy dumps) pays per piece; torch_errors took 3.0 s on it instead of 0.8.
             frames[source] = pl.concat(read, how="vertical_relaxed", rechunk=True) if read else None
         combined = frames[source]
         if combined is not None and literal:   # only the inputs that mention the literal

@@ -20,7 +20,6 @@ Xid's ``PCI:0000:2a:00``, nvidia-smi's ``00000000:2A:00.0``) plus the node's sho
 
 from __future__ import annotations
 
-
 import polars as pl
 
 from analyzer import clocks
