@@ -398,8 +398,10 @@ def _hops(conns: pl.DataFrame | None, members: pl.DataFrame, tables: dict[str, p
     hops = hops.with_columns(same_host=pl.col("src_host") == pl.col("dst_host"))
     hops = hops.with_columns(tier=_tier(tables, hops)).with_columns(
         tier_order=pl.col("tier").replace_strict(TIER_ORDER, default=9, return_dtype=pl.Int64))
+    # input_id and line_no break ties (hops of one channel whose ranks are unknown): without them
+    # such rows came out in a different order from one run to the next
     return hops.rename({"src": "src_rank", "dst": "dst_rank"}).select(list(EMPTY["nccl_hops"])).sort(
-        "comm_key", "channel", "phase", "src_rank", nulls_last=True)
+        "comm_key", "channel", "phase", "src_rank", "input_id", "line_no", nulls_last=True, maintain_order=True)
 
 
 def _fill_hosts(hops: pl.DataFrame) -> pl.DataFrame:
@@ -519,9 +521,10 @@ def _settle_phase(hops: pl.DataFrame, rings: pl.DataFrame) -> pl.DataFrame:
     # pair, n x n values per ring (800M for eight channels of a 10,000-rank ring)
     pairs = pairs.select("comm_key", "channel", "src_rank", "dst_rank").explode("src_rank", "dst_rank").with_columns(
         _neighbours=pl.lit(True))
-    hops = hops.join(pairs, on=["comm_key", "channel", "src_rank", "dst_rank"], how="left")
+    # the hops keep their order (``_hops``): a join may otherwise return them in any order
+    hops = hops.join(pairs, on=["comm_key", "channel", "src_rank", "dst_rank"], how="left", maintain_order="left")
     known = rings.select("comm_key", "channel", _known=pl.col("complete"))
-    hops = hops.join(known, on=["comm_key", "channel"], how="left")
+    hops = hops.join(known, on=["comm_key", "channel"], how="left", maintain_order="left")
     init_time = (pl.col("conn_index").fill_null(0) != 1) & (pl.col("phase").fill_null("") != "p2p")
     neighbours = pl.col("_neighbours").fill_null(False) & init_time
     ring = neighbours & (pl.col("phase").is_null() | pl.col("transport").is_in(["P2P", "SHM"]))

@@ -146,3 +146,24 @@ def test_transports_command_runs_on_real_excerpts(real_logs, name, capsys):
     (path,) = (real_logs / NCCL).glob(name + "*")
     assert main(["transports", str(path), "--quiet"]) == 0
     assert capsys.readouterr().out.strip()
+
+
+
+
+def test_hops_come_in_one_order_whatever_the_run(real_logs):
+    """Hops of one channel whose ranks are unknown tie on the sort key (``_hops``); their lines
+    break the tie, and settling their phase keeps the order. Two analyses of these excerpts
+    used to store such hops in different orders."""
+    from analyzer import nccl_model
+
+    run = analyze([real_logs])
+    hops = run.frame("SELECT rowid AS _at, * FROM nccl_hops ORDER BY rowid")
+    key = ["comm_key", "channel", "phase", "src_rank"]
+    tied = hops.filter(pl.len().over(key) > 1)
+    assert not tied.is_empty()       # the excerpts hold such hops
+    in_line_order = tied.sort(*key, "input_id", "line_no", nulls_last=True)["_at"]
+    assert in_line_order.to_list() == tied.sort(*key, "_at", nulls_last=True)["_at"].to_list()
+    rings = run.frame("SELECT * FROM nccl_ring_order")
+    for seed in range(3):
+        shuffled = hops.sample(fraction=1.0, shuffle=True, seed=seed)
+        assert nccl_model._settle_phase(shuffled, rings).drop("phase").equals(shuffled.drop("phase"))
