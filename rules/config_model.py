@@ -287,9 +287,9 @@ def version_split(nodes: list) -> tuple[object | None, list]:
     held: dict[tuple, list] = {}
     for a in nodes:
         held.setdefault(_signature(a), []).append(a)
-    kinds = [group[0] for group in held.values()]
-    kind_support = {_signature(a): sum(len(held[_signature(b)]) for b in kinds if not a.conflicts(b)) for a in kinds}
-    in_conflict = {_signature(a) for a in kinds if any(a.conflicts(b) for b in kinds)}
+    kind_support = {sig: sum(len(other) for other in held.values() if not group[0].conflicts(other[0]))
+                    for sig, group in held.items()}
+    in_conflict = {sig for sig, group in held.items() if any(group[0].conflicts(other[0]) for other in held.values())}
     support = {id(a): kind_support[_signature(a)] for a in nodes}
     best = max(nodes, key=lambda a: (support[id(a)], -(a.hi - a.lo) if hasattr(a, "hi") else 0))
     minority = [b for b in nodes if best.conflicts(b)]
