@@ -37,7 +37,10 @@ def run_rules(run: Run, attempt: int | None):
     ctx = Context(run, attempt)
     findings = []
     for rule in RULES:
-        findings.extend(rule.check(ctx))
+        try:
+            findings.extend(rule.check(ctx))
+        except Exception as exc:  # noqa: BLE001 -- one rule's bug costs only its own findings
+            ctx.rule_errors.append(rule_error(rule, exc, attempt))
     for f in findings:
         f.attempt = attempt
     findings.sort(key=lambda f: (SEVERITY_ORDER[f.severity], not f.culprit, _layer(f), f.code, f.ranks, f.title))
@@ -47,6 +50,22 @@ def run_rules(run: Run, attempt: int | None):
         f.id = f"a{attempt if attempt is not None else 0}-{f.code}-{counts[f.code]}"
     link_causes(findings)
     return ctx, findings
+
+
+def rule_error(rule, exc: BaseException, attempt: int | None) -> dict:
+    """A rule that raised, as the report lists it (``rule_errors``): which rule, the exception,
+    where it was raised, and that its findings are missing. Also said on stderr, once."""
+    import sys
+    import traceback
+
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f"{frames[-1].filename.rsplit('/', 1)[-1]}:{frames[-1].lineno}" if frames else None
+    error = {"rule": rule.CODE, "name": getattr(rule, "NAME", rule.__name__), "attempt": attempt,
+             "exception": type(exc).__name__, "message": str(exc)[:500], "where": where,
+             "effect": f"{rule.CODE}'s findings are missing from this report; the other rules and the verdict stand"}
+    print(f"postmortem: internal error: rule {rule.CODE} failed ({error['exception']}: {error['message'][:200]}"
+          f"{' at ' + where if where else ''}); its findings are missing", file=sys.stderr)
+    return error
 
 
 def _layer(finding) -> int:
@@ -123,6 +142,7 @@ def _fresh_report(run: Run) -> dict:
         "run": _run_summary(run, ctx),
         "inputs": _inputs(run),
         "messages": run.messages,
+        "rule_errors": [e for a in attempts for e in per_attempt[a][0].rule_errors],
         "timings": run.timings,
     }
     store_findings(run, [f for a in attempts for f in per_attempt[a][1]])

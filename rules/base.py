@@ -68,6 +68,7 @@ class Context:
         self._cache: dict = {}
         self._text_cache: dict = {}
         self.shared: dict = {}
+        self.rule_errors: list[dict] = []  # rules that raised (analyzer.report.rule_error)
 
     def frame(self, sql: str, params: list | None = None) -> pl.DataFrame:
         return self.run.frame(sql, params)
