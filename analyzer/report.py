@@ -26,8 +26,8 @@ VERSION = "0.1.0"
 # which explains the others' timeouts). Findings with no rank and no node (everyone stuck alike,
 # the waiting ranks' timeouts) are explained by any deeper culprit.
 LAYERS = {"hardware": 0, "network": 1, "external": 2, "config": 2, "crash": 3, "hang": 4, "desync": 4,
-          "perf": 5, "symptom": 6, "info": 7}
-_JOB_WIDE = ("crash", "hang", "desync", "symptom")
+          "perf": 5, "symptom": 6, "outcome": 6, "info": 7}
+_JOB_WIDE = ("crash", "hang", "desync", "symptom", "outcome")
 
 
 def run_rules(run: Run, attempt: int | None):
@@ -36,7 +36,12 @@ def run_rules(run: Run, attempt: int | None):
 
     ctx = Context(run, attempt)
     findings = []
-    for rule in RULES:
+    # Fallback rules (X000) run last and speak only when no other rule found an error.
+    ordered = [r for r in RULES if not getattr(r, "FALLBACK", False)] + \
+        [r for r in RULES if getattr(r, "FALLBACK", False)]
+    for rule in ordered:
+        if getattr(rule, "FALLBACK", False) and any(f.severity == "error" for f in findings):
+            continue
         try:
             findings.extend(rule.check(ctx))
         except Exception as exc:  # noqa: BLE001 -- one rule's bug costs only its own findings
@@ -125,10 +130,11 @@ def _fresh_report(run: Run) -> dict:
     failed = [a for a in attempts if any(f.severity in ("error", "warning") for f in per_attempt[a][1])]
     analysed = failed[-1] if failed else attempts[-1]
     ctx, findings = per_attempt[analysed]
-    verdict = _verdict(findings)
+    verdict = _verdict(findings, ctx.outcome)
     report = {
         "schema": SCHEMA,
         "generator": f"postmortem {VERSION}",
+        "outcome": _outcome(run, per_attempt),
         "verdict": verdict,
         "actions": _actions(ctx, findings, verdict),
         "findings": [f.to_dict() for f in findings],
@@ -137,7 +143,8 @@ def _fresh_report(run: Run) -> dict:
             "analysed": analysed,
             "all": [{"attempt": a, "findings": len(per_attempt[a][1]),
                      "errors": sum(f.severity == "error" for f in per_attempt[a][1]),
-                     "verdict": _verdict(per_attempt[a][1])["sentence"]} for a in attempts],
+                     "outcome": per_attempt[a][0].outcome["outcome"], "last_step": _last_step(per_attempt[a][0]),
+                     "verdict": _verdict(per_attempt[a][1], per_attempt[a][0].outcome)["sentence"]} for a in attempts],
         },
         "run": _run_summary(run, ctx),
         "inputs": _inputs(run),
@@ -148,6 +155,30 @@ def _fresh_report(run: Run) -> dict:
     store_findings(run, [f for a in attempts for f in per_attempt[a][1]])
     store_report(run, report)
     return report
+
+
+def _outcome(run: Run, per_attempt: dict) -> dict:
+    """What happened to the job, from the evidence alone (``analyzer.outcome``): the last
+    attempt's outcome and its basis, each sign with its line. With several attempts (torchrun
+    restarts), ``recovered`` says whether an attempt failed and a later one completed."""
+    paths = dict(run.frame("SELECT input_id, path FROM inputs").iter_rows())
+    last_attempt = list(per_attempt)[-1]
+    ctx = per_attempt[last_attempt][0]
+    this = ctx.outcome
+    basis = [{"what": b["what"], "path": paths.get(b["input_id"]), "line": b["line_no"], "rank": b["rank"],
+              "node": b["node"], "time": str(b["ts"]) if b["ts"] else None} for b in this["basis"]]
+    out = {"outcome": this["outcome"], "attempt": last_attempt, "basis": basis, "failed_ranks": this["failed_ranks"]}
+    if len(per_attempt) > 1:
+        earlier = [c.outcome["outcome"] for c, _ in list(per_attempt.values())[:-1]]
+        out["recovered"] = this["outcome"] == "completed" and any(o in ("failed", "hung") for o in earlier)
+    return out
+
+
+def _last_step(ctx) -> int | None:
+    it = ctx.table("iterations")
+    if it.is_empty() or "iteration" not in it.columns:
+        return None
+    return it["iteration"].max()
 
 
 def store_report(run: Run, report: dict) -> None:
@@ -189,7 +220,7 @@ _NOBODY = {"ranks": [], "nodes": [], "gpus": []}
 _DRAIN_CATEGORIES = ("hardware", "network")
 
 
-def _verdict(findings) -> dict:
+def _verdict(findings, outcome: dict) -> dict:
     roots = root_causes(findings)
     if roots:
         return _culprit_verdict(roots)
@@ -213,16 +244,26 @@ def _verdict(findings) -> dict:
         top = undecided[0]
         return _verdict_of("inconclusive", top, _sentence(f"Inconclusive: {top.title}", top.message), [top.id],
                            [f"rank {r} (not trustworthy: see reasons)" for r in top.details.get("candidates", [])])
-    if errors:
+    if errors and all(f.category == "outcome" for f in errors):
         top = errors[0]
+        sentence = _sentence(f"{top.details['outcome'].capitalize()}, cause not determined",
+                             top.message.removeprefix(f"the job {top.details['outcome']} "))
+        return _verdict_of("undetermined", top, sentence, [top.id], [])
+    if errors:
+        top = next(f for f in errors if f.category != "outcome")
         return _verdict_of("inconclusive", top, _sentence(top.title, top.message), [f.id for f in errors], [])
     if warnings:
         top = warnings[0]
         named = _culprit_of([top]) if top.culprit else _NOBODY
         return _verdict_of("degraded", top, _sentence(f"The job shows no failure, but: {top.title}", top.message),
                            [f.id for f in warnings], [], named)
+    if outcome["outcome"] == "completed":
+        known = f"the job completed ({outcome['basis'][0]['what']})"
+    else:
+        known = "whether the job completed is not known: no end (launcher, scheduler or last step) is recorded"
     return {"status": "healthy", "category": "none", "confidence": 0.8,
-            "sentence": "No error finding: nothing in these logs shows a hang, desync or crash.",
+            "sentence": _sentence("No error finding: nothing in these logs shows a failure, hang, desync or crash",
+                                  known),
             "culprit": dict(_NOBODY), "finding_ids": [], "competing": []}
 
 

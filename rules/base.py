@@ -130,6 +130,15 @@ class Context:
         return self._cache[key]
 
     @property
+    def outcome(self) -> dict:
+        """The job's outcome in this attempt (``analyzer.outcome.job_outcome``), read once."""
+        if "outcome" not in self._cache:
+            from analyzer.outcome import job_outcome
+
+            self._cache["outcome"] = job_outcome(self.run, self.attempt)
+        return self._cache["outcome"]
+
+    @property
     def ranks(self) -> pl.DataFrame:
         return self.table("ranks")
 

@@ -1,0 +1,352 @@
+"""What happened to the job -- completed, failed, hung or unknown -- decided from the evidence
+alone, before and independently of the rules that explain why.
+
+A rule can miss a cause; the outcome must not miss a failure. So the outcome reads every sign
+that a job ended badly or well, each a ``Sign`` with its line:
+
+* ``failed``: a torchrun failure table or a worker the agent saw fail, a scheduler state of
+  FAILED / CANCELLED / TIMEOUT / NODE_FAIL / OUT_OF_MEMORY / PREEMPTED / BOOT_FAIL / DEADLINE
+  (or a ``slurmstepd`` cancellation), an uncaught Python traceback, ``terminate called ...``,
+  ``Fatal Python error``, a fatal signal, a watchdog timeout or abort, a rendezvous error, an
+  NCCL WARN with an error class;
+* ``completed``: the scheduler's COMPLETED, torchrun's "worker group successfully finished",
+  every rank at its last step (``iteration N/N``);
+* ``hung``: progress stopped with no end recorded -- py-spy dumps taken of live workers, a
+  watchdog that says it is stuck, ``Flight Recorder`` dump signals -- and no failure or end.
+
+A traceback is *caught* (``logging.exception``: the job ran on) when the same input shows
+training progress after it, or the rank reached its last step and nothing else failed; a
+caught traceback is not a failure. Anything else with no sign at all is ``unknown``.
+
+``rank_tails`` gives each rank's first failure and last lines: what the report shows when a
+job failed and no rule could say why ("failed, cause not determined").
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import polars as pl
+
+SCHEDULER_FAILED = ("FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL",
+                    "DEADLINE", "OOMKilled", "Error")
+SCHEDULER_DONE = ("COMPLETED", "Succeeded", "Completed")
+# Event kinds that end a rank (or the job) whatever came after them.
+FATAL_EVENTS = {
+    "terminate": "terminate called (a C++ exception ended the process)",
+    "faulthandler": "Fatal Python error",
+    "signal": "a fatal signal",
+    "watchdog_exception": "the c10d watchdog ended the process",
+    "teardown": "the c10d watchdog took the process down",
+    "heartbeat_timeout": "the c10d heartbeat monitor timed out",
+    "rendezvous_error": "the rendezvous failed",
+    "store_barrier_timeout": "the store-based barrier timed out",
+    "monitored_barrier": "a rank failed to pass monitoredBarrier",
+}
+# Events that are failures unless the rank is shown to have run on (a caught, logged error).
+MAYBE_CAUGHT = {
+    "python_traceback": "an uncaught Python traceback",
+    "gloo_error": "a gloo error",
+    "nccl_error": "an NCCL error",
+    "cuda_oom": "a CUDA out-of-memory error",
+    "cuda_fault": "a CUDA error",
+    "nccl_warn": "an NCCL WARN with an error class",
+    "store_error": "a TCPStore error",
+}
+STALL_EVENTS = {"watchdog_stuck": "the watchdog reports it is stuck", "fr_dump": "a Flight Recorder dump was asked for"}
+# Kinds whose rows are failures only when their message says so (the same kind also holds
+# progress or harmless lines): (kind, a substring of the message, what it means).
+FAILING_MESSAGES = [
+    ("store_barrier", "Timed out", "the store-based barrier timed out"),
+    ("watchdog_stuck", "got stuck for", "the heartbeat monitor found the watchdog stuck and aborts the process"),
+    ("fingerprint_mismatch", "", "TORCH_DISTRIBUTED_DEBUG=DETAIL found a collective mismatch"),
+]
+
+
+@dataclass
+class Sign:
+    """One piece of evidence of how the job ended."""
+
+    says: str               # failed | completed | hung
+    what: str               # a phrase: "torchrun failure table: rank 3 exitcode -6"
+    kind: str               # the table row's kind (exit, scheduler, python_traceback, ...)
+    input_id: int | None = None
+    line_no: int | None = None
+    rank: int | None = None
+    node: str | None = None
+    ts: object = None
+
+
+def job_outcome(run, attempt: int | None = None) -> dict:
+    """``{"outcome": ..., "basis": [sign, ...], "failed_ranks": [...]}`` for one attempt (all
+    attempts when ``attempt`` is None). ``basis`` lists the signs that decided it, surest first."""
+    signs = all_signs(run, attempt)
+    failed = [s for s in signs if s.says == "failed"]
+    done = [s for s in signs if s.says == "completed"]
+    hung = [s for s in signs if s.says == "hung"]
+    if failed:
+        outcome, basis = "failed", failed
+    elif done:
+        outcome, basis = "completed", done
+    elif hung:
+        outcome, basis = "hung", hung
+    else:
+        outcome, basis = "unknown", []
+    return {"outcome": outcome, "basis": [asdict(s) for s in basis[:12]],
+            "failed_ranks": sorted({s.rank for s in failed if s.rank is not None})}
+
+
+def all_signs(run, attempt: int | None) -> list[Sign]:
+    finished = _finished_ranks(run, attempt)
+    signs = (_launcher_signs(run, attempt) + _scheduler_signs(run, attempt) + _event_signs(run, attempt, finished)
+             + _message_signs(run, attempt)
+             + _watchdog_signs(run, attempt) + _completion_signs(run, attempt, finished) + _stall_signs(run, attempt))
+    order = {"exit_root": 0, "exit": 1, "scheduler": 2, "worker_failed": 3}
+    return sorted(signs, key=lambda s: (order.get(s.kind, 3), s.ts is None, str(s.ts or ""), s.input_id or 0,
+                                        s.line_no or 0))
+
+
+def _rows(run, table: str, attempt: int | None, where: str = "", columns: tuple[str, ...] = ()) -> pl.DataFrame:
+    """Rows of ``table`` in ``attempt`` with ``columns`` (missing ones as NULL); empty if no table."""
+    have = set(run.columns(table))
+    if not have:
+        return pl.DataFrame()
+    cols = ", ".join(f'"{c}"' if c in have else f'NULL AS "{c}"' for c in columns) or "*"
+    conds = [where] if where else []
+    if attempt is not None and "attempt" in have:
+        conds.append(f"(attempt = {int(attempt)} OR attempt IS NULL)")
+    sql = f'SELECT {cols} FROM "{table}"' + (" WHERE " + " AND ".join(conds) if conds else "")
+    return run.frame(sql)
+
+
+_WHERE = ("input_id", "line_no", "rank", "node")
+
+
+def _sign(says: str, what: str, kind: str, row: dict, ts_col: str = "ts") -> Sign:
+    return Sign(says, what, kind, row.get("input_id"), row.get("line_no"), row.get("rank"), row.get("node"),
+                row.get(ts_col))
+
+
+def _launcher_signs(run, attempt) -> list[Sign]:
+    out = []
+    if "exitcode" in run.columns("exits"):
+        exits = _rows(run, "exits", attempt, "exitcode IS DISTINCT FROM 0",
+                      (*_WHERE, "exitcode", "signal", "host", "time", "root_cause"))
+        for r in exits.iter_rows(named=True):
+            who = f"rank {r['rank']}" if r["rank"] is not None else "a worker"
+            code = f"exitcode {r['exitcode']}" if r["exitcode"] is not None else "no exit code"
+            root = " (its root cause)" if r["root_cause"] else ""
+            out.append(_sign("failed", f"torchrun failure table: {who} {code}{root}",
+                             "exit_root" if r["root_cause"] else "exit", r, "time"))
+    if "kind" in run.columns("agent"):
+        agent = _rows(run, "agent", attempt, "kind IN ('worker_failed', 'death_signal', 'force_kill')",
+                      (*_WHERE, "kind", "exitcode", "ts", "local_rank"))
+        for r in agent.iter_rows(named=True):
+            what = {"worker_failed": f"torchrun: a worker failed (exitcode {r['exitcode']})",
+                    "death_signal": "torchrun received a death signal",
+                    "force_kill": "torchrun force-killed a worker"}[r["kind"]]
+            out.append(_sign("failed", what, r["kind"] if r["kind"] != "worker_failed" else "worker_failed", r))
+    return out
+
+
+def _scheduler_signs(run, attempt) -> list[Sign]:
+    out = []
+    if "state" in run.columns("job"):
+        job = _rows(run, "job", attempt, "state IS NOT NULL", (*_WHERE, "state", "exit_code", "end", "source"))
+        for r in job.iter_rows(named=True):
+            state = str(r["state"])
+            if state.startswith(SCHEDULER_FAILED):
+                out.append(_sign("failed", f"scheduler ({r['source']}): job state {state}", "scheduler", r, "end"))
+            elif state.startswith(SCHEDULER_DONE):
+                out.append(_sign("completed", f"scheduler ({r['source']}): job state {state}", "scheduler_done", r,
+                                 "end"))
+    if "kind" in run.columns("slurm"):
+        for r in _rows(run, "slurm", attempt, "", (*_WHERE, "kind", "ts")).iter_rows(named=True):
+            out.append(_sign("failed", f"slurmstepd: {str(r['kind']).replace('_', ' ')}", "scheduler", r))
+    return out
+
+
+def _finished_ranks(run, attempt) -> set:
+    """Ranks whose last iteration line reached the run's planned last step (``iteration N/N``)."""
+    cols = set(run.columns("iterations"))
+    if not {"iteration", "train_iters", "rank"} <= cols:
+        return set()
+    it = _rows(run, "iterations", attempt, "iteration IS NOT NULL", ("rank", "iteration", "train_iters"))
+    if it.is_empty():
+        return set()
+    last = it.group_by("rank").agg(pl.col("iteration").max(), pl.col("train_iters").max())
+    done = last.filter(pl.col("train_iters").is_not_null() & (pl.col("iteration") >= pl.col("train_iters")))
+    return set(done["rank"].to_list())
+
+
+def _event_signs(run, attempt, finished: set) -> list[Sign]:
+    cols = set(run.columns("events"))
+    if "kind" not in cols:
+        return []
+    kinds = list(FATAL_EVENTS) + list(MAYBE_CAUGHT) + list(STALL_EVENTS)
+    in_list = ", ".join(f"'{k}'" for k in kinds)
+    ev = _rows(run, "events", attempt, f"kind IN ({in_list})",
+               (*_WHERE, "kind", "ts", "exc_type", "detail", "error_class", "exc_line_no", "message"))
+    if ev.is_empty():
+        return []
+    ev = _drop_caught(run, attempt, ev, finished)
+    out = []
+    # A plain NCCL WARN (no error class) or one inside a traceback is not a failure of its own.
+    ev = ev.filter((pl.col("kind") != "nccl_warn") | (pl.col("error_class").fill_null("other") != "other"))
+    for r in ev.filter(~pl.col("kind").is_in(list(STALL_EVENTS))).iter_rows(named=True):
+        label = FATAL_EVENTS.get(r["kind"]) or MAYBE_CAUGHT[r["kind"]]
+        detail = r["exc_type"] or r["detail"] or ""
+        what = f"{label}" + (f" ({_short(detail)})" if detail else "")
+        out.append(_sign("failed", what, r["kind"], r))
+    for r in ev.filter(pl.col("kind").is_in(list(STALL_EVENTS))).iter_rows(named=True):
+        out.append(_sign("hung", STALL_EVENTS[r["kind"]], r["kind"], r))
+    return out
+
+
+def _message_signs(run, attempt) -> list[Sign]:
+    out = []
+    for kind, text, what in FAILING_MESSAGES:
+        rows = _rows(run, "events", attempt, f"kind = '{kind}' AND contains(coalesce(message, ''), '{text}')",
+                     (*_WHERE, "ts")) if "message" in run.columns("events") else pl.DataFrame()
+        out += [_sign("failed", what, kind, r) for r in rows.iter_rows(named=True)]
+    return out
+
+
+def _drop_caught(run, attempt, ev: pl.DataFrame, finished: set) -> pl.DataFrame:
+    """Drop maybe-caught errors that the job ran past: training progress later in the same input,
+    or a rank that reached its last step."""
+    maybe = pl.col("kind").is_in(list(MAYBE_CAUGHT))
+    ran_on = pl.lit(False)
+    if {"input_id", "line_no"} <= set(run.columns("iterations")):
+        last = _rows(run, "iterations", attempt, "", ("input_id", "line_no"))
+        if not last.is_empty():
+            last = last.group_by("input_id").agg(pl.col("line_no").max().alias("_last_progress"))
+            ev = ev.join(last, on="input_id", how="left")
+            ran_on = pl.col("_last_progress").fill_null(0) > pl.coalesce("exc_line_no", "line_no")
+    done = pl.col("rank").is_in(list(finished)) if finished else pl.lit(False)
+    ev = ev.filter(~(maybe & (ran_on | done)))
+    return ev.drop("_last_progress", strict=False)
+
+
+def _watchdog_signs(run, attempt) -> list[Sign]:
+    if "kind" not in run.columns("collectives"):
+        return []
+    rows = _rows(run, "collectives", attempt, "kind IN ('watchdog_timeout', 'blocking_wait_timeout')",
+                 (*_WHERE, "kind", "ts", "op", "seq"))
+    out = []
+    for r in rows.iter_rows(named=True):
+        op = f" in {r['op']}" if r["op"] else ""
+        seq = f" #{r['seq']}" if r["seq"] is not None else ""
+        out.append(_sign("failed", f"watchdog timeout{op}{seq}", r["kind"], r))
+    return out
+
+
+def _completion_signs(run, attempt, finished: set) -> list[Sign]:
+    out = []
+    if "kind" in run.columns("agent"):
+        ok = _rows(run, "agent", attempt, "kind = 'group_finished'", (*_WHERE, "ts"))
+        out += [_sign("completed", "torchrun: worker group successfully finished", "group_finished", r)
+                for r in ok.iter_rows(named=True)]
+    if finished:
+        last = _rows(run, "iterations", attempt, "iteration IS NOT NULL AND iteration >= train_iters",
+                     (*_WHERE, "ts", "iteration"))
+        if not last.is_empty():
+            r = last.sort("line_no").row(-1, named=True)
+            out.append(_sign("completed", f"{len(finished)} rank(s) reached the last step ({r['iteration']})",
+                             "last_step", r))
+    return out
+
+
+def _stall_signs(run, attempt) -> list[Sign]:
+    """py-spy dumps are taken of live processes: someone found the job stuck."""
+    if "source" not in run.columns("stacks"):
+        return []
+    dumps = _rows(run, "stacks", attempt, "source IS DISTINCT FROM 'traceback' AND source IS DISTINCT FROM "
+                  "'faulthandler'", (*_WHERE, "source"))
+    if dumps.is_empty():
+        return []
+    first = dumps.sort("input_id", "line_no").row(0, named=True)
+    n = dumps.select(pl.struct("input_id").n_unique()).item()
+    return [_sign("hung", f"stack dumps of live processes ({n} input(s): py-spy or Flight Recorder)", "stack_dump",
+                  first)]
+
+
+def _short(text: str, limit: int = 90) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def rank_tails(run, attempt: int | None = None, last: int = 5, limit: int = 64) -> list[dict]:
+    """Per rank (first failure first; at most ``limit`` ranks): its first failure, its last
+    ``last`` lines (from the input that holds most of its lines: the merged console when there
+    is one), its last step and the time of its last timestamped line."""
+    have = set(run.columns("lines"))
+    if not {"rank", "input_id", "line_no"} <= have:
+        return []
+    attempt_sql = f" AND (l.attempt = {int(attempt)} OR l.attempt IS NULL)" if attempt is not None and \
+        "attempt" in have else ""
+    tails = run.frame(f"""
+        WITH own AS (
+          SELECT rank, input_id, count(*) AS n FROM lines l
+          WHERE rank IS NOT NULL AND kind IS DISTINCT FROM 'blank'{attempt_sql} GROUP BY rank, input_id),
+        best AS (SELECT rank, arg_max(input_id, struct_pack(n := n, neg := -CAST(input_id AS BIGINT))) AS input_id FROM own GROUP BY rank),
+        ranked AS (
+          SELECT l.rank, l.input_id, l.line_no, l."offset", l.length, i.path, i.abs_path,
+                 row_number() OVER (PARTITION BY l.rank ORDER BY l.line_no DESC) AS k
+          FROM lines l JOIN best b ON l.rank = b.rank AND l.input_id = b.input_id JOIN inputs i ON i.input_id = l.input_id
+          WHERE l.kind IS DISTINCT FROM 'blank')
+        SELECT * FROM ranked WHERE k <= {int(last)} ORDER BY rank, line_no""")
+    if tails.is_empty():
+        return []
+    firsts = first_failures(run, attempt)
+    steps = _last_steps(run, attempt)
+    paths = dict(run.frame("SELECT input_id, path FROM inputs").iter_rows())
+    cache: dict = {}
+    out = []
+    for rank, rows in tails.group_by("rank", maintain_order=True):
+        rank = rank[0]
+        first = firsts.get(rank)
+        out.append({
+            "rank": rank,
+            "first_failure": None if first is None else {
+                "what": first.what, "input_id": first.input_id, "path": paths.get(first.input_id), "line": first.line_no,
+                "time": str(first.ts) if first.ts else None},
+            "last_lines": [{"path": r["path"], "line": r["line_no"],
+                            "text": _text(r, cache)} for r in rows.iter_rows(named=True)],
+            "last_step": steps.get(rank, {}).get("iteration"),
+            "last_time": str(steps[rank]["ts"]) if steps.get(rank, {}).get("ts") else None,
+        })
+    out.sort(key=lambda t: (t["first_failure"] is None, (t["first_failure"] or {}).get("time") or "", t["rank"]))
+    return out[:limit]
+
+
+def first_failures(run, attempt: int | None = None) -> dict[int, Sign]:
+    """Each rank's first failure: its own error lines before what the launcher said of it
+    (the failure table names every rank it tore down), earliest first."""
+    def key(s: Sign):
+        return (s.kind in ("exit", "exit_root", "worker_failed"), s.ts is None, str(s.ts or ""), s.input_id or 0,
+                s.line_no or 0)
+
+    firsts: dict[int, Sign] = {}
+    for s in sorted((s for s in all_signs(run, attempt) if s.says == "failed" and s.rank is not None), key=key):
+        firsts.setdefault(s.rank, s)
+    return firsts
+
+
+def _last_steps(run, attempt) -> dict:
+    if not {"rank", "iteration"} <= set(run.columns("iterations")):
+        return {}
+    it = _rows(run, "iterations", attempt, "rank IS NOT NULL", ("rank", "iteration", "ts"))
+    if it.is_empty():
+        return {}
+    last = it.group_by("rank").agg(pl.col("iteration").max(), pl.col("ts").max())
+    return {r["rank"]: r for r in last.iter_rows(named=True)}
+
+
+def _text(row: dict, cache: dict) -> str:
+    from analyzer.store import line_text
+
+    try:
+        return line_text(row["abs_path"], row["offset"], row["length"], cache).rstrip("\r\n")
+    except OSError:
+        return ""
