@@ -1,7 +1,10 @@
 """The ``postmortem`` command line. Headless: nothing here imports Textual.
 
-Exit codes: 0 ran and no finding at or above ``--fail-on``; 1 findings at or above it;
-2 bad usage or nothing readable. Data goes to stdout, progress and diagnostics to stderr.
+Exit codes (``EXIT_CODES``, also in ``--help`` and docs/report.md): 0 ran and no finding at or above
+``--fail-on``; 1 findings at or above it; 2 bad usage, nothing readable, or a path that cannot be
+read or written; 3 the report was written but is partial (a rule raised: ``rule_errors``), which
+wins over 1; 4 internal error (one line on stderr, ``POSTMORTEM_DEBUG=1`` for the traceback).
+Data goes to stdout, progress and diagnostics to stderr.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ import argparse
 import csv
 import io
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -32,11 +36,60 @@ examples:
   postmortem rules                                         list rule codes
   postmortem explain H001                                  what a rule detects and why
 
-exit codes: 0 no finding at or above --fail-on, 1 findings at or above it, 2 usage error or
-nothing readable.
 """
 
+# The exit codes scripts can rely on. 3 wins over 1: a partial report cannot promise that the
+# missing findings would not have changed the answer, and its rule_errors say which are missing.
+OK, FINDINGS, USAGE, PARTIAL, INTERNAL = 0, 1, 2, 3, 4
+EXIT_CODES = """\
+exit codes:
+  0  ran; no finding at or above --fail-on (default: error)
+  1  findings at or above --fail-on
+  2  bad usage, nothing readable, or a path that cannot be read or written
+  3  the report was written but is partial: a rule raised (listed under rule_errors);
+     its findings are missing. 3 wins over 1 (--fail-on never does not hide it)
+  4  internal error: one line on stderr; POSTMORTEM_DEBUG=1 shows the traceback
+"""
+# Per command, the codes it can end with (each subcommand's --help lists its own).
+_CODES = {
+    "ingest": "exit codes: 0 store written; 2 bad usage, nothing readable or the store cannot be written;\n"
+              "3 store written but a rule raised (its findings are missing from the findings table); 4 internal error",
+    "query": "exit codes: 0 ran; 2 no such store or the SQL failed; 4 internal error",
+    "transports": "exit codes: 0 shown; 2 bad usage, nothing readable or no such store; 4 internal error",
+    "hw": "exit codes: 0 shown; 2 unknown GPU model, nothing readable or no such store; 4 internal error",
+    "diff": "exit codes: 0 no difference; 1 differences; 2 a side could not be read; 4 internal error",
+    "tui": "exit codes: 0 closed normally; 2 bad usage, no terminal, or the run could not be opened; "
+           "4 internal error",
+    "explain": "exit codes: 0 shown; 2 no such rule",
+    "export": "exit codes: 0 written; 2 bad usage, no such store or the output cannot be written; "
+              "4 internal error",
+}
+
 SEVERITY_RANK = {"error": 0, "warning": 1, "info": 2}
+
+
+class _Formatter(argparse.HelpFormatter):
+    """Wraps one-line descriptions to the terminal as usual, but keeps the line breaks of text
+    laid out by hand (examples, the exit code table)."""
+
+    def _fill_text(self, text, width, indent):
+        if "\n" in text:
+            return "".join(indent + line for line in text.splitlines(keepends=True))
+        return super()._fill_text(text, width, indent)
+
+
+class _Version(argparse.Action):
+    """``--version``: the version the report's ``generator`` field carries. Imported only when
+    asked, so ``--help`` and ``rules`` do not pay for DuckDB and Polars."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from analyzer.report import VERSION
+
+        print(f"postmortem {VERSION}")
+        parser.exit(OK)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -44,15 +97,18 @@ def _parser() -> argparse.ArgumentParser:
         prog="postmortem",
         description="Post-mortem analysis of failed or hung distributed GPU training jobs: point it at the "
                     "job's log folder and it names what went wrong, where, and how it knows.",
-        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+        epilog=EXAMPLES + "\n" + EXIT_CODES, formatter_class=_Formatter)
+    p.add_argument("--version", action=_Version, help="print postmortem <version> and exit")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
     r = sub.add_parser("report", help="analyse inputs and print or write the report",
                        description="Analyse a job folder (recursively), files, or .gz/.zst/.bz2/.xz files and "
-                                   "report the verdict, findings with evidence, actions and evidence gaps.")
+                                   "report the verdict, findings with evidence, actions and evidence gaps.",
+                       epilog=EXIT_CODES, formatter_class=_Formatter)
     r.add_argument("paths", nargs="+", metavar="PATH", help="job folder(s) or files")
     r.add_argument("--format", default="text", help="comma list of text, md, json, html (default: text)")
-    r.add_argument("--out", help="write here instead of stdout: a file for one format, a folder for several")
+    r.add_argument("--out", help="write here instead of stdout: a file for one format (or report.<ext> in it when "
+                                 "it is a folder), a folder for several; missing folders are created")
     r.add_argument("--fail-on", default="error", choices=["error", "warning", "info", "never"],
                    help="exit 1 when a finding at or above this severity exists (default: error)")
     r.add_argument("--db", help="also keep the DuckDB store in this file")
@@ -65,13 +121,15 @@ def _parser() -> argparse.ArgumentParser:
 
     i = sub.add_parser("ingest", help="parse inputs into a DuckDB file",
                        description="Parse inputs into a DuckDB database you can query with postmortem query, "
-                                   "duckdb, harlequin or pandas. Replaces FILE if it exists.")
+                                   "duckdb, harlequin or pandas. Replaces FILE if it exists.",
+                       epilog=_CODES["ingest"], formatter_class=_Formatter)
     i.add_argument("paths", nargs="+", metavar="PATH")
     i.add_argument("--db", required=True, metavar="FILE")
     i.add_argument("--quiet", action="store_true")
     i.add_argument("--no-cache", action="store_true", help="parse everything again: neither read nor keep the cache of parsed runs (see POSTMORTEM_CACHE_DIR)")
 
-    q = sub.add_parser("query", help="run SQL on a store", description="Run one SQL statement on a store.")
+    q = sub.add_parser("query", help="run SQL on a store", description="Run one SQL statement on a store.",
+                       epilog=_CODES["query"], formatter_class=_Formatter)
     q.add_argument("sql")
     q.add_argument("--db", required=True, metavar="FILE")
     q.add_argument("--format", default="table", choices=["table", "csv", "json"],
@@ -82,7 +140,8 @@ def _parser() -> argparse.ArgumentParser:
         description="Show, per NCCL communicator, its members (rank -> host, GPU), the ring order of every "
                     "channel and the transport each hop used (NVLink/PCIe P2P, SHM, IB/RoCE with or without "
                     "GPUDirect RDMA, sockets), with the NICs on both sides and the hops slower than the rest. "
-                    "Needs NCCL_DEBUG=INFO output; GRAPH and TUNING subsystems add ring lines and algorithm choices.")
+                    "Needs NCCL_DEBUG=INFO output; GRAPH and TUNING subsystems add ring lines and algorithm choices.",
+        epilog=_CODES["transports"], formatter_class=_Formatter)
     t.add_argument("paths", nargs="*", metavar="PATH", help="job folder(s) or files (or use --db)")
     t.add_argument("--db", metavar="FILE", help="read a store written by postmortem ingest instead of parsing")
     t.add_argument("--comm", help="only communicators whose key (commId) contains this text")
@@ -97,7 +156,8 @@ def _parser() -> argparse.ArgumentParser:
                         description="Without arguments: every accelerator in the model. With MODEL: its numbers, their "
                                     "sources, its machine balance and link tiers. With a run (PATH or --db FILE): the "
                                     "GPU model found in it (or --gpu), its machine balance, its NVLink domain and the "
-                                    "run's bandwidth map: per tier the NCCL hops ran on, the hops and their bandwidth.")
+                                    "run's bandwidth map: per tier the NCCL hops ran on, the hops and their bandwidth.",
+                        epilog=_CODES["hw"], formatter_class=_Formatter)
     hw.add_argument("model", nargs="?", metavar="MODEL|PATH", help="a GPU model (H100, A100-80GB) or a job folder/file")
     hw.add_argument("--db", metavar="FILE", help="a store written by postmortem ingest")
     hw.add_argument("--gpu", metavar="MODEL",
@@ -111,8 +171,8 @@ def _parser() -> argparse.ArgumentParser:
                        description="Compare a good run with a failed one: must-match settings first (NCCL's own "
                                    "'set by environment' echoes, then env dumps), versions, the node set, the "
                                    "transports and algorithms NCCL picked, busbw, step time and memory peak. Each "
-                                   "side is a job folder or a store from postmortem ingest. Exit 0: no difference, "
-                                   "1: differences, 2: a side could not be read.")
+                                   "side is a job folder or a store from postmortem ingest.",
+                       epilog=_CODES["diff"], formatter_class=_Formatter)
     d.add_argument("good", metavar="GOOD", help="the good run: a job folder, files, or a .duckdb store")
     d.add_argument("bad", metavar="BAD", help="the failed run")
     d.add_argument("--format", default="text", choices=["text", "json"])
@@ -122,7 +182,8 @@ def _parser() -> argparse.ArgumentParser:
         "tui", help="browse a run in the terminal: verdict, timeline, transports, env, memory, logs, SQL",
         description="Open the terminal UI on a job folder (ingested first, with progress) or on a store written by "
                     "postmortem ingest / report --db (opens at once). Keys 1-7 switch screens, ? lists every key, "
-                    "q quits. Works over ssh; needs a terminal of at least 80x24.")
+                    "q quits. Works over ssh; needs a terminal of at least 80x24.",
+        epilog=_CODES["tui"], formatter_class=_Formatter)
     u.add_argument("paths", nargs="*", metavar="PATH", help="job folder(s) or files (or use --db)")
     u.add_argument("--db", metavar="FILE", help="open a store written by postmortem ingest or report --db")
     u.add_argument("--theme", choices=["dark", "light"], help="colour theme (default: dark; ctrl+t toggles)")
@@ -130,40 +191,135 @@ def _parser() -> argparse.ArgumentParser:
                                                            "memory", "logs", "sql"], help="the first screen")
 
     sub.add_parser("rules", help="list the rules and their codes")
-    e = sub.add_parser("explain", help="show a rule's documentation")
+    e = sub.add_parser("explain", help="show a rule's documentation", epilog=_CODES["explain"],
+                       formatter_class=_Formatter)
     e.add_argument("code")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; its exit code (``EXIT_CODES``). No exception leaves here as a traceback:
+    scripts get a documented code and one line on stderr."""
+    try:
+        return _run(argv)
+    except BrokenPipeError:
+        _quiet_stdout()
+        return OK
+    except KeyboardInterrupt:
+        print("postmortem: interrupted", file=sys.stderr)
+        return 130  # the shell's code for SIGINT
+    except OSError as exc:
+        if exc.filename is None:
+            return _internal_error(exc)
+        # A file or folder that cannot be read or written (permissions, a full disk, a missing
+        # folder): the user's to fix, not a bug.
+        print(f"postmortem: {_safe(exc.filename)}: {_safe(exc.strerror or str(exc))}", file=sys.stderr)
+        return USAGE
+    except Exception as exc:  # noqa: BLE001 -- the last line of defence: a bug must not print a traceback
+        return _internal_error(exc)
+
+
+def _run(argv: list[str] | None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
-        return 2
+        return USAGE
+    return {"report": _report, "ingest": _ingest, "query": _query, "transports": _transports,
+            "hw": _hw, "rules": _rules, "explain": _explain, "export": _export,
+            "diff": _diff, "tui": _tui}[args.command](args)
+
+
+def _internal_error(exc: BaseException) -> int:
+    """A bug: one line naming it (the full traceback with ``POSTMORTEM_DEBUG=1``)."""
+    if os.environ.get("POSTMORTEM_DEBUG", "") not in ("", "0"):
+        import traceback
+
+        traceback.print_exception(exc, file=sys.stderr)
+    message = " ".join(str(exc).split())[:300]
+    print(f"postmortem: internal error: {type(exc).__name__}{': ' + _safe(message) if message else ''} "
+          "(a bug; POSTMORTEM_DEBUG=1 shows the traceback)", file=sys.stderr)
+    return INTERNAL
+
+
+def _safe(text) -> str:
+    """Text from the inputs or the system, without control characters (render.safe, whose module
+    is light to import)."""
+    from analyzer.render import safe
+
+    return safe(str(text))
+
+
+def _quiet_stdout() -> None:
+    """After the reader of stdout went away (``| head``): point stdout at /dev/null so the
+    interpreter's final flush does not complain about the broken pipe."""
     try:
-        return {"report": _report, "ingest": _ingest, "query": _query, "transports": _transports,
-                "hw": _hw, "rules": _rules, "explain": _explain, "export": _export,
-                "diff": _diff, "tui": _tui}[args.command](args)
-    except BrokenPipeError:
-        return 0
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # no real file descriptor (captured output in tests)
+        pass
 
 
 def _analyze(paths, db, quiet, exclude=None, no_cache=False):
-    from analyzer.pipeline import NothingReadable, analyze
-    from analyzer.render import safe
+    """The analysed run, or None after saying why on stderr (nothing readable, a store that
+    cannot be written): the caller exits 2."""
+    import duckdb
 
+    from analyzer.pipeline import NothingReadable, analyze
+
+    if db and not _ready_for(Path(db), "the store"):
+        return None
     try:
         from analyzer.ingest import progress_wanted
 
         run = analyze(paths, db_path=db, progress=progress_wanted(quiet), exclude=exclude,
                       use_cache=False if no_cache else None)
     except NothingReadable as exc:
-        print(f"postmortem: nothing readable: {safe(str(exc))}", file=sys.stderr)
+        print(f"postmortem: nothing readable: {_safe(exc)}", file=sys.stderr)
+        return None
+    except duckdb.IOException as exc:  # --db on a full disk, a read-only mount, a locked file
+        print(f"postmortem: cannot write the store {_safe(db)}: {_safe(exc)}", file=sys.stderr)
         return None
     for message in run.messages:  # they quote file names and file content: no raw escapes on the terminal
-        print(f"postmortem: {safe(message)}", file=sys.stderr)
+        print(f"postmortem: {_safe(message)}", file=sys.stderr)
     return run
+
+
+def _ready_for(path: Path, what: str) -> bool:
+    """Create the folder ``path`` will be written in (with its parents); False after saying on
+    stderr why that is not possible. Checked before the analysis, which may take minutes."""
+    folder = path.parent
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        # mkdir says "File exists" or "Not a directory" when a file sits where a folder should be: name it
+        existing = next((a for a in (folder, *folder.parents) if a.exists()), None)
+        why = f"{existing} is a file, not a folder" if existing and not existing.is_dir() else \
+            f"cannot create {exc.filename or folder}: {exc.strerror or exc}"
+        print(f"postmortem: cannot write {what} {_safe(path)}: {_safe(why)}", file=sys.stderr)
+        return False
+    if not os.access(folder, os.W_OK):
+        print(f"postmortem: cannot write {what} {_safe(path)}: {_safe(folder)} is not writable", file=sys.stderr)
+        return False
+    return True
+
+
+REPORT_FILES = {"text": "report.txt", "md": "report.md", "json": "report.json", "html": "report.html"}
+
+
+def _out_paths(out: str, formats: list[str]) -> dict[str, Path] | None:
+    """Where ``--out`` puts each format: a folder of report.<ext> files for several formats (or when
+    ``--out`` is an existing folder or ends in /), else the file itself. Folders are created with
+    their parents; None after saying on stderr why the place cannot be written."""
+    target = Path(out)
+    as_folder = len(formats) > 1 or target.is_dir() or out.endswith(("/", os.sep))
+    if as_folder and target.exists() and not target.is_dir():
+        print(f"postmortem: --out {_safe(out)} is a file; several formats need a folder", file=sys.stderr)
+        return None
+    paths = {f: target / REPORT_FILES[f] for f in formats} if as_folder else {formats[0]: target}
+    if not _ready_for(next(iter(paths.values())), "the report"):
+        return None
+    return paths
 
 
 def _report(args) -> int:
@@ -172,15 +328,18 @@ def _report(args) -> int:
     from analyzer.report import build_report, to_json
 
     formats = [f.strip() for f in args.format.split(",") if f.strip()]
-    unknown = [f for f in formats if f not in ("text", "md", "json", "html")]
+    unknown = [f for f in formats if f not in REPORT_FILES]
     if unknown or not formats:
         print(f"postmortem: unknown format(s) {', '.join(unknown) or '(none)'}; use text, md, json, html",
               file=sys.stderr)
-        return 2
+        return USAGE
+    paths = _out_paths(args.out, formats) if args.out else None
+    if args.out and paths is None:
+        return USAGE
     # --out inside the job folder (the epilog recipe) must not be read back as input on a re-run
     run = _analyze(args.paths, args.db, args.quiet, exclude=[args.out] if args.out else None, no_cache=args.no_cache)
     if run is None:
-        return 2
+        return USAGE
     if args.gpu:
         run.info["gpu"] = args.gpu
     if getattr(args, "what_if_gpu", None):
@@ -188,26 +347,45 @@ def _report(args) -> int:
     report = build_report(run)
     renderers = {"text": text_report, "md": markdown_report, "json": to_json,
                  "html": lambda r: html_report(r, run)}
-    if args.out and len(formats) > 1:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        for f in formats:
-            name = {"text": "report.txt", "md": "report.md", "json": "report.json", "html": "report.html"}[f]
-            (out / name).write_text(renderers[f](report), encoding="utf-8")
-            print(f"postmortem: wrote {out / name}", file=sys.stderr)
-    elif args.out:
-        Path(args.out).write_text(renderers[formats[0]](report), encoding="utf-8")
-    else:
+    if paths is None:
         for f in formats:
             sys.stdout.write(renderers[f](report))
+    elif not _write_reports(paths, {f: renderers[f](report) for f in formats}, quiet=len(paths) == 1):
+        return USAGE
+    _say_partial(report)
     return _exit_code(report, args.fail_on)
 
 
+def _write_reports(paths: dict[str, Path], texts: dict[str, str], quiet: bool) -> bool:
+    """Write each format to its file; False after saying which one could not be written."""
+    for f, path in paths.items():
+        try:
+            path.write_text(texts[f], encoding="utf-8")
+        except OSError as exc:
+            print(f"postmortem: cannot write {_safe(path)}: {_safe(exc.strerror or exc)}", file=sys.stderr)
+            return False
+        if not quiet:
+            print(f"postmortem: wrote {_safe(path)}", file=sys.stderr)
+    return True
+
+
+def _say_partial(report: dict) -> None:
+    """One line that the report is partial (the rules' own lines may be far up, or absent when
+    the report came from the cache)."""
+    failed = sorted({e["rule"] for e in report.get("rule_errors") or []})
+    if failed:
+        print(f"postmortem: the report is partial: rule(s) {', '.join(failed)} failed and their findings are "
+              f"missing (exit code {PARTIAL})", file=sys.stderr)
+
+
 def _exit_code(report: dict, fail_on: str) -> int:
+    """3 when a rule failed (whatever --fail-on), else 1 for a finding at or above --fail-on, else 0."""
+    if report.get("rule_errors"):
+        return PARTIAL
     if fail_on == "never":
-        return 0
+        return OK
     limit = SEVERITY_RANK[fail_on]
-    return 1 if any(SEVERITY_RANK[f["severity"]] <= limit for f in report["findings"]) else 0
+    return FINDINGS if any(SEVERITY_RANK[f["severity"]] <= limit for f in report["findings"]) else OK
 
 
 def _ingest(args) -> int:
@@ -215,14 +393,15 @@ def _ingest(args) -> int:
 
     run = _analyze(args.paths, args.db, args.quiet, no_cache=args.no_cache)
     if run is None:
-        return 2
-    build_report(run)  # fills the findings table
+        return USAGE
+    report = build_report(run)  # fills the findings table
     totals = run.frame("SELECT count(*) AS files, sum(lines) AS lines, sum(parsed_lines) AS parsed, "
                        "sum(unparsed_lines) AS unparsed FROM inputs").row(0, named=True)
     run.con.close()
-    print(f"postmortem: {args.db}: {totals['files']} inputs, {totals['lines']} lines "
+    print(f"postmortem: {_safe(args.db)}: {totals['files']} inputs, {totals['lines']} lines "
           f"({totals['parsed']} parsed, {totals['unparsed']} unparsed)", file=sys.stderr)
-    return 0
+    _say_partial(report)
+    return PARTIAL if report.get("rule_errors") else OK
 
 
 def _query(args) -> int:
@@ -397,18 +576,19 @@ own partition; a partition written from another store is never overwritten witho
 def _export_parser(sub) -> None:
     x = sub.add_parser("export", help="export a store: a Perfetto/Chrome trace, or Parquet tables",
                        description="Export a store written by postmortem ingest (or report --db).",
-                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       formatter_class=_Formatter,
                        epilog="examples:\n"
                               "  postmortem export perfetto --db job.duckdb --out trace.json   (last 30 min)\n"
                               "  postmortem export parquet --db job.duckdb --out /data/pm\n"
-                              "see postmortem export perfetto --help, postmortem export parquet --help")
+                              "see postmortem export perfetto --help, postmortem export parquet --help\n\n"
+                              + _CODES["export"])
     xs = x.add_subparsers(dest="export_kind", metavar="KIND")
     pf = xs.add_parser("perfetto", help="Chrome trace JSON of a time window (one process per node, thread per rank)",
                        description="Write a Chrome Trace Event Format JSON file of the store for Perfetto or "
                                    "chrome://tracing: training steps, collectives and their waits and timeouts, "
                                    "NCCL WARNs, exceptions, exits, checkpoints, kernel/Xid/NIC events, profiler "
                                    "kernels. Covers by default the last 30 minutes before the end of the logs.",
-                       epilog=EXPORT_EXAMPLES["perfetto"], formatter_class=argparse.RawDescriptionHelpFormatter)
+                       epilog=EXPORT_EXAMPLES["perfetto"] + "\n" + _CODES["export"], formatter_class=_Formatter)
     pf.add_argument("--db", required=True, metavar="FILE", help="a store written by postmortem ingest")
     pf.add_argument("--out", required=True, metavar="FILE", help="the trace file to write (- for stdout)")
     pf.add_argument("--from", dest="start", metavar="TIME", help="window start: 2026-07-24T13:00[:00] or 13:00")
@@ -422,7 +602,7 @@ def _export_parser(sub) -> None:
                        description="Write every table of the store as Parquet under "
                                    "OUT/job=<id>/table=<name>/part-0.parquet, so the tables of many jobs can be "
                                    "queried together by DuckDB, Spark or Trino.",
-                       epilog=EXPORT_EXAMPLES["parquet"], formatter_class=argparse.RawDescriptionHelpFormatter)
+                       epilog=EXPORT_EXAMPLES["parquet"] + "\n" + _CODES["export"], formatter_class=_Formatter)
     pq.add_argument("--db", required=True, metavar="FILE", help="a store written by postmortem ingest")
     pq.add_argument("--out", required=True, metavar="DIR", help="the dataset folder (created if missing)")
     pq.add_argument("--job", metavar="ID", help="the job id of the partition (default: from the store, else the "

@@ -20,7 +20,7 @@ from datetime import datetime, timedelta
 import polars as pl
 
 from analyzer.ranges import rank_ranges
-from analyzer.render import action_items, finding_details, safe
+from analyzer.render import action_items, finding_details, known, rank_count, rule_error_lines, safe, time_span
 
 WINDOW = timedelta(minutes=15)
 BUCKETS = 180
@@ -63,6 +63,7 @@ def html_report(report: dict, run=None) -> str:
              f'<div class="verdict" style="--c:{colour}"><span class="badge" style="--c:{colour}">{e(v["status"])}'
              f'</span><b>{e(v["category"])}</b> <span class="muted">confidence {v["confidence"]:.2f}</span>'
              f"<p>{e(v['sentence'])}</p></div>"]
+    parts += _rule_errors(report)
     parts += _actions(report)
     if run is not None:
         parts += _pictures(report, run)
@@ -71,6 +72,16 @@ def html_report(report: dict, run=None) -> str:
     parts += _coverage(report)
     parts.append(f'<p class="muted">{e(report["generator"])} &middot; {e(report["schema"])}</p></body></html>')
     return "\n".join(parts) + "\n"
+
+
+def _rule_errors(report: dict) -> list[str]:
+    """A partial report says so under the verdict: the rules that raised, each with its exception."""
+    heading, failed = rule_error_lines(report)
+    if not failed:
+        return []
+    colour = SEVERITY_COLOURS["warning"]
+    return [f'<div class="verdict partial" style="--c:{colour}"><b>{e(heading)}.</b><ul>'
+            + "".join(f"<li>{e(line)}</li>" for line in failed) + "</ul></div>"]
 
 
 def _actions(report: dict) -> list[str]:
@@ -116,9 +127,9 @@ def _gaps(gaps: list[dict]) -> list[str]:
 def _coverage(report: dict) -> list[str]:
     r, t = report["run"], report["inputs"]["totals"]
     gpu = (r.get("gpu_model") or {}).get("name") or "unknown"
-    rows = [("ranks", f"{r['ranks']} ({r['ranks_seen']} seen)"), ("nodes", ", ".join(r["nodes"])),
-            ("GPU model", gpu), ("NCCL", ", ".join(r["nccl_versions"]) or "?"),
-            ("time", f"{r['time_span']['start']} .. {r['time_span']['end']}"),
+    rows = [("ranks", rank_count(r)), ("nodes", ", ".join(r["nodes"]) or "unknown"),
+            ("GPU model", gpu), ("NCCL", ", ".join(r["nccl_versions"]) or "unknown"),
+            ("time", time_span(r)),
             ("inputs", f"{t['files']} files ({t['skipped']} skipped), {t['lines']} lines: {t['parsed_lines']} parsed, "
                        f"{t['unparsed_lines']} unparsed")]
     n = report["inputs"]["nccl_lines"]
@@ -272,7 +283,8 @@ def _ring_map(run) -> str | None:
                        f'stroke-width="{3 if slow else 2}"><title>{label}</title></line>')
             svg.append(f'<text x="{x1 + gap / 2}" y="{y + 24}" font-size="9" text-anchor="middle">{label}</text>')
     svg.append("</svg>")
-    note = (f"<p class=muted>Communicator {e(comm['comm_key'])} ({e(comm['nranks'])} ranks), channel "
+    size = f" ({e(comm['nranks'])} ranks)" if known(comm.get("nranks")) else ""
+    note = (f"<p class=muted>Communicator {e(comm['comm_key'])}{size}, channel "
             f"{e(ring['channel'])}. Slowest hop {e(slowest.get('src_rank'))}&#8594;{e(slowest.get('dst_rank'))} "
             f"({e(slowest.get('tier'))}, {e(slowest.get('gbyte_s') or '?')} GB/s: {e(slowest.get('priced_as'))}) "
             "caps the ring (drawn thicker); hops slower than their tier should be are red.</p>") if slowest else ""

@@ -53,6 +53,8 @@ MAYBE_CAUGHT = {
     "nccl_warn": "an NCCL WARN with an error class",
     "store_error": "a TCPStore error",
 }
+# Parsers of training progress (a line of these is the rank running on).
+PROGRESS_KINDS = ("megatron", "deepspeed", "hf_trainer", "titan_lightning", "trainlog")
 STALL_EVENTS = {"watchdog_stuck": "the watchdog reports it is stuck", "fr_dump": "a Flight Recorder dump was asked for"}
 # Kinds whose rows are failures only when their message says so (the same kind also holds
 # progress or harmless lines): (kind, a substring of the message, what it means).
@@ -93,7 +95,8 @@ def job_outcome(run, attempt: int | None = None) -> dict:
     else:
         outcome, basis = "unknown", []
     return {"outcome": outcome, "basis": [asdict(s) for s in basis[:12]],
-            "failed_ranks": sorted({s.rank for s in failed if s.rank is not None})}
+            "failed_ranks": sorted({s.rank for s in failed if s.rank is not None}),
+            "progress": not _rows(run, "iterations", attempt, "", ("line_no",)).is_empty()}
 
 
 def all_signs(run, attempt: int | None) -> list[Sign]:
@@ -213,19 +216,51 @@ def _message_signs(run, attempt) -> list[Sign]:
 
 
 def _drop_caught(run, attempt, ev: pl.DataFrame, finished: set) -> pl.DataFrame:
-    """Drop maybe-caught errors that the job ran past: training progress later in the same input,
-    or a rank that reached its last step."""
-    maybe = pl.col("kind").is_in(list(MAYBE_CAUGHT))
+    """Drop maybe-caught errors that the job ran past (``caught_errors``)."""
+    caught = caught_errors(run, attempt, ev, finished)
+    if caught.is_empty():
+        return ev
+    return ev.join(caught.select("input_id", "line_no"), on=["input_id", "line_no"], how="anti")
+
+
+def caught_errors(run, attempt, ev: pl.DataFrame | None = None, finished: set | None = None) -> pl.DataFrame:
+    """Maybe-caught errors (tracebacks, gloo/NCCL/CUDA errors) that the job ran past: the same
+    rank printed a line of its own (a training line or the script's own print, not an error
+    line) later in the same input, or the job reached its last step and no launcher or
+    scheduler failure was recorded. Columns input_id, line_no, exc_line_no: crash rules drop
+    these lines too (``rules.crash_model``)."""
+    if ev is None:
+        kinds = ", ".join(f"'{k}'" for k in MAYBE_CAUGHT)
+        ev = _rows(run, "events", attempt, f"kind IN ({kinds})", (*_WHERE, "kind", "exc_line_no")) \
+            if "kind" in run.columns("events") else pl.DataFrame()
+    if finished is None:
+        finished = _finished_ranks(run, attempt)
+    if ev.is_empty():
+        return pl.DataFrame(schema={"input_id": pl.Int64, "line_no": pl.Int64, "exc_line_no": pl.Int64})
+    maybe = ev.filter(pl.col("kind").is_in(list(MAYBE_CAUGHT)))
+    end = pl.coalesce("exc_line_no", "line_no")
     ran_on = pl.lit(False)
-    if {"input_id", "line_no"} <= set(run.columns("iterations")):
-        last = _rows(run, "iterations", attempt, "", ("input_id", "line_no"))
-        if not last.is_empty():
-            last = last.group_by("input_id").agg(pl.col("line_no").max().alias("_last_progress"))
-            ev = ev.join(last, on="input_id", how="left")
-            ran_on = pl.col("_last_progress").fill_null(0) > pl.coalesce("exc_line_no", "line_no")
-    done = pl.col("rank").is_in(list(finished)) if finished else pl.lit(False)
-    ev = ev.filter(~(maybe & (ran_on | done)))
-    return ev.drop("_last_progress", strict=False)
+    later = _own_lines(run, attempt)
+    if not later.is_empty():
+        maybe = maybe.join(later, on=["input_id", "rank"], how="left", nulls_equal=True)
+        ran_on = pl.col("_last_own").fill_null(0) > end
+    job_done = bool(finished) and not _launcher_signs(run, attempt) and not _scheduler_signs(run, attempt)
+    caught = maybe.filter(ran_on | pl.lit(job_done))
+    return caught.select(pl.col("input_id").cast(pl.Int64), pl.col("line_no").cast(pl.Int64),
+                         pl.col("exc_line_no").cast(pl.Int64))
+
+
+def _own_lines(run, attempt) -> pl.DataFrame:
+    """Per input and rank, the last line that is the rank's own progress or print: a training
+    line or a line no parser claimed (launcher, error and NCCL lines are not)."""
+    have = set(run.columns("lines"))
+    if not {"input_id", "line_no", "kind", "rank"} <= have:
+        return pl.DataFrame()
+    kinds = ", ".join(f"'{k}'" for k in PROGRESS_KINDS)
+    att = f" AND (attempt = {int(attempt)} OR attempt IS NULL)" if attempt is not None and "attempt" in have else ""
+    text = " AND trim(coalesce(text, '')) <> ''" if "text" in have else ""
+    return run.frame(f"""SELECT input_id, rank, max(line_no) AS _last_own FROM lines
+                         WHERE (kind IS NULL OR kind IN ({kinds})){text}{att} GROUP BY input_id, rank""")
 
 
 def _watchdog_signs(run, attempt) -> list[Sign]:

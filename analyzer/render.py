@@ -28,29 +28,56 @@ def md_code(text: str | None) -> str:
     return f"`{body}`"
 
 
+def known(value) -> bool:
+    """A value worth printing: not missing (None or empty). Zero is a value."""
+    return value is not None and value != "" and value != []
+
+
+def or_unknown(value, unknown: str = "unknown") -> str:
+    """``value`` as text, or ``unknown`` when it is missing: no report says None."""
+    return str(value) if known(value) else unknown
+
+
+def _gpu_segments(g: dict) -> list[tuple[str, str]]:
+    """Where a GPU is (node, GPU index, PCI bus id, pid), each part only when the inputs say it."""
+    segments = [("t", or_unknown(g.get("node"), "unknown node"))]
+    if known(g.get("cuda_dev")):
+        segments.append(("t", f" GPU {g['cuda_dev']}"))
+    if known(g.get("bus_id")):
+        segments += [("t", " bus "), ("c", str(g["bus_id"]))]
+    if known(g.get("pid")):
+        segments.append(("t", f" pid {g['pid']}"))
+    return segments
+
+
+def _mapping(g: dict) -> str:
+    """How the rank was tied to the GPU: `` (rank mapping: certain, c10d [rankN]: prefix)``."""
+    parts = [str(g[k]) for k in ("mapping_confidence", "mapping_source") if known(g.get(k))]
+    return f" (rank mapping: {', '.join(parts)})" if parts else ""
+
+
 def action_items(report: dict) -> list[tuple[int, list[tuple[str, str]]]]:
     """The actions as (indent, segments) for every format; a segment is ``(kind, text)`` with kind
     ``t`` (plain), ``b`` (a label to stress) or ``c`` (a value to copy: host list, command, id).
-    Each renderer escapes the text its own way."""
+    Each renderer escapes the text its own way. Values the inputs do not give are left out."""
     v, a = report["verdict"], report["actions"]
     items: list[tuple[int, list[tuple[str, str]]]] = []
     if a.get("culprit_ranks"):
         items.append((0, [("b", "Culprit rank(s) "), ("c", a["culprit_ranks"]), ("t", " on "),
-                          ("c", a.get("inspect_hostlist") or "?")]))
+                          ("c", a.get("inspect_hostlist") or "unknown nodes")]))
         for g in a["gpus"]:
-            items.append((1, [("t", f"rank {g.get('rank')}: {g.get('node')} GPU {g.get('cuda_dev')} bus "),
-                              ("c", str(g.get("bus_id"))),
-                              ("t", f" pid {g.get('pid')} (rank mapping: {g.get('mapping_confidence')}, "
-                                    f"{g.get('mapping_source')})")]))
+            rank = f"rank {g['rank']}: " if known(g.get("rank")) else ""
+            items.append((1, [("t", rank), *_gpu_segments(g), ("t", _mapping(g))]))
     elif a.get("inspect_hostlist"):
         items.append((0, [("b", "Inspect nodes "), ("c", a["inspect_hostlist"])]))
     items += [(0, [("b", "Competing explanation: "), ("t", c)]) for c in v.get("competing", [])]
     if a.get("drain_hostlist"):
-        items.append((0, [("b", "Drain "), ("c", a["drain_hostlist"]), ("t", f" ({a.get('drain_reason') or ''})")]))
+        reason = f" ({a['drain_reason']})" if a.get("drain_reason") else ""
+        items.append((0, [("b", "Drain "), ("c", a["drain_hostlist"]), ("t", reason)]))
     for g in a.get("rma_gpus", []):
-        items.append((0, [("b", "RMA "), ("t", f"{g.get('node')} GPU {g.get('cuda_dev')} bus "), ("c", str(g.get("bus_id"))),
-                          ("t", " serial "), ("c", g.get("serial") or "?"), ("t", " uuid "), ("c", g.get("uuid") or "?"),
-                          ("t", f" ({g.get('reason')})")]))
+        items.append((0, [("b", "RMA "), *_gpu_segments(g), ("t", " serial "), ("c", or_unknown(g.get("serial"))),
+                          ("t", " uuid "), ("c", or_unknown(g.get("uuid")))]
+                      + ([("t", f" ({g['reason']})")] if g.get("reason") else [])))
     if a.get("gpu_hours_lost"):
         h = a["gpu_hours_lost"]
         items.append((0, [("b", "GPU-hours lost: "), ("t", f"{h['value']} ({h['ranks']} ranks x {h['hours']} h "
@@ -62,7 +89,8 @@ def action_items(report: dict) -> list[tuple[int, list[tuple[str, str]]]]:
     if c.get("warning"):
         items.append((0, [("b", "Checkpoint: "), ("t", c["warning"])]))
     for p in a.get("py_spy", []):
-        items.append((0, [("b", "If still hanging: "), ("c", p["command"]), ("t", f" (rank {p.get('rank')})")]))
+        rank = f" (rank {p['rank']})" if known(p.get("rank")) else ""
+        items.append((0, [("b", "If still hanging: "), ("c", p["command"]), ("t", rank)]))
     if a.get("note"):
         items.append((0, [("b", "Note: "), ("t", a["note"])]))
     return items
@@ -80,9 +108,35 @@ def finding_details(f: dict) -> list[tuple[str, str, list[str]]]:
     return [(kind, label, [str(x) for x in lines]) for kind, label, lines in parts if lines]
 
 
+def rule_error_lines(report: dict) -> tuple[str, list[str]]:
+    """A heading and one sentence per rule that raised (``rule_errors``), for every format: which
+    rule, the exception, where, and that its findings are missing. Empty when none failed."""
+    errors = report.get("rule_errors") or []
+    if not errors:
+        return "", []
+    rules = sorted({e["rule"] for e in errors})
+    heading = (f"PARTIAL REPORT: {len(rules)} rule(s) failed and their findings are missing; "
+               "the other rules' findings and the verdict from them stand")
+    lines = []
+    for e in errors:
+        what = e["exception"] + (f": {e['message']}" if e.get("message") else "")
+        where = f" at {e['where']}" if e.get("where") else ""
+        attempt = f" on attempt {e['attempt']}" if known(e.get("attempt")) and _attempts(report) > 1 else ""
+        rule = " ".join(str(x) for x in (e["rule"], e.get("name")) if x)
+        lines.append(f"{rule} raised {what}{where}{attempt}; its findings are missing")
+    return heading, lines
+
+
+def _attempts(report: dict) -> int:
+    return len((report.get("attempts") or {}).get("all") or [])
+
+
 def text_report(report: dict) -> str:
     v = report["verdict"]
     out = [f"VERDICT ({v['status']}, confidence {v['confidence']:.2f}): {safe(v['sentence'])}", ""]
+    heading, failed = rule_error_lines(report)
+    if failed:
+        out += [heading + ":", *[f"  ! {safe(line)}" for line in failed], ""]
     for indent, segments in action_items(report):
         out.append("  " * indent + "".join(safe(text) for _, text in segments))
     out.append("")
@@ -119,8 +173,7 @@ def _summary_lines(report: dict) -> list[str]:
     r = report["run"]
     t = report["inputs"]["totals"]
     att = report["attempts"]
-    lines = [f"Run: {r['ranks']} ranks on {len(r['nodes'])} node(s); NCCL {', '.join(r['nccl_versions']) or '?'}; "
-             f"time {r['time_span']['start']} .. {r['time_span']['end']} ({r['time_span']['source']})"]
+    lines = [f"Run: {run_size(r)}; NCCL {', '.join(r['nccl_versions']) or 'version unknown'}; time {time_span(r)}"]
     if len(att["all"]) > 1:
         lines.append(f"Attempts: analysed attempt {att['analysed']} of " + ", ".join(
             f"{a['attempt']} ({a['errors']} error(s))" for a in att["all"]))
@@ -138,10 +191,38 @@ def _summary_lines(report: dict) -> list[str]:
     return lines
 
 
+def rank_count(r: dict) -> str:
+    """``40 ranks``, ``40 ranks (38 seen)``, ``4 ranks seen (world size unknown)`` or ``ranks unknown``."""
+    world, seen = r.get("ranks"), r.get("ranks_seen")
+    if known(world):
+        return f"{world} ranks" + (f" ({seen} seen)" if known(seen) and seen != world else "")
+    return f"{seen} ranks seen (world size unknown)" if seen else "ranks unknown"
+
+
+def run_size(r: dict) -> str:
+    """``40 ranks on 5 node(s)``; what is unknown is said so."""
+    nodes = r.get("nodes") or []
+    return f"{rank_count(r)} on {len(nodes)} node(s)" if nodes else f"{rank_count(r)}; nodes unknown"
+
+
+def time_span(r: dict) -> str:
+    """``START .. END (how the clock was read)``, or ``unknown``."""
+    span = r.get("time_span") or {}
+    start, end = span.get("start"), span.get("end")
+    if not (known(start) or known(end)):
+        return "unknown"
+    return f"{or_unknown(start)} .. {or_unknown(end)}" + (f" ({span['source']})" if known(span.get("source")) else "")
+
+
 def markdown_report(report: dict) -> str:
     v = report["verdict"]
     out = ["# postmortem report", "", f"**Verdict ({v['status']}, confidence {v['confidence']:.2f}):** "
            + _md_text(v["sentence"]), ""]
+    heading, failed = rule_error_lines(report)
+    if failed:
+        out += ["## Partial report", "", f"**{_md_text(heading)}.**", ""]
+        out += [f"- {_md_text(line)}" for line in failed]
+        out.append("")
     out.append("## Actions")
     for indent, segments in action_items(report):
         out.append("  " * indent + "- " + "".join(

@@ -257,6 +257,12 @@ def _verdict(findings, outcome: dict) -> dict:
         named = _culprit_of([top]) if top.culprit else _NOBODY
         return _verdict_of("degraded", top, _sentence(f"The job shows no failure, but: {top.title}", top.message),
                            [f.id for f in warnings], [], named)
+    if outcome["outcome"] == "unknown" and not outcome.get("progress"):
+        return {"status": "unknown", "category": "none", "confidence": 0.5,
+                "sentence": _sentence("No failure is in these logs, but no training step and no end (launcher, "
+                                      "scheduler) are either", "if the job stopped here, it stopped during start-up: "
+                                      "compare with a run that trained, or collect the whole job folder"),
+                "culprit": dict(_NOBODY), "finding_ids": [], "competing": []}
     if outcome["outcome"] == "completed":
         known = f"the job completed ({outcome['basis'][0]['what']})"
     else:

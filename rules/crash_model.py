@@ -176,7 +176,10 @@ def rank_exceptions(ctx: Context) -> dict[int, dict]:
     if not events.is_empty() and {"rank", "kind"} <= set(events.columns):
         rows = events.filter(pl.col("rank").is_not_null() & pl.col("kind").is_in(
             ["exception", "python_traceback", "cuda_fault", "signal", "faulthandler"])).sort("input_id", "line_no")
+        caught = caught_lines(ctx)
         for row in rows.iter_rows(named=True):
+            if (row["input_id"], row["line_no"]) in caught:
+                continue  # logged and survived (logging.exception): not this rank's failure
             text = " ".join(str(row.get(c) or "") for c in ("exc_type", "message", "detail"))
             cand = {"input_id": row["input_id"], "line_no": row["line_no"], "kind": row["kind"],
                     "message": (row.get("message") or row.get("detail") or "").strip(), "ts": row.get("ts"),
@@ -188,6 +191,17 @@ def rank_exceptions(ctx: Context) -> dict[int, dict]:
                 out[row["rank"]] = cand
     ctx.shared[key] = out
     return out
+
+
+def caught_lines(ctx: Context) -> set[tuple[int, int]]:
+    """(input_id, line_no) of errors the job ran past (``analyzer.outcome.caught_errors``): a
+    caught traceback's header and exception lines."""
+    if "caught_lines" not in ctx.shared:
+        from analyzer.outcome import caught_errors
+
+        rows = caught_errors(ctx.run, ctx.attempt)
+        ctx.shared["caught_lines"] = {(i, ln) for i, a, b in rows.iter_rows() for ln in (a, b) if ln is not None}
+    return ctx.shared["caught_lines"]
 
 
 def timed_out_ranks(ctx: Context) -> dict[int, datetime | None]:

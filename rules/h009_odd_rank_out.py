@@ -1,0 +1,220 @@
+"""H009 odd-rank-out: in a failed or hung job, the one rank whose end differs from everyone else's.
+
+What it detects
+    Evidence that needs no sequence numbers, in a job whose outcome (``analyzer.outcome``) is
+    failed or hung, over every rank of the job (the world size must be known and every rank
+    must have logged, else a silent rank cannot be ruled out):
+
+    * **the rank that did not time out while all the others did**: every other rank timed out
+      waiting (gloo ``Timed out waiting Nms``, a watchdog or blocking-wait timeout, a store
+      barrier timeout); this one did not: it never entered what they wait in;
+    * **the odd one out by collective**: the ranks that timed out wait in one op (and size,
+      when known), one rank waits in another (five ranks in BROADCAST, one in ALLREDUCE): it
+      took another code path. The op comes from the watchdog line or, for gloo, from the
+      ``torch.distributed`` function in the rank's traceback;
+    * **the rank that stopped early** (weaker, confidence 0.5): each rank's own progress lines
+      (training lines and the script's own prints, templates with numbers, hex and paths masked,
+      kept only when most ranks print them) are counted; all ranks but one printed the same
+      number, one printed fewer: it stopped first.
+
+Why it matters
+    Real training scripts do not print what the hang rules read (PG status lines, py-spy
+    dumps); gloo and old watchdog lines carry no sequence number. The odd rank is still
+    visible in what every job prints: who timed out, in what, and how far each rank got.
+
+What to do
+    Read the named rank's last lines (the evidence): the code path it took instead of the
+    collective. Take a py-spy dump of it if the job still hangs.
+
+Known false positives
+    A rank that crashed outright also "did not time out": X001 names the same rank then. With
+    two ranks there is no majority: a single timed-out rank points at the other with lower
+    confidence. Block-buffered stdout can lose a killed rank's last prints, which weakens the
+    progress count; that is why it only points (confidence 0.5). A guessed rank mapping never
+    yields a culprit.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from analyzer.ranges import rank_ranges
+from rules.base import Context, Finding
+
+CODE = "H009"
+NAME = "odd-rank-out"
+SEVERITY = "error"
+
+# torch.distributed functions a rank waits in, as NCCL/c10d name the op.
+C10D_OPS = {"all_reduce": "ALLREDUCE", "broadcast": "BROADCAST", "all_gather": "ALLGATHER",
+            "all_gather_into_tensor": "ALLGATHER", "all_gather_object": "ALLGATHER", "reduce_scatter": "REDUCE_SCATTER",
+            "reduce_scatter_tensor": "REDUCE_SCATTER", "all_to_all": "ALLTOALL", "all_to_all_single": "ALLTOALL",
+            "barrier": "BARRIER", "reduce": "REDUCE", "gather": "GATHER", "scatter": "SCATTER", "recv": "RECV",
+            "send": "SEND", "broadcast_object_list": "BROADCAST", "monitored_barrier": "BARRIER"}
+_PROGRESS_KINDS = ("megatron", "deepspeed", "hf_trainer", "titan_lightning", "trainlog")
+
+
+def check(ctx: Context) -> list[Finding]:
+    if ctx.outcome["outcome"] not in ("failed", "hung"):
+        return []
+    ranks = _all_ranks(ctx)
+    if ranks is None or len(ranks) < 2:
+        return []
+    waits = waiting_ranks(ctx)
+    found = _odd_by_op(ranks, waits) or _not_timed_out(ranks, waits) or _stopped_early(ctx, ranks)
+    if found is None:
+        return []
+    suspect, confidence, why, evidence_lines = found
+    if _guessed(ctx, suspect):
+        return []
+    gpu = ctx.gpu_of(suspect)
+    node = gpu.get("node")
+    evidence = [ctx.evidence(i, ln, note) for i, ln, note in evidence_lines]
+    evidence += [ctx.evidence(r["input_id"], r["line_no"], f"rank {suspect}'s last lines")
+                 for r in _last_lines(ctx, suspect)]
+    return [Finding(CODE, NAME, SEVERITY, confidence, f"rank {suspect} is the odd one out", why,
+                    ranks=[suspect], nodes=[node] if node else [], gpus=[gpu], evidence=evidence,
+                    category="hang", culprit=True,
+                    suggestion="Read this rank's last lines: the code path it took instead of the collective the "
+                               "others wait in. While a job still hangs, py-spy dump this rank first.")]
+
+
+def _all_ranks(ctx: Context) -> list[int] | None:
+    """Every rank of the job, when the world size is known and every rank logged (a rank with
+    no log at all could be the one)."""
+    world = ctx.world_size
+    seen = ctx.logged_ranks(this_attempt=True)
+    if not world or not seen or set(range(world)) - seen:
+        return None
+    return list(range(world))
+
+
+def waiting_ranks(ctx: Context) -> dict[int, dict]:
+    """Ranks that timed out waiting, each with where it waited: {rank: {op, numel, input_id,
+    line_no}} (op and numel None when the line does not say)."""
+    out: dict[int, dict] = {}
+    colls = ctx.table("collectives")
+    if {"kind", "rank"} <= set(colls.columns):
+        timeouts = colls.filter(pl.col("kind").is_in(["watchdog_timeout", "blocking_wait_timeout"])
+                                & pl.col("rank").is_not_null())
+        for r in timeouts.iter_rows(named=True):
+            out.setdefault(r["rank"], {"op": r.get("op"), "numel": r.get("numel_in"), "input_id": r["input_id"],
+                                       "line_no": r["line_no"]})
+    events = ctx.table("events")
+    if {"kind", "rank", "detail"} <= set(events.columns):
+        text = pl.coalesce(pl.col("detail"), pl.col("message") if "message" in events.columns else pl.lit(None))
+        gloo = events.filter(pl.col("rank").is_not_null() & (
+            ((pl.col("kind") == "gloo_error") & text.str.contains("Timed out waiting"))
+            | ((pl.col("kind") == "store_barrier") & text.fill_null("").str.contains("Timed out"))))
+        ops = _traceback_ops(ctx)
+        for r in gloo.sort("input_id", "line_no").iter_rows(named=True):
+            out.setdefault(r["rank"], {"op": ops.get(r["rank"]), "numel": None, "input_id": r["input_id"],
+                                       "line_no": r["line_no"]})
+    return out
+
+
+def _traceback_ops(ctx: Context) -> dict[int, str]:
+    """The collective each rank's last traceback was in: the torch.distributed function in its
+    frames (``dist.all_reduce(...)`` -> ALLREDUCE)."""
+    stacks = ctx.table("stacks")
+    if not {"source", "function", "file", "rank"} <= set(stacks.columns):
+        return {}
+    frames = stacks.filter((pl.col("source") == "traceback") & pl.col("rank").is_not_null()
+                           & pl.col("file").fill_null("").str.contains("distributed_c10d")
+                           & pl.col("function").is_in(list(C10D_OPS)))
+    out: dict[int, str] = {}
+    for r in frames.sort("input_id", "line_no").iter_rows(named=True):
+        out[r["rank"]] = C10D_OPS[r["function"]]
+    return out
+
+
+def _not_timed_out(ranks: list[int], waits: dict) -> tuple | None:
+    quiet = [r for r in ranks if r not in waits]
+    if len(quiet) != 1 or not waits:
+        return None
+    suspect = quiet[0]
+    n = len(waits)
+    confidence = 0.7 if n >= 3 else 0.6 if n == 2 else 0.5
+    others = rank_ranges(sorted(waits))
+    why = (f"every other rank ({others}) timed out waiting in a collective; rank {suspect} did not: it never "
+           f"entered what they waited in (no sequence numbers were logged, so the count of timeouts decides)")
+    first = waits[min(waits)]
+    return suspect, confidence, why, [(first["input_id"], first["line_no"], f"rank {min(waits)} timed out")]
+
+
+def _odd_by_op(ranks: list[int], waits: dict) -> tuple | None:
+    known = {r: (w["op"], w["numel"]) for r, w in waits.items() if w["op"]}
+    if len(known) < 3:
+        return None
+    counts: dict = {}
+    for key in known.values():
+        counts[key] = counts.get(key, 0) + 1
+    majority = max(counts, key=counts.get)
+    odd = [r for r, key in known.items() if key != majority]
+    if len(odd) != 1 or counts[majority] < 2 or len(known) < len(ranks) - 1:
+        return None
+    suspect = odd[0]
+    op, numel = known[suspect]
+    m_op, m_numel = majority
+    size = f" of {numel} elements" if numel is not None else ""
+    why = (f"ranks {rank_ranges(sorted(r for r in known if r != suspect))} timed out in {m_op}"
+           f"{f' of {m_numel} elements' if m_numel is not None else ''}; rank {suspect} timed out in {op}{size}: "
+           f"it took another code path and entered a different collective")
+    w = waits[suspect]
+    return suspect, 0.65, why, [(w["input_id"], w["line_no"], f"rank {suspect} waited in {op}")]
+
+
+def _stopped_early(ctx: Context, ranks: list[int]) -> tuple | None:
+    counts = _progress_counts(ctx)
+    if counts.is_empty() or set(ranks) - set(counts["rank"].to_list()):
+        return None
+    mode = counts["n"].mode().sort()[-1]
+    behind = counts.filter(pl.col("n") < mode)
+    level = counts.filter(pl.col("n") == mode).height
+    if behind.height != 1 or level != len(ranks) - 1 or level < 2:
+        return None
+    row = behind.row(0, named=True)
+    why = (f"each rank's own progress lines (the script's prints and training lines): {level} ranks printed "
+           f"{mode}, rank {row['rank']} only {row['n']}; it stopped first, before the point the others reached "
+           f"(this points, it does not prove: a rank's last prints can be lost in a buffer)")
+    return row["rank"], 0.5, why, [(row["input_id"], row["line_no"], f"rank {row['rank']}'s last progress line")]
+
+
+def _progress_counts(ctx: Context) -> pl.DataFrame:
+    """Per rank, the number of its progress lines whose template (digits, hex, paths masked)
+    most ranks print, and the last such line. Error, launcher and NCCL lines are not progress."""
+    kinds = ", ".join(f"'{k}'" for k in _PROGRESS_KINDS)
+    attempt = f" AND (l.attempt = {int(ctx.attempt)} OR l.attempt IS NULL)" if ctx.attempt is not None else ""
+    if "text" not in ctx.run.columns("lines"):
+        return pl.DataFrame()
+    return ctx.frame(f"""
+        WITH p AS (
+          SELECT rank, input_id, line_no,
+                 regexp_replace(regexp_replace(regexp_replace(coalesce(text, ''), '(/[^ :]+)+', '/P', 'g'),
+                                '0x[0-9a-fA-F]+', 'X', 'g'), '[0-9]+', 'N', 'g') AS template
+          FROM lines l
+          WHERE rank IS NOT NULL AND (kind IS NULL OR kind IN ({kinds})){attempt}),
+        common AS (
+          SELECT template FROM p GROUP BY template
+          HAVING count(DISTINCT rank) * 4 >= 3 * (SELECT count(DISTINCT rank) FROM p) AND template <> ''),
+        ranked AS (
+          SELECT p.*, count(*) OVER (PARTITION BY rank) AS n,
+                 row_number() OVER (PARTITION BY rank ORDER BY input_id DESC, line_no DESC) AS k
+          FROM p JOIN common USING (template))
+        SELECT rank, n, input_id, line_no FROM ranked WHERE k = 1 ORDER BY rank""")
+
+
+def _last_lines(ctx: Context, rank: int, limit: int = 3) -> list[dict]:
+    from analyzer.outcome import rank_tails
+
+    tails = ctx.shared.get("rank_tails")
+    if tails is None:
+        tails = ctx.shared["rank_tails"] = {t["rank"]: t for t in rank_tails(ctx.run, ctx.attempt, limit=10_000)}
+    lines = tails.get(rank, {}).get("last_lines", [])[-limit:]
+    ids = dict(ctx.frame("SELECT path, input_id FROM inputs").iter_rows())
+    return [{"input_id": ids[x["path"]], "line_no": x["line"]} for x in lines if x["path"] in ids]
+
+
+def _guessed(ctx: Context, rank: int) -> bool:
+    row = ctx.ranks.filter(pl.col("rank") == rank) if "rank" in ctx.ranks.columns else pl.DataFrame()
+    return row.is_empty() or row["confidence"][0] == "guessed"
