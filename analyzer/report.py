@@ -246,8 +246,7 @@ def _verdict(findings, outcome: dict) -> dict:
                            [f"rank {r} (not trustworthy: see reasons)" for r in top.details.get("candidates", [])])
     if errors and all(f.category == "outcome" for f in errors):
         top = errors[0]
-        sentence = _sentence(f"{top.details['outcome'].capitalize()}, cause not determined",
-                             top.message.removeprefix(f"the job {top.details['outcome']} "))
+        sentence = _sentence(f"{top.details['outcome'].capitalize()}, cause not determined: {top.message}")
         return _verdict_of("undetermined", top, sentence, [top.id], [])
     if errors:
         top = next(f for f in errors if f.category != "outcome")

@@ -36,8 +36,11 @@ Known false positives
 
 from __future__ import annotations
 
+import re
+
 import polars as pl
 
+from analyzer.outcome import PROGRESS_KINDS, rank_tails
 from analyzer.ranges import rank_ranges
 from rules.base import Context, Finding
 
@@ -51,7 +54,7 @@ C10D_OPS = {"all_reduce": "ALLREDUCE", "broadcast": "BROADCAST", "all_gather": "
             "reduce_scatter_tensor": "REDUCE_SCATTER", "all_to_all": "ALLTOALL", "all_to_all_single": "ALLTOALL",
             "barrier": "BARRIER", "reduce": "REDUCE", "gather": "GATHER", "scatter": "SCATTER", "recv": "RECV",
             "send": "SEND", "broadcast_object_list": "BROADCAST", "monitored_barrier": "BARRIER"}
-_PROGRESS_KINDS = ("megatron", "deepspeed", "hf_trainer", "titan_lightning", "trainlog")
+_NAMED_BY_LINE = "monitoredBarrier names the rank"
 
 
 def check(ctx: Context) -> list[Finding]:
@@ -61,12 +64,24 @@ def check(ctx: Context) -> list[Finding]:
     if ranks is None or len(ranks) < 2:
         return []
     waits = waiting_ranks(ctx)
-    found = _odd_by_op(ranks, waits) or _not_timed_out(ranks, waits) or _stopped_early(ctx, ranks)
+    found = (_monitored_barrier(ctx, ranks) or _odd_by_op(ranks, waits) or _not_timed_out(ranks, waits)
+             or _stopped_early(ctx, ranks))
     if found is None:
         return []
     suspect, confidence, why, evidence_lines = found
-    if _guessed(ctx, suspect):
-        return []
+    if isinstance(suspect, list):  # candidates, no culprit
+        return [Finding(CODE, NAME, SEVERITY, confidence, f"ranks {rank_ranges(suspect)} did not time out while the "
+                        "others did", why, evidence=[ctx.evidence(i, ln, note) for i, ln, note in evidence_lines],
+                        category="hang", culprit=False,
+                        details={"candidates": suspect, "competing": [f"rank {r}" for r in suspect]},
+                        suggestion="Compare these ranks' last lines and stacks (py-spy dump while it hangs; "
+                                   "TORCH_DISTRIBUTED_DEBUG=DETAIL makes monitoredBarrier name the rank).")]
+    # A rank named by the line itself (monitoredBarrier) is certain; one found from whose logs
+    # say what is only as sure as the mapping of those logs to ranks.
+    sure = evidence_lines[0][2] == _NAMED_BY_LINE or not _guessed(ctx, suspect)
+    if not sure:  # a mapping guessed from the file layout never blames: it only points
+        confidence = min(confidence, 0.4)
+        why += "; the rank of its log was guessed from the file layout, so this only points at it"
     gpu = ctx.gpu_of(suspect)
     node = gpu.get("node")
     evidence = [ctx.evidence(i, ln, note) for i, ln, note in evidence_lines]
@@ -74,7 +89,7 @@ def check(ctx: Context) -> list[Finding]:
                  for r in _last_lines(ctx, suspect)]
     return [Finding(CODE, NAME, SEVERITY, confidence, f"rank {suspect} is the odd one out", why,
                     ranks=[suspect], nodes=[node] if node else [], gpus=[gpu], evidence=evidence,
-                    category="hang", culprit=True,
+                    category="hang", culprit=sure,
                     suggestion="Read this rank's last lines: the code path it took instead of the collective the "
                                "others wait in. While a job still hangs, py-spy dump this rank first.")]
 
@@ -128,10 +143,33 @@ def _traceback_ops(ctx: Context) -> dict[int, str]:
     return out
 
 
+def _monitored_barrier(ctx: Context, ranks: list[int]) -> tuple | None:
+    """With TORCH_DISTRIBUTED_DEBUG=DETAIL, gloo's monitoredBarrier on rank 0 names the ranks
+    that never reached it: ``Ranks 3 failed to pass monitoredBarrier in 6000 ms``."""
+    events = ctx.table("events")
+    if not {"kind", "message"} <= set(events.columns):
+        return None
+    rows = events.filter((pl.col("kind") == "monitored_barrier")
+                         & pl.col("message").fill_null("").str.contains("failed to pass monitoredBarrier"))
+    named: dict[int, dict] = {}
+    for r in rows.sort("input_id", "line_no").iter_rows(named=True):
+        listed = re.search(r"Ranks? ([\d, ]+) failed to pass monitoredBarrier", r["message"])
+        for rank in (int(x) for x in re.findall(r"\d+", listed.group(1))) if listed else ():
+            named.setdefault(rank, r)
+    if len(named) != 1 or not set(named) <= set(ranks):
+        return None
+    suspect, row = next(iter(named.items()))
+    why = (f"PyTorch's monitoredBarrier (TORCH_DISTRIBUTED_DEBUG=DETAIL) says rank {suspect} failed to pass it: "
+           f"the other ranks reached the barrier, rank {suspect} never did")
+    return suspect, 0.85, why, [(row["input_id"], row["line_no"], _NAMED_BY_LINE)]
+
+
 def _not_timed_out(ranks: list[int], waits: dict) -> tuple | None:
     quiet = [r for r in ranks if r not in waits]
-    if len(quiet) != 1 or not waits:
+    if not quiet or not waits or len(quiet) > len(waits):
         return None
+    if len(quiet) > 1:
+        return _some_did_not_time_out(quiet, waits)
     suspect = quiet[0]
     n = len(waits)
     confidence = 0.7 if n >= 3 else 0.6 if n == 2 else 0.5
@@ -140,6 +178,15 @@ def _not_timed_out(ranks: list[int], waits: dict) -> tuple | None:
            f"entered what they waited in (no sequence numbers were logged, so the count of timeouts decides)")
     first = waits[min(waits)]
     return suspect, confidence, why, [(first["input_id"], first["line_no"], f"rank {min(waits)} timed out")]
+
+
+def _some_did_not_time_out(quiet: list[int], waits: dict) -> tuple:
+    """A few ranks did not time out: one of them is likely the one the others waited for, but
+    the timeouts alone cannot say which (confidence 0.3: names nobody)."""
+    why = (f"ranks {rank_ranges(sorted(waits))} timed out waiting in a collective; ranks {rank_ranges(quiet)} did "
+           f"not: one of them likely never entered what the others waited in, and nothing in the logs tells which")
+    first = waits[min(waits)]
+    return quiet, 0.3, why, [(first["input_id"], first["line_no"], f"rank {min(waits)} timed out")]
 
 
 def _odd_by_op(ranks: list[int], waits: dict) -> tuple | None:
@@ -183,7 +230,7 @@ def _stopped_early(ctx: Context, ranks: list[int]) -> tuple | None:
 def _progress_counts(ctx: Context) -> pl.DataFrame:
     """Per rank, the number of its progress lines whose template (digits, hex, paths masked)
     most ranks print, and the last such line. Error, launcher and NCCL lines are not progress."""
-    kinds = ", ".join(f"'{k}'" for k in _PROGRESS_KINDS)
+    kinds = ", ".join(f"'{k}'" for k in PROGRESS_KINDS)
     attempt = f" AND (l.attempt = {int(ctx.attempt)} OR l.attempt IS NULL)" if ctx.attempt is not None else ""
     if "text" not in ctx.run.columns("lines"):
         return pl.DataFrame()
@@ -205,8 +252,6 @@ def _progress_counts(ctx: Context) -> pl.DataFrame:
 
 
 def _last_lines(ctx: Context, rank: int, limit: int = 3) -> list[dict]:
-    from analyzer.outcome import rank_tails
-
     tails = ctx.shared.get("rank_tails")
     if tails is None:
         tails = ctx.shared["rank_tails"] = {t["rank"]: t for t in rank_tails(ctx.run, ctx.attempt, limit=10_000)}

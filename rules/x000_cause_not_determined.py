@@ -43,7 +43,7 @@ def check(ctx: Context) -> list[Finding]:
     first = basis[0]["what"] if basis else "no detail"
     title = f"the job {outcome['outcome']}, cause not determined"
     ranks_failed = [t for t in tails if t["first_failure"]]
-    message = f"the job {outcome['outcome']} ({first})"
+    message = f"{first}"
     if ranks_failed:
         earliest = ranks_failed[0]
         message += (f"; the earliest rank to fail was rank {earliest['rank']}: "
