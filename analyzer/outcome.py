@@ -226,8 +226,8 @@ def _drop_caught(run, attempt, ev: pl.DataFrame, finished: set) -> pl.DataFrame:
 def caught_errors(run, attempt, ev: pl.DataFrame | None = None, finished: set | None = None) -> pl.DataFrame:
     """Maybe-caught errors (tracebacks, gloo/NCCL/CUDA errors) that the job ran past: the same
     rank printed a line of its own (a training line or the script's own print, not an error
-    line) later in the same input, or the job reached its last step and no launcher or
-    scheduler failure was recorded. Columns input_id, line_no, exc_line_no: crash rules drop
+    line) later in the same input, the job reached its last step and no launcher or
+    scheduler failure was recorded, or the traceback ended a thread, not the process. Columns input_id, line_no, exc_line_no: crash rules drop
     these lines too (``rules.crash_model``)."""
     if ev is None:
         kinds = ", ".join(f"'{k}'" for k in MAYBE_CAUGHT)
@@ -245,9 +245,21 @@ def caught_errors(run, attempt, ev: pl.DataFrame | None = None, finished: set | 
         maybe = maybe.join(later, on=["input_id", "rank"], how="left", nulls_equal=True)
         ran_on = pl.col("_last_own").fill_null(0) > end
     job_done = bool(finished) and not _launcher_signs(run, attempt) and not _scheduler_signs(run, attempt)
-    caught = maybe.filter(ran_on | pl.lit(job_done))
+    maybe = maybe.with_columns(pl.col("input_id").cast(pl.Int64), pl.col("line_no").cast(pl.Int64))
+    maybe = maybe.join(_thread_tracebacks(run), on=["input_id", "line_no"], how="left")
+    caught = maybe.filter(ran_on | pl.lit(job_done) | pl.col("_in_thread").fill_null(False))
     return caught.select(pl.col("input_id").cast(pl.Int64), pl.col("line_no").cast(pl.Int64),
                          pl.col("exc_line_no").cast(pl.Int64))
+
+
+def _thread_tracebacks(run) -> pl.DataFrame:
+    """Tracebacks printed under ``Exception in thread NAME:``: Python's threading ended that
+    thread only, not the process (its main thread may then wait forever: a hang, not a crash)."""
+    if "text" not in run.columns("lines"):
+        return pl.DataFrame(schema={"input_id": pl.Int64, "line_no": pl.Int64, "_in_thread": pl.Boolean})
+    rows = run.frame("""SELECT input_id, line_no + 1 AS line_no FROM lines
+                        WHERE starts_with(ltrim(coalesce(text, '')), 'Exception in thread ')""")
+    return rows.select(pl.col("input_id").cast(pl.Int64), pl.col("line_no").cast(pl.Int64), _in_thread=pl.lit(True))
 
 
 def _own_lines(run, attempt) -> pl.DataFrame:

@@ -40,7 +40,7 @@ def run_rules(run: Run, attempt: int | None):
     ordered = [r for r in RULES if not getattr(r, "FALLBACK", False)] + \
         [r for r in RULES if getattr(r, "FALLBACK", False)]
     for rule in ordered:
-        if getattr(rule, "FALLBACK", False) and any(f.severity == "error" for f in findings):
+        if getattr(rule, "FALLBACK", False) and any(_explains_failure(f) for f in findings):
             continue
         try:
             findings.extend(rule.check(ctx))
@@ -55,6 +55,11 @@ def run_rules(run: Run, attempt: int | None):
         f.id = f"a{attempt if attempt is not None else 0}-{f.code}-{counts[f.code]}"
     link_causes(findings)
     return ctx, findings
+
+
+def _explains_failure(f) -> bool:
+    """An error, or a warning that names why a job ended (a teardown hang after the last step)."""
+    return f.severity == "error" or (f.severity == "warning" and f.category in ("hang", "desync", "crash"))
 
 
 def rule_error(rule, exc: BaseException, attempt: int | None) -> dict:
@@ -220,7 +225,8 @@ _NOBODY = {"ranks": [], "nodes": [], "gpus": []}
 _DRAIN_CATEGORIES = ("hardware", "network")
 
 
-def _verdict(findings, outcome: dict) -> dict:
+def _verdict(findings, outcome: dict | None = None) -> dict:
+    outcome = outcome or {"outcome": "unknown", "progress": True, "basis": []}
     roots = root_causes(findings)
     if roots:
         return _culprit_verdict(roots)

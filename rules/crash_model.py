@@ -55,7 +55,8 @@ CONSEQUENCE = ("Connection closed by peer", "Connection reset", "Timed out waiti
                "communicator was aborted", "NCCL communicator", "DistBackendError", "Broken pipe", "TCPStore",
                "SignalException", "ChildFailedError", "ProcessGroupNCCL is aborted", "should dump",
                "recvValue failed", "sendBytes failed", "Socket Timeout", "DistNetworkError", "DistStoreError",
-               "heartbeat", "Heartbeat")
+               "heartbeat", "Heartbeat", "Detected mismatch between collectives", "failed to pass monitoredBarrier",
+               "successfully reached monitoredBarrier")
 CONSEQUENCE_KINDS = ("watchdog_timeout", "gloo_error", "store_error", "teardown", "watchdog_exception", "terminate",
                      "dump_signal", "heartbeat", "nccl_error", "collective_timeout")
 
@@ -193,6 +194,18 @@ def rank_exceptions(ctx: Context) -> dict[int, dict]:
     return out
 
 
+def watchdog_ranks(ctx: Context) -> set[int]:
+    """Ranks with a line of the c10d watchdog or heartbeat monitor (their SIGABRT is its abort)."""
+    if "watchdog_ranks" not in ctx.shared:
+        events = ctx.table("events")
+        kinds = ["watchdog_exception", "teardown", "heartbeat_timeout", "watchdog_stuck", "fr_dump", "nccl_error"]
+        ranks = set(timed_out_ranks(ctx))
+        if {"kind", "rank"} <= set(events.columns):
+            ranks |= set(events.filter(pl.col("kind").is_in(kinds))["rank"].drop_nulls().to_list())
+        ctx.shared["watchdog_ranks"] = ranks
+    return ctx.shared["watchdog_ranks"]
+
+
 def caught_lines(ctx: Context) -> set[tuple[int, int]]:
     """(input_id, line_no) of errors the job ran past (``analyzer.outcome.caught_errors``): a
     caught traceback's header and exception lines."""
@@ -243,7 +256,7 @@ def failures(ctx: Context) -> list[Failure]:
             offset, unc, _ = node_clock(ctx, node)
             t = row["time"] - timedelta(seconds=offset) if row.get("time") else None
             f = _classify(rank, node, code, row.get("signal") or signal_of(code), t, unc + 1.0 + interval,
-                          raised.get(rank), rank in timed_out, kills.get(rank))
+                          raised.get(rank), rank in timed_out, kills.get(rank), rank in watchdog_ranks(ctx))
             f.evidence.append((row["input_id"], row["line_no"],
                                "torchrun: first observed failure" if row["root_cause"] else "torchrun failure table"))
             f.order_basis = "torchrun failure time (whole second of the agent's poll)"
@@ -282,7 +295,7 @@ def _earlier(a: Failure, b: Failure) -> bool:
     return a.t is not None and (b.t is None or a.t < b.t)
 
 
-def _classify(rank, node, code, signal, t, unc, exc, timed_out, kill) -> Failure:
+def _classify(rank, node, code, signal, t, unc, exc, timed_out, kill, watchdog: bool = True) -> Failure:
     if kill is not None or signal == "SIGKILL":
         how, intrinsic = "killed", True
     elif signal == "SIGTERM":
@@ -292,7 +305,9 @@ def _classify(rank, node, code, signal, t, unc, exc, timed_out, kill) -> Failure
     elif exc is not None:
         how, intrinsic = ("cuda" if exc["cuda"] else "exception"), True
     elif signal is not None:
-        how, intrinsic = "signal", signal != "SIGABRT"
+        # A SIGABRT is the c10d watchdog's abort only when a watchdog line of this rank says so
+        # (the timeout case is above); otherwise the rank aborted on its own (terminate, assert).
+        how, intrinsic = "signal", signal != "SIGABRT" or not watchdog
     else:
         how, intrinsic = "exit", True
     message = exc["message"] if exc is not None else ""

@@ -1,8 +1,8 @@
 """H009 odd-rank-out: in a failed or hung job, the one rank whose end differs from everyone else's.
 
 What it detects
-    Evidence that needs no sequence numbers, in a job whose outcome (``analyzer.outcome``) is
-    failed or hung, over every rank of the job (the world size must be known and every rank
+    Evidence that needs no sequence numbers (the rule defers to H001/H002 when the logs have
+    them), in a job whose outcome (``analyzer.outcome``) is failed or hung, over every rank of the job (the world size must be known and every rank
     must have logged, else a silent rank cannot be ruled out):
 
     * **the rank that did not time out while all the others did**: every other rank timed out
@@ -63,9 +63,12 @@ def check(ctx: Context) -> list[Finding]:
     ranks = _all_ranks(ctx)
     if ranks is None or len(ranks) < 2:
         return []
-    waits = waiting_ranks(ctx)
-    found = (_monitored_barrier(ctx, ranks) or _odd_by_op(ranks, waits) or _not_timed_out(ranks, waits)
-             or _stopped_early(ctx, ranks))
+    found = _monitored_barrier(ctx, ranks)
+    if found is None and not _sequence_numbers_logged(ctx):
+        # With sequence numbers, H001/H002 read the hang exactly; this rule is for when they cannot.
+        waits = waiting_ranks(ctx)
+        found = (_odd_by_op(ranks, waits) or _not_timed_out(ranks, waits) or _only_rank_with_an_error(ctx, ranks)
+                 or _stopped_early(ctx, ranks))
     if found is None:
         return []
     suspect, confidence, why, evidence_lines = found
@@ -92,6 +95,12 @@ def check(ctx: Context) -> list[Finding]:
                     category="hang", culprit=sure,
                     suggestion="Read this rank's last lines: the code path it took instead of the collective the "
                                "others wait in. While a job still hangs, py-spy dump this rank first.")]
+
+
+def _sequence_numbers_logged(ctx: Context) -> bool:
+    colls = ctx.table("collectives")
+    progress = ctx.table("progress")
+    return ("seq" in colls.columns and colls["seq"].drop_nulls().len() > 0) or not progress.is_empty()
 
 
 def _all_ranks(ctx: Context) -> list[int] | None:
@@ -187,6 +196,26 @@ def _some_did_not_time_out(quiet: list[int], waits: dict) -> tuple:
            f"not: one of them likely never entered what the others waited in, and nothing in the logs tells which")
     first = waits[min(waits)]
     return quiet, 0.3, why, [(first["input_id"], first["line_no"], f"rank {min(waits)} timed out")]
+
+
+def _only_rank_with_an_error(ctx: Context, ranks: list[int]) -> tuple | None:
+    """A hung job (no rank failed) where exactly one rank printed a traceback: typically a
+    thread of it died (``Exception in thread NAME:``) and its main thread waits for that thread
+    while the others wait for it in a collective."""
+    if ctx.outcome["outcome"] != "hung":
+        return None
+    events = ctx.table("events")
+    if not {"kind", "rank"} <= set(events.columns):
+        return None
+    errors = events.filter((pl.col("kind") == "python_traceback") & pl.col("rank").is_in(ranks))
+    if errors.is_empty() or errors["rank"].n_unique() != 1:
+        return None
+    row = errors.sort("input_id", "line_no").row(0, named=True)
+    what = row.get("exc_type") or "an exception"
+    why = (f"the job hung with no rank failing; only rank {row['rank']} printed an error ({what}"
+           f"{': ' + str(row['detail'])[:120] if row.get('detail') else ''}), the others stopped in step: a thread "
+           f"of it died or it is stuck after the error, and the others wait for it")
+    return row["rank"], 0.6, why, [(row["input_id"], row["line_no"], f"rank {row['rank']}'s error")]
 
 
 def _odd_by_op(ranks: list[int], waits: dict) -> tuple | None:
