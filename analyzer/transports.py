@@ -184,7 +184,8 @@ def render_text(v: dict, all_hops: bool = False) -> str:
     if not v["communicators"] and not v["processes"]:
         return "No NCCL_DEBUG output found (is NCCL_DEBUG=INFO set?).\n"
     acc = v.get("accelerator") or {}
-    out = [f"GPU model: {acc.get('name') or 'unknown'} ({acc.get('source')})", ""]
+    source = f" ({acc['source']})" if acc.get("source") else ""
+    out = [f"GPU model: {acc.get('name') or 'unknown'}{source}", ""]
     procs = {(p["host"], p["pid"]): p for p in v["processes"]}
     for c in v["communicators"]:
         out += _render_comm(c, procs, all_hops)
@@ -197,22 +198,25 @@ def render_text(v: dict, all_hops: bool = False) -> str:
         for r in v["p2p_refusals"]:
             key = (r.get("host"), r.get("message"))
             seen[key] = seen.get(key, 0) + 1
-        out += [f"  {host}: {message}" + (f" (x{n})" if n > 1 else "") for (host, message), n in list(seen.items())[:20]]
+        out += [f"  {host or '?'}: {message or '?'}" + (f" (x{n})" if n > 1 else "")
+                for (host, message), n in list(seen.items())[:20]]
     return "\n".join(out) + "\n"
 
 
 def _render_comm(c: dict, procs: dict, all_hops: bool) -> list[str]:
     size = f"{c['nranks']} ranks" if c["nranks"] else "size unknown"
-    complete = f", {c['init_complete']}/{c['nranks']} init complete" if c["nranks"] else ""
-    versions = f", NCCL {', '.join(c['versions'])}" if c["versions"] else ""
-    lines = [f"Communicator {c['comm_key']}", f"  {size} on {c['nnodes'] or '?'} node(s){complete}{versions}; "
-             f"identified by {c['identified_by']}"]
+    complete = f", {c['init_complete']}/{c['nranks']} init complete" if c["nranks"] and c["init_complete"] is not None \
+        else ""
+    versions = f", NCCL {', '.join(_texts(c['versions']))}" if _texts(c["versions"]) else ""
+    identified = f"; identified by {c['identified_by']}" if c["identified_by"] else ""
+    lines = [f"Communicator {c['comm_key'] or '(no key)'}",
+             f"  {size} on {c['nnodes'] or '?'} node(s){complete}{versions}{identified}"]
     lines += _render_network(c, procs)
     if c["tiers"]:
         by_phase: dict[str, list[str]] = {}
         for t in c["tiers"]:
             price = f" (~{t['gbyte_s']:g} GB/s)" if t.get("gbyte_s") else ""
-            by_phase.setdefault(t["phase"] or "unknown phase", []).append(f"{t['tier']} {t['hops']}{price}")
+            by_phase.setdefault(t["phase"] or "unknown phase", []).append(f"{t['tier'] or 'unknown tier'} {t['hops']}{price}")
         lines.append("  hops: " + "; ".join(f"{phase}: {', '.join(items)}" for phase, items in by_phase.items()))
     lines += _render_rings(c["rings"])
     if c["attention"]:
@@ -224,9 +228,11 @@ def _render_comm(c: dict, procs: dict, all_hops: bool) -> list[str]:
     if c["tuning"]:
         lines.append("  algorithm/protocol chosen by rank 0 (TUNING lines):")
         for t in c["tuning"][:12]:
-            choice = t["kernel"] or f"{t['algo']}/{t['proto']}"
-            channels = f" channels {t['ch_lo']}..{t['ch_hi']}" if t["ch_lo"] is not None else ""
-            lines.append(f"    {t['func'] or '?'} {t['bytes']} bytes -> {choice}{channels}")
+            choice = t["kernel"] or "/".join(str(x or "?") for x in (t["algo"], t["proto"]))
+            channels = f" channels {t['ch_lo']}..{t['ch_hi'] if t['ch_hi'] is not None else '?'}" \
+                if t["ch_lo"] is not None else ""
+            size = f"{t['bytes']} bytes" if t["bytes"] is not None else "size unknown"
+            lines.append(f"    {t['func'] or '?'} {size} -> {choice}{channels}")
     if all_hops:
         lines.append("  every hop:")
         lines += [f"    {_hop_text(h)}" for h in c["hops"]]
@@ -239,8 +245,8 @@ def _render_network(c: dict, procs: dict) -> list[str]:
     if not mine:
         return []
     networks = sorted({p["network"] or "not in the log" for p in mine})
-    boot = sorted({f"{p['bootstrap_if']} {p['bootstrap_addr']}" for p in mine if p["bootstrap_if"]})
-    nics = sorted({n for p in mine for n in (p["nics"] or [])})
+    boot = sorted({f"{p['bootstrap_if']} {p['bootstrap_addr'] or ''}".strip() for p in mine if p["bootstrap_if"]})
+    nics = sorted({n for p in mine for n in _texts(p["nics"])})
     lines = [f"  network: {', '.join(networks)}" + (f"; NICs {_nic_span(nics)}" if nics else "")]
     if boot:
         lines.append(f"  bootstrap: {', '.join(boot[:3])}" + (f" and {len(boot) - 3} more" if len(boot) > 3 else ""))
@@ -270,13 +276,19 @@ def _render_hosts(processes: list[dict]) -> list[str]:
             span = p["version_min"] if p["version_min"] == p["version_max"] else f"{p['version_min']}-{p['version_max']}"
             version = f"{span} (by line shapes)"
         key = (p["host"], version, p["network"] or "-", f"{p['bootstrap_if'] or '-'} {p['bootstrap_addr'] or ''}".strip(),
-               ", ".join(p["nics"] or []) or ", ".join(p["socket_ifs"] or []) or "-")
+               ", ".join(_texts(p["nics"])) or ", ".join(_texts(p["socket_ifs"])) or "-")
         groups.setdefault(key, []).append(p["pid"])
     lines = ["Per host (NCCL version, network, bootstrap interface, NICs or socket interfaces):"]
     for (host, version, network, boot, nics), pids in sorted(groups.items(), key=lambda kv: str(kv[0])):
         lines.append(f"  {host or '?'} ({len(pids)} process{'es' if len(pids) > 1 else ''}): NCCL {version}; "
                      f"network {network}; bootstrap {boot}; {nics}")
     return lines + [""]
+
+
+def _texts(items) -> list[str]:
+    """The known entries of a list column: NCCL lines the model could not split leave None in
+    ``nics``/``socket_ifs`` (``NET/Socket : Using [0]enp41s0f1:<0>``), and the column itself may be null."""
+    return [str(x) for x in items or [] if x]
 
 
 def _render_rings(rings: list[dict]) -> list[str]:
@@ -286,7 +298,7 @@ def _render_rings(rings: list[dict]) -> list[str]:
     for ring in rings:
         by_order.setdefault((tuple(ring["order"]), ring["complete"]), []).append(ring["channel"])
     for (order, complete), channels in by_order.items():
-        shown = " ".join(str(r) for r in order[:16]) + (" ..." if len(order) > 16 else "")
+        shown = " ".join(_rank(r) for r in order[:16]) + (" ..." if len(order) > 16 else "")
         lines.append(f"  ring {_channels(channels)}: {shown}{'' if complete else ' (partial)'}")
     slowest = [r["slowest"] for r in rings if r["slowest"]]
     tiers = {link["tier"] for r in rings for link in r["links"] if link["tier"]}
@@ -299,21 +311,24 @@ def _render_rings(rings: list[dict]) -> list[str]:
             s = ring["slowest"]
             if s and TIER_ORDER.get(s["tier"], 9) == worst:
                 pairs.setdefault((s["src_rank"], s["dst_rank"], s["tier"], s["src_host"], s["dst_host"]), []).append(ring["channel"])
-        shown = [f"{src}->{dst} {tier}" + (f" ({sh} -> {dh})" if sh and dh else "") + f" on ring {_channels(chs)}"
+        shown = [f"{_rank(src)}->{_rank(dst)} {tier}" + (f" ({sh} -> {dh})" if sh and dh else "")
+                 + f" on ring {_channels(chs)}"
                  for (src, dst, tier, sh, dh), chs in list(pairs.items())[:3]]
         lines.append("  slowest ring hop: " + "; ".join(shown) + (" ..." if len(pairs) > 3 else ""))
         worst_hop = next(s for s in slowest if TIER_ORDER.get(s["tier"], 9) == worst)
         if worst_hop.get("gbyte_s"):
-            lines.append(f"    it caps each ring at ~{worst_hop['gbyte_s']:g} GB/s per direction ({worst_hop['price_basis']})")
+            basis = f" ({worst_hop['price_basis']})" if worst_hop.get("price_basis") else ""
+            lines.append(f"    it caps each ring at ~{worst_hop['gbyte_s']:g} GB/s per direction{basis}")
         else:
-            lines.append(f"    its bandwidth: {worst_hop.get('price_basis')}")
+            lines.append(f"    its bandwidth: {worst_hop.get('price_basis') or 'unknown'}")
     return lines
 
 
 def _channels(channels: list[int]) -> str:
-    """[0, 1, 2, 5] -> ``00-02,05``."""
-    channels = sorted(set(channels))
-    parts, start = [], None
+    """[0, 1, 2, 5] -> ``00-02,05``; a channel the line did not give is ``??``."""
+    unknown = any(ch is None for ch in channels)
+    channels = sorted({ch for ch in channels if ch is not None})
+    parts, start = ["??"] if unknown else [], None
     for i, ch in enumerate(channels):
         if start is None:
             start = ch
@@ -339,15 +354,20 @@ def _hop_text(h: dict, with_channel: bool = True) -> str:
     src = f"{h['src_host'] or '?'}{gpu(h['src_gpu'])}"
     dst = gpu(h["dst_gpu"]).strip() if h["src_host"] and h["src_host"] == h["dst_host"] else \
         f"{h['dst_host'] or '?'}{gpu(h['dst_gpu'])}"
-    channel = f"ch {h['channel']:02d} " if with_channel else ""
-    return f"{channel}{h['phase'] or '?':5s} {h['src_rank']}->{h['dst_rank']}  {src} -> {dst or '?'}  {_via(h)}{nic}  {h['tier']}"
+    channel = f"ch {_channels([h['channel']])} " if with_channel else ""
+    return (f"{channel}{h['phase'] or '?':5s} {_rank(h['src_rank'])}->{_rank(h['dst_rank'])}  {src} -> {dst or '?'}  "
+            f"{_via(h) or '?'}{nic}  {h['tier'] or 'unknown tier'}")
+
+
+def _rank(rank) -> str:
+    return "?" if rank is None else str(rank)
 
 
 def _via(h: dict) -> str:
     """The hop's transport the way NCCL writes it after ``via``."""
     if h["transport"] in ("NET", "COLLNET"):
-        return "/".join(p for p in (h["transport"], h["net"], h["detail"]) if p)
-    return "/".join(p for p in (h["transport"], h["detail"]) if p)
+        return "/".join(str(p) for p in (h["transport"], h["net"], h["detail"]) if p)
+    return "/".join(str(p) for p in (h["transport"], h["detail"]) if p)
 
 
 # -- postmortem hw with a run: the run's bandwidth map ------------------------------------------------
@@ -415,5 +435,5 @@ def render_bandwidth_map(v: dict) -> str:
     for t in v["bandwidth_map"]:
         bw = f"~{t['gbyte_s']:g}" if t["gbyte_s"] else "?"
         out.append(f"  {t['tier'] or '?':18s} {t['hops']:>6d} {t['intra_node_hops']:>6d}  {bw:>13s}  "
-                   f"{t['price_basis']}")
+                   f"{t['price_basis'] or '?'}")
     return "\n".join(out) + "\n"

@@ -54,6 +54,14 @@ class Finding:
         return data
 
 
+def with_columns(frame: pl.DataFrame, **dtypes) -> pl.DataFrame:
+    """``frame`` with each named column it lacks added as nulls of that type. A parser table has
+    only the columns some row filled (no event carried a time: ``events`` has no ``ts``), so a
+    rule that reads an optional column asks for it here instead of failing on its absence."""
+    missing = [pl.lit(None, dtype=dtype).alias(name) for name, dtype in dtypes.items() if name not in frame.columns]
+    return frame.with_columns(missing) if missing else frame
+
+
 # NCCL's COLL trace rows in ``collectives`` (parsers.nccl)
 COLL_TRACE = "nccl_coll"
 _THIS_ATTEMPT = "attempt = ? OR attempt IS NULL"
@@ -153,8 +161,9 @@ class Context:
         if row.is_empty():
             return Evidence("?", line_no, "", note=note)
         path, abs_path, offset, length, rank, node = row.row(0)
-        # Evidence is the line exactly as it stands in the input, launcher prefix included.
-        text = line_text(abs_path, offset, length, self._text_cache)
+        # Evidence is the line exactly as it stands in the input, launcher prefix included; a line
+        # whose position is not recorded cannot be read back, and is cited by path and number only.
+        text = line_text(abs_path, offset, length, self._text_cache) if None not in (abs_path, offset, length) else ""
         return Evidence(path, int(line_no), text.rstrip("\r"), rank, node, note)
 
     def gpu_of(self, rank: int) -> dict:

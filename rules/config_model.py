@@ -82,7 +82,8 @@ def setting_mismatches(ctx: Context, classes: tuple[str, ...]) -> list[Mismatch]
     env = env.filter(pl.col("node").is_not_null() & (pl.col("node") != "?"))
     echo_nodes = set(env.filter(pl.col("basis") == ECHO)["node"].to_list())
     dump_nodes = set(env.filter(pl.col("basis") == DUMP)["node"].to_list())
-    rows = env.filter(pl.col("class").is_in(list(classes)))
+    # a row without a key names no setting to compare (and `key == None` would match no row)
+    rows = env.filter(pl.col("class").is_in(list(classes)) & pl.col("key").is_not_null())
     for key in sorted(set(rows["key"].to_list())):
         krows = rows.filter(pl.col("key") == key)
         echo = {r["node"]: r for r in krows.filter(pl.col("basis") == ECHO).iter_rows(named=True)}

@@ -26,7 +26,7 @@ from datetime import datetime, timedelta
 
 import polars as pl
 
-from rules.base import Context
+from rules.base import Context, with_columns
 
 SIGNAL_NAMES = {1: "SIGHUP", 2: "SIGINT", 4: "SIGILL", 6: "SIGABRT", 7: "SIGBUS", 8: "SIGFPE", 9: "SIGKILL",
                 11: "SIGSEGV", 13: "SIGPIPE", 15: "SIGTERM"}
@@ -156,7 +156,7 @@ def _rank_nodes(ctx: Context) -> dict[int, str]:
 
 
 def monitor_interval(ctx: Context) -> float:
-    agent = ctx.table("agent")
+    agent = with_columns(ctx.table("agent"), value=pl.String)  # only key/value lines of the agent fill value
     if not agent.is_empty() and "key" in agent.columns:
         rows = agent.filter(pl.col("key") == "monitor_interval")["value"].to_list()
         for v in rows:
@@ -247,7 +247,8 @@ def failures(ctx: Context) -> list[Failure]:
     kills = {k["rank"]: k for k in oom_kills(ctx) if k.get("rank") is not None}
     interval = monitor_interval(ctx)
     by_rank: dict[int, Failure] = {}
-    exits = ctx.table("exits")
+    # A failure table without a timestamp column (older torchrun) has no "time".
+    exits = with_columns(ctx.table("exits"), time=pl.Datetime("us"))
     if not exits.is_empty() and "exitcode" in exits.columns and "root_cause" in exits.columns:
         rows = exits.filter(pl.col("rank").is_not_null() & (pl.col("exitcode").fill_null(1) != 0))
         for row in rows.sort("time", "line_no", nulls_last=True).iter_rows(named=True):

@@ -33,7 +33,7 @@ SEVERITY = "warning"
 
 
 def _per_node(frame: pl.DataFrame, node: str, value: str) -> tuple[dict[str, str], dict[str, tuple[int, int]]]:
-    if frame.is_empty() or node not in frame.columns:
+    if frame.is_empty() or node not in frame.columns or value not in frame.columns:
         return {}, {}
     frame = frame.filter(pl.col(node).is_not_null() & pl.col(value).is_not_null()).sort("input_id", "line_no")
     values, refs = {}, {}

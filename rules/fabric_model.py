@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from rules.base import Context
+from rules.base import Context, with_columns
 
 # ibv_wc_status values NCCL prints (formats/nccl.md 3.11).
 STATUS = {
@@ -180,6 +180,8 @@ def processes(ctx: Context) -> list[dict]:
         for r in table.to_dicts():
             socket = []
             for item in r.get("socket_ifs") or []:
+                if not item:  # nccl_model keeps None for `NET/Socket : Using [0]enp41s0f1:<0>` (no address)
+                    continue
                 name, _, addr = item.partition(":")
                 socket.append((name, addr.split("<")[0] if addr else None))
             r["socket"] = socket
@@ -220,7 +222,9 @@ def link_flaps(ctx: Context) -> dict[str, list[Flap]]:
     events = ctx.table("node_events")
     out: dict[str, list[Flap]] = {}
     if not events.is_empty() and "kind" in events.columns:
-        downs = events.filter(pl.col("kind") == "link_down")
+        # A kernel log whose link lines name no device (or no host) has no such column.
+        downs = with_columns(events, node=pl.String, device=pl.String, flaps=pl.Int64).filter(
+            pl.col("kind") == "link_down")
         start, end = job_window(ctx)
         for (node, device), group in downs.group_by(["node", "device"], maintain_order=True):
             node = node or (group["host"].drop_nulls().first() if "host" in group.columns else None)
@@ -251,10 +255,12 @@ def down_ports(ctx: Context) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     if ports.is_empty() or "state" not in ports.columns:
         return out
+    # sysfs and ibv_devinfo rows may lack the port number (or the device): said as "?", not None
+    ports = with_columns(ports, ca=pl.String, port=pl.Int64)
     bad = ports.filter(pl.col("state").is_not_null() & ~pl.col("state").str.to_lowercase().str.contains("active"))
     for r in bad.select("node", "ca", "port", "state").unique().sort("node", "ca").iter_rows():
         if r[0]:
-            out.setdefault(r[0], []).append(f"{r[1]}/{r[2]} {r[3]}")
+            out.setdefault(r[0], []).append(f"{r[1] or '?'}/{r[2] if r[2] is not None else '?'} {r[3]}")
     return out
 
 

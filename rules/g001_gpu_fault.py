@@ -87,7 +87,7 @@ def _events(ctx: Context) -> pl.DataFrame:
     code = (pl.when(pl.col("kind") == "gpu_off_bus").then(pl.lit(79))
             .otherwise(pl.col("code").cast(pl.Int64, strict=False)))
     for c, t in (("ts_utc", pl.Datetime("us")), ("order_confidence", pl.String), ("global_rank", pl.Int64),
-                 ("gpu_index", pl.Int64)):
+                 ("gpu_index", pl.Int64), ("meaning", pl.String)):
         if c not in rows.columns:
             rows = rows.with_columns(pl.lit(None, dtype=t).alias(c))
     return rows.with_columns(xid=code).filter(pl.col("xid").is_not_null() & ~pl.col("xid").is_in(list(AFTERMATH)))

@@ -30,7 +30,7 @@ from collections import Counter
 
 import polars as pl
 
-from rules.base import Context, Finding
+from rules.base import Context, Finding, with_columns
 from rules.hw_model import gpu_descriptor, gpu_label, job_nodes
 
 CODE = "G002"
@@ -51,6 +51,7 @@ def check(ctx: Context) -> list[Finding]:
     need = {"node", "bus_id", "pcie_width_cur", "pcie_width_max", "pcie_gen_cur", "pcie_gen_max"}
     if health.is_empty() or not need <= set(health.columns):
         return []
+    health = with_columns(health, state=pl.String)  # no state column: no row is known to be a healthy reading
     rows = health.filter((pl.col("state") == "ok") & pl.col("node").is_not_null() & pl.col("bus_id").is_not_null())
     nodes = job_nodes(ctx)
     if nodes:

@@ -32,7 +32,7 @@ from collections import Counter
 
 import polars as pl
 
-from rules.base import Context, Finding
+from rules.base import Context, Finding, with_columns
 from rules.hw_model import job_nodes
 
 CODE = "G003"
@@ -65,6 +65,8 @@ def _ports(ctx: Context) -> list[Finding]:
     ports = ctx.table("nic_ports")
     if ports.is_empty() or not {"ca", "state", "rate_gbps", "node"} <= set(ports.columns):
         return []
+    # ibstat, ibv_devinfo and sysfs each fill only some of these: read as unknown when absent.
+    ports = with_columns(ports, ca_type=pl.String, vendor_part_id=pl.String, link_layer=pl.String, port=pl.Int64)
     ports = ports.filter(pl.col("ca").is_not_null() & pl.col("node").is_not_null())
     nodes = job_nodes(ctx)
     if nodes:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from analyzer.ranges import rank_ranges
-from rules.base import Context
+from rules.base import Context, with_columns
 
 P2P_OPS = {"SEND", "RECV", "_SEND", "_RECV", "COALESCED"}
 DEFAULT_PG = "default_pg"
@@ -47,6 +47,22 @@ class PGState:
     silent: list[int] = field(default_factory=list)
     timed_out: list[int] = field(default_factory=list)
     has_p2p: bool = False
+
+
+# Columns of ``progress`` and ``collectives`` the hang model reads beyond those every store has
+# (analyzer.store.REQUIRED). The c10d parsers fill them only for some line shapes (no PG in
+# PyTorch <= 2.1 lines, no time on some), so a run may lack any of them: they are added as nulls.
+_C10D = {"ts": pl.Datetime("us"), "kind": pl.String, "pg_id": pl.Int64, "pg_desc": pl.String, "pg_guid": pl.String}
+_PROGRESS = {**_C10D, "failing_seq": pl.Int64}
+_COLLECTIVES = {**_C10D, "numel_in": pl.Int64, "numel_out": pl.Int64, "timeout_ms": pl.Int64, "ran_for_ms": pl.Int64}
+
+
+def _progress(ctx: Context) -> pl.DataFrame:
+    return with_columns(ctx.table("progress"), **_PROGRESS)
+
+
+def _collectives(ctx: Context) -> pl.DataFrame:
+    return with_columns(ctx.table("collectives"), **_COLLECTIVES)
 
 
 def _pg_key(frame: pl.DataFrame) -> pl.DataFrame:
@@ -124,7 +140,7 @@ def _named_timeouts(c: pl.DataFrame, p: pl.DataFrame) -> pl.DataFrame:
 
 def snapshots(ctx: Context) -> pl.DataFrame:
     """Latest progress and timeout per (pg, rank) in this attempt, with evidence line refs."""
-    progress, colls = _distinct_groups(ctx, ctx.table("progress"), ctx.table("collectives"))
+    progress, colls = _distinct_groups(ctx, _progress(ctx), _collectives(ctx))
     parts = []
     if not progress.is_empty() and "last_enqueued" in progress.columns:
         p = _pg_key(progress.filter(pl.col("rank").is_not_null()))
@@ -284,6 +300,9 @@ def _stacks_by_rank(ctx: Context) -> pl.DataFrame:
     stacks = ctx.frame("SELECT s.*, i.path FROM stacks s JOIN inputs i USING (input_id)")
     if stacks.is_empty():
         return pl.DataFrame()
+    # A dump format without thread names or file paths leaves those columns out of the table.
+    stacks = with_columns(stacks, thread_name=pl.String, thread_id=pl.String, thread_state=pl.String, file=pl.String,
+                          file_line=pl.Int64, dump_index=pl.Int64, depth=pl.Int64)
     source = pl.col("source") if "source" in stacks.columns else pl.lit(None, dtype=pl.String)
     stacks = stacks.with_columns(_source=source)
     parts = [_pyspy_by_rank(ctx, stacks.filter(pl.col("_source").is_null() | (pl.col("_source") == "pyspy")))]
@@ -649,7 +668,7 @@ def solo_work(ctx: Context) -> dict | None:
                 signs.append(f"{len(after)} {label}(s) of its own after the others began to wait at {t_wait}"
                              + (f" ({', '.join(kinds[:4])})" if kinds else ""))
                 refs += after.sort("ts").select("input_id", "line_no").head(2).rows()
-        progress = ctx.table("progress")
+        progress = _progress(ctx)  # _pg_key needs the PG columns, absent from lines of PyTorch <= 2.1
         if not progress.is_empty() and {"rank", "ts", "last_completed"} <= set(progress.columns):
             mine = _pg_key(progress.filter(pl.col("rank") == rank))
             for (pg,), rows in mine.group_by("pg", maintain_order=True):

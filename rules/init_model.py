@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from rules.base import Context
+from rules.base import Context, with_columns
 
 STAGES = ("scheduled", "launched", "workers", "nccl_init", "training")
 _BARRIER = re.compile(r"rank: (?P<rank>\d+).*\(world_size=(?P<world>\d+), worker_count=(?P<count>\d+), "
@@ -70,7 +70,7 @@ def init_picture(ctx: Context) -> InitPicture:
         pic.nodes["launched"] = set(jobs.filter(pl.col("has_logs").fill_null(False))["node"].drop_nulls().to_list())
         for node, i, n in jobs.select("node", "input_id", "line_no").iter_rows():
             pic.refs.setdefault(node, (i, n))
-    agent = ctx.table("agent")
+    agent = with_columns(ctx.table("agent"), value=pl.String)  # only key/value lines of the agent fill value
     if not agent.is_empty() and "key" in agent.columns:
         pic.nodes.setdefault("launched", set()).update(agent["node"].drop_nulls().to_list())
         for key in ("min_nodes", "max_nodes"):
@@ -127,7 +127,7 @@ def _rank_level(ctx: Context, pic: InitPicture) -> None:
             elif pic.barrier is None:
                 pic.barrier = row
     config = ctx.table("job_config")
-    if not config.is_empty() and "key" in config.columns:
+    if not config.is_empty() and {"key", "value"} <= set(config.columns):
         worlds = config.filter(pl.col("key") == "world_size")["value"].cast(pl.Int64, strict=False).drop_nulls()
         ranks = config.filter(pl.col("key") == "global_rank")["value"].cast(pl.Int64, strict=False).drop_nulls()
         if len(worlds) and len(ranks) and pic.world is None:

@@ -37,7 +37,7 @@ import polars as pl
 
 from analyzer import hardware
 from rules import skew_model as sm
-from rules.base import Context, Finding
+from rules.base import Context, Finding, with_columns
 
 CODE = "L002"
 NAME = "nccl-tests-busbw"
@@ -52,6 +52,8 @@ def check(ctx: Context) -> list[Finding]:
     res = ctx.table("bench_results")
     if res.is_empty():
         return []
+    # A table without the in-place (or out-of-place) columns: the other one alone gives the bandwidth.
+    res = with_columns(res, oop_busbw_gbs=pl.Float64, ip_busbw_gbs=pl.Float64, size_bytes=pl.Int64, run=pl.UInt32)
     res = res.with_columns(busbw=pl.max_horizontal(pl.col("oop_busbw_gbs"), pl.col("ip_busbw_gbs")))
     out = []
     for (input_id, run), rows in res.group_by("input_id", "run", maintain_order=True):

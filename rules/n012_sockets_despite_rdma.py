@@ -32,7 +32,7 @@ from __future__ import annotations
 import polars as pl
 
 from rules import transport_model as tm
-from rules.base import Context, Finding
+from rules.base import Context, Finding, with_columns
 
 CODE = "N012"
 NAME = "sockets-despite-rdma"
@@ -156,7 +156,7 @@ def _causes(ctx: Context, nodes: list[str]) -> tuple[list[str], list[tuple[str, 
             causes.append("NCCL found no IB device ('NET/IB : No device found'): the RDMA devices or libraries are "
                           "not visible to the processes")
             rows.append(("NCCL sees no IB device", nodev))
-    events = ctx.table("events")
+    events = with_columns(ctx.table("events"), host=pl.String)  # c10d's events carry no host
     if not events.is_empty() and "error_class" in events.columns:
         verbs = events.filter((pl.col("error_class") == "libibverbs_missing") & pl.col("host").is_in(nodes))
         if not verbs.is_empty():

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 
 import polars as pl
 
-from rules.base import Context
+from rules.base import Context, with_columns
 from rules.hw_model import offsets
 
 # Xids that corrupt results or stop a GPU (rules/g001_gpu_fault.py FATAL, without the app ones)
@@ -55,6 +55,7 @@ def training_rows(ctx: Context) -> pl.DataFrame:
     it = ctx.table("iterations")
     if it.is_empty() or "lm_loss" not in it.columns:
         return pl.DataFrame()
+    it = with_columns(it, validation=pl.Boolean)  # only frameworks that print validation lines have the column
     return it.filter(~pl.col("validation").fill_null(False)).sort("input_id", "line_no")
 
 

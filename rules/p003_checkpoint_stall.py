@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from rules.base import Context, Finding
+from rules.base import Context, Finding, with_columns
 from rules.perf_model import (CKPT_BYTES_PER_PARAM, STORAGE_TIERS, checkpoint_bytes, fmt_params, median, model,
                               train_steps)
 
@@ -50,6 +50,9 @@ def check(ctx: Context) -> list[Finding]:
     events = ctx.table("events")
     if events.is_empty() or "kind" not in events.columns:
         return []
+    # Columns only some event kinds fill are absent when no event filled them (no line with a time).
+    events = with_columns(events, ts=pl.Datetime("us"), duration_s=pl.Float64, finished=pl.Boolean,
+                          iteration=pl.Int64, path=pl.String, node=pl.String)
     saves = events.filter(pl.col("kind") == "checkpoint_save_start").sort("ts", nulls_last=True)
     if saves.is_empty():
         return []
@@ -109,10 +112,12 @@ def _slow(ctx, rows, m, size, rate, tier, nfs) -> Finding:
     confidence = 0.6
     for row, expected in rows:
         d = row["duration_s"]
-        items.append(f"iteration {row['iteration']}: {d:,.0f} s" + (f" ({d / expected:.1f}x)" if expected else ""))
+        which = f"iteration {row['iteration']}" if row["iteration"] is not None else "a save"
+        items.append(f"{which}: {d:,.0f} s" + (f" ({d / expected:.1f}x)" if expected else ""))
         if len(evidence) < 3 and row.get("input_id") is not None:
             evidence.append(ctx.evidence(row["input_id"], row["line_no"], f"save took {d:,.0f} s"))
-        hits = _nfs_in(nfs, row["ts"], row["ts"] + _td(d))
+        # A save line without a time cannot be matched to NFS stalls.
+        hits = _nfs_in(nfs, row["ts"], row["ts"] + _td(d)) if row["ts"] is not None else pl.DataFrame()
         if not hits.is_empty():
             confidence = 0.8
             nodes |= set(hits["node"].drop_nulls().to_list())
@@ -146,7 +151,9 @@ def _unfinished(ctx, row, saves, m, size, rate, nfs) -> Finding:
     it = row.get("iteration")
     end = _job_end(ctx)
     waited = (end - row["ts"]).total_seconds() if end is not None and row.get("ts") is not None else None
-    parts = [f"the save of iteration {it} to {row.get('path') or '?'} started and never printed its completion"]
+    # A save line that names no iteration (some frameworks print only the path) is "a checkpoint".
+    what = f"iteration {it}" if it is not None else "a checkpoint"
+    parts = [f"the save of {what} to {row.get('path') or '?'} started and never printed its completion"]
     if waited is not None and waited >= 0:
         parts.append(f"the job's last line came {waited:,.0f} s later")
     if size:
@@ -168,7 +175,7 @@ def _unfinished(ctx, row, saves, m, size, rate, nfs) -> Finding:
         parts.append(f"the NFS server stopped responding on {', '.join(nodes)} during it")
     evidence = [ctx.evidence(row["input_id"], row["line_no"], "save started, no completion line")] \
         if row.get("input_id") is not None else []
-    return Finding(CODE, NAME, "warning", 0.7 if nodes else 0.6, f"Checkpoint save of iteration {it} never finished",
+    return Finding(CODE, NAME, "warning", 0.7 if nodes else 0.6, f"Checkpoint save of {what} never finished",
                    "; ".join(parts) + ".", nodes=nodes, evidence=evidence, category="perf",
                    details={"iteration": it, "last_complete": last_ok, "waited_s": waited, "size_bytes": size},
                    suggestion="Restart from the last complete checkpoint (latest_checkpointed_iteration.txt) and "
@@ -176,6 +183,8 @@ def _unfinished(ctx, row, saves, m, size, rate, nfs) -> Finding:
 
 
 def _job_end(ctx):
+    if "ts" not in ctx.run.columns("events"):  # no event carried a time
+        return None
     lines = ctx.frame("SELECT max(ts) AS t FROM events WHERE ts IS NOT NULL" +
                       (" AND (attempt = ? OR attempt IS NULL)" if ctx.attempt is not None else ""),
                       [ctx.attempt] if ctx.attempt is not None else [])

@@ -16,7 +16,7 @@ import polars as pl
 
 from analyzer import hardware
 from analyzer.transports import accelerator
-from rules.base import Context
+from rules.base import Context, with_columns
 
 # Bytes per parameter of a mixed-precision Adam checkpoint: bf16/fp16 weights (2) + fp32 master
 # weights (4) + Adam first and second moments (4 + 4).
@@ -49,13 +49,14 @@ class Model:
 def config(ctx: Context) -> dict[str, str]:
     """job_config as key -> value (the arguments dump first, then other sources)."""
     if "config" not in ctx.shared:
-        df = ctx.table("job_config")
+        # Every config parser writes key and value, but not every one a source.
+        df = with_columns(ctx.table("job_config"), key=pl.String, value=pl.String, source=pl.String)
         out: dict[str, str] = {}
         if not df.is_empty():
             rank = {"megatron-args": 0, "megatron-model": 1, "megatron-theory": 1}
             rows = sorted(df.select("key", "value", "source").iter_rows(), key=lambda r: rank.get(r[2] or "", 5))
             for key, value, _ in rows:
-                if value not in (None, "", "None") and key not in out:
+                if key is not None and value not in (None, "", "None") and key not in out:
                     out[key] = value
         ctx.shared["config"] = out
     return ctx.shared["config"]
@@ -101,6 +102,7 @@ def train_steps(ctx: Context) -> pl.DataFrame:
     it = ctx.table("iterations")
     if it.is_empty() or "elapsed_ms" not in it.columns:
         return pl.DataFrame()
+    it = with_columns(it, validation=pl.Boolean)  # only frameworks that print validation lines have the column
     if it["elapsed_ms"].drop_nulls().len() == 0 and "ts" in it.columns and it["ts"].drop_nulls().len() > 2:
         # torchtitan and others log every N steps without a step time: the time between two log
         # lines over the steps between them.

@@ -14,7 +14,7 @@ import polars as pl
 
 from analyzer import hardware
 from analyzer.transports import accelerator
-from rules.base import Context, Evidence
+from rules.base import Context, Evidence, with_columns
 
 RDMA_TIERS = {"IB", "IB GDR", "RoCE", "RoCE GDR", "NET", "NET GDR", "CollNet"}
 GDR_PATHS = {"PIX", "PXB", "PHB"}          # GPU-NIC paths GPUDirect RDMA can use (nccl.md 3.4)
@@ -61,7 +61,9 @@ def fabric(ctx: Context) -> Fabric:
     acc, source = accelerator(ctx.run)
     f = Fabric(hops, acc, source)
     _topology(ctx, f)
-    ports = ctx.table("nic_ports")
+    # ibstat, ibv_devinfo and sysfs fill different columns: the rules read these whichever tool wrote the rows.
+    ports = with_columns(ctx.table("nic_ports"), state=pl.String, ca=pl.String, port=pl.Int64, link_layer=pl.String,
+                         rate_gbps=pl.Float64)
     if not ports.is_empty() and "node" in ports.columns:
         f.ports = ports.filter(pl.col("node").is_not_null())
     members = ctx.table("nccl_members")
@@ -76,7 +78,9 @@ def _topology(ctx: Context, f: Fabric) -> None:
     topo = ctx.table("topology")
     if topo.is_empty() or "link" not in topo.columns:
         return
-    topo = topo.filter(pl.col("node").is_not_null() & pl.col("link").is_not_null())
+    # A matrix cell the parser could not place has no from/to (and a table of such cells lacks the columns).
+    topo = with_columns(topo, **{"from": pl.String, "to": pl.String})
+    topo = topo.filter(pl.col("node").is_not_null() & pl.col("link").is_not_null() & pl.col("to").is_not_null())
     for r in topo.iter_rows(named=True):
         f.topo.setdefault(r["node"], {})[(r["from"], r["to"])] = r["link"]
         f.topo_line.setdefault(r["node"], (r["input_id"], r["line_no"]))
@@ -86,7 +90,8 @@ def _topology(ctx: Context, f: Fabric) -> None:
     node_of = dict(topo.select("input_id", "node").unique("input_id").iter_rows())
     for r in legend.iter_rows(named=True):
         node = r.get("node") or node_of.get(r["input_id"])
-        if node and r["device"]:
+        # A legend row the parser could not split lacks device or nic (the columns may be absent).
+        if node and r.get("device") and r.get("nic"):
             f.nic_legend.setdefault(node, {})[r["device"]] = r["nic"]
     for node, cells in f.topo.items():  # old matrices name NIC columns mlx5_k themselves
         for _, to in cells:

@@ -26,9 +26,11 @@ def why_no_timeout(ctx: Context, hang) -> list[str]:
     if not timeouts.is_empty():
         ms = timeouts["timeout_ms"].drop_nulls()
         first = timeouts.sort("timeout_ts", nulls_last=True).row(0, named=True)
+        # A watchdog line without a time stamp (no glog prefix) gives no "at": say none rather than "at None".
+        when = f" at {first['timeout_ts']}" if first["timeout_ts"] is not None else ""
         reasons.append(
             f"the waiting ranks' watchdogs did fire after Timeout(ms)={int(ms.max()) if len(ms) else '?'} "
-            f"(first: rank {first['rank']} at {first['timeout_ts']}); those timeouts are symptoms of the culprit")
+            f"(first: rank {first['rank']}{when}); those timeouts are symptoms of the culprit")
     elif span:
         start, end = span
         hours = (end - start).total_seconds() / 3600

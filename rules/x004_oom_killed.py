@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from rules.base import Context, Finding
+from rules.base import Context, Finding, with_columns
 from rules.crash_model import first_failure, first_timeout, oom_kills
 
 CODE = "X004"
@@ -95,6 +95,8 @@ def _scheduler(ctx: Context) -> list[Finding]:
             hits.append((row, "Slurm detected an oom_kill event in the step (the job's cgroup memory limit)",
                          _short(row.get("host"))))
     if not job.is_empty() and "state" in job.columns:
+        # sacct rows have no source, kubectl rows no reason: each is read as empty when absent
+        job = with_columns(job, reason=pl.String, source=pl.String, exit_code=pl.Int64)
         state = pl.col("state").fill_null("")
         reason = pl.col("reason").fill_null("")
         k8s = pl.col("source").fill_null("").str.contains("k8s|kube|pod")
