@@ -13,6 +13,26 @@ confidences:
 ``derived``  a launcher label read under its usual meaning (srun task id = global rank
              when there is one task per GPU, mpirun's rank)
 ``guessed``  inferred from file layout or order; rules never blame a rank on this basis
+
+torchrun's agents state their own mapping (``_launcher_statements``): each row of a node's
+ChildFailedError summary (``rank : G (local_rank: L)`` with its pid) and, at INFO, the
+rendezvous result (``local_ranks=[..]`` / ``global_ranks=[..]``). From those, ``certain``:
+
+* a line the agent prefixed ``[<role>L]:`` in the same input and stream as its summary (the
+  next summary after the line) or rendezvous result (the last one before it); a custom
+  ``[<role>N|M]:`` template is read the way the summary confirms (``[default2|0]:`` with
+  "rank 2 (local_rank: 0)" is rank 2), else the way the file's ``[rankN]:`` lines confirm;
+* the files of an ``attempt_N/<L>/`` folder, once the folder is tied to one agent: an
+  ``error_file`` of its summary points into the folder, or the folder's own certain ranks agree
+  with that agent's statements and no other agent's;
+* a py-spy dump (``Process P:``) whose pid the summary states, or the agent's ``failed
+  (exitcode: C) local_rank: L (pid: P)`` line, or that lines of a stated rank carry (NCCL's
+  ``host:pid``); a pid claimed by two ranks gives none. (Inherits the level of what stated it.)
+
+``derived`` from the same statements: the only log folder with the only agent (nothing in the
+folder against it), the one folder left for the one agent left, an attempt before the one the
+summary describes, a local rank the summary does not list (the agent's offset + local rank), and
+a ``[<role>N|N]:`` template line nothing else resolves.
 """
 
 from __future__ import annotations
@@ -101,6 +121,7 @@ def resolve(lines: pl.DataFrame, tables: dict[str, pl.DataFrame], inputs: pl.Dat
     ``lines`` may carry ``_w``, the number of lines a row stands for (``analyzer.bulk``)."""
     lines = lines.with_columns(_w=pl.col("_w").fill_null(1) if "_w" in lines.columns else pl.lit(1, dtype=pl.UInt32))
     world = _world_size(tables)
+    world_source = "stated in the logs" if world is not None else None
     procs = _process_map(tables, world)
     nccl = tables.get("nccl_lines", pl.DataFrame(schema={"input_id": pl.UInt32, "line_no": pl.UInt32,
                                                           "host": pl.String, "pid": pl.Int64, "cuda_dev": pl.Int64}))
@@ -140,7 +161,12 @@ def resolve(lines: pl.DataFrame, tables: dict[str, pl.DataFrame], inputs: pl.Dat
     df = _propagate_streams(df)
     # what each input's path says (torchrun's attempt_N/<local_rank>/), read once for both uses
     hints = {input_id: path_hints(path) for input_id, path in inputs.select("input_id", "path").iter_rows()}
+    df = _launcher_statements(df, tables, hints)
     df = _path_guess(df, hints, world)
+    alone = df.filter(pl.col("rank_source") == ONE_AGENT)
+    if world is None and not alone.is_empty():
+        world = int(alone["rank"].max()) + 1
+        world_source = "the local rank folders of the only torchrun agent in the inputs (one node)"
     unnamed = pl.col("rank").is_null() & pl.col("pgx_rank").is_not_null()
     df = df.with_columns(
         rank=pl.when(unnamed).then(pl.col("pgx_rank")).otherwise(pl.col("rank")),
@@ -151,10 +177,330 @@ def resolve(lines: pl.DataFrame, tables: dict[str, pl.DataFrame], inputs: pl.Dat
     df = _nodes(df, tables, inputs)
     df = _attempts(df, tables, hints)
     ranks = _ranks_table(df, procs, tables)
-    info = {"world_size": world}
+    info = {"world_size": world, "world_size_source": world_source}
     keep = ["input_id", "line_no", "rank", "rank_source", "rank_confidence", "node", "node_source",
             "pid", "attempt", "attempt_source"]
     return df.select(keep), ranks, info
+
+
+# --- what torchrun's agents state --------------------------------------------------------------
+# Each node's agent states which global rank each of its local ranks is: every row of its
+# ChildFailedError summary (``rank : G (local_rank: L)``, with the pid and host) and, at INFO,
+# its rendezvous result (``local_ranks=[0, 1]`` / ``global_ranks=[2, 3]``). With those, the
+# lines the agent prefixed (``[default1]:``), its ``--log-dir`` folders (``attempt_N/<L>/``, no
+# ``[rankN]:`` in them under default settings) and its workers' pids (py-spy dumps) have a
+# stated global rank, not one guessed from folder order.
+
+_OUTER = ("srun_task", "mpi_rank", "host_tag", "ray_pid")   # the agent's own stream (not local_rank)
+_TEMPLATE = r"\[[A-Za-z_]+?(\d+)\|(\d+)\]:"                 # a custom line-prefix template [<role>N|M]:
+_LEVEL = {None: 9, **CONFIDENCE_ORDER}
+
+
+def _outer_key() -> pl.Expr:
+    return pl.concat_str([pl.col(c).cast(pl.String).fill_null("") for c in _OUTER], separator="|")
+
+
+def _agent_maps(df: pl.DataFrame, tables: dict[str, pl.DataFrame]) -> pl.DataFrame:
+    """One row per (agent, local rank) an agent states: ``agent`` (input, kind, line of the
+    table or rendezvous block), ``input_id``, ``_okey`` (its stream), ``a_line``, ``a_kind``
+    (``table``/``rendezvous``), ``a_host``, ``a_local``, ``a_rank``, ``a_pid``, ``a_error_file``."""
+    schema = {"input_id": pl.UInt32, "line_no": pl.UInt32, "a_line": pl.UInt32, "a_kind": pl.String,
+              "a_host": pl.String, "a_local": pl.Int64, "a_rank": pl.Int64, "a_pid": pl.Int64,
+              "a_error_file": pl.String}
+    parts = []
+    exits = tables.get("exits")
+    if exits is not None and not exits.is_empty() and "input_id" in exits.columns:
+        title = pl.col("table_line") if "table_line" in exits.columns else pl.col("line_no")
+        parts.append(exits.drop_nulls(["rank", "local_rank"]).select(
+            pl.col("input_id").cast(pl.UInt32), pl.col("line_no").cast(pl.UInt32),
+            a_line=pl.coalesce(title, pl.col("line_no")).cast(pl.UInt32), a_kind=pl.lit("table"),
+            a_host=_short(pl.col("host")), a_local=pl.col("local_rank").cast(pl.Int64),
+            a_rank=pl.col("rank").cast(pl.Int64), a_pid=pl.col("pid").cast(pl.Int64),
+            a_error_file=pl.col("error_file").cast(pl.String)))
+    agent = tables.get("agent")
+    if agent is not None and not agent.is_empty() and "input_id" in agent.columns:
+        rdzv = agent.filter((pl.col("kind") == "rendezvous") & (pl.col("key") == "global_rank"))
+        if not rdzv.is_empty():
+            parts.append(rdzv.select(
+                pl.col("input_id").cast(pl.UInt32), pl.col("line_no").cast(pl.UInt32),
+                a_line=pl.col("line_no").cast(pl.UInt32), a_kind=pl.lit("rendezvous"),
+                a_host=pl.lit(None, dtype=pl.String), a_local=pl.col("local_rank").cast(pl.Int64),
+                a_rank=pl.col("value").cast(pl.Int64, strict=False), a_pid=pl.lit(None, dtype=pl.Int64),
+                a_error_file=pl.lit(None, dtype=pl.String)).drop_nulls("a_rank"))
+    if not parts:
+        return pl.DataFrame(schema=schema | {"_okey": pl.String, "agent": pl.String})
+    maps = pl.concat([p.cast(schema) for p in parts])
+    keys = df.select("input_id", "line_no", _okey=_outer_key())
+    maps = maps.join(keys, on=["input_id", "line_no"], how="left").with_columns(pl.col("_okey").fill_null("|||"))
+    return maps.with_columns(agent=pl.concat_str([pl.col("input_id").cast(pl.String), pl.col("a_kind"),
+                                                  pl.col("a_line").cast(pl.String)], separator=":"))
+
+
+def _agent_of(rows: pl.DataFrame, maps: pl.DataFrame) -> pl.DataFrame:
+    """``rows`` (``input_id``, ``line_no``, ``_okey``) + ``agent``: the agent that prefixed the line,
+    from the same input and stream -- its last rendezvous result before the line, else the next
+    failure summary after it (an agent prints its summary when its workers are gone), else the
+    last one before it."""
+    agents = maps.select("input_id", "_okey", "a_line", "a_kind", "agent").unique().sort("a_line")
+    rows = rows.sort("line_no")
+    found = []
+    for kind, strategy in (("rendezvous", "backward"), ("table", "forward"), ("table", "backward")):
+        right = agents.filter(pl.col("a_kind") == kind).drop("a_kind")
+        if right.is_empty():
+            continue
+        found.append(rows.select("input_id", "line_no", "_okey").join_asof(
+            right, left_on="line_no", right_on="a_line", by=["input_id", "_okey"], strategy=strategy,
+            check_sortedness=False).select(pl.col("agent").alias(f"_ag{len(found)}")))
+    if not found:
+        return rows.with_columns(agent=pl.lit(None, dtype=pl.String))
+    picked = pl.concat(found, how="horizontal").select(agent=pl.coalesce(pl.all()))
+    return pl.concat([rows, picked], how="horizontal")
+
+
+def _better(df: pl.DataFrame, rank: str, source: str, level: str) -> pl.DataFrame:
+    """Take (rank, source, level) from the columns named where they are set and more certain than
+    what the row has (a stated mapping replaces a guess, never a statement)."""
+    if df[rank].is_null().all():
+        return df.drop(rank, source, level)
+    take = pl.col(rank).is_not_null() & (
+        pl.col(level).replace_strict(_LEVEL, default=9, return_dtype=pl.Int64)
+        < pl.col("rank_confidence").replace_strict(_LEVEL, default=9, return_dtype=pl.Int64))
+    return df.with_columns(
+        rank=pl.when(take).then(pl.col(rank)).otherwise(pl.col("rank")),
+        rank_source=pl.when(take).then(pl.col(source)).otherwise(pl.col("rank_source")),
+        rank_confidence=pl.when(take).then(pl.col(level)).otherwise(pl.col("rank_confidence")),
+    ).drop(rank, source, level)
+
+
+def _launcher_statements(df: pl.DataFrame, tables: dict[str, pl.DataFrame], hints_of: dict[int, dict]) -> pl.DataFrame:
+    """Global ranks from what torchrun's agents state (see above): their prefixed lines, their
+    log folders, and the pids of their workers (py-spy dumps)."""
+    if "prefix" not in df.columns:
+        df = df.with_columns(prefix=pl.lit(None, dtype=pl.String))
+    maps = _agent_maps(df, tables)
+    if not maps.is_empty():
+        df = _prefixed_lines(df, maps)
+    df = _template_lines(df)
+    if not maps.is_empty():
+        df = _log_folders(df, maps, hints_of)
+    return _pids(df, maps, tables)
+
+
+def _prefixed_lines(df: pl.DataFrame, maps: pl.DataFrame) -> pl.DataFrame:
+    """Lines an agent prefixed with ``[<role>L]:`` (or a custom ``[<role>N|M]:`` template) in the
+    same input as its failure summary or rendezvous result."""
+    inputs = maps["input_id"].unique()
+    tpl = pl.col("prefix").str.extract_groups(_TEMPLATE)
+    rows = df.filter(pl.col("input_id").is_in(inputs.implode()) & pl.col("local_rank").is_not_null()).select(
+        "input_id", "line_no", "rank_tag", _okey=_outer_key(), _L=pl.col("local_rank").cast(pl.Int64),
+        _a=tpl.struct.field("1").cast(pl.Int64, strict=False), _b=tpl.struct.field("2").cast(pl.Int64, strict=False))
+    if rows.is_empty():
+        return df
+    rows = _agent_of(rows, maps)
+    stated = maps.select("agent", "a_local", "a_rank", "a_kind").unique(["agent", "a_local"], keep="first")
+    # The default template `[<role>L]:` names the local rank. A custom template names two numbers
+    # in an order only its author knows: the agent's own table says which pair it states --
+    # `[<role>G|L]:` when local rank M maps to N, `[<role>L|G]:` when local rank N maps to M.
+    look = lambda col, name: rows.select("line_no", "input_id", "agent", pl.col(col).alias("a_local")).join(
+        stated, on=["agent", "a_local"], how="left").select("input_id", "line_no", pl.col("a_rank").alias(name),
+                                                          pl.col("a_kind").alias(f"{name}_k"))
+    rows = (rows.join(look("_L", "_gL"), on=["input_id", "line_no"], how="left")
+            .join(look("_b", "_gb"), on=["input_id", "line_no"], how="left")
+            .join(look("_a", "_ga"), on=["input_id", "line_no"], how="left"))
+    templated = pl.col("_a").is_not_null() & pl.col("_b").is_not_null()
+    words = lambda k: pl.when(pl.col(k) == "rendezvous").then(pl.lit("torchrun rendezvous result")).otherwise(
+        pl.lit("torchrun failure summary"))
+    new_rank = (pl.when(~templated).then(pl.col("_gL"))
+                .when(pl.col("_gb") == pl.col("_a")).then(pl.col("_a"))
+                .when(pl.col("_ga") == pl.col("_b")).then(pl.col("_b")))
+    new_src = (pl.when(~templated & pl.col("_gL").is_not_null()).then(pl.concat_str(
+                   [words("_gL_k"), pl.lit(" of the agent that prefixed the line ([<role><local rank>]:)")]))
+               .when(templated & (pl.col("_gb") == pl.col("_a"))).then(pl.concat_str(
+                   [words("_gb_k"), pl.lit(" of the agent that prefixed the line (line-prefix template [<role><rank>|<local rank>]:)")]))
+               .when(templated & (pl.col("_ga") == pl.col("_b"))).then(pl.concat_str(
+                   [words("_ga_k"), pl.lit(" of the agent that prefixed the line (line-prefix template [<role><local rank>|<rank>]:)")])))
+    rows = rows.select("input_id", "line_no", _r=new_rank, _s=new_src,
+                       _c=pl.when(new_rank.is_not_null()).then(pl.lit("certain")))
+    df = df.join(rows, on=["input_id", "line_no"], how="left")
+    return _better(df, "_r", "_s", "_c")
+
+
+def _template_lines(df: pl.DataFrame) -> pl.DataFrame:
+    """Lines behind a custom ``[<role>N|M]:`` template that no agent statement resolved: the
+    ``[rankN]:`` lines of the same input say which number is the global rank (each line of the
+    input then takes that number); where N == M on a line either reading gives that rank."""
+    if "prefix" not in df.columns or not df.select(pl.col("prefix").str.contains("|", literal=True).any()).item():
+        return df
+    tpl = pl.col("prefix").str.extract_groups(_TEMPLATE)
+    df = df.with_columns(_a=tpl.struct.field("1").cast(pl.Int64, strict=False),
+                         _b=tpl.struct.field("2").cast(pl.Int64, strict=False))
+    if df["_a"].is_null().all():
+        return df.drop("_a", "_b")
+    votes = df.filter(pl.col("_a").is_not_null() & pl.col("rank_tag").is_not_null() & (pl.col("_a") != pl.col("_b"))
+                      ).group_by("input_id").agg(
+        first=(pl.col("rank_tag") == pl.col("_a")).sum(), second=(pl.col("rank_tag") == pl.col("_b")).sum())
+    votes = votes.select("input_id", _order=pl.when((pl.col("first") > 0) & (pl.col("second") == 0)).then(pl.lit(1))
+                         .when((pl.col("second") > 0) & (pl.col("first") == 0)).then(pl.lit(2)))
+    df = df.join(votes, on="input_id", how="left")
+    rank = (pl.when(pl.col("_order") == 1).then(pl.col("_a")).when(pl.col("_order") == 2).then(pl.col("_b"))
+            .when(pl.col("_a") == pl.col("_b")).then(pl.col("_a")))
+    df = df.with_columns(
+        _r=rank,
+        _s=pl.when(pl.col("_order").is_not_null()).then(pl.lit(
+            "torchrun line-prefix template [<role>N|M]: (which number is the rank: from the [rankN]: lines of the file)"))
+        .when(rank.is_not_null()).then(pl.lit("torchrun line-prefix template [<role>N|N]: (both numbers agree)")),
+        _c=pl.when(pl.col("_order").is_not_null()).then(pl.lit("certain"))
+        .when(rank.is_not_null()).then(pl.lit("derived")))
+    return _better(df.drop("_a", "_b", "_order"), "_r", "_s", "_c")
+
+
+def _log_folders(df: pl.DataFrame, maps: pl.DataFrame, hints_of: dict[int, dict]) -> pl.DataFrame:
+    """torchrun's ``<log_dir>/<run_id>_<random>/attempt_N/<L>/`` folders: one ``<run_id>_<random>``
+    folder per agent. A folder is an agent's when an ``error_file`` of its summary points into it,
+    or when the folder's ``[rankN]:`` lines agree with that agent and no other (certain); when it
+    is the only folder and there is only one agent, or the one folder left for the one agent left,
+    with nothing in the folder against it (derived: a copy of another node's folder would look
+    the same)."""
+    rows = [{"input_id": i, "h_local": h["local_rank"], "h_dir": "/".join(h["dirs"][:-2]),
+             "h_attempt": h.get("attempt")}
+            for i, h in hints_of.items() if "local_rank" in h]
+    if not rows:
+        return df
+    folders = pl.DataFrame(rows, schema={"input_id": pl.UInt32, "h_local": pl.Int64, "h_dir": pl.String,
+                                         "h_attempt": pl.Int64})
+    # One key per agent. torchrun gives an agent's workers consecutive global ranks (rank = offset
+    # + local rank), so statements with one offset are one agent's: its summary (which lists only
+    # the workers that failed), its rendezvous results, the same summary in a copied console.
+    offset = maps.group_by("agent").agg(off=(pl.col("a_rank") - pl.col("a_local")).unique())
+    maps = maps.join(offset, on="agent").with_columns(key=pl.when(pl.col("off").list.len() == 1).then(
+        pl.concat_str([pl.lit("offset "), pl.col("off").list.first().cast(pl.String)])).otherwise(pl.col("agent")))
+    stated = maps.select("key", "a_local", "a_rank").unique(["key", "a_local"], keep="first")
+    keys = maps.select("key", off=pl.when(pl.col("off").list.len() == 1).then(pl.col("off").list.first())).unique("key")
+    dirs = folders.select("h_dir").unique()
+    anchors = (df.join(folders, on="input_id").filter(pl.col("rank").is_not_null() & (pl.col("rank_confidence") == "certain"))
+               .select("h_dir", "h_local", "rank").unique().with_columns(o=pl.col("rank") - pl.col("h_local")))
+    # A folder and an agent agree when every rank stated in the folder is the one the agent states
+    # for that local rank. For an agent with one offset that is: the folder's ranks all have that
+    # offset (a join on the offset, not a folder x agent product: 1,250 agents x 10,000 ranks).
+    by_offset = (anchors.group_by("h_dir").agg(o=pl.col("o").unique()).filter(pl.col("o").list.len() == 1)
+                 .select("h_dir", key=pl.concat_str([pl.lit("offset "), pl.col("o").list.first().cast(pl.String)]))
+                 .join(keys.select("key"), on="key", how="semi"))
+    odd = stated.join(keys.filter(pl.col("off").is_null()).select("key"), on="key", how="semi")
+    n_anchor = anchors.group_by("h_dir").agg(n=pl.len())
+    by_pairs = (anchors.join(odd, left_on=["h_local", "rank"], right_on=["a_local", "a_rank"])
+                .group_by("h_dir", "key").agg(hits=pl.len()).join(n_anchor, on="h_dir")
+                .filter(pl.col("hits") == pl.col("n")).select("h_dir", "key"))
+    candidates = pl.concat([by_offset, by_pairs])
+    by_anchor = (candidates.filter(pl.len().over("h_dir") == 1)
+                 .with_columns(how=pl.lit("its [rankN]: lines agree with that agent's and no other's")))
+
+    def agrees(folder: str, key: str) -> bool:
+        mine = anchors.filter(pl.col("h_dir") == folder)
+        off = keys.filter(pl.col("key") == key)["off"][0]
+        if off is not None:
+            return bool((mine["o"] == off).all())
+        said = dict(stated.filter(pl.col("key") == key).select("a_local", "a_rank").iter_rows())
+        return all(said.get(local) == rank for local, rank in mine.select("h_local", "rank").iter_rows())
+
+    matched = by_anchor
+    errs = maps.drop_nulls("a_error_file")
+    if not errs.is_empty():
+        pointed = errs.select("key", base=pl.col("a_error_file").str.extract(r"/([^/]+)/attempt_\d+/\d+/error\.json$", 1))
+        by_file = (dirs.with_columns(base=pl.col("h_dir").str.extract(r"([^/]+)$", 1))
+                   .join(pointed.drop_nulls("base"), on="base").select("h_dir", "key").unique()
+                   .filter(pl.len().over("h_dir") == 1)
+                   .with_columns(how=pl.lit("an error_file of that agent's failure summary points into it")))
+        matched = pl.concat([by_file, by_anchor.filter(~pl.col("h_dir").is_in(by_file["h_dir"].implode()))])
+    left_dirs = dirs.filter(~pl.col("h_dir").is_in(matched["h_dir"].implode()))["h_dir"].to_list()
+    left_keys = sorted(set(keys["key"].to_list()) - set(matched["key"].to_list()))
+    if len(left_dirs) == 1 and len(left_keys) == 1 and agrees(left_dirs[0], left_keys[0]):
+        how = ("it is the only log folder, and that the only agent" if matched.is_empty()
+               else "it is the one log folder left for the one agent left")
+        matched = pl.concat([matched, pl.DataFrame({"h_dir": left_dirs, "key": left_keys, "how": [how]})])
+    if matched.is_empty():
+        return df
+    last = folders.group_by("h_dir").agg(last_attempt=pl.col("h_attempt").max())
+    got = (folders.join(matched, on="h_dir").join(last, on="h_dir")
+           .join(stated.rename({"a_local": "h_local"}), on=["key", "h_local"], how="left")
+           .join(keys, on="key", how="left"))
+    earlier = pl.col("h_attempt").fill_null(0) < pl.col("last_attempt").fill_null(0)
+    sure = pl.col("a_rank").is_not_null() & ~earlier & pl.col("how").is_in(
+        ["its [rankN]: lines agree with that agent's and no other's",
+         "an error_file of that agent's failure summary points into it"])
+    got = got.select(
+        "input_id",
+        _r=pl.coalesce("a_rank", pl.col("off") + pl.col("h_local")),
+        _s=pl.concat_str([
+            pl.when(pl.col("a_rank").is_not_null()).then(pl.lit("torchrun's statement of this local rank's global rank"))
+            .otherwise(pl.lit("torchrun's consecutive global ranks (the agent's offset + this local rank)")),
+            pl.lit(", by the agent that wrote this attempt_N/<local rank>/ log folder ("), pl.col("how"), pl.lit(")"),
+            pl.when(earlier).then(pl.lit("; an attempt before the one stated")).otherwise(pl.lit(""))]),
+        _c=pl.when(sure).then(pl.lit("certain")).otherwise(pl.lit("derived")),
+    ).filter(pl.col("_r").is_not_null())
+    df = df.join(got, on="input_id", how="left")
+    return _better(df, "_r", "_s", "_c")
+
+
+def _pids(df: pl.DataFrame, maps: pl.DataFrame, tables: dict[str, pl.DataFrame]) -> pl.DataFrame:
+    """Worker pids -> global ranks, from what states both: torchrun's failure summary (``exitcode
+    : C (pid: P)``), the agent's ``failed (exitcode: C) local_rank: L (pid: P)`` line with that
+    agent's statements, any line whose rank is stated and that names its process's pid (NCCL's
+    ``host:pid:tid``, Ray's ``pid=``), and (derived) a ``pid P`` printed in a line of a known
+    rank. A py-spy dump (``Process P: ...``) then takes P's rank at the best level stated; a pid
+    that two ranks claim (two hosts, or a pid printed by another rank) gives none."""
+    stacks = tables.get("stacks")
+    if stacks is None or stacks.is_empty() or "dump_line" not in stacks.columns:
+        return df
+    dumps = (stacks.drop_nulls(["dump_line", "pid"]).group_by("input_id", "dump_line")
+             .agg(pid=pl.col("pid").first(), last=pl.col("line_no").max())
+             .with_columns(pl.col("input_id").cast(pl.UInt32), pl.col("dump_line").cast(pl.UInt32)))
+    if dumps.is_empty():
+        return df
+    parts = [df.filter(pl.col("rank").is_not_null() & pl.col("rank_confidence").is_in(["certain", "derived"])).select(
+        pid=pl.coalesce(pl.col("nccl_pid"), pl.col("ray_pid")).cast(pl.Int64), p_rank="rank",
+        p_conf="rank_confidence", p_src=pl.concat_str([pl.lit("pid of lines attributed by "), pl.col("rank_source")]))
+        .drop_nulls("pid")]
+    if "text" in df.columns:
+        # a rank's own line that prints a pid (`... on node07, pid 16415`): most likely its own,
+        # but nothing standard says so -- derived, at best
+        said = df.filter(pl.col("rank").is_not_null() & pl.col("rank_confidence").is_in(["certain", "derived"])
+                         & pl.col("text").str.contains("pid", literal=True))
+        said = said.select(pid=pl.col("text").str.extract(r"\bpid[:= ]\s*(\d+)\b", 1).cast(pl.Int64, strict=False),
+                           p_rank="rank", p_conf=pl.lit("derived"),
+                           p_src=pl.concat_str([pl.lit("a pid printed on a line of the rank ("), pl.col("rank_source"),
+                                                pl.lit(")")])).drop_nulls("pid")
+        parts.append(said)
+    if not maps.is_empty():
+        parts.append(maps.filter(pl.col("a_kind") == "table").drop_nulls("a_pid").select(
+            pid="a_pid", p_rank="a_rank", p_conf=pl.lit("certain"),
+            p_src=pl.lit("pid stated by torchrun's failure summary")))
+        agent = tables.get("agent")
+        if agent is not None and not agent.is_empty() and "input_id" in agent.columns:
+            failed = agent.filter(pl.col("kind") == "worker_failed").drop_nulls(["pid", "local_rank"])
+            if not failed.is_empty():
+                keys = df.select("input_id", "line_no", _okey=_outer_key())
+                failed = failed.select(pl.col("input_id").cast(pl.UInt32), pl.col("line_no").cast(pl.UInt32),
+                                       pid=pl.col("pid").cast(pl.Int64), a_local=pl.col("local_rank").cast(pl.Int64)
+                                       ).join(keys, on=["input_id", "line_no"], how="left")
+                failed = _agent_of(failed, maps).join(maps.select("agent", "a_local", "a_rank").unique(["agent", "a_local"]),
+                                                      on=["agent", "a_local"], how="inner")
+                parts.append(failed.select("pid", p_rank="a_rank", p_conf=pl.lit("certain"), p_src=pl.lit(
+                    "pid and local rank of the agent's 'failed (exitcode: C) local_rank: L (pid: P)' line")))
+    pids = pl.concat(parts, how="vertical_relaxed").with_columns(
+        _lvl=pl.col("p_conf").replace_strict(_LEVEL, default=9, return_dtype=pl.Int64))
+    pids = pids.sort("_lvl").group_by("pid").agg(
+        n=pl.col("p_rank").n_unique(), p_rank=pl.col("p_rank").first(), p_conf=pl.col("p_conf").first(),
+        p_src=pl.col("p_src").first()).filter(pl.col("n") == 1).drop("n")
+    dumps = dumps.join(pids, on="pid", how="left")
+    lines = df.select("input_id", "line_no").filter(pl.col("input_id").is_in(dumps["input_id"].unique().implode())).sort("line_no")
+    at = lines.join_asof(dumps.sort("dump_line"), left_on="line_no", right_on="dump_line", by="input_id",
+                         strategy="backward", check_sortedness=False).filter(pl.col("line_no") <= pl.col("last"))
+    at = at.select("input_id", "line_no", _dump_pid="pid", _r="p_rank",
+                   _s=pl.concat_str([pl.lit("py-spy dump of pid "), pl.col("pid").cast(pl.String), pl.lit(": "),
+                                     pl.col("p_src")]), _c="p_conf")
+    df = df.join(at, on=["input_id", "line_no"], how="left")
+    df = df.with_columns(pid=pl.coalesce(pl.col("pid"), pl.col("_dump_pid"))).drop("_dump_pid")
+    return _better(df, "_r", "_s", "_c")
 
 
 def _weighted_mode(df: pl.DataFrame, by: str, value: pl.Expr, name: str) -> pl.DataFrame:
@@ -211,12 +557,29 @@ def _path_guess(df: pl.DataFrame, hints_of: dict[int, dict], world: int | None) 
     hints = hints.with_columns(h_guess=pl.col("h_node_dir").replace_strict({d: i for i, d in enumerate(dirs)}) * per_node + pl.col("h_local"))
     df = df.join(hints, on="input_id", how="left")
     guess = pl.col("rank").is_null() & pl.col("h_guess").is_not_null() & pl.col("srun_task").is_null()
+    single = one_agent_alone(df, dirs, per_node, world)
+    source, level = ((ONE_AGENT, "derived") if single else
+                     ("guessed from folder order x local rank in the torchrun log path", "guessed"))
     return df.with_columns(
         rank=pl.when(guess).then(pl.col("h_guess")).otherwise(pl.col("rank")),
-        rank_source=pl.when(guess).then(pl.lit("guessed from folder order x local rank in the torchrun log path"))
-        .otherwise(pl.col("rank_source")),
-        rank_confidence=pl.when(guess).then(pl.lit("guessed")).otherwise(pl.col("rank_confidence")),
+        rank_source=pl.when(guess).then(pl.lit(source)).otherwise(pl.col("rank_source")),
+        rank_confidence=pl.when(guess).then(pl.lit(level)).otherwise(pl.col("rank_confidence")),
     ).drop("h_guess", "h_node_dir")
+
+
+ONE_AGENT = ("local rank of the only torchrun agent in the inputs (its attempt_N/<local rank>/ folders; "
+             "no other node is named anywhere, so local rank = global rank)")
+
+
+def one_agent_alone(df: pl.DataFrame, dirs: list[str], per_node: int, world: int | None) -> bool:
+    """One torchrun agent's log folder, and nothing in the inputs that names a second node (a
+    second folder, a second NCCL host, a world larger than the agent's workers): the job ran on
+    this one node, so a local rank is the global rank. Still only ``derived``: the logs of other
+    nodes could have been left out, which is why the source says what it assumed."""
+    if len(dirs) != 1 or (world is not None and world != per_node):
+        return False
+    hosts = df["nccl_host"].drop_nulls().n_unique() if "nccl_host" in df.columns else 0
+    return hosts <= 1
 
 
 def _nodes(df: pl.DataFrame, tables: dict[str, pl.DataFrame], inputs: pl.DataFrame) -> pl.DataFrame:

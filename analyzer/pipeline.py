@@ -120,6 +120,8 @@ def analyze(paths: list[str | Path], db_path: str | Path | None = None, progress
     tables.update(node_model.build(tables, ranks, parsed.inputs))  # issue 5: node evidence, GPU join, clocks
     tables.update(env_model.build(tables, parsed.lines, parsed.inputs))
     lines = _lines_table(parsed.lines, by_line)
+    if lines["attempt"].n_unique() > 2:   # several attempts (and lines of none): place those by position
+        lines = timeline.fill_attempts_by_position(lines, timeline.attempt_marks(tables))
     t_models = time.perf_counter()
     con = sink.con or store.connect(db_path, spill=spill)
     if sink.rows:   # row numbers, so that bulk.merge keeps every table's order
@@ -216,7 +218,11 @@ def _fill_attempts(tables: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:
             attempts.update(a for a in frame["attempt"].unique().to_list() if a is not None)
     only = next(iter(attempts)) if len(attempts) == 1 else (0 if not attempts else None)
     starts = timeline.attempt_starts(tables)
-    return {name: timeline.fill_attempts(frame, starts, only) for name, frame in tables.items()}
+    tables = {name: timeline.fill_attempts(frame, starts, only) for name, frame in tables.items()}
+    if only is not None:
+        return tables
+    marks = timeline.attempt_marks(tables)
+    return {name: timeline.fill_attempts_by_position(frame, marks) for name, frame in tables.items()}
 
 
 def _lines_table(lines: pl.DataFrame, by_line: ByLine) -> pl.DataFrame:

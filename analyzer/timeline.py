@@ -52,6 +52,44 @@ def attempt_starts(tables: dict[str, pl.DataFrame]) -> pl.DataFrame:
     return both.group_by("attempt").agg(start=pl.col("ts").min()).sort("attempt")
 
 
+def attempt_marks(tables: dict[str, pl.DataFrame]) -> pl.DataFrame:
+    """Lines whose attempt is known, by position in their input; ``ends`` marks the launcher's
+    ``failed (exitcode: N)`` line, the last line of its attempt."""
+    parts = []
+    for name, frame in tables.items():
+        if not {"input_id", "line_no", "attempt"} <= set(frame.columns):
+            continue
+        ends = (pl.col("kind") == "worker_failed") if name == "agent" and "kind" in frame.columns else pl.lit(False)
+        parts.append(frame.filter(pl.col("attempt").is_not_null()).select(
+            pl.col("input_id").cast(pl.Int64), pl.col("line_no").cast(pl.Int64), pl.col("attempt").cast(pl.Int64),
+            ends=ends.fill_null(False)))
+    if not parts:
+        return pl.DataFrame(schema={"input_id": pl.Int64, "line_no": pl.Int64, "attempt": pl.Int64, "ends": pl.Boolean})
+    return (pl.concat(parts).group_by("input_id", "line_no")
+            .agg(pl.col("attempt").max(), pl.col("ends").any()).sort("input_id", "line_no"))
+
+
+def fill_attempts_by_position(frame: pl.DataFrame, marks: pl.DataFrame) -> pl.DataFrame:
+    """Rows still without an attempt (no time of their own: tracebacks, torchrun's ``[defaultN]:``
+    lines of a console that holds every attempt) take the attempt of the line before them in the
+    same input, or, when that line ended its attempt (the launcher's ``failed``), of the line
+    after them: the next attempt's first lines come after the last attempt's end."""
+    if not {"input_id", "line_no", "attempt"} <= set(frame.columns) or marks.is_empty() \
+            or frame["attempt"].null_count() == 0:
+        return frame
+    order = frame.with_row_index("_row")
+    todo = (order.filter(pl.col("attempt").is_null())
+            .select("_row", _in=pl.col("input_id").cast(pl.Int64), _ln=pl.col("line_no").cast(pl.Int64)).sort("_ln"))
+    m = marks.rename({"input_id": "_in", "line_no": "_ln"})
+    before = todo.join_asof(m, on="_ln", by="_in", strategy="backward", check_sortedness=False).rename({"attempt": "_b", "ends": "_end"})
+    after = todo.join_asof(m.drop("ends"), on="_ln", by="_in", strategy="forward", check_sortedness=False).select("_row", _f="attempt")
+    fills = before.join(after, on="_row").select(
+        "_row", _a=pl.when(pl.col("_end").fill_null(False) & pl.col("_f").is_not_null()).then("_f")
+        .otherwise(pl.coalesce("_b", "_f")))
+    out = order.join(fills, on="_row", how="left").with_columns(attempt=pl.coalesce("attempt", "_a"))
+    return out.sort("_row").drop("_row", "_a")
+
+
 def fill_attempts(frame: pl.DataFrame, starts: pl.DataFrame, only_attempt: int | None) -> pl.DataFrame:
     """Rows with no attempt get the latest attempt that had started by their time."""
     if "attempt" not in frame.columns:

@@ -31,6 +31,14 @@ global ranks. Messages handled, into tables:
   OOM sizes in MiB, CUDA fault classes, faulthandler, Gloo, rendezvous, signals).
 * ``settings``: the HeartbeatMonitor / PGNCCL Watchdog / ProcessGroupNCCL environment banners.
 
+A C++ ``terminate`` (``terminate called after throwing an instance of 'T'``, ``terminate called
+without an active exception``) is a ``terminate`` event (``detail`` = T); its ``  what():  <message>``
+line is the message: a ``terminate`` event, unless the message is itself one of the messages
+above -- ``c10::DistBackendError``'s ``what():  [PG ... Rank r] Process group watchdog thread
+terminated with exception: [Rank N] Watchdog caught collective operation timeout: WorkNCCL(...)``
+is a ``watchdog_timeout`` collectives row (its PG prefix parsed as on a logged line; the message
+keeps its ``what():`` so the two can be told apart).
+
 Lines wrapped by whoever pasted them (``...operation timeout: `` + newline + ``WorkNCCL(``)
 are joined before matching; both physical lines count as consumed.
 """
@@ -74,6 +82,16 @@ SAMPLE_LINES = [
     "frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x96 (0x7f3a1c9e3446 in /usr/lib/python3/dist-packages/torch/lib/libc10.so)",
     "terminate called after throwing an instance of 'c10::DistBackendError'",
     "  what():  [PG ID 0 PG GUID 0(default_pg) Rank 3] Process group watchdog thread terminated with exception",
+    # real libstdc++ terminate output from torch 2.13 workers (tests/torch_runs): gloo's size
+    # check, an uncaught C++ exception with and without what(), a joinable std::thread destroyed,
+    # and a watchdog timeout carried by c10::DistBackendError's what() (a collectives row too)
+    "terminate called after throwing an instance of 'gloo::EnforceNotMet'",
+    "  what():  [enforce fail at /__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:456] op.preamble.length <= op.nbytes. 2048 vs 1024. Received data size doesn't match expected size. Is there a distributed collective mismatch in your code?",
+    "terminate called after throwing an instance of 'std::runtime_error'",
+    "  what():  injected std::runtime_error from a worker thread",
+    "terminate called after throwing an instance of 'int'",
+    "terminate called without an active exception",
+    "  what():  [PG ID 0 PG GUID 0(default_pg) Rank 1] Process group watchdog thread terminated with exception: [Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=7, OpType=ALLREDUCE, NumelIn=4096, NumelOut=4096, Timeout(ms)=6000) ran for 6004 milliseconds before timing out.",
     "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1251, internal error - please report this issue to the NCCL developers, NCCL version 2.18.6",
     "ncclInternalError: Internal check failed.",
     "Last error:",
@@ -144,6 +162,7 @@ _MESSAGES: list[tuple[str, str, str]] = [
     ("store_error", "events", r"Failed to check the \"should dump\" flag|Failed to get exception dump flag|\[c10d\] (?:recvValue|sendBytes|recvBytes) failed|waitForInput: (?:poll|socket)|DistStoreError|remote error detected from rank"),
     ("cpp_frames", "events", r"^Exception raised from \S+ at |^frame #\d+: "),
     ("terminate", "events", r"^terminate called after throwing an instance of '(?P<detail>[^']*)'"),
+    ("terminate", "events", r"^terminate called (?P<detail>without an active exception)"),
     ("terminate", "events", r"^\s*what\(\):\s+(?P<detail>.*)"),
     ("nccl_error", "events", r"NCCL error(?: in: \S+,)?:? (?P<detail>.*?), NCCL version (?P<nccl_version>[\w.+]+)"),
     ("nccl_error", "events", r"^nccl\w*Error: |^Unknown NCCL error!|^Last error:\s*$"),
@@ -198,7 +217,9 @@ def _split_header(df: pl.DataFrame) -> pl.DataFrame:
         src_file=pl.col("_h").struct.field("src"),
         msg=pl.col("text").str.replace(_HEADER, "").str.strip_chars_start(),
     ).drop("_h")
-    pg = pl.col("msg").str.extract_groups(rf"^{_PG}")
+    # `terminate ...` + `  what():  [PG ... Rank r] <message>`: the exception's message keeps its
+    # PG prefix (and its `[Rank N] Watchdog caught ... WorkNCCL(...)`), as the logged line does.
+    pg = pl.col("msg").str.extract_groups(rf"^(?:what\(\):\s+)?{_PG}")
     df = df.with_columns(_p=pg)
     df = df.with_columns(
         pg_id=to_int(pl.coalesce(pl.col("_p").struct.field("pg_id"), pl.col("_p").struct.field("pg_id_old"))),
@@ -206,7 +227,7 @@ def _split_header(df: pl.DataFrame) -> pl.DataFrame:
         pg_desc=pl.coalesce(pl.col("_p").struct.field("pg_desc"), pl.col("_p").struct.field("pg_desc_old")),
         pg_rank=to_int(pl.col("_p").struct.field("pg_rank")),
         # A repeated prefix (`[PG 3 Rank 2] [PG 3 Rank 2] ...`) and a double space are both seen.
-        msg=pl.col("msg").str.replace(rf"^(?:{_PG}\s*)+", ""),
+        msg=pl.col("msg").str.replace(rf"^(what\(\):\s+)?(?:{_PG}\s*)+", "${1}"),
     ).drop("_p")
     return df.with_columns(pg_guid=pl.when(pl.col("pg_guid") == "").then(None).otherwise(pl.col("pg_guid")))
 

@@ -7,12 +7,18 @@ frame with a row per line and does, vectorised over the whole file:
   input, so any line can be read back later without copying its text into the store;
 * decodes UTF-8; invalid bytes become ``\\xNN`` escapes (nothing is dropped, and the byte
   offsets still point at the original bytes);
-* keeps the last non-empty ``\\r`` segment (tqdm redraws) and drops a CRLF ``\\r``;
+* keeps the last non-empty ``\\r`` segment (tqdm redraws), with a launcher prefix that
+  started the line in front of it, and drops a CRLF ``\\r``;
 * removes ANSI escape sequences;
 * peels launcher and collector prefixes, in any stacking order, and keeps what they said
   as columns (``formats/nccl.md`` section 2, ``formats/training-logs.md`` section 1,
   ``formats/pytorch-failures.md`` section 1);
 * finds c10d's ``[rankN]:`` prefix even when a progress bar is glued in front of it.
+
+Offsets and lengths are bytes (``str.len_bytes``) into the input; everything that cuts text
+works in characters: a prefix is cut by the text a regex matched (``strip_prefix``, or
+``str.slice`` with ``str.len_chars``), never at a ``str.find`` position, which is a byte
+offset (a progress bar of ``█`` before ``[rank3]:`` once shifted the cut to ``k3]:``).
 
 Output columns (``ENVELOPE_SCHEMA``):
 
@@ -24,7 +30,10 @@ Output columns (``ENVELOPE_SCHEMA``):
 ``ext_ts``    a timestamp a collector or launcher added (ISO-like string), or null
 ``srun_task`` Slurm ``srun --label`` task id
 ``mpi_rank``  Open MPI ``--tag-output`` rank
-``local_rank`` torchrun ``[<role>N]:`` number (a local rank) for roles other than ``rank``
+``local_rank`` torchrun ``[<role>N]:`` number (a local rank) for roles other than ``rank``; for
+              a custom template ``[<role>N|M]:`` the first number N (the template decides
+              whether it is the local or the global rank: ``analyzer.identity`` reads N and M
+              from ``prefix``)
 ``rank_tag``  ``[rankN]:`` number: c10d's global rank, or torchtitan's local rank (the
               identity resolver decides which, from the rest of the file)
 ``host_tag``  a host named by the prefix (pdsh ``host:``, ``host [stderr]``, Ray ``ip=``)
@@ -50,6 +59,9 @@ SAMPLE_LINES = [
     "[trainer0|0]:1|25|Loss: 0.5",
     "│ node01:59194:59194 [0] NCCL INFO Using network IB                                │",
     "73e9f9f45158:6243:6442 [3] NCCL INFO Threads per block : 512/640/512                   [22/1819]",
+    # real (tests/torch_runs/tqdm-bar): a bar of multi-byte blocks, CJK and an emoji, then the
+    # traceback glued on by a worker that raised without a newline after its last redraw
+    "[default3]:Train: 100%|██████████| 10/10 [00:010<00:00, 12.5it/s] 训练 🚀[rank3]: Traceback (most recent call last):",
 ]
 
 ENVELOPE_SCHEMA = {
@@ -78,7 +90,12 @@ _PREFIXES: list[tuple[str, str, dict[str, int]]] = [
     ("mpirun", r"^((?:[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}:\d{2} \d{4})?)\[\d+,(\d+)\]<(?:stdout|stderr|stddiag)>:", {"ext_ts": 1, "mpi_rank": 2}),
     ("mpirun5", r"^\[[\w.-]+,(\d+)\]\[([\w.-]+):\d+\]<(?:stdout|stderr|stddiag)>:", {"mpi_rank": 1, "host_tag": 2}),
     ("srun", r"^\s*(\d{1,6}): ", {"srun_task": 1}),
-    ("torchrun_tpl", r"^\[([A-Za-z_]+)(\d+)\|(\d+)\]:", {"local_rank": 2, "rank_tag": 3}),
+    # A custom TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE such as `[${role_name}${rank}|${local_rank}]:`
+    # or `[${role_name}${local_rank}|${rank}]:`: which number is the global rank depends on the
+    # template, so neither is a `rank_tag` (that is c10d's certain `[rankN]:`). The first number
+    # keeps the process's stream apart (`local_rank`); analyzer.identity reads both from `prefix`
+    # and decides with the launcher's own statements (the failure summary, `[rankN]:` lines).
+    ("torchrun_tpl", r"^\[([A-Za-z_]+)(\d+)\|(\d+)\]:", {"local_rank": 2}),
     ("rank_tag", r"^\[rank(\d+)\]: ?", {"rank_tag": 1}),
     ("torchrun", r"^\[[A-Za-z_]+?(\d+)\]:", {"local_rank": 1}),
     ("ray", r"^(?:\x1b?\[\d+m\s*)?\((?:\w+ )?pid=(\d+)(?:, ip=([\d.]+))?\)(?:\x1b?\[\d+m)? ", {"ray_pid": 1, "host_tag": 2}),
@@ -91,6 +108,9 @@ _PREFIXES: list[tuple[str, str, dict[str, int]]] = [
     ("clock", r"^(\d{2}:\d{2}:\d{2}\.\d{3}) ", {"ext_ts": 1}),
 ]
 
+# A run of launcher prefixes at the start of a line (``_clean`` keeps it across ``\r`` redraws).
+_LEAD_PREFIXES = "^(?:" + "|".join(f"(?:{pattern[1:]})" for _name, pattern, _groups in _PREFIXES) + ")+"
+
 # pdsh's `host: ` prefix looks like any `Word: message` line, so it is accepted only when one
 # host-like token prefixes a good share of the file (decided per file, below).
 _PDSH = r"^([A-Za-z0-9][\w.-]*): "
@@ -100,6 +120,8 @@ _NOT_HOSTS = {"stdout", "stderr", "Traceback", "NCCL", "WARNING", "INFO", "ERROR
 # Records glued after a progress bar with no newline (training-logs.md section 0 item 4):
 # c10d's `[rankN]:` and a bare ProcessGroupNCCL glog header.
 _C10D_RANK_ANYWHERE = r"\[rank\d+\]:|\[[EWIF](?:\d{3,4} [\d:.]+)? ProcessGroupNCCL\.cpp:\d+\]"
+# What comes before the first such record on a line (group 1; at least one character).
+_GLUED_BAR = rf"(?s)^(.+?)(?:{_C10D_RANK_ANYWHERE})"
 
 
 def decode_lines(data: bytes) -> pl.DataFrame:
@@ -172,14 +194,21 @@ def _is_utf8(body: bytes) -> bool:
 
 
 def _clean(raw: pl.Expr) -> pl.Expr:
-    """Last non-empty carriage-return segment, ANSI removed."""
+    """Last non-empty carriage-return segment, ANSI removed. A launcher prefix that starts the
+    line (``0: ``, ``[default3]:``, ``[1,0]<stderr>:``...) was written once, before the first
+    segment: it is kept in front of the last one (a tqdm bar redrawn under ``srun --label``
+    would otherwise lose its task label)."""
     no_crlf = raw.str.strip_suffix("\r")
+    segments = no_crlf.str.split("\r")
     last_segment = (
-        no_crlf.str.split("\r")
+        segments
         .list.eval(pl.element().filter(pl.element().str.strip_chars().str.len_chars() > 0))
         .list.last()
         .fill_null("")
     )
+    lead = segments.list.first().str.extract(_LEAD_PREFIXES, 0)
+    last_segment = (pl.when((lead.str.len_chars() > 0) & ~last_segment.str.starts_with(lead.fill_null("")))
+                    .then(pl.concat_str([lead, last_segment])).otherwise(last_segment))
     cleaned = pl.when(no_crlf.str.contains("\r", literal=True)).then(last_segment).otherwise(no_crlf)
     return (
         pl.when(cleaned.str.contains("\x1b", literal=True))
@@ -351,13 +380,17 @@ def _peel_rows(df: pl.DataFrame, prefixes: list[tuple[str, str, dict[str, int]]]
         if df["text"].equals(before):
             break
     # A progress bar glued in front of c10d's `[rankN]:` (no newline between them): cut there.
-    position = pl.col("text").str.find(_C10D_RANK_ANYWHERE)
-    df = df.with_columns(
-        prefix=pl.when(position > 0)
-        .then(pl.concat_str([pl.col("prefix").fill_null(""), pl.col("text").str.slice(0, position)]))
+    # The bar is taken as text (a regex group), never as a position: ``str.find`` gives a byte
+    # offset and ``str.slice`` counts characters, so one `█` (3 bytes) in the bar shifted the cut
+    # by two characters and `[rank3]:` came out as `k3]:` (rank lost, line misattributed).
+    glued_bar = pl.col("text").str.extract(_GLUED_BAR, 1)
+    df = df.with_columns(_bar=glued_bar).with_columns(
+        prefix=pl.when(pl.col("_bar").is_not_null())
+        .then(pl.concat_str([pl.col("prefix").fill_null(""), pl.col("_bar")]))
         .otherwise(pl.col("prefix")),
-        text=pl.when(position > 0).then(pl.col("text").str.slice(position)).otherwise(pl.col("text")),
-    )
+        text=pl.when(pl.col("_bar").is_not_null())
+        .then(pl.col("text").str.strip_prefix(pl.col("_bar"))).otherwise(pl.col("text")),
+    ).drop("_bar")
     # Right-edge artefacts of terminal copies: a pager's `[22/1819]` position marker, and the
     # closing border plus padding of a k9s/TUI box (nccl.md section 2).
     df = df.with_columns(text=pl.col("text").str.replace(r"\s{3,}\[\d+/\d+\]$", "").str.replace(r"\s*[│┃]\s*$", ""))

@@ -446,7 +446,7 @@ def _trees(df: pl.DataFrame | None) -> pl.DataFrame:
 
 
 # `[i]name:addr<port>`, or (2.24+, bootstrap over a net plugin) `name:port`.
-_ITEM = r"(?:\[(?P<index>\d+)\])?(?P<name>[^\s:\[\]]+):(?:(?P<address>\S+?)<(?P<port>\d+)>|(?P<port2>\d+)$)"
+_ITEM = r"(?:\[(?P<index>\d+)\])?(?P<name>[^\s:\[\]]+):(?:(?P<address>\S*?)<(?P<port>\d+)>|(?P<port2>\d+)$)"
 _NIC = r"\[(?P<index>\d+)\](?P<name>[\w.+-]+):(?P<port>\d+)/(?P<link>\w+)"
 
 

@@ -3,7 +3,8 @@
 Line kinds handled (py-spy 0.3.x and 0.4.x print the same shapes):
 
 * ``Process <pid>: <command line>`` -- starts a dump (``dump_index`` counts these, from 0, in
-  input order); only when the next line of its stream is py-spy's
+  input order; ``dump_line`` is its line, so ``analyzer.identity`` can give the whole dump
+  the rank of that pid); only when the next line of its stream is py-spy's
   ``Python v3.11.8 (<interpreter path>)``, so a log line ``Process 12: started`` is not a dump;
 * ``Thread <tid> (idle|active|active+gil|gil): "<name>"`` -- ``tid`` as printed: decimal (the
   OS thread id) or hex (``0x7FA6E7C01740``, the pthread id when the OS id is unknown); the
@@ -65,7 +66,11 @@ STACKS_SCHEMA = {
     "function": pl.String,
     "file": pl.String,
     "file_line": pl.Int64,
+    "dump_line": pl.UInt32,
 }
+# ``dump_line`` holds a line number (the dump's ``Process`` header): analyzer.ingest maps it
+# back when it parses many inputs at once.
+LINE_NUMBER_COLUMNS = {"stacks": ("dump_line",)}
 
 
 _PROCESS = r"^\s*Process (?P<pid>\d+): (?P<cmdline>.*?)\s*$"
@@ -179,7 +184,8 @@ def parse(lines: pl.DataFrame) -> ParseResult:
         .forward_fill().over(s),
     )
     processes = cand.filter(is_process).select(
-        _proc_ln="line_no", dump_index="dump_index", pid="pid", cmdline="cmdline"
+        _proc_ln="line_no", dump_index="dump_index", pid="pid", cmdline="cmdline",
+        dump_line=pl.col("line_no"),
     )
     threads = cand.filter(is_thread).select(
         _thread_ln="line_no", thread_id="tid", thread_name="tname", thread_state="state"

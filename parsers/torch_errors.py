@@ -31,13 +31,29 @@ than one line or a normalised value:
     per process stream), at the header line, with ``exc_type``, ``detail`` (the message),
     ``exc_line_no`` and ``frames``; its frames go to ``stacks`` (``source`` ``traceback``,
     ``depth`` 0 = innermost, ``dump_index`` = the traceback's header line);
-  - ``faulthandler``: ``Fatal Python error: <what>``; the ``Thread 0x... (most recent call
-    first):`` / ``Current thread 0x...`` / ``Stack (most recent call first):`` blocks and their
-    ``  File "f", line N in func`` frames go to ``stacks`` (``source`` ``faulthandler``,
-    ``thread_state`` ``current`` for the crashing thread);
+  - ``faulthandler``: ``Fatal Python error: <what>`` (``Aborted`` after a C++ ``terminate``);
+    the ``Thread 0x... (most recent call first):`` / ``Current thread 0x...`` / ``Stack (most
+    recent call first):`` blocks and their ``  File "f", line N in func`` frames go to
+    ``stacks`` (``source`` ``faulthandler``, ``thread_state`` ``current`` for the crashing
+    thread); the closing ``Extension modules: ... (total: N)`` line is consumed;
   - ``gloo_error``: ``[.../gloo/transport/tcp/pair.cc:N] <detail>`` (Connection closed by
     peer, Connection reset), ``Timed out waiting Nms for send|recv operation``, ``Gloo
-    connectFullMesh failed``;
+    connectFullMesh failed``, gloo's own ``ERROR failed to connect`` and ``[enforce fail at
+    ...]`` lines; ``cause`` says which (``peer_closed``, ``peer_reset``, ``recv_timeout``,
+    ``send_timeout``, ``connect_full_mesh``, ``connect_failed``, ``enforce``, ``other``),
+    ``peer`` the remote ``ip:port`` a pair names, ``value`` a timeout's milliseconds;
+  - ``gloo_size_mismatch``: gloo refusing a message larger than the buffer posted for it
+    (``[enforce fail at .../pair.cc:N] op.preamble.length <= op.nbytes. 2048 vs 1024. Received
+    data size doesn't match expected size``, usually the ``what():`` of a ``terminate called
+    after throwing an instance of 'gloo::EnforceNotMet'``): ranks called the collective with
+    different sizes; ``value`` = the size received (bytes);
+  - ``op`` (tracebacks, faulthandler dumps and the gloo events they raised): the collective
+    the stack is in, from its innermost ``torch/distributed/distributed_c10d.py`` frame, named
+    as c10d's OpType (``dist.all_reduce`` -> ``ALLREDUCE``, ``init_process_group`` -> ``INIT``).
+    A gloo event gets its traceback's (its line is the traceback's ``exc_line_no``) or, for a
+    ``what():`` line, that of the faulthandler dump right after it in the same stream. The
+    frames themselves are ``stacks`` rows whose ``dump_index`` is the traceback's header line
+    (``python_traceback.line_no``) or the dump's ``Fatal Python error`` line;
   - ``rendezvous_error``: ``RendezvousTimeoutError`` / ``RendezvousClosedError`` /
     ``RendezvousConnectionError`` / ``RendezvousError``, ``DistStoreError: Timed out after N
     seconds waiting for clients. J/N clients joined.``, ``DistNetworkError`` (EADDRINUSE...);
@@ -53,7 +69,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from parsers.base import ParseResult, conform, consumed_of, to_int
+from parsers.base import GLOG, ParseResult, conform, consumed_of, glog_timestamp, to_int
 from parsers.lines import with_stream
 
 NAME = "torch_errors"
@@ -89,6 +105,21 @@ SAMPLE_LINES = [
     "RuntimeError: [/opt/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 1800000ms for recv operation to complete",
     "RuntimeError: Timed out waiting 12000ms for send operation to complete",
     "RuntimeError: Gloo connectFullMesh failed with [../third_party/gloo/gloo/transport/tcp/pair.cc:144] no error",
+    # real torch 2.13 gloo output (tests/torch_runs: a rank killed or exiting mid all_reduce, a
+    # size mismatch between ranks, a restart whose peers are gone, a bad GLOO_SOCKET_IFNAME)
+    "RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:55211. This is typically caused by a remote worker crashing. Check the logs of the remote worker before reporting an error. GLHF! 🏖️",
+    "RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:537] Read error [127.0.0.1]:11666: Connection reset by peer. This is typically caused by a remote worker hanging or bugs in the application. Check the logs of the remote worker before reporting an error. GLHF! 🏖️",
+    "RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 6000ms for recv operation to complete",
+    "RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:129] Timed out waiting 6000ms for send operation to complete",
+    "  what():  [enforce fail at /__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:456] op.preamble.length <= op.nbytes. 2048 vs 1024. Received data size doesn't match expected size. Is there a distributed collective mismatch in your code?",
+    "[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/debug_logger.cc:9] ERROR failed to connect, willRetry=0, retry=4, retryLimit=3, rank=2, size=4, local=[127.0.0.1]:18589, remote=[127.0.0.1]:28590$2, error=SO_ERROR: Connection refused, remote=",
+    "[E1203 08:11:58.255772279 ProcessGroupGloo.cpp:67] Gloo connectFullMesh failed with [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:152] timed out connecting: SO_ERROR: Connection refused, remote=[127.0.0.1]:28590$2",
+    "RuntimeError: Gloo connectFullMesh failed with [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:152] timed out connecting: SO_ERROR: Connection refused, remote=[127.0.0.1]:28590$2",
+    "RuntimeError: [enforce fail at /__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/device.cc:84] ifa != nullptr. Unable to find address for: nonexistent0",
+    "Fatal Python error: Aborted",
+    "Thread 0x00007f91af218b80 (most recent call first):",
+    '  File "/tmp/torchenv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", line 3252 in all_reduce',
+    "Extension modules: numpy._core._multiarray_umath, numpy.linalg._umath_linalg, torch._C, torch._C._dynamo.autograd_compiler, torch._C._dynamo.eval_frame, torch._C._dynamo.guards, torch._C._dynamo.utils, torch._C._fft, torch._C._linalg, torch._C._nested, torch._C._nn, torch._C._sparse, torch._C._special (total: 13)",
     "torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError",
     "torch.distributed.elastic.rendezvous.api.RendezvousClosedError",
     "torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: The connection to the C10d store has failed. See inner exception for details.",
@@ -117,7 +148,7 @@ SAMPLE_LINES = [
 ]
 
 _LITERALS = ["out of memory", "CUDA error", "Assertion `", "Traceback (most recent call last)", '  File "',
-             "Fatal Python error", "most recent call first", "gloo", "Gloo", "Timed out waiting",
+             "Fatal Python error", "most recent call first", "Extension modules:", "gloo", "Gloo", "Timed out waiting",
              "Rendezvous", "DistStoreError", "DistNetworkError", "clients joined", "***", "core dumped",
              "Segmentation fault", "Bus error", "Cuda failure", "Aborted", "Killed", "Illegal instruction",
              "Floating point exception", "sequence number:", "collective entry", "Too many mismatches",
@@ -134,6 +165,7 @@ MEMORY_SCHEMA = {
 EVENTS_SCHEMA = {
     "line_no": pl.UInt32, "kind": pl.String, "exc_type": pl.String, "detail": pl.String,
     "message": pl.String, "exc_line_no": pl.UInt32, "frames": pl.Int64, "value": pl.Float64,
+    "cause": pl.String, "peer": pl.String, "op": pl.String, "ts": pl.Datetime("us"),
 }
 STACKS_SCHEMA = {
     "line_no": pl.UInt32, "dump_index": pl.Int64, "pid": pl.Int64, "cmdline": pl.String,
@@ -172,7 +204,11 @@ _CUDA_CLASSES = [
 
 # (kind, regex on text, detail group or None)
 _SINGLE = [
-    ("gloo_error", r"gloo/[\w/]+\.cc:\d+\]\s*(?P<d>.*)$", "d"),
+    # gloo refusing a message larger than the buffer posted for it: the ranks called the
+    # collective with different sizes (a desync, not a consequence of another failure).
+    ("gloo_size_mismatch", r"gloo/[\w/]+\.(?:cc|h):\d+\]\s*(?P<d>.*Received data size doesn't match expected size.*)$", "d"),
+    ("gloo_error", r"Gloo connectFullMesh failed with\s*(?:\[[^\]]*gloo/[\w/]+\.(?:cc|h):\d+\]\s*)?(?P<d>.*)$", "d"),
+    ("gloo_error", r"gloo/[\w/]+\.(?:cc|h):\d+\]\s*(?P<d>.*)$", "d"),
     ("gloo_error", r"(?P<d>Timed out waiting \d+ms for (?:send|recv)(?: operation)?)", "d"),
     ("gloo_error", r"Gloo connectFullMesh failed(?: with)?\s*(?P<d>.*)$", "d"),
     ("rendezvous_error", r"(?P<d>Rendezvous(?:Timeout|Closed|Connection|State)?Error)\b", "d"),
@@ -268,6 +304,103 @@ def _cuda_faults(df: pl.DataFrame) -> pl.DataFrame:
     return conform(out, EVENTS_SCHEMA)
 
 
+_GLOO_CAUSES = [
+    ("size_mismatch", "Received data size doesn't match expected size"),
+    ("connect_full_mesh", "connectFullMesh failed"),
+    ("connect_failed", r"failed to connect|timed out connecting|Connect timeout"),
+    ("recv_timeout", r"Timed out waiting \d+ms for recv"),
+    ("send_timeout", r"Timed out waiting \d+ms for send"),
+    ("peer_closed", "Connection closed by peer"),
+    ("peer_reset", "Connection reset by peer"),
+    ("enforce", r"\[enforce fail at "),
+]
+
+
+# the remote end a gloo pair names: `Connection closed by peer [ip]:port`, `Read error [ip]:port`,
+# `remote=[ip]:port` (connect failures)
+_PEER = r"(?:by peer|Read error|Write error|remote=) ?\[([^\]]+)\]:(\d+)"
+
+
+def _gloo_cause(text: pl.Expr) -> pl.Expr:
+    """What a gloo line says happened, as one word (``cause`` of gloo events)."""
+    out = pl.lit("other")
+    for name, pattern in reversed(_GLOO_CAUSES):
+        out = pl.when(text.str.contains(pattern)).then(pl.lit(name)).otherwise(out)
+    return out
+
+
+# torch.distributed's Python API -> the OpType name c10d prints in WorkNCCL(...) / Flight Recorder.
+_C10D_OPS = {
+    "all_reduce": "ALLREDUCE", "all_reduce_coalesced": "ALLREDUCE_COALESCED", "broadcast": "BROADCAST",
+    "reduce": "REDUCE", "all_gather": "ALLGATHER", "all_gather_into_tensor": "_ALLGATHER_BASE",
+    "_all_gather_base": "_ALLGATHER_BASE", "all_gather_object": "ALLGATHER", "gather": "GATHER",
+    "gather_object": "GATHER", "scatter": "SCATTER", "reduce_scatter": "REDUCE_SCATTER",
+    "reduce_scatter_tensor": "_REDUCE_SCATTER_BASE", "_reduce_scatter_base": "_REDUCE_SCATTER_BASE",
+    "all_to_all": "ALLTOALL", "all_to_all_single": "ALLTOALL_BASE", "barrier": "BARRIER",
+    "monitored_barrier": "BARRIER", "send": "SEND", "recv": "RECV", "isend": "SEND", "irecv": "RECV",
+    "batch_isend_irecv": "COALESCED", "broadcast_object_list": "BROADCAST",
+    "init_process_group": "INIT", "new_group": "INIT", "new_subgroups": "INIT",
+}
+
+
+def _stack_ops(stacks: pl.DataFrame) -> pl.DataFrame:
+    """Per stack (``dump_index``, ``thread_id``): the collective its innermost torch.distributed
+    frame is in (``op``, named as c10d's OpType), from a ``distributed_c10d.py`` frame."""
+    if stacks.is_empty():
+        return pl.DataFrame(schema={"dump_index": pl.Int64, "thread_id": pl.String, "thread_state": pl.String,
+                                    "op": pl.String})
+    c10d = stacks.filter(pl.col("file").fill_null("").str.ends_with("distributed_c10d.py")
+                         & pl.col("function").is_in(list(_C10D_OPS)))
+    return (c10d.sort("depth").group_by("dump_index", "thread_id", maintain_order=True)
+            .agg(pl.col("function").first(), pl.col("thread_state").first())
+            .select("dump_index", "thread_id", "thread_state",
+                    op=pl.col("function").replace_strict(_C10D_OPS, default=None, return_dtype=pl.String)))
+
+
+def _ops(events: pl.DataFrame, stacks: pl.DataFrame, st: pl.DataFrame | None) -> pl.DataFrame:
+    """``op`` of each traceback (its innermost ``distributed_c10d.py`` frame: ``dist.all_reduce``
+    -> ``ALLREDUCE``) and faulthandler dump (the crashing thread's), and of the gloo events its
+    collective raised: the traceback's exception line, or the line right before faulthandler's
+    ``Fatal Python error`` in the same stream (gloo's ``terminate ... what():`` aborts the process)."""
+    ops = _stack_ops(stacks)
+    if events.is_empty() or ops.is_empty():
+        return events
+    # a traceback has one thread; a faulthandler dump prefers the current thread, else the one
+    # thread that was in a collective
+    per_dump = (ops.with_columns(_cur=(pl.col("thread_state") == "current").fill_null(False))
+                .sort("_cur", descending=True).group_by("dump_index", maintain_order=True)
+                .agg(op=pl.col("op").first(), _n=pl.col("op").n_unique(), _cur=pl.col("_cur").first())
+                .filter(pl.col("_cur") | (pl.col("_n") == 1)).select(pl.col("dump_index").cast(pl.UInt32), "op"))
+    events = events.join(per_dump.rename({"dump_index": "line_no", "op": "_op"}), on="line_no", how="left").with_columns(
+        op=pl.coalesce("op", pl.when(pl.col("kind").is_in(["python_traceback", "faulthandler"])).then(pl.col("_op")))
+    ).drop("_op")
+    by_exc = events.filter(pl.col("kind") == "python_traceback").drop_nulls(["exc_line_no", "op"]).select(
+        line_no="exc_line_no", _op="op")
+    events = events.join(by_exc, on="line_no", how="left").with_columns(
+        op=pl.when(pl.col("kind").str.starts_with("gloo")).then(pl.coalesce("op", "_op")).otherwise(pl.col("op"))
+    ).drop("_op")
+    fatal = events.filter((pl.col("kind") == "faulthandler") & pl.col("op").is_not_null())
+    if st is not None and not fatal.is_empty():
+        pos = st.select("line_no", "_stream", "_seq")
+        gloo = (events.filter(pl.col("kind").str.starts_with("gloo") & pl.col("op").is_null()).select("line_no")
+                .join(pos, on="line_no").sort("_seq"))
+        fatal = fatal.select("line_no", _fop="op").join(pos, on="line_no").sort("_seq")
+        if not gloo.is_empty():
+            near = gloo.join_asof(fatal.rename({"line_no": "_fline", "_seq": "_fseq"}), left_on="_seq", right_on="_fseq",
+                                  by="_stream", strategy="forward", check_sortedness=False)
+            near = near.filter((pl.col("_fseq") - pl.col("_seq")) <= 2).select("line_no", _op="_fop")
+            events = events.join(near, on="line_no", how="left").with_columns(
+                op=pl.coalesce("op", "_op")).drop("_op")
+    return events
+
+
+def _glog_ts(text: pl.Expr) -> pl.Expr:
+    """The time of a line with a glog header (``[E1203 08:38:47.093852657 ProcessGroupGloo.cpp:67]``):
+    without it, a restart's gloo errors would have no time to place them in their attempt."""
+    h = text.str.extract_groups(rf"^\[{GLOG}")
+    return glog_timestamp(h.struct.field("mmdd"), h.struct.field("hms"), h.struct.field("frac"))
+
+
 def _singles(df: pl.DataFrame) -> pl.DataFrame:
     parts = []
     taken = pl.Series("line_no", [], dtype=pl.UInt32)
@@ -283,8 +416,12 @@ def _singles(df: pl.DataFrame) -> pl.DataFrame:
             message=pl.col("text"),
             value=pl.coalesce(pl.col("text").str.extract(r"Timed out waiting (\d+)ms", 1),
                               pl.col("text").str.extract(r"sequence number: (\d+)", 1),
-                              pl.col("text").str.extract(r"^Collective sequence number: (\d+)", 1))
+                              pl.col("text").str.extract(r"^Collective sequence number: (\d+)", 1),
+                              pl.col("text").str.extract(r"\. (\d+) vs \d+\. Received data size", 1))
             .cast(pl.Float64, strict=False),
+            cause=_gloo_cause(pl.col("text")) if kind.startswith("gloo") else pl.lit(None, dtype=pl.String),
+            peer=pl.col("text").str.extract(_PEER, 1) + ":" + pl.col("text").str.extract(_PEER, 2),
+            ts=_glog_ts(pl.col("text")),
         ), EVENTS_SCHEMA))
     return pl.concat(parts) if parts else pl.DataFrame(schema=EVENTS_SCHEMA)
 
@@ -292,6 +429,7 @@ def _singles(df: pl.DataFrame) -> pl.DataFrame:
 _TB_HEAD = r"^\s*Traceback \(most recent call last\):\s*$"
 _TB_FRAME = r'^\s+File "(?P<file>[^"]*)", line (?P<line>\d+)(?:, in (?P<func>.*?))?\s*$'
 _FH_FATAL = r"^\s*Fatal Python error: (?P<what>.*?)\s*$"
+_FH_MODULES = r"^\s*Extension modules: .*\(total: \d+\)\s*$"
 _FH_THREAD = r"^\s*(?:(?P<current>Current thread)|Thread) (?P<tid>0x[0-9a-fA-F]+) \(most recent call first\):\s*$|^\s*Stack \(most recent call first\):\s*$"
 _FH_FRAME = r'^\s+File "(?P<file>[^"]*)", line (?P<line>\d+) in (?P<func>.*?)\s*$'
 
@@ -370,7 +508,9 @@ def _faulthandler(st: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.Seri
         message=pl.col("text").str.strip_chars())
     nframes = frames.group_by("_fatal_line").agg(frames=pl.len()).rename({"_fatal_line": "line_no"})
     events = fatal.join(nframes, on="line_no", how="left").with_columns(pl.col("frames").fill_null(0))
-    consumed = pl.concat([df.filter(pl.col("_fatal") | pl.col("_thread"))["line_no"], frames["line_no"]])
+    # Python >= 3.10 ends the dump with the C extension modules loaded (`(total: N)`)
+    modules = df.filter(pl.col("_fatal_line").is_not_null() & pl.col("text").str.contains(_FH_MODULES))["line_no"]
+    consumed = pl.concat([df.filter(pl.col("_fatal") | pl.col("_thread"))["line_no"], frames["line_no"], modules])
     return conform(events, EVENTS_SCHEMA).sort("line_no"), conform(stacks, STACKS_SCHEMA).sort("line_no"), consumed
 
 
@@ -395,5 +535,6 @@ def parse(lines: pl.DataFrame) -> ParseResult:
     events = pl.concat([f for f in (oom_events, faults, singles, tb_events, fh_events) if f is not None]).sort("line_no")
     stack_parts = [f for f in (tb_stacks, fh_stacks) if f is not None and not f.is_empty()]
     stacks = pl.concat(stack_parts).sort("line_no") if stack_parts else pl.DataFrame(schema=STACKS_SCHEMA)
+    events = _ops(events, stacks, st)
     consumed = pl.concat([consumed_of(memory, events), tb_consumed.cast(pl.UInt32), fh_consumed.cast(pl.UInt32)]).unique().sort()
     return ParseResult(tables={"memory": memory, "events": events, "stacks": stacks}, consumed=consumed)

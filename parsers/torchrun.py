@@ -19,6 +19,14 @@ section 1):
   first block lost its ``[N]:`` line (kept with a null ``block_index``; ``line_no`` is then
   the block's first field line).
 
+``table_line`` is the table's ``<entrypoint> FAILED`` title line (the block's own first line when
+a paste lost it): the rows of one table are one node agent's statements.
+
+``events`` -- one ``worker_exit`` row per failure block with a non-zero exit (``detail`` the
+signal, or ``exitcode 3`` for a bare exit with no signal), ``reported_rank``,
+``reported_local_rank``, ``reported_pid`` as the block states them (the line is the agent's:
+its attribution has no rank), ``exitcode``, ``signal``, ``root_cause``.
+
 ``signal`` comes from the ``(SIGABRT)`` suffix, else from ``Signal 6 (SIGABRT) received by
 PID``, else from a negative exit code (Linux numbering).
 
@@ -46,6 +54,11 @@ PID``, else from a negative exit code (Linux numbering).
   group`` (``key`` = ``attempts_left``, ``value`` = ``3/3``), ``[default] Detected 1 new nodes
   from group_rank=4; will restart worker group`` (a membership change, no attempt used) and
   ``Restarting worker group``;
+* ``rendezvous``: the agent's ``[default] Rendezvous complete for workers. Result:`` block
+  (INFO) -- one row per ``  key=value`` line (``restart_count``, ``master_addr``,
+  ``group_rank``, ``group_world_size``, ``local_ranks``, ``role_ranks``, ``global_ranks``, ...)
+  and one per worker at the ``global_ranks=`` line (``key`` ``global_rank``, ``local_rank`` L,
+  ``value`` its global rank): the agent's own statement of its mapping;
 * ``group_finished``: ``[default] worker group successfully finished. Waiting 300 seconds for
   other agents to finish.`` (this node's workers all exited 0);
 * ``death_signal``: ``Received Signals.SIGTERM death signal, shutting down workers`` and
@@ -118,6 +131,19 @@ SAMPLE_LINES = [
     "  monitor_interval : 5",
     "  log_dir          : /tmp/torchelastic_abc",
     "  metrics_cfg      : {}",
+    # the agent's rendezvous result (INFO; real torch 2.13, the second of two agents: tests/torch_runs)
+    "I1203 07:48:19.551000 5919 torch/distributed/elastic/agent/server/api.py:553] [default] Rendezvous complete for workers. Result:",
+    "I1203 07:48:19.551000 5919 torch/distributed/elastic/agent/server/api.py:553]   restart_count=0",
+    "I1203 07:48:19.551000 5919 torch/distributed/elastic/agent/server/api.py:553]   master_addr=localhost",
+    "I1203 07:48:19.551000 5919 torch/distributed/elastic/agent/server/api.py:553]   master_port=37905",
+    "I1203 07:48:19.551000 5919 torch/distributed/elastic/agent/server/api.py:553]   group_rank=1",
+    "I1203 07:48:19.551000 5919 torch/distributed/elastic/agent/server/api.py:553]   group_world_size=2",
+    "I1203 07:48:19.551000 5919 torch/distributed/elastic/agent/server/api.py:553]   local_ranks=[0, 1]",
+    "I1203 07:48:19.551000 5919 torch/distributed/elastic/agent/server/api.py:553]   role_ranks=[2, 3]",
+    "I1203 07:48:19.551000 5919 torch/distributed/elastic/agent/server/api.py:553]   global_ranks=[2, 3]",
+    "I1203 07:48:19.551000 5919 torch/distributed/elastic/agent/server/api.py:553]   role_world_sizes=[4, 4]",
+    "I1203 07:48:19.551000 5919 torch/distributed/elastic/agent/server/api.py:553]   global_world_sizes=[4, 4]",
+    "I1203 07:48:19.551000 5919 torch/distributed/elastic/agent/server/api.py:553]   event_log_handler=null",
     "INFO:torch.distributed.elastic.agent.server.api:[default] Worker group FAILED. "
     "3/3 attempts left; will restart worker group",
     "[default] Restarting worker group",
@@ -138,6 +164,7 @@ SAMPLE_LINES = [
 
 EXITS_SCHEMA = {
     "line_no": pl.UInt32,
+    "table_line": pl.UInt32,
     "entrypoint": pl.String,
     "block_index": pl.Int64,
     "root_cause": pl.Boolean,
@@ -162,6 +189,26 @@ AGENT_SCHEMA = {
     "signal": pl.String,
     "key": pl.String,
     "value": pl.String,
+}
+
+# One event per failure block, so that a worker's end is on the timeline with the others'
+# failures: ``kind`` ``worker_exit``; ``detail`` ``exitcode 3`` (a bare non-zero exit: no signal,
+# and often no traceback: ``sys.exit(3)``, ``os._exit``) or the signal's name; ``reported_rank``,
+# ``reported_local_rank``, ``reported_pid`` are what the summary names (the line is the agent's, so
+# its own attribution has no rank; ``rank`` stays the attribution's, as on every event; the
+# names follow ``parsers.trainlog``'s ``reported_rank``).
+EVENTS_SCHEMA = {
+    "line_no": pl.UInt32,
+    "kind": pl.String,
+    "exc_type": pl.String,
+    "detail": pl.String,
+    "message": pl.String,
+    "reported_rank": pl.Int64,
+    "reported_local_rank": pl.Int64,
+    "reported_pid": pl.Int64,
+    "exitcode": pl.Int64,
+    "signal": pl.String,
+    "root_cause": pl.Boolean,
 }
 
 SLURM_SCHEMA = {
@@ -222,6 +269,8 @@ _FINISHED = r"(?P<state>worker group successfully finished)"
 _DEATH = r"Received (?P<signal>[\w.]+) death signal"
 _SIGNAL_EXCEPTION = r"SignalException: Process (?P<pid>\d+) got signal: (?P<signal>[\w.]+)"
 _LAUNCH_HEADER = "Starting elastic_operator with launch configs"
+_RDZV_HEADER = "Rendezvous complete for workers"
+_RDZV_LINE = r"^\s+(?P<key>[a-z][a-z0-9_]*)=(?P<value>.*?)\s*$"
 _CONFIG_LINE = r"^\s+(?P<key>[a-z][a-z0-9_]*)\s*: ?(?P<value>.*?)\s*$"
 
 # --- slurm ---------------------------------------------------------------------------------
@@ -316,6 +365,9 @@ def _exits(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.Series]:
         .when(pl.col("kind") == "root").then(pl.lit("root"))
         .forward_fill().over(s),
         block=pl.when(is_start).then(pl.col("line_no")).forward_fill().over(s),
+        # The table a block belongs to: its `<entrypoint> FAILED` title line (one table per
+        # node agent), or the block's own first line in a paste that lost the title.
+        _title=pl.when(pl.col("kind") == "entry").then(pl.col("line_no")).forward_fill().over(s),
     )
     rows = cand.filter(pl.col("kind").is_in(["header", "field"]) & pl.col("block").is_not_null())
     if rows.is_empty():
@@ -326,6 +378,7 @@ def _exits(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.Series]:
 
     blocks = rows.group_by("block", maintain_order=True).agg(
         line_no=pl.col("line_no").first(),
+        table_line=pl.coalesce(pl.col("_title").first(), pl.col("line_no").first()),
         entrypoint=pl.col("entrypoint").first(),
         block_index=pl.col("index").first(),
         section=pl.col("section").first(),
@@ -469,6 +522,7 @@ def _agent(df: pl.DataFrame) -> pl.DataFrame:
             kind=pl.lit("launch_config"), key="key", value="value",
         ))
 
+    frames.extend(_rendezvous(df))
     if not frames:
         return _empty(AGENT_SCHEMA)
     out = pl.concat(frames, how="diagonal_relaxed")
@@ -483,6 +537,46 @@ def _agent(df: pl.DataFrame) -> pl.DataFrame:
     return out.select(
         [pl.col(c).cast(dtype, strict=False) for c, dtype in AGENT_SCHEMA.items()]
     ).sort("line_no")
+
+
+def _rendezvous(df: pl.DataFrame) -> list[pl.DataFrame]:
+    """The agent's ``Rendezvous complete for workers. Result:`` block (INFO): one ``rendezvous``
+    row per ``  key=value`` line after it, and one per worker at its ``global_ranks=`` line
+    (``key`` ``global_rank``, ``local_rank`` L, ``value`` the global rank: the agent's own
+    statement of which global rank each of its local ranks is)."""
+    t = pl.col("text")
+    banner = t.str.contains(_RDZV_HEADER, literal=True)
+    cand = df.filter(banner | (t.str.contains("=", literal=True)
+                               & (t.str.starts_with(" ") | t.str.contains("]   ", literal=True))))
+    if cand.is_empty() or not cand.select(banner.any()).item():
+        return []
+    cand = _logger_head(cand)
+    kv = pl.col("msg").str.extract_groups(_RDZV_LINE)
+    cand = cand.with_columns(
+        is_banner=pl.col("msg").str.contains(_RDZV_HEADER, literal=True),
+        key=kv.struct.field("key"), value=kv.struct.field("value"),
+    ).filter(pl.col("is_banner") | pl.col("key").is_not_null())
+    s = "_stream"
+    contiguous_prev = (pl.col("_seq").shift(1).over(s) == pl.col("_seq") - 1).fill_null(False)
+    start = pl.col("is_banner") | ~contiguous_prev
+    cand = cand.with_columns(
+        _banner_ts=pl.when(start).then(pl.col("ts")).forward_fill().over(s),
+        _block=pl.when(start).then(pl.when(pl.col("is_banner")).then(pl.col("line_no"))).forward_fill().over(s),
+        _from_banner=pl.when(start).then(pl.col("is_banner")).forward_fill().over(s),
+    )
+    rows = cand.filter(pl.col("_from_banner") & ~pl.col("is_banner")).with_columns(
+        ts=pl.coalesce("ts", "_banner_ts"))
+    heads = cand.filter(pl.col("is_banner")).select("line_no", "ts", kind=pl.lit("rendezvous"))
+    keys = rows.select("line_no", "ts", kind=pl.lit("rendezvous"), key="key", value="value")
+    lists = rows.filter(pl.col("key").is_in(["local_ranks", "global_ranks"])).select(
+        "_block", "key", "line_no", "ts", ranks=pl.col("value").str.extract_all(r"-?\d+"))
+    local = lists.filter(pl.col("key") == "local_ranks").select("_block", _local="ranks")
+    workers = (lists.filter(pl.col("key") == "global_ranks").join(local, on="_block", how="inner")
+               .filter(pl.col("ranks").list.len() == pl.col("_local").list.len())
+               .explode(["ranks", "_local"])
+               .select("line_no", "ts", kind=pl.lit("rendezvous"), key=pl.lit("global_rank"),
+                       local_rank=pl.col("_local"), value="ranks"))
+    return [heads, keys, workers]
 
 
 def _slurm(df: pl.DataFrame) -> pl.DataFrame:
@@ -527,10 +621,26 @@ def _slurm(df: pl.DataFrame) -> pl.DataFrame:
 def parse(lines: pl.DataFrame) -> ParseResult:
     if lines is None or lines.is_empty() or "text" not in lines.columns:
         return ParseResult(tables={"exits": _empty(EXITS_SCHEMA), "agent": _empty(AGENT_SCHEMA),
-                                   "slurm": _empty(SLURM_SCHEMA)})
+                                   "slurm": _empty(SLURM_SCHEMA), "events": _empty(EVENTS_SCHEMA)})
     df = with_stream(lines).with_columns(pl.col("text").fill_null(""))
     exits, exit_lines = _exits(df)
     agent = _agent(df)
     slurm = _slurm(df)
     consumed = consumed_of(agent, slurm, pl.DataFrame({"line_no": exit_lines}))
-    return ParseResult(tables={"exits": exits, "agent": agent, "slurm": slurm}, consumed=consumed)
+    return ParseResult(tables={"exits": exits, "agent": agent, "slurm": slurm, "events": _exit_events(exits)},
+                       consumed=consumed)
+
+
+def _exit_events(exits: pl.DataFrame) -> pl.DataFrame:
+    rows = exits.filter(pl.col("exitcode").is_not_null() & (pl.col("exitcode") != 0))
+    signal = pl.when(pl.col("signal").is_not_null()).then(pl.concat_str([pl.lit(" ("), pl.col("signal"), pl.lit(")")]))
+    root = pl.when(pl.col("root_cause")).then(pl.lit(", torchrun's root cause"))
+    return rows.select(
+        "line_no", kind=pl.lit("worker_exit"), exc_type=pl.lit(None, dtype=pl.String),
+        detail=pl.coalesce(pl.col("signal"), pl.concat_str([pl.lit("exitcode "), pl.col("exitcode").cast(pl.String)])),
+        message=pl.concat_str([pl.lit("rank "), pl.col("rank").cast(pl.String).fill_null("?"), pl.lit(" exitcode "),
+                               pl.col("exitcode").cast(pl.String), signal.otherwise(pl.lit("")),
+                               root.otherwise(pl.lit(""))]),
+        reported_rank="rank", reported_local_rank="local_rank", reported_pid="pid",
+        exitcode="exitcode", signal="signal", root_cause="root_cause",
+    ).cast(EVENTS_SCHEMA)
