@@ -20,7 +20,8 @@ from datetime import datetime, timedelta
 import polars as pl
 
 from analyzer.ranges import rank_ranges
-from analyzer.render import action_items, finding_details, known, rank_count, rule_error_lines, safe, time_span
+from analyzer.render import (action_items, finding_details, known, outcome_lines, rank_count, rule_error_lines, safe,
+                             time_span)
 
 WINDOW = timedelta(minutes=15)
 BUCKETS = 180
@@ -59,7 +60,7 @@ def html_report(report: dict, run=None) -> str:
     parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
              '<meta name="viewport" content="width=device-width, initial-scale=1">',
              "<title>postmortem report</title>", f"<style>{CSS}</style></head><body>",
-             "<h1>postmortem report</h1>",
+             "<h1>postmortem report</h1>", *_outcome(report),
              f'<div class="verdict" style="--c:{colour}"><span class="badge" style="--c:{colour}">{e(v["status"])}'
              f'</span><b>{e(v["category"])}</b> <span class="muted">confidence {v["confidence"]:.2f}</span>'
              f"<p>{e(v['sentence'])}</p></div>"]
@@ -72,6 +73,13 @@ def html_report(report: dict, run=None) -> str:
     parts += _coverage(report)
     parts.append(f'<p class="muted">{e(report["generator"])} &middot; {e(report["schema"])}</p></body></html>')
     return "\n".join(parts) + "\n"
+
+
+def _outcome(report: dict) -> list[str]:
+    """What happened to the job, above the verdict (why)."""
+    headline, basis = outcome_lines(report)
+    items = "".join(f"<li>{e(line)}</li>" for line in basis)
+    return [f'<p class="outcome"><b>Outcome:</b> {e(headline)}</p>' + (f"<ul>{items}</ul>" if items else "")]
 
 
 def _rule_errors(report: dict) -> list[str]:

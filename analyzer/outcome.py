@@ -299,7 +299,11 @@ def _completion_signs(run, attempt, finished: set) -> list[Sign]:
                      (*_WHERE, "ts", "iteration"))
         if not last.is_empty():
             r = last.sort("line_no").row(-1, named=True)
-            out.append(_sign("completed", f"{len(finished)} rank(s) reached the last step ({r['iteration']})",
+            named = sorted(r for r in finished if r is not None)
+            who = f"ranks {', '.join(map(str, named))}" if len(named) > 1 else f"rank {named[0]}" if named \
+                else "an unattributed rank"
+            # Trainers often log progress from one rank only: say whose log shows it, not "N ranks".
+            out.append(_sign("completed", f"the last step ({r['iteration']}) was reached ({who}'s log)",
                              "last_step", r))
     return out
 
@@ -393,7 +397,9 @@ def _last_steps(run, attempt) -> dict:
 def _text(row: dict, cache: dict) -> str:
     from analyzer.store import line_text
 
+    if row.get("abs_path") is None or row.get("offset") is None:
+        return ""
     try:
-        return line_text(row["abs_path"], row["offset"], row["length"], cache).rstrip("\r\n")
+        return line_text(row["abs_path"], row["offset"], row["length"] or 0, cache).rstrip("\r\n")
     except OSError:
         return ""

@@ -127,13 +127,43 @@ def rule_error_lines(report: dict) -> tuple[str, list[str]]:
     return heading, lines
 
 
+def outcome_lines(report: dict) -> tuple[str, list[str]]:
+    """What happened to the job, before why (every format): a headline such as ``failed`` or
+    ``completed after a restart (recovered)``, then the signs it was decided from and, with torchrun
+    restarts, one line per attempt with its outcome and last step."""
+    o = report.get("outcome") or {}
+    outcome = o.get("outcome") or "unknown"
+    attempts = (report.get("attempts") or {}).get("all") or []
+    headline = outcome
+    if o.get("recovered"):
+        failed = sum(a.get("outcome") in ("failed", "hung") for a in attempts[:-1])
+        headline = f"completed after {failed} failed attempt(s) (recovered)"
+    elif len(attempts) > 1:
+        headline = (f"{outcome} (in attempt {o.get('attempt')}, the last of {len(attempts)}: the workers were "
+                    f"restarted {len(attempts) - 1} time(s))")
+    lines = []
+    for b in (o.get("basis") or [])[:3]:
+        where = f" ({b['path']}:{b['line']})" if known(b.get("path")) and known(b.get("line")) else ""
+        lines.append(f"{b['what']}{where}")
+    analysed = (report.get("attempts") or {}).get("analysed")
+    for a in attempts if len(attempts) > 1 else []:
+        result = a.get("outcome") or "unknown"
+        if known(a.get("last_step")):
+            result += f" {'at' if result == 'completed' else 'after'} step {a['last_step']}"
+        mark = " (the findings below are of this attempt)" if a["attempt"] == analysed else ""
+        lines.append(f"attempt {a['attempt']}: {result}{mark}: {a['verdict'].split('. ')[0].split('; ')[0].rstrip('.')}")
+    return headline, lines
+
+
 def _attempts(report: dict) -> int:
     return len((report.get("attempts") or {}).get("all") or [])
 
 
 def text_report(report: dict) -> str:
     v = report["verdict"]
-    out = [f"VERDICT ({v['status']}, confidence {v['confidence']:.2f}): {safe(v['sentence'])}", ""]
+    headline, basis = outcome_lines(report)
+    out = [f"OUTCOME: {safe(headline)}", *[f"  {safe(line)}" for line in basis],
+           f"VERDICT ({v['status']}, confidence {v['confidence']:.2f}): {safe(v['sentence'])}", ""]
     heading, failed = rule_error_lines(report)
     if failed:
         out += [heading + ":", *[f"  ! {safe(line)}" for line in failed], ""]
@@ -172,11 +202,7 @@ def text_report(report: dict) -> str:
 def _summary_lines(report: dict) -> list[str]:
     r = report["run"]
     t = report["inputs"]["totals"]
-    att = report["attempts"]
     lines = [f"Run: {run_size(r)}; NCCL {', '.join(r['nccl_versions']) or 'version unknown'}; time {time_span(r)}"]
-    if len(att["all"]) > 1:
-        lines.append(f"Attempts: analysed attempt {att['analysed']} of " + ", ".join(
-            f"{a['attempt']} ({a['errors']} error(s))" for a in att["all"]))
     lines.append(f"Inputs: {t['files']} files ({t['skipped']} skipped), {t['lines']} lines: "
                  f"{t['parsed_lines']} parsed, {t['unparsed_lines']} unparsed")
     n = report["inputs"]["nccl_lines"]
@@ -216,8 +242,10 @@ def time_span(r: dict) -> str:
 
 def markdown_report(report: dict) -> str:
     v = report["verdict"]
-    out = ["# postmortem report", "", f"**Verdict ({v['status']}, confidence {v['confidence']:.2f}):** "
-           + _md_text(v["sentence"]), ""]
+    headline, basis = outcome_lines(report)
+    out = ["# postmortem report", "", f"**Outcome:** {_md_text(headline)}", ""]
+    out += [f"- {_md_text(line)}" for line in basis] + ([""] if basis else [])
+    out += [f"**Verdict ({v['status']}, confidence {v['confidence']:.2f}):** " + _md_text(v["sentence"]), ""]
     heading, failed = rule_error_lines(report)
     if failed:
         out += ["## Partial report", "", f"**{_md_text(heading)}.**", ""]

@@ -124,7 +124,7 @@ def build_report(run: Run) -> dict:
         store_report(run, cached)
         return cached
     report = _fresh_report(run)
-    if key:
+    if key and not report["rule_errors"]:  # a partial report is not worth keeping: rerun the rules
         cache.save_report(key, run.con, report)
     return report
 
@@ -132,14 +132,23 @@ def build_report(run: Run) -> dict:
 def _fresh_report(run: Run) -> dict:
     attempts = run.info.get("attempts") or [0]
     per_attempt = {a: run_rules(run, a) for a in attempts}
-    failed = [a for a in attempts if any(f.severity in ("error", "warning") for f in per_attempt[a][1])]
-    analysed = failed[-1] if failed else attempts[-1]
+    verdicts = {a: _verdict(per_attempt[a][1], per_attempt[a][0].outcome) for a in attempts}
+    analysed = _analysed_attempt(attempts, per_attempt, verdicts)
     ctx, findings = per_attempt[analysed]
-    verdict = _verdict(findings, ctx.outcome)
+    verdict = verdicts[analysed]
+    outcome = _outcome(run, per_attempt)
+    last = attempts[-1]
+    if analysed != last:
+        if outcome.get("recovered"):
+            lead = f"The job recovered: attempt {last} completed after attempt {analysed} failed."
+        else:
+            lead = (f"The job {outcome['outcome']} in attempt {last} "
+                    f"({_first_clause(verdicts[last]['sentence'])}) after a restart; the cause is in attempt {analysed}.")
+        verdict = {**verdict, "sentence": f"{lead} Attempt {analysed}: {verdict['sentence']}"}
     report = {
         "schema": SCHEMA,
         "generator": f"postmortem {VERSION}",
-        "outcome": _outcome(run, per_attempt),
+        "outcome": outcome,
         "verdict": verdict,
         "actions": _actions(ctx, findings, verdict),
         "findings": [f.to_dict() for f in findings],
@@ -149,7 +158,7 @@ def _fresh_report(run: Run) -> dict:
             "all": [{"attempt": a, "findings": len(per_attempt[a][1]),
                      "errors": sum(f.severity == "error" for f in per_attempt[a][1]),
                      "outcome": per_attempt[a][0].outcome["outcome"], "last_step": _last_step(per_attempt[a][0]),
-                     "verdict": _verdict(per_attempt[a][1], per_attempt[a][0].outcome)["sentence"]} for a in attempts],
+                     "verdict": verdicts[a]["sentence"]} for a in attempts],
         },
         "run": _run_summary(run, ctx),
         "inputs": _inputs(run),
@@ -160,6 +169,19 @@ def _fresh_report(run: Run) -> dict:
     store_findings(run, [f for a in attempts for f in per_attempt[a][1]])
     store_report(run, report)
     return report
+
+
+def _analysed_attempt(attempts: list, per_attempt: dict, verdicts: dict):
+    """The attempt the report leads with: the latest that failed with a cause named; else the
+    latest failed one; else the last. A restart that fails at once (every rank's reconnect times
+    out, no rule names a cause) is the consequence of the attempt before it, not a new cause."""
+    failed = [a for a in attempts if any(f.severity in ("error", "warning") for f in per_attempt[a][1])]
+    explained = [a for a in failed if verdicts[a]["status"] not in ("undetermined", "unknown")]
+    return explained[-1] if explained else failed[-1] if failed else attempts[-1]
+
+
+def _first_clause(sentence: str) -> str:
+    return sentence.split(". ")[0].split(": ")[0].rstrip(".")
 
 
 def _outcome(run: Run, per_attempt: dict) -> dict:
@@ -333,7 +355,7 @@ def _overlap(a, b) -> bool:
 def _where(f) -> str:
     if f.gpus:
         places = ", ".join(
-            (g.get("node") or "?") + (f" GPU {g['cuda_dev']}" if g.get("cuda_dev") is not None else "")
+            (g.get("node") or "an unknown node") + (f" GPU {g['cuda_dev']}" if g.get("cuda_dev") is not None else "")
             + (f" ({g['bus_id']})" if g.get("bus_id") else "") for g in f.gpus[:3])
         return (f"rank {rank_ranges(f.ranks)} on {places}" if f.ranks else places)
     if f.ranks:
@@ -502,8 +524,9 @@ def _run_summary(run: Run, ctx) -> dict:
                 spans += [v for v in row if v is not None]
     return {
         "ranks": run.info.get("world_size"),
+        "ranks_source": run.info.get("world_size_source"),
         "ranks_seen": len(ranks),
-        "nodes": sorted(set(ranks["node"].drop_nulls().to_list())),
+        "nodes": _nodes(run, ranks),
         "gpu_model": _gpu_model(run),
         "nccl_versions": versions,
         "time_span": {"start": str(min(spans)) if spans else None, "end": str(max(spans)) if spans else None,
@@ -511,6 +534,15 @@ def _run_summary(run: Run, ctx) -> dict:
                       "zone": "as printed (glog and Megatron print local time without a zone)"},
         "rank_mapping": ranks.group_by("confidence").len().sort("confidence").to_dicts(),
     }
+
+
+def _nodes(run: Run, ranks) -> list[str]:
+    """The hosts the run names: from the rank mapping, and from NCCL's line prefixes (which name
+    every process's host even when no rank mapping could be made)."""
+    hosts = set(ranks["node"].drop_nulls().to_list())
+    if "host" in run.columns("nccl_processes"):
+        hosts |= set(run.frame("SELECT DISTINCT host FROM nccl_processes WHERE host IS NOT NULL")["host"].to_list())
+    return sorted(hosts)
 
 
 def _gpu_model(run: Run) -> dict | None:

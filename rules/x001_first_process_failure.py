@@ -38,7 +38,7 @@ from datetime import datetime
 
 import polars as pl
 
-from rules.base import Context, Finding
+from rules.base import Context, Finding, with_columns
 from rules.crash_model import Failure, explain_exit, first_failure, first_timeout, oom_kills, timed_out_ranks
 from rules.hang_model import analyse_hang
 
@@ -66,9 +66,15 @@ def check(ctx: Context) -> list[Finding]:
             return []
     kill = next((k for k in oom_kills(ctx) if k.get("rank") == first.rank), None)
     how, confidence = _how(first, kill)
+    terminate = _terminate_line(ctx, first) if first.how == "signal" and first.signal == "SIGABRT" else None
     gpu = ctx.gpu_of(first.rank)
     node = first.node or gpu.get("node")
     evidence = [_field_line(ctx, i, n, note) for i, n, note in first.evidence[:2]]
+    if terminate is not None:
+        how = (f"ended on SIGABRT after 'terminate called {terminate['detail'] or ''}' (C++ std::terminate: "
+               "a std::thread destroyed while still joinable, or an exception escaping a noexcept function; "
+               "its last lines say where)")
+        evidence.insert(0, ctx.evidence(terminate["input_id"], terminate["line_no"], note="its std::terminate"))
     if kill is not None:
         evidence.append(ctx.evidence(kill["input_id"], kill["line_no"], note="kernel log: the OOM killer killed it"))
     cascade = _cascade(ctx, first, [*tied, *rest])
@@ -94,7 +100,8 @@ def check(ctx: Context) -> list[Finding]:
         then.append(f"{len(torn)} rank(s) were then stopped with SIGTERM by the agent or Slurm")
     if waited:
         then.append(f"{len(waited)} rank(s) timed out or failed waiting for it")
-    code_text = explain_exit(first.exitcode, short=kill is not None or first.how in ("exception", "cuda"))
+    code_text = explain_exit(first.exitcode, short=kill is not None or terminate is not None
+                             or first.how in ("exception", "cuda"))
     message = (f"rank {first.rank}{f' on {node}' if node else ''} {how}{when} ({code_text}); it failed first "
                f"(order: {order}{f', {gap:.0f} s before the next rank' if gap is not None else ''})"
                + (f"; {'; '.join(then)}" if then else ""))
@@ -115,6 +122,15 @@ def check(ctx: Context) -> list[Finding]:
                              "order_basis": first.order_basis, "order_confidence": order, "gap_s": gap,
                              "uncertainty_s": first.uncertainty_s, "cascade": cascade,
                              "torn_down_ranks": torn})]
+
+
+def _terminate_line(ctx: Context, first: Failure) -> dict | None:
+    """The rank's own ``terminate called ...`` line, which says why it aborted when no watchdog did."""
+    events = ctx.table("events")
+    if events.is_empty() or not {"kind", "rank"} <= set(events.columns):
+        return None
+    rows = events.filter((pl.col("kind") == "terminate") & (pl.col("rank") == first.rank))
+    return rows.sort("line_no").row(0, named=True) if not rows.is_empty() else None
 
 
 def _how(first: Failure, kill: dict | None) -> tuple[str, float]:
@@ -148,7 +164,8 @@ def _cascade(ctx: Context, first: Failure, rest: list[Failure]) -> list[dict]:
             node = ctx.gpu_of(rank).get("node")
             rows[rank] = {"rank": rank, "node": node, "how": "timeout", "exitcode": rows.get(rank, {}).get("exitcode"),
                           "signal": rows.get(rank, {}).get("signal"), "time": str(t) if t else None}
-    agent = ctx.table("agent")
+    # Only some agent lines carry a kind or a time: a run may have neither column.
+    agent = with_columns(ctx.table("agent"), kind=pl.String, ts=pl.Datetime("us"))
     if not agent.is_empty() and "pid" in agent.columns and "pid" in ctx.ranks.columns:
         pids: dict[int, list[int]] = {}
         for r, pid in ctx.ranks.select("rank", "pid").iter_rows():

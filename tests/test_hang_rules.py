@@ -300,9 +300,14 @@ def test_corpus_sleep_with_its_own_progress_is_slow_solo_work(tmp_path):
     import shutil
 
     shutil.copytree(CORPUS / "sleep", tmp_path / "sleep")
+    import datetime
+    import re
+
     out = next((tmp_path / "sleep" / "logs").glob("*/attempt_0/1/stdout.log"))
+    last = re.findall(r"^ \[([\d-]+ [\d:]+)\] iteration", out.read_text(), re.M)[-1]
+    saved = datetime.datetime.fromisoformat(last) + datetime.timedelta(seconds=2)  # inside the sleep
     with out.open("a") as f:
-        f.write(" [2026-11-29 11:13:18] saving checkpoint at iteration       3 to /ckpt in torch_dist format\n")
+        f.write(f" [{saved:%Y-%m-%d %H:%M:%S}] saving checkpoint at iteration       3 to /ckpt in torch_dist format\n")
     report = _report(tmp_path / "sleep")
     h006 = _finding(report, "H006")
     assert h006 and h006["ranks"] == [1] and "H001" not in _codes(report)

@@ -51,7 +51,7 @@ def test_deadlock_names_the_culprit_on_open_and_lists_findings_by_severity(sampl
                 shown(screen, "#summary"), rows, table.has_focus, shown(screen, "#finding-text"))
     name, head, actions, summary, rows, focused, detail = drive(app, steps)
     assert name == "VerdictScreen" and focused
-    assert head.startswith(" CULPRIT ")
+    assert head.startswith("Outcome failed\n CULPRIT ")  # what happened, then why
     assert "Culprit rank 17 on h20-node-03 · GPU 1 (0000:2a:00.0)" in head
     assert "Rank 17 never entered the collective #7219" in head
     assert "GPU-hours lost: 201.1" in actions and "inspect, do not drain" in actions
@@ -114,7 +114,7 @@ def test_healthy_run_shows_no_culprit_and_no_error(sample_store):
         return (shown(screen, "#verdict-head"), actions, sevs, markers,
                 shown(screen, "#findings-heading"))
     head, actions, sevs, markers, heading = drive(app, steps)
-    assert head.startswith(" HEALTHY ") and "Culprit" not in head and "Culprit" not in actions
+    assert head.startswith("Outcome completed\n HEALTHY ") and "Culprit" not in head and "Culprit" not in actions
     assert "error" not in sevs and "warn" not in sevs and sevs
     assert all("culprit" not in m for m in markers)
     assert heading == "Findings 1 info" and calls == []

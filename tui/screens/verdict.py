@@ -22,7 +22,7 @@ from textual.widgets import DataTable, OptionList, Static
 from textual.widgets.option_list import Option
 
 from analyzer.ranges import hostlist, rank_ranges
-from analyzer.render import action_items, finding_details
+from analyzer.render import action_items, finding_details, known, or_unknown, outcome_lines, rank_count
 from tui.screens.base import BaseScreen, Table
 from tui.text import SEVERITY_STYLE, cell, join, plain
 
@@ -35,6 +35,8 @@ STATUS_STYLE = {
     "inconclusive": "bold white on purple4",
     "degraded": "bold black on dark_orange",
     "healthy": "bold white on green4",
+    "undetermined": "bold white on red3",
+    "unknown": "bold black on grey70",
 }
 SEGMENT_STYLE = {"t": "", "b": "bold", "c": "underline"}  # action_items: plain, label, value to copy
 
@@ -54,15 +56,24 @@ def where(f: dict) -> str:
     return " @ ".join(part for part in (ranks, nodes) if part)
 
 
-def gpu_words(g: dict) -> str:
-    return f"{g.get('node')} GPU {g.get('cuda_dev')} ({g.get('bus_id')})"
+def gpu_words(g: dict, node: bool = True) -> str:
+    """'h20-node-03 GPU 1 (0000:2a:00.0)', each part only when the report has it."""
+    parts = [or_unknown(g.get("node"), "unknown node")] if node else []
+    if known(g.get("cuda_dev")):
+        parts.append(f"GPU {g['cuda_dev']}")
+    if known(g.get("bus_id")):
+        parts.append(f"({g['bus_id']})")
+    return " ".join(parts)
 
 
 def verdict_text(report: dict) -> Text:
     """Status badge, confidence and category, the culprit (ranks, nodes, GPUs) and the sentence."""
     v = report["verdict"]
     status = v.get("status", "?")
-    out = join((f" {status.upper()} ", STATUS_STYLE.get(status, "bold reverse")),
+    headline, _ = outcome_lines(report)
+    out = join(("Outcome ", "bold"), (headline, "bold"))
+    out.append("\n")
+    out += join((f" {status.upper()} ", STATUS_STYLE.get(status, "bold reverse")),
                (f"  confidence {float(v.get('confidence') or 0):.2f} · {v.get('category')}", "dim"))
     culprit = v.get("culprit") or {}
     if culprit.get("ranks") or culprit.get("nodes"):
@@ -70,8 +81,8 @@ def verdict_text(report: dict) -> Text:
         out.append_text(join(("rank ", ""), (rank_ranges(culprit.get("ranks") or []), "bold red"),
                              (" on ", ""), (hostlist(culprit.get("nodes") or []), "bold red")))
         gpus = culprit.get("gpus") or []
-        if len(gpus) == 1:  # the node is already said
-            out.append_text(plain(f" · GPU {gpus[0].get('cuda_dev')} ({gpus[0].get('bus_id')})"))
+        if len(gpus) == 1 and gpu_words(gpus[0], node=False):  # the node is already said
+            out.append_text(plain(f" · {gpu_words(gpus[0], node=False)}"))
         elif gpus:
             out.append_text(plain(" · GPUs " + ", ".join(gpu_words(g) for g in gpus)))
     out.append("\n")
@@ -93,11 +104,11 @@ def summary_text(report: dict) -> Text:
     """Ranks, nodes, GPU model, NCCL versions, time span, inputs and the missing evidence."""
     run, totals = report.get("run", {}), report.get("inputs", {}).get("totals", {})
     nodes = run.get("nodes") or []
-    seen = run.get("ranks_seen")
-    ranks = f"{run.get('ranks')} ranks" + (f" ({seen} seen)" if seen not in (None, run.get("ranks")) else "")
+    ranks = rank_count(run)
     gpu = (run.get("gpu_model") or {}).get("name") or "GPU unknown"
     nccl = ", ".join(run.get("nccl_versions") or []) or "none seen"
-    out = join(("Run ", "bold"), (f"{ranks} on {len(nodes)} node(s) {hostlist(nodes)} · {gpu} · NCCL {nccl}", ""),
+    where = f"{ranks} on {len(nodes)} node(s) {hostlist(nodes)}" if nodes else f"{ranks}, nodes unknown"
+    out = join(("Run ", "bold"), (f"{where} · {gpu} · NCCL {nccl}", ""),
                (" · " + time_span(run.get("time_span") or {}), ""))
     out.append_text(plain(f"\nInputs {totals.get('files', 0)} files, {totals.get('lines', 0):,} lines: "
                           f"{totals.get('parsed_lines', 0):,} parsed, {totals.get('unparsed_lines', 0):,} unparsed"
