@@ -21,7 +21,7 @@ import polars as pl
 
 from analyzer.ranges import rank_ranges
 from analyzer.render import (action_items, finding_details, known, outcome_lines, rank_count, rule_error_lines, safe,
-                             time_span)
+                             time_span, upper_first)
 
 WINDOW = timedelta(minutes=15)
 BUCKETS = 180
@@ -108,7 +108,7 @@ def _findings(findings: list[dict]) -> list[str]:
         out.append(f"<p>{e(f['message'])} <span class=muted>(confidence {f['confidence']:.2f})</span></p>")
         for kind, label, lines in finding_details(f):
             if kind == "line":
-                out += [f"<p>{e(label.capitalize())}: {e(line)}</p>" for line in lines]
+                out += [f"<p>{e(upper_first(label))}: {e(line)}</p>" for line in lines]
             else:
                 out.append(f"<div class=muted>{e(label)}</div><pre>{e(chr(10).join(lines))}</pre>")
         for ev in f["evidence"]:

@@ -28,6 +28,11 @@ def md_code(text: str | None) -> str:
     return f"`{body}`"
 
 
+def upper_first(text: str) -> str:
+    """``text`` with its first letter in upper case, the rest as is (labels can quote log text)."""
+    return text[:1].upper() + text[1:]
+
+
 def known(value) -> bool:
     """A value worth printing: not missing (None or empty). Zero is a value."""
     return value is not None and value != "" and value != []
@@ -105,7 +110,27 @@ def finding_details(f: dict) -> list[tuple[str, str, list[str]]]:
              ("block", "culprit's main thread (py-spy, innermost first)", instead.get("py_spy_main_thread") or []),
              ("block", "culprit's last lines", instead.get("last_lines") or []),
              ("line", "note", details.get("notes") or [])]
+    parts += _rank_tails(details.get("ranks"))
     return [(kind, label, [str(x) for x in lines]) for kind, label, lines in parts if lines]
+
+
+def _rank_tails(ranks, limit: int = 16) -> list[tuple[str, str, list]]:
+    """Each rank's first failure and last lines (X000's ``details.ranks``), earliest failure first."""
+    if not isinstance(ranks, list):
+        return []
+    out = []
+    for t in [t for t in ranks if isinstance(t, dict) and "last_lines" in t][:limit]:
+        first = t.get("first_failure") or {}
+        label = f"rank {t.get('rank')}"
+        if first:
+            where = f" ({first['path']}:{first['line']})" if known(first.get("path")) else ""
+            label += f", first failure: {first.get('what')}{where}"
+        if known(t.get("last_step")):
+            label += f", last step {t['last_step']}"
+        out.append(("block", label + ", last lines", [line.get("text") or "" for line in t["last_lines"]]))
+    if len(ranks) > limit:
+        out.append(("line", "more ranks", [f"{len(ranks) - limit} more in the JSON report (details.ranks)"]))
+    return out
 
 
 def rule_error_lines(report: dict) -> tuple[str, list[str]]:
@@ -263,9 +288,9 @@ def markdown_report(report: dict) -> str:
         out.append(f"{_md_text(f['message'])} (confidence {f['confidence']:.2f})")
         for kind, label, lines in finding_details(f):
             if kind == "line":
-                out += [f"- {label.capitalize()}: {_md_text(line)}" for line in lines]
+                out += [f"- {_md_text(upper_first(label))}: {_md_text(line)}" for line in lines]
             else:
-                out.append(f"- {label.capitalize()}:")
+                out.append(f"- {_md_text(upper_first(label))}:")
                 # Escaped prose, not code spans: a code span would keep markup such as <script> as is.
                 out += [f"  - {_md_text(line[:200])}" for line in lines]
         for e in f["evidence"]:

@@ -99,16 +99,28 @@ def _missing_ranks(ctx: Context, pic) -> list[Finding]:
     how = (f"the init barrier timed out after {pic.timeout}" if timed_out and pic.timeout else
            "the logs end there, with no training step")
     arrived = f"rank {rank_ranges(known)}" if known else f"{seen} rank(s)"
+    # When the barrier timed out with a stated count of arrivals and who arrived is stated too
+    # (rank 0: worker_count=1 is rank 0 itself), the ranks that never came are known, though not
+    # why. A count of the ranks whose logs are here (Lightning's MEMBER i/N) is not such a count.
+    stated = timed_out and pic.arrived is not None and pic.arrived_ranks
+    missing = sorted(set(range(world)) - set(known)) if stated and len(known) == seen else []
+    where = (f"ranks {rank_ranges(missing)}" if len(missing) > 1 else f"rank {missing[0]}") if missing else ""
     message = (f"{seen} of {world} rank(s) reached init_process_group ({pic.arrived_source or pic.world_source}); "
-               f"{how}. {arrived} arrived and waited: not the cause. The other {missing_n} never arrived -- still "
-               "busy before init_process_group (data loading, preprocessing, a download) or never started; "
-               "their logs are not in the inputs, so which one is not known")
+               f"{how}. {arrived} arrived and waited: not the cause. "
+               + (f"{where[0].upper() + where[1:]} never arrived -- still busy before init_process_group (data "
+                  "loading, preprocessing, a download) or never started; their own logs say why"
+                  if missing else
+                  f"The other {missing_n} never arrived -- still busy before init_process_group (data loading, "
+                  "preprocessing, a download) or never started; their logs are not in the inputs, so which one "
+                  "is not known"))
     evidence = []
     if pic.barrier is not None:
         evidence.append(ctx.evidence(pic.barrier["input_id"], pic.barrier["line_no"], note="the rank that arrived"))
+    title = (f"stuck at init: {where} never reached init_process_group" if missing else
+             f"stuck at init: {seen} of {world} rank(s) reached init_process_group")
     return [Finding(
-        CODE, NAME, SEVERITY, 0.5, f"stuck at init: {seen} of {world} rank(s) reached init_process_group",
-        message, ranks=[], evidence=evidence, category="hang", culprit=False,
+        CODE, NAME, SEVERITY, 0.7 if missing else 0.5, title,
+        message, ranks=missing, evidence=evidence, category="hang", culprit=bool(missing),
         suggestion=("Collect every rank's log to see where the missing ranks were; move slow work that runs before "
                     "init_process_group (dataset loading or caching) after it, or raise the init timeout "
                     "(init_process_group(timeout=datetime.timedelta(minutes=60)))."),

@@ -48,7 +48,7 @@ def check(ctx: Context) -> list[Finding]:
         earliest = ranks_failed[0]
         message += (f"; the earliest rank to fail was rank {earliest['rank']}: "
                     f"{earliest['first_failure']['what']}")
-    message += "; no rule recognised the cause: each rank's first failure and last lines are in the details"
+    message += "; no rule recognised the cause: each rank's first failure and last lines are listed with the finding"
     evidence = [_evidence(ctx, b) for b in basis[:3] if b.get("input_id") is not None]
     for t in ranks_failed[:4]:
         f = t["first_failure"]

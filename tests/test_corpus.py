@@ -8,6 +8,7 @@ decide. A failed job is never healthy; a healthy job gets no error finding.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -96,3 +97,9 @@ def test_a_failure_no_rule_explains_is_failed_cause_not_determined(name, tmp_pat
     tails = x000[0]["details"]["ranks"]
     assert tails and all(t["last_lines"] for t in tails)
     assert any(t["first_failure"] for t in tails)
+    # ... and every human-readable format shows them, not only the JSON
+    from analyzer.render import markdown_report, text_report
+
+    first = next(t for t in tails if t["first_failure"])
+    for page in (text_report(report), markdown_report(report)):
+        assert re.search(rf"[Rr]ank {first['rank']}, first failure: ", page) and ", last lines" in page

@@ -158,7 +158,9 @@ def finding_text(f: dict, by_id: dict[str, dict]) -> Text:
     if where(f):
         out.append_text(join(("\nOn ", "bold"), (where(f), "")))
     for g in f.get("gpus") or []:
-        out.append_text(plain(f"\n  rank {g.get('rank')}: {gpu_words(g)} pid {g.get('pid')}", "dim"))
+        rank = f"rank {g['rank']}: " if known(g.get("rank")) else ""
+        pid = f" pid {g['pid']}" if known(g.get("pid")) else ""
+        out.append_text(plain(f"\n  {rank}{gpu_words(g)}{pid}", "dim"))
     out.append("\n\n")
     out.append_text(plain(f.get("message")))
     if f.get("suggestion"):
