@@ -30,6 +30,9 @@ import polars as pl
 
 SCHEDULER_FAILED = ("FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL",
                     "DEADLINE", "OOMKilled", "Error")
+SCHEDULER_EXTERNAL = ("CANCELLED", "TIMEOUT", "PREEMPTED", "DEADLINE")
+# 128 + signal or -signal: SIGINT, SIGKILL, SIGTERM (the agent's or the scheduler's stop, not the rank's own end)
+EXTERNAL_EXIT_CODES = (-2, -9, -15, 130, 137, 143)
 SCHEDULER_DONE = ("COMPLETED", "Succeeded", "Completed")
 # Event kinds that end a rank (or the job) whatever came after them.
 FATAL_EVENTS = {
@@ -77,6 +80,7 @@ class Sign:
     rank: int | None = None
     node: str | None = None
     ts: object = None
+    external: bool = False  # an end imposed from outside (time limit, scancel, SIGTERM/SIGKILL), not the job's own
 
 
 def job_outcome(run, attempt: int | None = None) -> dict:
@@ -86,7 +90,10 @@ def job_outcome(run, attempt: int | None = None) -> dict:
     failed = [s for s in signs if s.says == "failed"]
     done = [s for s in signs if s.says == "completed"]
     hung = [s for s in signs if s.says == "hung"]
-    if failed:
+    if failed and all(s.external for s in failed) and (hung or _stalled_before(run, attempt, failed)):
+        # Stuck first, then ended from outside (the time limit, scancel): the job hung.
+        outcome, basis = "hung", hung + _stall_sign(run, attempt, failed) + failed
+    elif failed:
         outcome, basis = "failed", failed
     elif done:
         outcome, basis = "completed", done
@@ -94,7 +101,9 @@ def job_outcome(run, attempt: int | None = None) -> dict:
         outcome, basis = "hung", hung
     else:
         outcome, basis = "unknown", []
-    return {"outcome": outcome, "basis": [asdict(s) for s in basis[:12]],
+    ends = sorted((s for s in basis if s.external), key=lambda s: "job state" not in s.what)  # the state says most
+    ended = ends[0].what if outcome == "hung" and ends else None
+    return {"outcome": outcome, "basis": [asdict(s) for s in basis[:12]], "ended_by": ended,
             "failed_ranks": sorted({s.rank for s in failed if s.rank is not None}),
             "progress": not _rows(run, "iterations", attempt, "", ("line_no",)).is_empty()}
 
@@ -139,8 +148,10 @@ def _launcher_signs(run, attempt) -> list[Sign]:
             who = f"rank {r['rank']}" if r["rank"] is not None else "a worker"
             code = f"exitcode {r['exitcode']}" if r["exitcode"] is not None else "no exit code"
             root = " (its root cause)" if r["root_cause"] else ""
-            out.append(_sign("failed", f"torchrun failure table: {who} {code}{root}",
-                             "exit_root" if r["root_cause"] else "exit", r, "time"))
+            sign = _sign("failed", f"torchrun failure table: {who} {code}{root}",
+                         "exit_root" if r["root_cause"] else "exit", r, "time")
+            sign.external = r["exitcode"] in EXTERNAL_EXIT_CODES
+            out.append(sign)
     if "kind" in run.columns("agent"):
         agent = _rows(run, "agent", attempt, "kind IN ('worker_failed', 'death_signal', 'force_kill')",
                       (*_WHERE, "kind", "exitcode", "ts", "local_rank"))
@@ -148,7 +159,9 @@ def _launcher_signs(run, attempt) -> list[Sign]:
             what = {"worker_failed": f"torchrun: a worker failed (exitcode {r['exitcode']})",
                     "death_signal": "torchrun received a death signal",
                     "force_kill": "torchrun force-killed a worker"}[r["kind"]]
-            out.append(_sign("failed", what, r["kind"] if r["kind"] != "worker_failed" else "worker_failed", r))
+            sign = _sign("failed", what, r["kind"], r)
+            sign.external = r["kind"] != "worker_failed" or r["exitcode"] in EXTERNAL_EXIT_CODES
+            out.append(sign)
     return out
 
 
@@ -159,13 +172,17 @@ def _scheduler_signs(run, attempt) -> list[Sign]:
         for r in job.iter_rows(named=True):
             state = str(r["state"])
             if state.startswith(SCHEDULER_FAILED):
-                out.append(_sign("failed", f"scheduler ({r['source']}): job state {state}", "scheduler", r, "end"))
+                sign = _sign("failed", f"scheduler ({r['source']}): job state {state}", "scheduler", r, "end")
+                sign.external = state.startswith(SCHEDULER_EXTERNAL)
+                out.append(sign)
             elif state.startswith(SCHEDULER_DONE):
                 out.append(_sign("completed", f"scheduler ({r['source']}): job state {state}", "scheduler_done", r,
                                  "end"))
     if "kind" in run.columns("slurm"):
         for r in _rows(run, "slurm", attempt, "", (*_WHERE, "kind", "ts")).iter_rows(named=True):
-            out.append(_sign("failed", f"slurmstepd: {str(r['kind']).replace('_', ' ')}", "scheduler", r))
+            sign = _sign("failed", f"slurmstepd: {str(r['kind']).replace('_', ' ')}", "scheduler", r)
+            sign.external = r["kind"] in ("cancelled", "stepd_terminated", "step_aborted")
+            out.append(sign)
     return out
 
 
@@ -200,7 +217,10 @@ def _event_signs(run, attempt, finished: set) -> list[Sign]:
         label = FATAL_EVENTS.get(r["kind"]) or MAYBE_CAUGHT[r["kind"]]
         detail = r["exc_type"] or r["detail"] or ""
         what = f"{label}" + (f" ({_short(detail)})" if detail else "")
-        out.append(_sign("failed", what, r["kind"], r))
+        sign = _sign("failed", what, r["kind"], r)
+        # torchrun's SignalException / a KeyboardInterrupt: the traceback of a stop sent from outside
+        sign.external = any(x in detail for x in ("SignalException", "KeyboardInterrupt"))
+        out.append(sign)
     for r in ev.filter(pl.col("kind").is_in(list(STALL_EVENTS))).iter_rows(named=True):
         out.append(_sign("hung", STALL_EVENTS[r["kind"]], r["kind"], r))
     return out
@@ -306,6 +326,37 @@ def _completion_signs(run, attempt, finished: set) -> list[Sign]:
             out.append(_sign("completed", f"the last step ({r['iteration']}) was reached ({who}'s log)",
                              "last_step", r))
     return out
+
+
+STALL_S = 600   # progress stopped this long before an external end: the job was stuck, not cut short
+
+
+def _last_progress(run, attempt):
+    if "ts" not in run.columns("iterations"):
+        return None
+    it = _rows(run, "iterations", attempt, "ts IS NOT NULL", (*_WHERE, "ts"))
+    return None if it.is_empty() else it.sort("ts").row(-1, named=True)
+
+
+def _stalled_before(run, attempt, ends: list[Sign]) -> bool:
+    last = _last_progress(run, attempt)
+    times = [s.ts for s in ends if s.ts is not None]
+    if last is None or not times:
+        return False
+    try:
+        return (min(times) - last["ts"]).total_seconds() >= STALL_S
+    except TypeError:
+        return False
+
+
+def _stall_sign(run, attempt, ends: list[Sign]) -> list[Sign]:
+    """The last progress line, when the job sat still for a long time before it was ended."""
+    if not _stalled_before(run, attempt, ends):
+        return []
+    last = _last_progress(run, attempt)
+    gap = (min(s.ts for s in ends if s.ts is not None) - last["ts"]).total_seconds()
+    return [_sign("hung", f"the last progress line, {gap / 3600:.1f} h before the job was ended from outside",
+                  "last_progress", last)]
 
 
 def _stall_signs(run, attempt) -> list[Sign]:

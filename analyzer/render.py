@@ -160,6 +160,8 @@ def outcome_lines(report: dict) -> tuple[str, list[str]]:
     outcome = o.get("outcome") or "unknown"
     attempts = (report.get("attempts") or {}).get("all") or []
     headline = outcome
+    if outcome == "hung" and known(o.get("ended_by")):
+        headline = f"hung, then ended from outside ({o['ended_by']})"
     if o.get("recovered"):
         failed = sum(a.get("outcome") in ("failed", "hung") for a in attempts[:-1])
         headline = f"completed after {failed} failed attempt(s) (recovered)"

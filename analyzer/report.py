@@ -194,7 +194,8 @@ def _outcome(run: Run, per_attempt: dict) -> dict:
     this = ctx.outcome
     basis = [{"what": b["what"], "path": paths.get(b["input_id"]), "line": b["line_no"], "rank": b["rank"],
               "node": b["node"], "time": str(b["ts"]) if b["ts"] else None} for b in this["basis"]]
-    out = {"outcome": this["outcome"], "attempt": last_attempt, "basis": basis, "failed_ranks": this["failed_ranks"]}
+    out = {"outcome": this["outcome"], "attempt": last_attempt, "basis": basis, "failed_ranks": this["failed_ranks"],
+           "ended_by": this.get("ended_by")}
     if len(per_attempt) > 1:
         earlier = [c.outcome["outcome"] for c, _ in list(per_attempt.values())[:-1]]
         out["recovered"] = this["outcome"] == "completed" and any(o in ("failed", "hung") for o in earlier)

@@ -4,9 +4,8 @@
 
 Cases and where their truth comes from:
 
-* ``sample_logs/*/expected.json`` (generated runs): ``verdict.status``, ``verdict.ranks``,
-  ``verdict.nodes``; the outcome is ``completed`` for a healthy or degraded sample, else
-  ``failed``;
+* ``sample_logs/*/expected.json`` (generated runs): ``outcome``, ``verdict.status``,
+  ``verdict.ranks``, ``verdict.nodes``;
 * ``tests/corpus/*/truth.json`` (real torchrun jobs with injected faults, made here):
   ``outcome``, ``culprit_ranks``, ``culprit_nodes``, ``decidable``;
 * ``../shared/real-data/logs/*/truth.json`` (real excerpts from public threads), the entries
@@ -73,10 +72,12 @@ def cases(only: str | None = None) -> list[Case]:
 def _samples() -> list[Case]:
     out = []
     for expected in sorted((ROOT / "sample_logs").glob("*/expected.json")):
-        v = json.loads(expected.read_text())["verdict"]
+        spec = json.loads(expected.read_text())
+        v = spec["verdict"]
         calm = v["status"] in ("healthy", "degraded")
         ranks = v.get("ranks") or []
-        out.append(Case(expected.parent.name, "sample", expected.parent, "completed" if calm else "failed",
+        outcome = spec.get("outcome") or ("completed" if calm else "failed")
+        out.append(Case(expected.parent.name, "sample", expected.parent, outcome,
                         ranks if v["status"] == "culprit" else ([] if calm else None), v.get("nodes") or [],
                         healthy_expected=v["status"] == "healthy"))
     return out

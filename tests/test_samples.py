@@ -26,6 +26,7 @@ def test_report_matches_expected(name):
     run = analyze([SAMPLES / name])
     report = build_report(run)
     v = report["verdict"]
+    assert report["outcome"]["outcome"] == expected["outcome"], report["outcome"]
     assert v["status"] == expected["verdict"]["status"], v
     assert v["culprit"]["ranks"] == expected["verdict"]["ranks"]
     assert v["culprit"]["nodes"] == expected["verdict"]["nodes"]

@@ -51,13 +51,13 @@ def test_deadlock_names_the_culprit_on_open_and_lists_findings_by_severity(sampl
                 shown(screen, "#summary"), rows, table.has_focus, shown(screen, "#finding-text"))
     name, head, actions, summary, rows, focused, detail = drive(app, steps)
     assert name == "VerdictScreen" and focused
-    assert head.startswith("Outcome failed\n CULPRIT ")  # what happened, then why
+    assert head.startswith("Outcome hung, then ended from outside (scheduler (sacct): job state TIMEOUT)\n CULPRIT ")
     assert "Culprit rank 17 on h20-node-03 · GPU 1 (0000:2a:00.0)" in head
     assert "Rank 17 never entered the collective #7219" in head
     assert "GPU-hours lost: 201.1" in actions and "inspect, do not drain" in actions
     assert "40 ranks on 5 node(s) h20-node-[01-05] · H20 · NCCL 2.21.5" in summary
     assert "2026-07-24 08:00:06 → 14:22:53 (6h 22m)" in summary
-    assert "38,316 lines: 38,226 parsed, 90 unparsed" in summary
+    assert "38,317 lines: 38,226 parsed, 91 unparsed" in summary
     assert "Missing no Flight Recorder dumps were read" in summary
     assert [r[:2] for r in rows] == [["error", "H001"], ["info", "P001"]]
     assert rows[0][3] == "17 @ h20-node-03" and rows[0][4] == "0.90" and rows[0][5] == "culprit"
