@@ -32,7 +32,11 @@ rendezvous result (``local_ranks=[..]`` / ``global_ranks=[..]``). From those, ``
 ``derived`` from the same statements: the only log folder with the only agent (nothing in the
 folder against it), the one folder left for the one agent left, an attempt before the one the
 summary describes, a local rank the summary does not list (the agent's offset + local rank), and
-a ``[<role>N|N]:`` template line nothing else resolves.
+a ``[<role>N|N]:`` template line nothing else resolves. With no agent statement at all (a job
+that hung, so no failure table): the ``attempt_N/<L>/`` folders of the only agent in the inputs,
+when nothing names a second node (a second folder, a second NCCL host, a larger world): local
+rank = global rank, and the world size is its number of local ranks (``world_size_source`` says
+so). Logs of other nodes left out of the inputs would break that assumption; the source says it.
 """
 
 from __future__ import annotations
@@ -162,7 +166,7 @@ def resolve(lines: pl.DataFrame, tables: dict[str, pl.DataFrame], inputs: pl.Dat
     # what each input's path says (torchrun's attempt_N/<local_rank>/), read once for both uses
     hints = {input_id: path_hints(path) for input_id, path in inputs.select("input_id", "path").iter_rows()}
     df = _launcher_statements(df, tables, hints)
-    df = _path_guess(df, hints, world)
+    df = _path_guess(df, hints, world, agents_stated=_agents_stated(tables))
     alone = df.filter(pl.col("rank_source") == ONE_AGENT)
     if world is None and not alone.is_empty():
         world = int(alone["rank"].max()) + 1
@@ -540,7 +544,15 @@ def _propagate_streams(df: pl.DataFrame) -> pl.DataFrame:
     ).drop("s_rank", "s_conf", "s_source", "s_pid", "s_pids")
 
 
-def _path_guess(df: pl.DataFrame, hints_of: dict[int, dict], world: int | None) -> pl.DataFrame:
+def _agents_stated(tables: dict[str, pl.DataFrame]) -> bool:
+    """Whether any torchrun agent stated its mapping (a failure table): then that statement, not
+    the folder layout, decides, and a folder it did not claim stays a guess."""
+    exits = tables.get("exits")
+    return exits is not None and not exits.is_empty()
+
+
+def _path_guess(df: pl.DataFrame, hints_of: dict[int, dict], world: int | None,
+                agents_stated: bool = False) -> pl.DataFrame:
     """torchrun log dirs give a local rank; node order from the folder names is only a guess."""
     rows = []
     for input_id, hints in hints_of.items():
@@ -557,7 +569,7 @@ def _path_guess(df: pl.DataFrame, hints_of: dict[int, dict], world: int | None) 
     hints = hints.with_columns(h_guess=pl.col("h_node_dir").replace_strict({d: i for i, d in enumerate(dirs)}) * per_node + pl.col("h_local"))
     df = df.join(hints, on="input_id", how="left")
     guess = pl.col("rank").is_null() & pl.col("h_guess").is_not_null() & pl.col("srun_task").is_null()
-    single = one_agent_alone(df, dirs, per_node, world)
+    single = not agents_stated and one_agent_alone(df, dirs, per_node, world)
     source, level = ((ONE_AGENT, "derived") if single else
                      ("guessed from folder order x local rank in the torchrun log path", "guessed"))
     return df.with_columns(

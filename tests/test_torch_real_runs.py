@@ -164,12 +164,25 @@ def test_pyspy_dumps_take_the_rank_of_their_pid():
     assert sorted(stacks.filter(pl.col("function") == "all_reduce")["rank"].to_list()) == [0, 1, 3]
 
 
-def test_without_the_agents_statements_the_layout_stays_a_guess(tmp_path):
-    # only the log folder: nothing states the mapping of the silent local rank 1
+def test_without_the_agents_statements_one_agents_folder_is_one_node(tmp_path):
+    # only the log folder: nothing states the mapping of the silent local rank 1, but one agent's
+    # folder and no other node named anywhere: local rank = global rank, derived, saying so
     shutil.copytree(RUNS / "raise-default" / "logs", tmp_path / "logs")
-    files = per_file(analyze([tmp_path], use_cache=False))
+    run = analyze([tmp_path], use_cache=False)
+    files = per_file(run)
     (stdout1,) = [p for p in files if p.endswith("attempt_0/1/stdout.log")]
-    assert files[stdout1][1] == {"guessed"}
+    assert files[stdout1][1] == {"derived"}
+    assert run.info["world_size"] == 4 and "only torchrun agent" in run.info["world_size_source"]
+
+
+def test_without_the_agents_statements_two_agents_folders_stay_a_guess(tmp_path):
+    # two agents' folders and nothing that says which node came first: the global rank is a guess
+    for n, d in enumerate((RUNS / "two-agents-exit3" / "logs").iterdir()):
+        shutil.copytree(d, tmp_path / f"node{n}" / "logs" / d.name)
+    files = per_file(analyze([tmp_path], use_cache=False))
+    silent = [p for p in files if p.endswith("stdout.log")]
+    assert silent and all(files[p][1] <= {"guessed", "certain"} for p in silent)
+    assert any(files[p][1] == {"guessed"} for p in silent)
 
 
 def test_a_folder_that_contradicts_the_only_agent_is_not_claimed(tmp_path):
