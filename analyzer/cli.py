@@ -322,6 +322,18 @@ def _out_paths(out: str, formats: list[str]) -> dict[str, Path] | None:
     return paths
 
 
+def _with_status(phase: str, quiet: bool, work):
+    """``work()`` with ``postmortem: PHASE`` on stderr meanwhile (as the ingest's phases are)."""
+    from analyzer.ingest import Progress, progress_wanted
+
+    meter = Progress(progress_wanted(quiet))
+    meter.status(phase)
+    try:
+        return work()
+    finally:
+        meter.close()
+
+
 def _report(args) -> int:
     from analyzer.html_report import html_report
     from analyzer.render import markdown_report, text_report
@@ -344,7 +356,7 @@ def _report(args) -> int:
         run.info["gpu"] = args.gpu
     if getattr(args, "what_if_gpu", None):
         run.info["what_if_gpu"] = args.what_if_gpu
-    report = build_report(run)
+    report = _with_status("running the rules", args.quiet, lambda: build_report(run))
     renderers = {"text": text_report, "md": markdown_report, "json": to_json,
                  "html": lambda r: html_report(r, run)}
     if paths is None:

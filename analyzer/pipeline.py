@@ -61,6 +61,7 @@ def analyze(paths: list[str | Path], db_path: str | Path | None = None, progress
     # once the inputs are parsed (evidence is read back from the archive: analyzer.archives).
     with Scratch() as scratch:
         try:
+            meter.status("finding the inputs")
             items, errors = discover(paths, exclude=exclude, scratch=scratch, progress=meter.status)
             if not items:
                 raise NothingReadable("; ".join(errors) or "no input files found")
@@ -107,12 +108,14 @@ def analyze(paths: list[str | Path], db_path: str | Path | None = None, progress
         if not any(name in parsed.tables for name in (*collective_timing.PROFILE_TABLES, "fr_dumps")):
             raise NothingReadable("no readable log lines: " + "; ".join(errors + parsed.messages))
         parsed.lines = collective_timing.empty_lines()
+    meter.status(f"identifying ranks, nodes and attempts ({len(parsed.lines):,} lines)")
     attribution, ranks, info = identity.resolve(parsed.lines, parsed.tables, parsed.inputs)
     by_line = ByLine(attribution)
     tables = _annotate(parsed.tables, by_line)
     year, year_source = timeline.reference_year(tables, [i.mtime for i in items])
     tables = {name: timeline.fix_years(frame, year) for name, frame in tables.items()}
     tables = _fill_attempts(tables)
+    meter.status("building the models (collectives, NCCL, nodes, environment)")
     # Issue 8: NCCL kernels of nsys/Kineto timelines -> collectives rows and collective_timing.
     tables.update(collective_timing.build(tables))
     ranks = collective_timing.extend_ranks(ranks, tables)
@@ -123,6 +126,7 @@ def analyze(paths: list[str | Path], db_path: str | Path | None = None, progress
     if lines["attempt"].n_unique() > 2:   # several attempts (and lines of none): place those by position
         lines = timeline.fill_attempts_by_position(lines, timeline.attempt_marks(tables))
     t_models = time.perf_counter()
+    meter.status("writing the store")
     con = sink.con or store.connect(db_path, spill=spill)
     if sink.rows:   # row numbers, so that bulk.merge keeps every table's order
         lines = lines.with_row_index("_ord")
@@ -134,6 +138,7 @@ def analyze(paths: list[str | Path], db_path: str | Path | None = None, progress
     if sink.rows:
         bulk.merge(con)
     sink.discard()
+    meter.close()
     t_store = time.perf_counter()
     info.update(year=year, time_source=year_source,
                 attempts=sorted(a for a in lines["attempt"].unique().to_list() if a is not None))

@@ -78,3 +78,66 @@ def test_a_folder_with_nothing_readable_exits_with_the_reason(tmp_path):
                 break
         return app.failure
     assert "nothing readable" in (drive(app, steps) or "").lower() or "no input" in (app.failure or "")
+
+
+def test_help_scrolls_and_shows_the_current_screens_keys_first(sample_store):
+    """The help is longer than the screen: it scrolls with the keys (j, page down, G) and opens
+    on the current screen's section."""
+    from textual.containers import VerticalScroll
+
+    assert help_markdown(first="logs").startswith("## This screen: 6 · Logs")
+    app = app_of(sample_store("slow-ring"), start="logs")
+
+    async def steps(pilot):
+        await pilot.press("question_mark")
+        await pilot.pause()
+        box = app.screen.query_one("#help-scroll", VerticalScroll)
+        tops = [box.scroll_y]
+        for key in ("j", "j", "pagedown", "G"):
+            await pilot.press(key)
+            await pilot.pause()
+            tops.append(box.scroll_y)
+        return tops, box.max_scroll_y, box.has_focus
+
+    tops, bottom, focused = drive(app, steps, size=(80, 24))
+    assert focused and bottom > 0
+    assert tops[0] == 0 and tops[1] > 0 and tops[3] > tops[2] > tops[1] and tops[4] == bottom
+
+
+def test_vim_keys_move_like_the_arrows(sample_store):
+    from textual.widgets import DataTable
+
+    app = app_of(sample_store("silent-deadlock-40r"))
+
+    async def steps(pilot):
+        table = app.screen.query_one("#findings", DataTable)
+        table.focus()
+        rows = [table.cursor_row]
+        for keys in (("j",), ("j",), ("k",), ("G",), ("g", "g")):
+            await pilot.press(*keys)
+            await pilot.pause()
+            rows.append(table.cursor_row)
+        return rows, table.row_count
+
+    rows, count = drive(app, steps)
+    assert count >= 2
+    down2 = min(2, count - 1)
+    assert rows == [0, 1, down2, down2 - 1, count - 1, 0]
+
+
+def test_quit_while_loading_exits_cleanly_and_stops_the_load(tmp_path):
+    """q (or ctrl+c) during a cold load: the app exits at once with no error, and the load stops
+    at its next progress step instead of running on in its thread."""
+    from tests.conftest import ROOT
+
+    app = PostmortemApp(paths=[str(ROOT / "sample_logs" / "silent-deadlock-40r")])
+
+    async def steps(pilot):
+        await pilot.pause(0.3)
+        shown = str(app.query_one("#loading-progress").render())
+        await pilot.press("ctrl+c")
+        return shown
+
+    shown = drive(app, steps)
+    assert app.cancelled and app.failure is None and app.return_code in (None, 0)
+    assert " s" in shown and any(ch in shown for ch in "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏")   # a spinner and the time spent

@@ -197,7 +197,7 @@ def test_go_to_line_by_path_and_by_number(sample_store):
         s = await idle(pilot)
         s = await type_in(pilot, "colon", f"{path}:12")
         a = s.data.row(s.view.cursor)
-        s = await type_in(pilot, "g", "700")
+        s = await type_in(pilot, "colon", "700")
         b = s.data.row(s.view.cursor)
         s = await type_in(pilot, "colon", "attempt_0/1/stderr.log:5")  # a tail that names no one file
         c = s.data.row(s.view.cursor)
@@ -316,3 +316,37 @@ def test_enter_on_a_finding_in_the_verdict_opens_its_evidence_line_here(sample_s
     assert finding["code"] == "H001" and screen == "LogsScreen"
     assert (row.path, row.line_no) == (evidence["path"], evidence["line"])
     assert f" {evidence['line']} " in shown
+
+
+def test_goto_a_time_a_rank_and_a_node(sample_store):
+    """`:` takes a time (the first line at or after it, in time order), `rank N` and `node NAME`;
+    the kernel log's Xid (a dmesg line: no clock of its own, only the node model's time) sorts at
+    its time, not among the untimed files."""
+    from textual.widgets import Input
+
+    app = app_of(sample_store("gpu-fell-off-bus"), start="logs")
+
+    async def jump(pilot, text):
+        await pilot.press("colon")
+        await pilot.pause()
+        box = pilot.app.screen.query_one("#logs-prompt-input", Input)
+        box.value = text
+        await pilot.press("enter")
+        await pilot.pause()
+        s = pilot.app.screen
+        return s.data.row(s.view.cursor)
+
+    async def steps(pilot):
+        s = await idle(pilot)
+        at = await jump(pilot, "09:22:50")
+        after = [s.data.row(p) for p in range(s.view.cursor, s.view.cursor + 400)]
+        rank = await jump(pilot, "rank 21")
+        node = await jump(pilot, "node h20-node-02")
+        return at, after, rank, node
+
+    at, after, rank, node = drive(app, steps)
+    assert at is not None and not at.path.startswith("README")
+    xid = next(r for r in after if r is not None and "Xid" in r.text)
+    assert "node_logs" in xid.path or "kern" in xid.path or "dmesg" in xid.path
+    assert rank.rank == 21
+    assert node.node == "h20-node-02"

@@ -158,9 +158,9 @@ def test_switch_communicator_filter_and_matrix(sample_store):
         out["filtered"] = (shown_rows(screen), screen.query_one("#legend", Static).visual.plain)
         await pilot.press("f")
         out["unfiltered"] = len(shown_rows(screen))
-        await pilot.press("g")
+        await pilot.press("o")
         out["ungrouped"] = shown_rows(screen)
-        await pilot.press("g", "m")
+        await pilot.press("o", "m")
         matrix = screen.query_one("#matrix", DataTable)
         out["matrix"] = (screen.query_one("#views", ContentSwitcher).current,
                          [[c.plain for c in matrix.get_row_at(i)] for i in range(matrix.row_count)],

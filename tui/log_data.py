@@ -36,6 +36,7 @@ import re
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from analyzer.discover import COMPRESSED
@@ -237,7 +238,7 @@ class LogData:
                 p AS (SELECT input_id, row_number() OVER (ORDER BY path) AS path_pos FROM inputs)
                 SELECT row_number() OVER (ORDER BY t NULLS FIRST, path_pos, line_no) - 1 AS tpos,
                        row_number() OVER (ORDER BY path_pos, line_no) - 1 AS fpos,
-                       rid, input_id, line_no, rank, node, attempt, readback, level::UTINYINT AS level
+                       rid, input_id, line_no, rank, node, attempt, readback, level::UTINYINT AS level, t
                 FROM t JOIN p USING (input_id)""")
             total, width, last = cur.execute(
                 "SELECT count(*), coalesce(max(length), 0), coalesce(max(line_no), 1) FROM lines").fetchone()
@@ -251,7 +252,13 @@ class LogData:
         have = {t for (t,) in self.cur.execute(
             "SELECT table_name FROM information_schema.columns WHERE column_name IN ('ts', 'input_id', 'line_no') "
             "AND table_schema = 'main' GROUP BY table_name HAVING count(*) = 3").fetchall()}
-        parts = [f"SELECT input_id, line_no, ts::TIMESTAMP AS ts FROM {t} WHERE ts IS NOT NULL"
+        # A dmesg line has no clock time of its own (ts NULL), only the one the node model put on it
+        # (seconds since boot + boot time: ts_utc); without it, the Xid sorts among untimed files.
+        utc = {t for (t,) in self.cur.execute(
+            "SELECT table_name FROM information_schema.columns WHERE column_name = 'ts_utc' "
+            "AND table_schema = 'main'").fetchall()}
+        parts = [f"SELECT input_id, line_no, {'coalesce(ts, ts_utc)' if t in utc else 'ts'}::TIMESTAMP AS ts "
+                 f"FROM {t} WHERE {'coalesce(ts, ts_utc)' if t in utc else 'ts'} IS NOT NULL"
                  for t in TIME_TABLES if t in have]
         if not parts:
             return "SELECT NULL::UINTEGER AS input_id, NULL::UINTEGER AS line_no, NULL::TIMESTAMP AS ts LIMIT 0"
@@ -265,7 +272,7 @@ class LogData:
             key = "tpos" if order == "time" else "fpos"
             self.cur.execute(f"""CREATE OR REPLACE TEMP TABLE pm_view AS
                 SELECT row_number() OVER (ORDER BY {key}) - 1 AS vpos, {key} AS opos, rid, input_id,
-                       line_no, rank, node, attempt, readback, level
+                       line_no, rank, node, attempt, readback, level, t
                 FROM pm_idx WHERE {where} ORDER BY vpos""", params)
             count = self.cur.execute("SELECT count(*) FROM pm_view").fetchone()[0]
             self.state = replace(self.state, count=count, filters=filters, order=order)
@@ -350,6 +357,25 @@ class LogData:
                 (SELECT {key} FROM pm_idx WHERE input_id = ? AND line_no = ?)""", [input_id, line_no]).fetchone()
         return row[0] if row and row[0] is not None else max(self.state.count - 1, 0)
 
+    def first_where(self, column: str, value) -> int | None:
+        """The first view position whose ``rank`` equals, or whose ``node`` matches (a glob),
+        ``value``; None when no line of the view does."""
+        test = {"rank": "rank = ?", "node": "node GLOB ?"}[column]
+        with self.lock:
+            row = self.cur.execute(f"SELECT min(vpos) FROM pm_view WHERE {test}", [value]).fetchone()
+        return row[0] if row else None
+
+    def first_at(self, when: str) -> tuple[int | None, str]:
+        """The first view position at or after a time: ``09:21``, ``09:21:30`` (on the first day
+        of the run that reaches it) or ``2026-07-24 09:21``. Returns (position, the time used)."""
+        with self.lock:
+            lo, hi = self.cur.execute("SELECT min(t), max(t) FROM pm_view").fetchone()
+            if lo is None:
+                return None, "no line of this view has a time"
+            target = _time_target(when, lo, hi)
+            row = self.cur.execute("SELECT min(vpos) FROM pm_view WHERE t >= ?", [target]).fetchone()
+        return (row[0] if row else None), str(target)
+
     def has_line(self, input_id: int, line_no: int) -> bool:
         with self.lock:
             return self.cur.execute("SELECT count(*) FROM lines WHERE input_id = ? AND line_no = ?",
@@ -403,6 +429,27 @@ class LogData:
         return [LogRow(pos, input_id, line_no, rank, node, level, attempt, self.path_of(input_id),
                        back[rid] if readback else stored[rid][0])
                 for pos, rid, input_id, line_no, rank, node, level, attempt, readback in view]
+
+
+def _time_target(when: str, lo: datetime, hi: datetime) -> datetime:
+    """``when`` as a datetime within the run's days: a bare time of day is taken on the first day
+    (from the run's first) on which it is not before the run's first line."""
+    when = when.strip().replace("T", " ")
+    try:
+        return datetime.fromisoformat(when)
+    except ValueError:
+        pass
+    parts = when.split(":")
+    if not 2 <= len(parts) <= 3 or not all(p.replace(".", "", 1).isdigit() for p in parts):
+        raise ValueError(f"not a time: {when!r} (09:21, 09:21:30 or 2026-07-24 09:21)")
+    h, m, sec = int(parts[0]), int(parts[1]), float(parts[2]) if len(parts) == 3 else 0.0
+    day = lo.replace(hour=0, minute=0, second=0, microsecond=0)
+    while day <= hi:
+        at = day + timedelta(hours=h, minutes=m, seconds=sec)
+        if at >= lo:
+            return at
+        day += timedelta(days=1)
+    return lo.replace(hour=0, minute=0, second=0, microsecond=0) + timedelta(hours=h, minutes=m, seconds=sec)
 
 
 def source_label(row: LogRow, width: int = 9) -> str:

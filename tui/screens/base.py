@@ -3,9 +3,12 @@ footer (this screen's keys) and the session."""
 
 from __future__ import annotations
 
+import time
+
 from rich.text import Text
 from textual import events, work
 from textual.app import ComposeResult
+from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
@@ -102,7 +105,18 @@ class Table(DataTable):
 
 
 class BaseScreen(Screen):
-    """A top-level screen (one per App mode). Subclasses implement ``compose_body``."""
+    """A top-level screen (one per App mode). Subclasses implement ``compose_body``.
+
+    vim keys work on every screen beside the arrows: ``j``/``k`` press down/up, ``G`` end and
+    ``g g`` home, for whatever has the focus (a table, the log view, the timeline's lanes)."""
+
+    BINDINGS = [
+        Binding("j", "vim('down')", "Down", show=False),
+        Binding("k", "vim('up')", "Up", show=False),
+        Binding("G", "vim('end')", "Last", show=False),
+        Binding("g", "vim_g", "g g: first", show=False),
+    ]
+    _last_g = 0.0
 
     DEFAULT_CSS = """
     BaseScreen #chrome { dock: bottom; height: 2; }
@@ -125,6 +139,21 @@ class BaseScreen(Screen):
 
     def compose_body(self) -> ComposeResult:
         yield from ()
+
+    def action_vim(self, key: str) -> None:
+        table = self.focused
+        if key in ("home", "end") and isinstance(table, DataTable) and table.row_count:
+            # a DataTable's home/end scroll without moving the cursor; vim's gg/G move it
+            table.move_cursor(row=0 if key == "home" else table.row_count - 1)
+            return
+        self.app.simulate_key(key)
+
+    def action_vim_g(self) -> None:
+        now = time.monotonic()
+        if now - self._last_g < 0.8:   # the second g of "g g"
+            self.action_vim("home")
+            now = 0.0
+        self._last_g = now
 
     def on_mount(self) -> None:
         # Textual calls every class's on_mount in turn: subclasses must not call super() here.

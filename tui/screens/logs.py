@@ -10,6 +10,7 @@ decided are documented in ``tui.log_data``.
 
 from __future__ import annotations
 
+import re
 import threading
 
 import duckdb
@@ -182,15 +183,16 @@ level (E error, W warning, D debug), the source (rank `r12`, else node, else fil
 number; the bar below the list, the count of lines shown, the filters and where the selected
 line comes from. Filters combine: rank (`0-7,12`), node (names or globs, `h20-node-0*`), level
 (at least INFO, WARN, ERROR) and a regex over the text (lower-case patterns ignore case; NCCL
-INFO lines are read back from their files to be matched). Go to accepts `path:line` (a path or
-its unique tail) or a line number of the current file. Log text is shown as written: markup is
+INFO lines are read back from their files to be matched). Go to (`:`) accepts `path:line` (a path
+or its unique tail), a line number of the current file, a time (`09:21`, `09:21:30`,
+`2026-07-24 09:21`: the first line at or after it, in time order), `rank 17` or `node NAME` (the
+first line of that rank or node in the view). Log text is shown as written: markup is
 not interpreted, control characters show as `\\xNN`, tabs are expanded, long lines are cut
 (left and right scroll)."""
     BINDINGS = [
         Binding("slash", "ask('search')", "Search"),
         Binding("f", "ask('regex')", "Filter"),
         Binding("colon", "ask('goto')", "Goto"),
-        Binding("g", "ask('goto')", "Go to path:line or line", show=False),
         Binding("n", "hit(1)", "Next match", show=False),
         Binding("N", "hit(-1)", "Previous match", show=False),
         Binding("r", "ask('ranks')", "Filter by rank (0-7,12)", show=False),
@@ -208,7 +210,7 @@ not interpreted, control characters show as `\\xNN`, tabs are expanded, long lin
     LogsScreen #logs-prompt Input { border: none; height: 1; width: 1fr; padding: 0; }
     """
     PROMPTS = {"search": "Search /", "regex": "Filter regex", "ranks": "Ranks", "nodes": "Nodes",
-               "goto": "Go to (path:line or line)"}
+               "goto": "Go to (path:line, line, 09:21, rank 17, node NAME)"}
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -345,7 +347,38 @@ not interpreted, control characters show as `\\xNN`, tabs are expanded, long lin
         elif kind == "nodes":
             self._request(filters=replace(f, nodes=parse_nodes(value)), keep=self._cursor_key())
         elif kind == "goto" and value:
-            self._request(goto=self._goto_target(value))
+            jump = self._jump_target(value)
+            if jump is not None:
+                self._jump(*jump)
+            else:
+                self._request(goto=self._goto_target(value))
+
+    def _jump_target(self, value: str) -> tuple[str, object] | None:
+        """``rank 17`` / ``r17``, ``node NAME`` (a glob), or a time (``09:21``, ``2026-07-24 09:21``)."""
+        word, _, rest = value.partition(" ")
+        if word in ("rank", "r") and rest.strip().isdigit():
+            return "rank", int(rest)
+        if value[:1] == "r" and value[1:].isdigit():
+            return "rank", int(value[1:])
+        if word == "node" and rest.strip():
+            return "node", rest.strip()
+        if re.fullmatch(r"(\d{4}-\d{2}-\d{2}[ T])?\d{1,2}:\d{2}(:\d{2}(\.\d+)?)?", value):
+            return "time", value
+        return None
+
+    def _jump(self, kind: str, value) -> None:
+        if self.data is None or not self.data.built:
+            raise ValueError("the lines are still being indexed")
+        if kind == "time":
+            if self.want.order != "time":
+                raise ValueError("go to a time in time order: press t first")
+            pos, used = self.data.first_at(value)
+            what = f"no line at or after {used}"
+        else:
+            pos, what = self.data.first_where(kind, value), f"no line of {kind} {value} in this view"
+        if pos is None:
+            raise ValueError(what)
+        self.view.move_to(pos, centre=True)
 
     def _goto_target(self, value: str) -> tuple[str, int]:
         path, _, number = value.rpartition(":")

@@ -37,7 +37,7 @@ NET without GPUDirect where other hops have it. `▼` marks the communicator's s
 Hops that are the same on several channels are one row (`ch 00-07`). The matrix shows, per
 pair of nodes (rows send, columns receive, the diagonal is intra-node), the tiers used.
 Keys: `c` / `C` next / previous communicator (or move in its table: `tab` focuses it), `f` only
-the hops off NVLink (again: all hops), `m` the node matrix (again: the hops), `g` one row per
+the hops off NVLink (again: all hops), `m` the node matrix (again: the hops), `o` one row per
 channel, `enter` the NCCL line that declared the hop, in Logs.
 """
     BINDINGS = [
@@ -45,7 +45,7 @@ channel, `enter` the NCCL line that declared the hop, in Logs.
         Binding("f", "toggle_off_nvlink", "Off-NVLink", tooltip="Only hops off NVLink, or all hops"),
         Binding("m", "toggle_matrix", "Matrix", tooltip="Node-by-node matrix of transports, or the hops"),
         Binding("C", "previous_comm", "Previous communicator", show=False),
-        Binding("g", "toggle_grouping", "Hops: one row per channel, or grouped over channels", show=False),
+        Binding("o", "toggle_grouping", "Hops: one row per channel, or grouped over channels", show=False),
         Binding("enter", "open_evidence", "Open the highlighted hop's NCCL line in Logs", show=False),
     ]
     VERTICAL_BREAKPOINTS = [(0, "-short"), (34, "-tall")]

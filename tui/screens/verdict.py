@@ -85,9 +85,23 @@ def verdict_text(report: dict) -> Text:
             out.append_text(plain(f" · {gpu_words(gpus[0], node=False)}"))
         elif gpus:
             out.append_text(plain(" · GPUs " + ", ".join(gpu_words(g) for g in gpus)))
+    frame = culprit_frame(report)
+    if frame:
+        out.append("\nCulprit's stack ", style="bold")
+        out.append_text(plain(frame, "bold"))
+        out.append_text(plain("  (innermost frame; tab: the finding's details, the whole stack)", "dim"))
     out.append("\n")
     out.append_text(plain(v.get("sentence")))
     return out
+
+
+def culprit_frame(report: dict) -> str:
+    """The innermost frame of the culprit's main thread (py-spy), when a culprit finding has it."""
+    for f in report.get("findings", []):
+        stack = ((f.get("details") or {}).get("culprit_did_instead") or {}).get("py_spy_main_thread") or []
+        if f.get("culprit") and stack:
+            return str(stack[0])
+    return ""
 
 
 def actions_text(report: dict) -> Text:
