@@ -46,6 +46,7 @@ LEVELS = ("DEBUG", "INFO", "WARN", "ERROR")
 DEBUG, INFO, WARN, ERROR = range(4)
 TIME_TABLES = ("events", "iterations", "progress", "node_events", "agent", "slurm")
 PAGE = 128
+SOURCE_MIN, SOURCE_MAX = 9, 24   # the gutter's source column (rank, node or file), in characters
 MAX_PAGES = 64
 MAX_CHARS = 4000  # a displayed line is cut here (horizontal scroll reaches this far)
 
@@ -209,6 +210,7 @@ class LogData:
         self.state = ViewState()
         self.max_width = 80
         self.line_digits = 4
+        self.source_width = SOURCE_MIN
         self.pattern: re.Pattern | None = None  # the search, for highlighting
         self.searched = ""
         self._pages: OrderedDict[int, list[LogRow]] = OrderedDict()
@@ -240,8 +242,11 @@ class LogData:
                        row_number() OVER (ORDER BY path_pos, line_no) - 1 AS fpos,
                        rid, input_id, line_no, rank, node, attempt, readback, level::UTINYINT AS level, t
                 FROM t JOIN p USING (input_id)""")
-            total, width, last = cur.execute(
-                "SELECT count(*), coalesce(max(length), 0), coalesce(max(line_no), 1) FROM lines").fetchone()
+            total, width, last, names = cur.execute(
+                "SELECT count(*), coalesce(max(length), 0), coalesce(max(line_no), 1), "
+                "coalesce(max(greatest(length(node), length(CAST(rank AS VARCHAR)) + 1)), 0) FROM lines").fetchone()
+            # the source column as wide as the names it shows (h20-node-01, r1023), within bounds
+            self.source_width = min(max(int(names), SOURCE_MIN), SOURCE_MAX)
             self.max_width = min(max(int(width), 20), MAX_CHARS)
             self.line_digits = max(len(str(last)), 3)
             self.state = ViewState(total=total)

@@ -36,7 +36,6 @@ from tui.text import join, plain
 
 LEVEL_MARK = {ERROR: "E", WARN: "W", DEBUG: "D"}
 LEVEL_CLASS = {ERROR: "logview--error", WARN: "logview--warn", DEBUG: "logview--debug"}
-SOURCE_WIDTH = 9
 
 
 class LogView(ScrollView, can_focus=True):
@@ -78,7 +77,7 @@ class LogView(ScrollView, can_focus=True):
 
     @property
     def gutter_width(self) -> int:
-        return 2 + SOURCE_WIDTH + 1 + self.data.line_digits + 1
+        return 2 + self.data.source_width + 1 + self.data.line_digits + 1
 
     def reset(self) -> None:
         """The view changed (filters, order): new size, cursor kept in range."""
@@ -145,7 +144,8 @@ class LogView(ScrollView, can_focus=True):
         mark = LEVEL_MARK.get(row.level, " ")
         level_style = self._style_of(row.level)
         return join((mark + " ", level_style),
-                    (f"{source_label(row, SOURCE_WIDTH):<{SOURCE_WIDTH}} {row.line_no:>{self.data.line_digits}} ",
+                    (f"{source_label(row, self.data.source_width):<{self.data.source_width}} "
+                     f"{row.line_no:>{self.data.line_digits}} ",
                      self.get_component_rich_style("logview--gutter")))
 
     def _body(self, row: LogRow) -> Text:
