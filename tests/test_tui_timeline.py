@@ -252,3 +252,39 @@ def test_no_table_without_a_time_is_guessed(tmp_path):
     assert [m.text for m in data.node_lanes["b"].marks] == ["xid 79: fell off"]
     assert data.notes and "1 kernel-log event" in data.notes[0]
     assert td.clock_text(data, data.end) == "10:05:00" and td.clock_text(data, data.start) == "10:00:00"
+
+
+def test_colon_goes_to_a_time_a_rank_and_a_node(sample_store):
+    """`:` on the Timeline: a time moves the cursor there; `rank N` / `node NAME` select the lane."""
+    from textual.widgets import Input
+
+    from tests.tui_helpers import app_of, drive
+    from tui.screens.timeline import TimelineScreen
+
+    app = app_of(sample_store("silent-deadlock-40r"), start="timeline")
+
+    async def ask(pilot, text):
+        await pilot.press("colon")
+        await pilot.pause()
+        pilot.app.screen.query_one("#ask-input", Input).value = text
+        await pilot.press("enter")
+        await pilot.pause()
+
+    async def steps(pilot):
+        for _ in range(300):
+            await pilot.pause(0.05)
+            if isinstance(app.screen, TimelineScreen) and app.screen.loaded:
+                break
+        lanes = app.screen.lanes
+        await ask(pilot, "09:21")
+        when = lanes.data.wall(lanes.cursor_t)
+        await ask(pilot, "rank 30")
+        rank = lanes.rows[lanes.selected]
+        await ask(pilot, "node h20-node-02")
+        node = lanes.rows[lanes.selected]
+        return when, rank, node
+
+    when, rank, node = drive(app, steps)
+    assert (when.hour, when.minute) == (9, 21)
+    assert rank.kind == "rank" and rank.rank == 30
+    assert node.kind == "node" and node.node == "h20-node-02"

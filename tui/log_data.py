@@ -377,7 +377,7 @@ class LogData:
             lo, hi = self.cur.execute("SELECT min(t), max(t) FROM pm_view").fetchone()
             if lo is None:
                 return None, "no line of this view has a time"
-            target = _time_target(when, lo, hi)
+            target = time_target(when, lo, hi)
             row = self.cur.execute("SELECT min(vpos) FROM pm_view WHERE t >= ?", [target]).fetchone()
         return (row[0] if row else None), str(target)
 
@@ -436,7 +436,7 @@ class LogData:
                 for pos, rid, input_id, line_no, rank, node, level, attempt, readback in view]
 
 
-def _time_target(when: str, lo: datetime, hi: datetime) -> datetime:
+def time_target(when: str, lo: datetime, hi: datetime) -> datetime:
     """``when`` as a datetime within the run's days: a bare time of day is taken on the first day
     (from the run's first) on which it is not before the run's first line."""
     when = when.strip().replace("T", " ")

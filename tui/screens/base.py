@@ -9,9 +9,9 @@ from rich.text import Text
 from textual import events, work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Vertical
-from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header, Static
+from textual.containers import Horizontal, Vertical
+from textual.screen import ModalScreen, Screen
+from textual.widgets import DataTable, Footer, Header, Input, Label, Static
 
 from tui.session import Session
 
@@ -179,6 +179,36 @@ class BaseScreen(Screen):
         finally:
             con.close()
         self.app.call_from_thread(done, view)
+
+
+class AskScreen(ModalScreen[str]):
+    """A one-line question at the bottom (Enter answers, Escape cancels with "")."""
+
+    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+    DEFAULT_CSS = """
+    AskScreen { align: center bottom; }
+    AskScreen > Horizontal { height: 1; width: 100%; background: $panel; margin-bottom: 2; }
+    AskScreen Label { width: auto; padding: 0 1; color: $accent; text-style: bold; }
+    AskScreen Input { border: none; height: 1; width: 1fr; padding: 0; }
+    """
+
+    def __init__(self, question: str):
+        super().__init__()
+        self.question = question
+
+    def compose(self) -> ComposeResult:
+        with Horizontal():
+            yield Label(Text(self.question))
+            yield Input(id="ask-input")
+
+    def on_mount(self) -> None:
+        self.query_one(Input).focus()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        self.dismiss(event.value.strip())
+
+    def action_cancel(self) -> None:
+        self.dismiss("")
 
 
 def _mode_of(screen: Screen) -> str:

@@ -25,7 +25,8 @@ from textual.strip import Strip
 from textual.widgets import Static
 
 from tui import timeline_data as td
-from tui.screens.base import BaseScreen
+from tui.log_data import time_target
+from tui.screens.base import AskScreen, BaseScreen
 from tui.text import join, plain
 
 LEGEND_WORD = {"timeout": "timeout", "error": "error", "last": "last", "node": "node", "warning": "warn",
@@ -343,6 +344,7 @@ fall in one column the first of that list is shown. The panel lists the marks un
     BINDINGS = [
         Binding("plus,equals_sign", "zoom(2)", "Zoom", key_display="+"),
         Binding("n", "jump(1)", "Next"),
+        Binding("colon", "goto", "Go to", tooltip="Go to a time (09:21), rank 17 or node NAME"),
         Binding("c", "collapse_all", "Collapse"),
         Binding("minus", "zoom(0.5)", "Zoom out around the cursor", show=False),
         Binding("0", "fit", "Fit the whole run", show=False),
@@ -405,6 +407,35 @@ fall in one column the first of that list is shown. The panel lists the marks un
 
     def _after(self) -> None:
         self._refresh_aux()
+
+    def action_goto(self) -> None:
+        if self.loaded:
+            self.app.push_screen(AskScreen("Go to (09:21, rank 17, node NAME)"), self._goto)
+
+    def _goto(self, answer: str | None) -> None:
+        """A time moves the cursor there; ``rank N`` / ``node NAME`` select that lane."""
+        if not answer:
+            return
+        lanes, data = self.lanes, self.lanes.data
+        word, _, rest = answer.partition(" ")
+        rank = int(rest) if word in ("rank", "r") and rest.strip().isdigit() else \
+            int(answer[1:]) if answer[:1] == "r" and answer[1:].isdigit() else None
+        if rank is not None or word == "node":
+            want = ("rank", rank) if rank is not None else ("node", rest.strip())
+            index = next((i for i, r in enumerate(lanes.rows) if r.lane is not None and
+                          (r.kind, r.rank if want[0] == "rank" else r.node) == want), None)
+            if index is None:
+                self.notify(f"no lane for {answer} (collapsed node? press c)", severity="warning", timeout=4)
+                return
+            lanes.select_row(index)
+        else:
+            try:
+                at = time_target(answer, data.wall(data.start), data.wall(data.end))
+            except ValueError as exc:
+                self.notify(str(exc), severity="error", timeout=5)
+                return
+            lanes.goto_time((at - data.wall(0)).total_seconds())
+        self._after()
 
     def action_zoom(self, factor: float) -> None:
         self.lanes.zoom(float(factor))
