@@ -28,6 +28,8 @@ from dataclasses import asdict, dataclass
 
 import polars as pl
 
+from parsers import nccl_errors
+
 SCHEDULER_FAILED = ("FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL",
                     "DEADLINE", "OOMKilled", "Error")
 SCHEDULER_DONE = ("COMPLETED", "Succeeded", "Completed")
@@ -194,8 +196,10 @@ def _event_signs(run, attempt, finished: set) -> list[Sign]:
         return []
     ev = _drop_caught(run, attempt, ev, finished)
     out = []
-    # A plain NCCL WARN (no error class) or one inside a traceback is not a failure of its own.
-    ev = ev.filter((pl.col("kind") != "nccl_warn") | (pl.col("error_class").fill_null("other") != "other"))
+    # A plain NCCL WARN (no error class), one NCCL prints on healthy hosts too (no libibverbs) or
+    # one inside a traceback is not a failure of its own.
+    quiet = ["other", *sorted({c.error_class for c in nccl_errors.CAUSES if c.role == "harmless"})]
+    ev = ev.filter((pl.col("kind") != "nccl_warn") | ~pl.col("error_class").fill_null("other").is_in(quiet))
     for r in ev.filter(~pl.col("kind").is_in(list(STALL_EVENTS))).iter_rows(named=True):
         label = FATAL_EVENTS.get(r["kind"]) or MAYBE_CAUGHT[r["kind"]]
         detail = r["exc_type"] or r["detail"] or ""
