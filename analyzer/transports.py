@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import polars as pl
 
-from analyzer import hardware
+from analyzer import hardware, topology
 from analyzer.nccl_model import TIER_ORDER
+from analyzer.topology import GDR_PATHS, Topology
 
 
 def accelerator(run, gpu: str | None = None) -> tuple[dict | None, str]:
@@ -33,7 +34,7 @@ def accelerator(run, gpu: str | None = None) -> tuple[dict | None, str]:
 def view(run, comm: str | None = None, gpu: str | None = None) -> dict:
     tables = {name: run.frame(f"SELECT * FROM {name}") if run.columns(name) else pl.DataFrame()
               for name in ("nccl_communicators", "nccl_members", "nccl_hops", "nccl_ring_order", "nccl_processes",
-                           "nccl_tuning", "events")}
+                           "nccl_tuning", "events", "nccl_net")}
     tables["nic_rates"] = _nic_rates(run)
     comms = tables["nccl_communicators"]
     hops = tables["nccl_hops"]
@@ -43,6 +44,10 @@ def view(run, comm: str | None = None, gpu: str | None = None) -> dict:
     if comm:
         keys = [k for k in keys if comm in k]
     acc, acc_source = accelerator(run, gpu)
+    if not hops.is_empty():
+        # The same judgement the rules make (N010-N013): which hops are slower than they should be.
+        judged = judge(hops, topology.from_run(run), accelerator(run)[0], no_module_hosts(tables["nccl_net"]))
+        tables["nccl_hops"] = hops.with_row_index("_hop").join(judged, on="_hop", how="left").drop("_hop")
     return {
         "accelerator": {"name": acc["name"] if acc else None, "source": acc_source},
         "communicators": [_communicator(key, tables, acc) for key in keys],
@@ -85,7 +90,9 @@ def _communicator(key: str, tables: dict[str, pl.DataFrame], acc: dict | None = 
         "rings": [_ring(r, hops, acc, tables["nic_rates"]) for r in rings.iter_rows(named=True)],
         "hops": [_hop(h, acc, tables["nic_rates"])
                  for h in hops.sort("channel", "phase", "src_rank", nulls_last=True).iter_rows(named=True)],
-        "attention": [_hop(h, acc, tables["nic_rates"]) for h in _attention(hops).iter_rows(named=True)],
+        "attention": [{**_hop(h, acc, tables["nic_rates"]), "reason": h.get("reason"), "covered_by": h.get("code")}
+                      for h in hops.filter(pl.col("slow").fill_null(False)).sort("channel", "src_rank").iter_rows(named=True)]
+        if "slow" in hops.columns else [],
         "tuning": _tuning(tables["nccl_tuning"], members),
     }
 
@@ -115,7 +122,8 @@ def _nic_gbit(h: dict, rates: dict | None) -> float | None:
 def _hop(h: dict, acc: dict | None = None, rates: dict | None = None) -> dict:
     return {**_price(h.get("tier"), acc, _nic_gbit(h, rates)), **{k: h.get(k) for k in ("channel", "phase", "conn_index", "src_rank", "dst_rank", "src_host", "dst_host",
                                   "src_gpu", "dst_gpu", "src_pci", "dst_pci", "transport", "detail", "net", "send_nic", "recv_nic", "link",
-                                  "gdr", "pxn_via", "tier", "input_id", "line_no")}}
+                                  "gdr", "send_gdr", "recv_gdr", "gdr_sides", "send_flags", "recv_flags",
+                                  "pxn_via", "tier", "input_id", "line_no")}}
 
 
 def _ring(ring: dict, hops: pl.DataFrame, acc: dict | None = None, rates: dict | None = None) -> dict:
@@ -140,17 +148,118 @@ def _ring(ring: dict, hops: pl.DataFrame, acc: dict | None = None, rates: dict |
             "agrees_with_hops": ring["agrees_with_hops"], "links": links, "slowest": slowest}
 
 
-def _attention(hops: pl.DataFrame) -> pl.DataFrame:
-    """Hops slower than they should be: intra-node hops that did not use P2P (SHM, or the
-    network on one host), and inter-node hops on sockets or without GDR where other hops of
-    the same communicator had GDR (nccl.md section 5.3)."""
+# -- which hops are slower than they should be: one judgement for the view and the rules -------------
+
+SHM_TIERS = ("SHM",)
+
+
+def judge(hops: pl.DataFrame, topo: Topology, acc: dict | None, no_module_hosts: set[str]) -> pl.DataFrame:
+    """Per hop (``_hop``, its row index in ``hops``): ``slow`` (the transports view lists it as
+    slower than expected), ``reason`` and ``code`` (the rule whose finding covers it: N010 SHM
+    where P2P was possible, N011 the network inside one host, N012 sockets between hosts, N013 a
+    side without GPUDirect RDMA where it was possible). The rules read the same judgement, so the
+    view and the report never disagree about a hop."""
+    schema = {"_hop": pl.UInt32, "slow": pl.Boolean, "reason": pl.String, "code": pl.String}
     if hops.is_empty():
-        return hops
-    intra_slow = pl.col("same_host").fill_null(False) & pl.col("tier").is_in(["SHM", "NET on one host"])
-    socket = pl.col("tier") == "Socket"
-    any_gdr = bool(hops["gdr"].any())
-    no_gdr = pl.lit(any_gdr) & (pl.col("transport") == "NET") & ~pl.col("gdr") & ~pl.col("same_host").fill_null(False)
-    return hops.filter(intra_slow | socket | no_gdr).sort("channel", "src_rank")
+        return pl.DataFrame(schema=schema)
+    rows = []
+    same = hops["same_host"].fill_null(False).to_list()
+    tiers = hops["tier"].to_list()
+    shm_expected = shm_by_design(hops, topo, acc)
+    gaps = gdr_gaps(hops, topo, no_module_hosts)
+    gdr_slow = set(gaps.filter(pl.col("expected"))["_hop"].to_list()) if not gaps.is_empty() else set()
+    for i, (intra, tier) in enumerate(zip(same, tiers)):
+        if intra and tier == "SHM":
+            host = hops["src_host"][i]
+            if host in shm_expected:
+                rows.append((i, False, "SHM where P2P is not possible (GPUs across CPU sockets or without P2P)", None))
+            else:
+                rows.append((i, True, "SHM between GPUs of one host where P2P (NVLink) is expected", "N010"))
+        elif intra and tier == "NET on one host":
+            rows.append((i, True, "NET on one host between GPUs of one host where P2P (NVLink) is expected", "N011"))
+        elif tier == "Socket" and not intra:
+            rows.append((i, True, "TCP sockets where RDMA NICs would carry it", "N012"))
+        elif i in gdr_slow:
+            rows.append((i, True, "network without GPUDirect RDMA on a side where it is possible", "N013"))
+        else:
+            rows.append((i, False, None, None))
+    return pl.DataFrame(rows, schema=schema, orient="row")
+
+
+def shm_by_design(hops: pl.DataFrame, topo: Topology, acc: dict | None) -> set[str]:
+    """Hosts whose intra-node SHM hops are NCCL's right choice: every GPU pair of them is SYS in
+    topo -m (across CPU sockets), or the GPU model has no NVLink at all -- unless topo -m shows
+    NVLink for a pair, the model has NVLink to every GPU, or the job's other hosts use P2P."""
+    intra = hops.filter(pl.col("same_host").fill_null(False))
+    shm = intra.filter(pl.col("transport") == "SHM")
+    if shm.is_empty():
+        return set()
+    p2p_hosts = set(intra.filter(pl.col("transport") == "P2P")["src_host"].drop_nulls().to_list())
+    link = (acc or {}).get("nvlink")
+    acc_nvlink = bool(link) and "bridge" not in link
+    pcie_only = acc is not None and not acc.get("nvlink")
+    out = set()
+    for node in shm["src_host"].drop_nulls().unique().to_list():
+        rows = shm.filter(pl.col("src_host") == node)
+        pairs = rows.select("src_gpu", "dst_gpu").unique().rows()
+        links = [topo.gpu_link(node, a, b) for a, b in pairs]
+        strong = any(x and x.startswith("NV") for x in links) or acc_nvlink or bool(p2p_hosts - {node})
+        all_sys = bool(pairs) and all(x == "SYS" for x in links)
+        if not strong and (all_sys or pcie_only):
+            out.add(node)
+    return out
+
+
+def gdr_gaps(hops: pl.DataFrame, topo: Topology, no_module_hosts: set[str]) -> pl.DataFrame:
+    """One row per side of an inter-node RDMA hop that runs without GPUDirect RDMA (``send_gdr`` /
+    ``recv_gdr`` false): ``_hop``, ``side``, ``host``, ``gpu``, ``nic``, ``path`` (topo -m between
+    that GPU and NIC), ``reason`` and ``expected`` (GDR was possible there, so the hop is slower
+    than it should be):
+
+    * ``close``: topo -m puts GPU and NIC on one PCIe switch or host bridge (PIX/PXB/PHB);
+    * ``no module``: NCCL said ``GPU Direct RDMA Disabled for HCA ... (no module)`` on that host;
+    * ``others have it``: no topo -m, but other sides of the job's hops use GDR (lower confidence);
+    * ``far`` (not expected): topo -m says NODE or SYS, where NCCL disables GDR by design;
+    * ``unknown`` (not expected): nothing to compare with."""
+    schema = {"_hop": pl.UInt32, "side": pl.String, "host": pl.String, "gpu": pl.Int64, "nic": pl.String,
+              "path": pl.String, "reason": pl.String, "expected": pl.Boolean}
+    cols = {"send_gdr", "recv_gdr", "send_nic", "recv_nic"}
+    if hops.is_empty() or not cols <= set(hops.columns):
+        return pl.DataFrame(schema=schema)
+    net = ((pl.col("transport") == "NET") & ~pl.col("same_host").fill_null(False)
+           & (pl.col("tier").fill_null("") != "Socket") & (pl.col("net").fill_null("") != "Socket"))
+    rdma = hops.with_row_index("_hop").filter(net)
+    if rdma.is_empty():
+        return pl.DataFrame(schema=schema)
+    any_gdr = bool(rdma["send_gdr"].fill_null(False).any() or rdma["recv_gdr"].fill_null(False).any())
+    rows = []
+    for h in rdma.iter_rows(named=True):
+        for side, host, gpu, nic, gdr in (("send", h["src_host"], h["src_gpu"], h["send_nic"], h["send_gdr"]),
+                                          ("receive", h["dst_host"], h["dst_gpu"], h["recv_nic"], h["recv_gdr"])):
+            if gdr is not False:
+                continue
+            path = topo.nic_path(host, gpu, nic)
+            if path in GDR_PATHS:
+                reason, expected = "close", True
+            elif path:
+                reason, expected = "far", False
+            elif host in no_module_hosts:
+                reason, expected = "no module", True
+            elif any_gdr:
+                reason, expected = "others have it", True
+            else:
+                reason, expected = "unknown", False
+            rows.append((h["_hop"], side, host, gpu, nic, path, reason, expected))
+    return pl.DataFrame(rows, schema=schema, orient="row")
+
+
+def no_module_hosts(net: pl.DataFrame) -> set[str]:
+    """Hosts where NCCL said ``GPU Direct RDMA Disabled for HCA ... (no module)``: nvidia-peermem is not loaded."""
+    if net.is_empty() or not {"kind", "gdr", "detail", "host"} <= set(net.columns):
+        return set()
+    rows = net.filter((pl.col("kind") == "gdr") & (pl.col("gdr") == "Disabled")
+                      & pl.col("detail").fill_null("").str.contains("no module"))
+    return set(rows["host"].drop_nulls().to_list())
 
 
 def _tuning(tuning: pl.DataFrame, members: pl.DataFrame) -> list[dict]:
@@ -221,7 +330,7 @@ def _render_comm(c: dict, procs: dict, all_hops: bool) -> list[str]:
     lines += _render_rings(c["rings"])
     if c["attention"]:
         lines.append("  slower than expected:")
-        groups = _group_hops(c["attention"])
+        groups = _group_hops(c["attention"], with_reason=True)
         lines += [f"    {text}" for text in groups[:30]]
         if len(groups) > 30:
             lines.append(f"    ... {len(groups) - 30} more (use --all or --format json)")
@@ -338,17 +447,28 @@ def _channels(channels: list[int]) -> str:
     return ",".join(parts)
 
 
-def _group_hops(hops: list[dict]) -> list[str]:
-    """The same hop on several channels is one line naming its channels."""
+def _group_hops(hops: list[dict], with_reason: bool = False) -> list[str]:
+    """The same hop on several channels is one line naming its channels (and, for the hops
+    slower than expected, why and which rule's finding covers it)."""
     groups: dict[str, list[int]] = {}
     for h in hops:
-        groups.setdefault(_hop_text(h, with_channel=False), []).append(h["channel"])
+        why = f"  ({h['reason']}; {h['covered_by']})" if with_reason and h.get("reason") else ""
+        groups.setdefault(_hop_text(h, with_channel=False) + why, []).append(h["channel"])
     return [f"ch {_channels(chs)}  {text}" for text, chs in groups.items()]
+
+
+def _side_text(nic: str | None, gdr: bool | None) -> str:
+    return (nic or "?") + (" GDR" if gdr else " no GDR" if gdr is False else " (not logged)")
 
 
 def _hop_text(h: dict, with_channel: bool = True) -> str:
     nic = ""
-    if h["send_nic"] or h["recv_nic"]:
+    if h["transport"] in ("NET", "COLLNET") and h.get("transport") and (
+            h["send_nic"] or h["recv_nic"] or h.get("send_gdr") is not None or h.get("recv_gdr") is not None):
+        # both sides of a network hop: each has its own NIC and its own GPUDirect RDMA
+        nic = (f" [send {_side_text(h['send_nic'], h.get('send_gdr'))} -> "
+               f"receive {_side_text(h['recv_nic'], h.get('recv_gdr'))}]")
+    elif h["send_nic"] or h["recv_nic"]:
         nic = f" [{h['send_nic'] or '?'} -> {h['recv_nic'] or '?'}]"
     gpu = lambda g: f" GPU{g}" if g is not None else ""  # noqa: E731
     src = f"{h['src_host'] or '?'}{gpu(h['src_gpu'])}"
