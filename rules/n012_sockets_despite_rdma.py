@@ -51,6 +51,10 @@ def check(ctx: Context) -> list[Finding]:
     socket_nodes: set[str] = set()
     if not procs.is_empty():
         socket_nodes |= set(procs.filter(pl.col("network") == "Socket")["host"].drop_nulls().to_list())
+        # before 2.6 no `Using network` line: the socket transport's `NET/Socket : Using` list says it
+        listed = with_columns(procs, socket_ifs=pl.List(pl.String)).filter(
+            pl.col("network").is_null() & (pl.col("socket_ifs").list.len() > 0))
+        socket_nodes |= set(listed["host"].drop_nulls().to_list())
     hops = f.hops
     socket_hops = pl.DataFrame()
     if not hops.is_empty():

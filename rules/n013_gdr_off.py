@@ -145,7 +145,8 @@ def _weak(ctx, f, hops, gaps, sides) -> Finding:
                "(topo -m SYS or NODE: GDR off is then right) or GDR is unavailable there (nvidia-peermem not loaded, "
                f"NCCL_NET_GDR_LEVEL); the inputs hold no nvidia-smi topo -m to tell; {_STAGED}")
     with_rows = hops.filter(pl.col("gdr").fill_null(False))
-    return Finding(CODE, NAME, SEVERITY, 0.35, f"GPUDirect RDMA off on {', '.join(nodes[:3]) or 'some'} node(s) only",
+    where = ", ".join(nodes[:3]) + (" ..." if len(nodes) > 3 else "") if nodes else "some nodes"
+    return Finding(CODE, NAME, SEVERITY, 0.35, f"GPUDirect RDMA off on {where} only",
                    message, ranks=tm.global_ranks(f, hop_rows), nodes=nodes,
                    evidence=tm.evidence_of(ctx, _evidence_rows(hops, gaps), "this side of the hop lacks /GDRDMA", 2)
                    + tm.evidence_of(ctx, with_rows, "a hop with /GDRDMA", 1),
