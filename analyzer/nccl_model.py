@@ -140,13 +140,17 @@ def _version_decision(job_versions: list[str]) -> list[pl.Expr]:
     consistent = (pl.lit(job is not None) & (pl.col("lo").fill_null(0) <= (minor(job) if job else 0))
                   & (pl.col("hi").fill_null(99) >= (minor(job) if job else 0)))
     conflicting = pl.col("lo") > pl.col("hi")
-    version = pl.coalesce(pl.col("exact"), pl.when(consistent & ~conflicting.fill_null(False)).then(pl.lit(job)))
+    # A printed version always wins over one inferred from line shapes (issue 22): shapes only
+    # say which releases a process's lines allow, and a disagreement is noted, not believed.
+    version = pl.coalesce(pl.col("exact"), pl.lit(job))
     source = (pl.when(pl.col("exact").is_not_null()).then(pl.lit("its own NCCL version line"))
+              .when(pl.lit(job is not None) & consistent & ~conflicting.fill_null(False)).then(
+                  pl.lit("rank 0's version line; this process's line shapes agree"))
+              .when(pl.lit(job is not None) & pl.col("lo").is_not_null() & ~conflicting.fill_null(False)).then(
+                  pl.format("rank 0's version line (this process's line shapes say 2.{}-2.{}: a different build?)",
+                            "lo", "hi"))
+              .when(pl.lit(job is not None)).then(pl.lit("rank 0's version line"))
               .when(conflicting.fill_null(False)).then(pl.lit("inconsistent line shapes (a patched or mixed build)"))
-              .when(consistent).then(pl.lit("rank 0's version line; this process's line shapes agree"))
-              .when(pl.lit(job is not None) & pl.col("lo").is_not_null()).then(
-                  pl.format("line shapes say 2.{}-2.{}, not {} (rank 0's version line): a different build?",
-                            "lo", "hi", pl.lit(job or "")))
               .when(pl.col("lo").is_not_null()).then(pl.format("line shapes say 2.{}-2.{}", "lo", "hi")))
     return [version.alias("version"), source.alias("version_source"),
             _minor_text(pl.col("lo")).alias("version_min"), _minor_text(pl.col("hi")).alias("version_max")]

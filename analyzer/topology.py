@@ -43,11 +43,19 @@ class Topology:
         return [g for g in gpus if g not in close], close
 
 
-def load(topology: pl.DataFrame, legend: pl.DataFrame) -> Topology:
-    """A ``Topology`` from the store's ``topology`` and ``topo_nics`` rows (either may be empty)."""
+UNKNOWN_NODE = "(node not known)"
+
+
+def load(topology: pl.DataFrame, legend: pl.DataFrame, keep_unknown: bool = False) -> Topology:
+    """A ``Topology`` from the store's ``topology`` and ``topo_nics`` rows (either may be empty).
+    ``keep_unknown``: matrices of no known node are kept under ``UNKNOWN_NODE`` (to show them)."""
     out = Topology()
-    if topology.is_empty() or not {"link", "node"} <= set(topology.columns):
+    if topology.is_empty() or "link" not in topology.columns:
         return out
+    if "node" not in topology.columns:
+        topology = topology.with_columns(node=pl.lit(None, dtype=pl.String))
+    if keep_unknown:
+        topology = topology.with_columns(node=pl.col("node").fill_null(UNKNOWN_NODE))
     # A matrix cell the parser could not place has no from/to (and a table of such cells lacks the columns).
     for name in ("from", "to", "input_id", "line_no", "matrix"):
         if name not in topology.columns:
@@ -75,8 +83,8 @@ def load(topology: pl.DataFrame, legend: pl.DataFrame) -> Topology:
     return out
 
 
-def from_run(run) -> Topology:
+def from_run(run, keep_unknown: bool = False) -> Topology:
     """The topology of a run's store (``run.frame``/``run.columns``, as the CLI and the TUI hold it)."""
     frames = [run.frame(f"SELECT * FROM {name}") if run.columns(name) else pl.DataFrame()
               for name in ("topology", "topo_nics")]
-    return load(*frames)
+    return load(*frames, keep_unknown=keep_unknown)

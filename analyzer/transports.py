@@ -381,6 +381,10 @@ def _render_hosts(processes: list[dict]) -> list[str]:
     groups: dict[tuple, list] = {}
     for p in processes:
         version = p["version"] or "?"
+        if p["version"] and "a different build" in (p.get("version_source") or ""):
+            # the printed version stands; the process's own line shapes disagree with it
+            span = p["version_min"] if p["version_min"] == p["version_max"] else f"{p['version_min']}-{p['version_max']}"
+            version = f"{p['version']} (printed by rank 0; this host's line shapes say {span})"
         if not p["version"] and p["version_min"]:
             span = p["version_min"] if p["version_min"] == p["version_max"] else f"{p['version_min']}-{p['version_max']}"
             version = f"{span} (by line shapes)"
@@ -502,6 +506,10 @@ def bandwidth_map(run, gpu: str | None = None) -> dict:
     nodes = set()
     if not hops.is_empty():
         nodes = set(hops["src_host"].drop_nulls().to_list()) | set(hops["dst_host"].drop_nulls().to_list())
+    # every source that names hosts: NCCL's processes and the ranks' nodes, not only the hops'
+    for table, column in (("nccl_processes", "host"), ("ranks", "node")):
+        if column in run.columns(table):
+            nodes |= set(run.frame(f'SELECT DISTINCT "{column}" AS h FROM "{table}" WHERE "{column}" IS NOT NULL')["h"].to_list())
     gpus_per_node = None
     if run.columns("nccl_members"):
         m = run.frame("SELECT host, count(DISTINCT cuda_dev) AS n FROM nccl_members WHERE host IS NOT NULL GROUP BY 1")
