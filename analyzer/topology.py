@@ -65,6 +65,7 @@ def load(topology: pl.DataFrame, legend: pl.DataFrame, keep_unknown: bool = Fals
     # GPUs joined by NVLink, so only its GPU-NIC cells count.
     matrix = pl.col("matrix").fill_null("topo")
     topology = topology.filter(pl.col("node").is_not_null() & pl.col("link").is_not_null() & pl.col("to").is_not_null()
+                               & pl.col("from").is_not_null()
                                & ((matrix == "topo") | ((matrix == "pcie") & ~pl.col("to").str.starts_with("GPU"))))
     for r in topology.iter_rows(named=True):
         out.topo.setdefault(r["node"], {})[(r["from"], r["to"])] = r["link"]
