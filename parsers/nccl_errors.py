@@ -330,6 +330,12 @@ CAUSES: list[Cause] = [
                    "prematurely.",)),
 
     # -- printed on healthy hosts -------------------------------------------------------------------
+    Cause("graph_search_fallback", "topology", r"Could not find a path for pattern \d+", "2.4-2.30",
+          "NCCL's topology search found no path of the preferred pattern and fell back to a simple ring order "
+          "(slower rings; common on PCIe boxes and mixed GPUs)",
+          "Check nvidia-smi topo -m and NCCL_P2P_LEVEL / NCCL_TOPO_FILE; nothing to fix when the box has no better "
+          "path.", role="harmless", category="perf",
+          samples=("Could not find a path for pattern 4, falling back to simple order",)),
     Cause("libibverbs_missing", "libibverbs_missing", r"Failed to open libibverbs", "2.4-2.30",
           "no RDMA library on this host (harmless on hosts without IB/RoCE; NCCL then uses sockets)",
           "Install rdma-core in the image if the host has RDMA NICs.", role="harmless", category="network",
@@ -365,6 +371,7 @@ TITLES = {
     "unhandled_system_error": "NCCL system error", "unhandled_cuda_error": "NCCL unhandled CUDA error",
     "internal_error": "NCCL internal error", "invalid_usage_result": "NCCL invalid usage/argument",
     "remote_error_result": "NCCL remote error", "libibverbs_missing": "libibverbs not found",
+    "graph_search_fallback": "topology search fell back to a simple order",
 }
 
 # ncclResult_t (nccl.md 3.10).

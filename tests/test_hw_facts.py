@@ -137,3 +137,21 @@ def test_hw_command_prints_what_it_parsed(tmp_path, capsys, real_logs):
     assert main(["hw", str(folder), "--quiet", "--format", "json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert {p["ca"] for p in data["parsed"]["nic_ports"]} == {"mlx5_0", "mlx5_1"}
+
+
+_NT_HEAD = ("# nThread 1 nGpus 2 minBytes 8 maxBytes 16777216 step: 2(factor) warmup iters: 5 iters: 20 validation: 1\n"
+            "#\n# Using devices\n#  Rank  0 Group  0 Pid   8756 on     node01 device  0 [0x01] NVIDIA H100 80GB HBM3\n")
+_NT_ROWS = ("#       size         count      type   redop    root     time   algbw   busbw  #wrong     time   algbw   "
+            "busbw  #wrong\n           8             2     float     sum      -1    19.90    0.00    0.00       0    "
+            "18.96    0.00    0.00       0\n# Avg bus bandwidth    : 0.0012 \n")
+
+
+def test_nccl_tests_header_without_rows_is_a_stall(tmp_path):
+    """nccl-tests that printed its header and nothing else is stuck (nccl#606: a PCIe P2P hang)."""
+    from analyzer.outcome import job_outcome
+
+    run = analyze([_write(tmp_path / "stuck", {"all_reduce_perf.txt": _NT_HEAD})])
+    out = job_outcome(run)
+    assert out["outcome"] == "hung" and "no result row" in out["basis"][0]["what"]
+    run = analyze([_write(tmp_path / "done", {"all_reduce_perf.txt": _NT_HEAD + _NT_ROWS})])
+    assert job_outcome(run)["outcome"] != "hung"
