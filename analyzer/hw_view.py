@@ -112,6 +112,10 @@ def _prices(v: dict, acc: dict | None) -> list[dict]:
     return out
 
 
+def _v(value) -> str:
+    return "?" if value is None else str(value)
+
+
 def _at(row: dict) -> str:
     return f"{row['node']} " if row.get("node") else ""
 
@@ -161,19 +165,21 @@ def render_text(v: dict) -> str:
     if v["ib_links"]:
         out.append("IB links (iblinkinfo):")
         for link in v["ib_links"][:64]:
-            out.append(f"  {link.get('device') or '?'} port {link.get('port')}: {link.get('width')} x "
-                       f"{link.get('lane_gbps')} = {link.get('rate_gbps') or 0:g} Gb/s {link.get('state')}/"
-                       f"{link.get('physical_state')} -> {link.get('peer') or '?'}")
+            out.append(f"  {link.get('device') or '?'} port {_v(link.get('port'))}: {_v(link.get('width'))} x "
+                       f"{_v(link.get('lane_gbps'))} Gbps = {link.get('rate_gbps') or 0:g} Gb/s "
+                       f"{_v(link.get('state'))}/{_v(link.get('physical_state'))} -> {link.get('peer') or '?'}")
         out.append("")
     if v["nccl_tests"]:
         out.append("nccl-tests:")
         for b in v["nccl_tests"]:
-            out.append(f"  {b['op'] or '?'}: {b['sizes']} sizes up to {b['max_size_bytes']} B, peak busbw "
-                       f"{b['peak_busbw_gbs']:g} GB/s, {b['busbw_at_largest']:g} GB/s at the largest")
+            peak = f"{b['peak_busbw_gbs']:g}" if b.get("peak_busbw_gbs") is not None else "?"
+            last = f"{b['busbw_at_largest']:g}" if b.get("busbw_at_largest") is not None else "?"
+            out.append(f"  {b['op'] or '?'}: {b['sizes']} sizes up to {_v(b['max_size_bytes'])} B, peak busbw "
+                       f"{peak} GB/s, {last} GB/s at the largest")
         out.append("")
     if v["tool_messages"]:
         out.append("tool messages:")
-        out += [f"  {m['kind']}: {m['detail']}" for m in v["tool_messages"][:20]]
+        out += [f"  {m['kind']}: {_v(m.get('detail'))}" for m in v["tool_messages"][:20]]
         out.append("")
     if v["prices"]:
         out.append("what the hardware model derives:")

@@ -103,7 +103,7 @@ def _duplicates(ctx: Context, by_id: pl.DataFrame) -> list[Finding]:
     if dup.is_empty():
         return []
     rows = by_id.join(dup.select("comm_id", "rank"), on=["comm_id", "rank"], how="semi")
-    parts = [f"rank {r['rank']} of {r['comm_id']} held by pids {', '.join(map(str, r['pids']))} on "
+    parts = [f"rank {r['rank']} of {r['comm_id']} held by pids {', '.join(str(p) for p in r['pids'] if p is not None) or '?'} on "
              f"{hostlist([h for h in r['hosts'] if h])}" for r in dup.head(6).iter_rows(named=True)]
     nodes = sorted({h for hs in dup["hosts"].to_list() for h in hs if h})
     return [Finding(CODE, NAME, SEVERITY, 0.8, f"the same rank held by two processes in {dup['comm_id'].n_unique()} "
@@ -129,7 +129,7 @@ def _incomplete(ctx: Context, by_id: pl.DataFrame, failing: bool) -> list[Findin
     nodes = sorted(set(stuck["host"].drop_nulls().to_list()))
     few = stuck.height < done.height
     parts = [f"rank {r['rank']} of {r['comm_id']} on {r['host'] or '?'} GPU {r['cuda_dev'] if r['cuda_dev'] is not None else '?'} "
-             f"(pid {r['pid']})" for r in stuck.head(8).iter_rows(named=True)]
+             f"(pid {r['pid'] if r['pid'] is not None else '?'})" for r in stuck.head(8).iter_rows(named=True)]
     message = (f"{stuck.height} rank(s) started NCCL init but never printed Init COMPLETE while {done.height} rank(s) of "
                f"the same communicator(s) did: {'; '.join(parts)}"
                + (f"; global rank {rank_ranges(glob)}" if glob else "")

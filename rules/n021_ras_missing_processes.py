@@ -77,8 +77,9 @@ def check(ctx: Context) -> list[Finding]:
         parts.append(f"{counted['dead_processes']} considered dead (unreachable via the RAS network)")
     if counted["missing_ranks"]:
         parts.append(f"communicator ranks missing: {rank_ranges(comm_ranks) or counted['missing_ranks']}")
-    listed = "; ".join(f"process {r['pid']} on {ras.host(r['node']) or r['node']}"
-                       + (f" ({r['node']})" if ras.host(r["node"]) != r["node"] else "")
+    listed = "; ".join(f"process {r['pid'] if r['pid'] is not None else '(pid unknown)'} on "
+                       f"{ras.host(r['node']) or r['node'] or 'an unknown node'}"
+                       + (f" ({r['node']})" if r["node"] and ras.host(r["node"]) != r["node"] else "")
                        + (f" GPU {r['gpu']}" if r["gpu"] is not None else "")
                        + (" (dead)" if r["why"] == "dead_process" else "")
                        for r in procs.head(8).iter_rows(named=True))
