@@ -162,28 +162,28 @@ def judge(hops: pl.DataFrame, topo: Topology, acc: dict | None, no_module_hosts:
     schema = {"_hop": pl.UInt32, "slow": pl.Boolean, "reason": pl.String, "code": pl.String}
     if hops.is_empty():
         return pl.DataFrame(schema=schema)
-    rows = []
-    same = hops["same_host"].fill_null(False).to_list()
-    tiers = hops["tier"].to_list()
-    shm_expected = shm_by_design(hops, topo, acc)
+    shm_expected = sorted(shm_by_design(hops, topo, acc))
     gaps = gdr_gaps(hops, topo, no_module_hosts)
-    gdr_slow = set(gaps.filter(pl.col("expected"))["_hop"].to_list()) if not gaps.is_empty() else set()
-    for i, (intra, tier) in enumerate(zip(same, tiers)):
-        if intra and tier == "SHM":
-            host = hops["src_host"][i]
-            if host in shm_expected:
-                rows.append((i, False, "SHM where P2P is not possible (GPUs across CPU sockets or without P2P)", None))
-            else:
-                rows.append((i, True, "SHM between GPUs of one host where P2P (NVLink) is expected", "N010"))
-        elif intra and tier == "NET on one host":
-            rows.append((i, True, "NET on one host between GPUs of one host where P2P (NVLink) is expected", "N011"))
-        elif tier == "Socket" and not intra:
-            rows.append((i, True, "TCP sockets where RDMA NICs would carry it", "N012"))
-        elif i in gdr_slow:
-            rows.append((i, True, "network without GPUDirect RDMA on a side where it is possible", "N013"))
-        else:
-            rows.append((i, False, None, None))
-    return pl.DataFrame(rows, schema=schema, orient="row")
+    gdr_slow = gaps.filter(pl.col("expected"))["_hop"].unique().implode() if not gaps.is_empty() else \
+        pl.Series([], dtype=pl.UInt32).implode()
+    intra = pl.col("same_host").fill_null(False)
+    tier = pl.col("tier")
+    rows = hops.with_row_index("_hop").select(
+        "_hop",
+        reason=pl.when(intra & (tier == "SHM") & pl.col("src_host").is_in(shm_expected)).then(
+            pl.lit("SHM where P2P is not possible (GPUs across CPU sockets or without P2P)"))
+        .when(intra & (tier == "SHM")).then(pl.lit("SHM between GPUs of one host where P2P (NVLink) is expected"))
+        .when(intra & (tier == "NET on one host")).then(
+            pl.lit("NET on one host between GPUs of one host where P2P (NVLink) is expected"))
+        .when(~intra & (tier == "Socket")).then(pl.lit("TCP sockets where RDMA NICs would carry it"))
+        .when(pl.col("_hop").is_in(gdr_slow)).then(
+            pl.lit("network without GPUDirect RDMA on a side where it is possible")),
+        code=pl.when(intra & (tier == "SHM") & pl.col("src_host").is_in(shm_expected)).then(pl.lit(None, dtype=pl.String))
+        .when(intra & (tier == "SHM")).then(pl.lit("N010"))
+        .when(intra & (tier == "NET on one host")).then(pl.lit("N011"))
+        .when(~intra & (tier == "Socket")).then(pl.lit("N012"))
+        .when(pl.col("_hop").is_in(gdr_slow)).then(pl.lit("N013")))
+    return rows.with_columns(slow=pl.col("code").is_not_null()).select(list(schema)).cast(schema)
 
 
 def shm_by_design(hops: pl.DataFrame, topo: Topology, acc: dict | None) -> set[str]:
@@ -232,25 +232,26 @@ def gdr_gaps(hops: pl.DataFrame, topo: Topology, no_module_hosts: set[str]) -> p
     if rdma.is_empty():
         return pl.DataFrame(schema=schema)
     any_gdr = bool(rdma["send_gdr"].fill_null(False).any() or rdma["recv_gdr"].fill_null(False).any())
-    rows = []
-    for h in rdma.iter_rows(named=True):
-        for side, host, gpu, nic, gdr in (("send", h["src_host"], h["src_gpu"], h["send_nic"], h["send_gdr"]),
-                                          ("receive", h["dst_host"], h["dst_gpu"], h["recv_nic"], h["recv_gdr"])):
-            if gdr is not False:
-                continue
-            path = topo.nic_path(host, gpu, nic)
-            if path in GDR_PATHS:
-                reason, expected = "close", True
-            elif path:
-                reason, expected = "far", False
-            elif host in no_module_hosts:
-                reason, expected = "no module", True
-            elif any_gdr:
-                reason, expected = "others have it", True
-            else:
-                reason, expected = "unknown", False
-            rows.append((h["_hop"], side, host, gpu, nic, path, reason, expected))
-    return pl.DataFrame(rows, schema=schema, orient="row")
+    sides = pl.concat([
+        rdma.select("_hop", side=pl.lit("send"), host="src_host", gpu="src_gpu", nic="send_nic", gdr="send_gdr"),
+        rdma.select("_hop", side=pl.lit("receive"), host="dst_host", gpu="dst_gpu", nic="recv_nic", gdr="recv_gdr"),
+    ]).filter(pl.col("gdr") == False).drop("gdr")  # noqa: E712 -- a side that logged no GDR (null: not logged)
+    if sides.is_empty():
+        return pl.DataFrame(schema=schema)
+    # topo -m cells between each (node, GPU) and NIC, looked up once per distinct triple
+    keys = sides.select("host", "gpu", "nic").unique()
+    paths = [topo.nic_path(h, g, n) for h, g, n in keys.iter_rows()]
+    keys = keys.with_columns(path=pl.Series(paths, dtype=pl.String))
+    sides = sides.join(keys, on=["host", "gpu", "nic"], how="left", nulls_equal=True)
+    path = pl.col("path")
+    reason = (pl.when(path.is_in(sorted(GDR_PATHS))).then(pl.lit("close"))
+              .when(path.is_not_null()).then(pl.lit("far"))
+              .when(pl.col("host").is_in(sorted(no_module_hosts))).then(pl.lit("no module"))
+              .when(pl.lit(any_gdr)).then(pl.lit("others have it"))
+              .otherwise(pl.lit("unknown")))
+    sides = sides.with_columns(reason=reason).with_columns(
+        expected=pl.col("reason").is_in(["close", "no module", "others have it"]))
+    return sides.sort("_hop", pl.col("side") == "receive").select(list(schema)).cast(schema)
 
 
 def no_module_hosts(net: pl.DataFrame) -> set[str]:
