@@ -542,14 +542,17 @@ def _hw_run(args) -> int:
     run = _open_store(args.db) if args.db else _analyze([args.model], None, args.quiet)
     if run is None:
         return 2
+    from analyzer import hw_view
+
     v = bandwidth_map(run, gpu=args.gpu)
     if args.gpu and v["accelerator"] is None:
         print(f"postmortem: {v['source']}", file=sys.stderr)
         return 2
+    parsed = hw_view.view(run, v["accelerator"])   # what the hardware tools said, and its prices
     if args.format == "json":
-        sys.stdout.write(json.dumps(v, default=str, indent=1) + "\n")
+        sys.stdout.write(json.dumps({**v, "parsed": parsed}, default=str, indent=1) + "\n")
     else:
-        sys.stdout.write(render_bandwidth_map(v))
+        sys.stdout.write(_safe(hw_view.render_text(parsed) + "\n" + render_bandwidth_map(v)))
     return 0
 
 

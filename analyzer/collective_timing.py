@@ -41,7 +41,7 @@ import polars as pl
 
 from analyzer import hardware
 
-KINDS = {"nsys": "nsys_kernel", "kineto": "kineto_kernel"}
+KINDS = {"nsys": "nsys_kernel", "kineto": "kineto_kernel", "inspector": "inspector_record"}
 
 TIMING_SCHEMA = {
     "coll_index": pl.Int64, "coll_key": pl.String, "op": pl.String, "pg": pl.String, "seq": pl.Int64,

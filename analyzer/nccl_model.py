@@ -51,8 +51,11 @@ EMPTY = {
                   "src_gpu": pl.Int64, "dst_gpu": pl.Int64, "src_pci": pl.String, "dst_pci": pl.String,
                   "transport": pl.String, "detail": pl.String,
                   "net": pl.String, "send_nic": pl.String, "recv_nic": pl.String, "link": pl.String,
-                  "gdr": pl.Boolean, "pxn_via": pl.Int64, "shared": pl.Boolean, "tier": pl.String,
-                  "tier_order": pl.Int64, "same_host": pl.Boolean, "input_id": pl.UInt32, "line_no": pl.UInt32},
+                  "gdr": pl.Boolean, "send_gdr": pl.Boolean, "recv_gdr": pl.Boolean, "gdr_sides": pl.String,
+                  "send_flags": pl.String, "recv_flags": pl.String,
+                  "pxn_via": pl.Int64, "shared": pl.Boolean, "tier": pl.String,
+                  "tier_order": pl.Int64, "same_host": pl.Boolean, "input_id": pl.UInt32, "line_no": pl.UInt32,
+                  "recv_input_id": pl.UInt32, "recv_line_no": pl.UInt32},
     "nccl_ring_order": {"comm_key": pl.String, "channel": pl.Int64, "order": pl.List(pl.Int64), "source": pl.String,
                         "complete": pl.Boolean, "agrees_with_hops": pl.Boolean},
 }
@@ -137,13 +140,17 @@ def _version_decision(job_versions: list[str]) -> list[pl.Expr]:
     consistent = (pl.lit(job is not None) & (pl.col("lo").fill_null(0) <= (minor(job) if job else 0))
                   & (pl.col("hi").fill_null(99) >= (minor(job) if job else 0)))
     conflicting = pl.col("lo") > pl.col("hi")
-    version = pl.coalesce(pl.col("exact"), pl.when(consistent & ~conflicting.fill_null(False)).then(pl.lit(job)))
+    # A printed version always wins over one inferred from line shapes (issue 22): shapes only
+    # say which releases a process's lines allow, and a disagreement is noted, not believed.
+    version = pl.coalesce(pl.col("exact"), pl.lit(job))
     source = (pl.when(pl.col("exact").is_not_null()).then(pl.lit("its own NCCL version line"))
+              .when(pl.lit(job is not None) & consistent & ~conflicting.fill_null(False)).then(
+                  pl.lit("rank 0's version line; this process's line shapes agree"))
+              .when(pl.lit(job is not None) & pl.col("lo").is_not_null() & ~conflicting.fill_null(False)).then(
+                  pl.format("rank 0's version line (this process's line shapes say 2.{}-2.{}: a different build?)",
+                            "lo", "hi"))
+              .when(pl.lit(job is not None)).then(pl.lit("rank 0's version line"))
               .when(conflicting.fill_null(False)).then(pl.lit("inconsistent line shapes (a patched or mixed build)"))
-              .when(consistent).then(pl.lit("rank 0's version line; this process's line shapes agree"))
-              .when(pl.lit(job is not None) & pl.col("lo").is_not_null()).then(
-                  pl.format("line shapes say 2.{}-2.{}, not {} (rank 0's version line): a different build?",
-                            "lo", "hi", pl.lit(job or "")))
               .when(pl.col("lo").is_not_null()).then(pl.format("line shapes say 2.{}-2.{}", "lo", "hi")))
     return [version.alias("version"), source.alias("version_source"),
             _minor_text(pl.col("lo")).alias("version_min"), _minor_text(pl.col("hi")).alias("version_max")]
@@ -372,13 +379,14 @@ def _hops(conns: pl.DataFrame | None, members: pl.DataFrame, tables: dict[str, p
     # neighbours is not merged with the ring hop.
     conns = conns.with_columns(_slot=pl.coalesce(pl.col("conn_index"), pl.when(pl.col("phase") == "p2p").then(1).otherwise(0)))
     key = ["comm_key", "channel", "_slot", "src", "dst"]
+    conns = conns.with_columns(_send_flags=pl.col("detail"))
     sender = conns.filter(pl.col("side").is_null() | (pl.col("side") == "send"))
     receiver = conns.filter(pl.col("side") == "receive").unique(key, keep="first")
     sender = sender.unique(key, keep="first")
     # Both sides describe the same hop; a hop whose sender's log is missing keeps the receiver's view.
     shared_cols = ["transport", "detail", "net", "phase", "pxn_via", "shared", "link", "nranks", "conn_index"]
     hops = sender.join(receiver.select(*key, *shared_cols, recv_nic="nic_name", _recv_host="host", _recv_gdr="gdr",
-                                       _recv_input="input_id", _recv_line="line_no"),
+                                       _recv_flags="detail", _recv_input="input_id", _recv_line="line_no"),
                        on=key, how="full", coalesce=True, nulls_equal=True, suffix="_r")
     hops = hops.with_columns([pl.coalesce(c, f"{c}_r").alias(c) for c in shared_cols]).drop([f"{c}_r" for c in shared_cols])
     where = members.select("comm_key", "rank", _m_host="host", _m_gpu="cuda_dev", _m_pci="pci")
@@ -391,9 +399,30 @@ def _hops(conns: pl.DataFrame | None, members: pl.DataFrame, tables: dict[str, p
                              pl.when(printed_intra).then(pl.col("host"))),
         dst_host=pl.coalesce(pl.col("_recv_host"), pl.col("_dst_host"), pl.when(printed_intra).then(pl.col("host"))),
         send_nic=pl.when(pl.col("side") == "send").then(pl.col("nic_name")),
-        gdr=pl.col("gdr").fill_null(False) | pl.col("_recv_gdr").fill_null(False),
+        # Each side of a NET hop says for itself whether it uses GPUDirect RDMA (nccl.md 3.7): the
+        # sender's `[send] via NET/IB/0/GDRDMA` is about the sending node only.
+        send_gdr=pl.when(pl.col("side") == "send").then(pl.col("gdr").fill_null(False)),
+        recv_gdr=pl.when(pl.col("_recv_line").is_not_null()).then(pl.col("_recv_gdr").fill_null(False)),
+        send_flags=pl.when(pl.col("side") == "send").then(pl.col("_send_flags")),
+        recv_flags=pl.when(pl.col("_recv_line").is_not_null()).then(pl.col("_recv_flags")),
         input_id=pl.coalesce("input_id", "_recv_input"), line_no=pl.coalesce("line_no", "_recv_line"),
+        recv_input_id=pl.col("_recv_input"), recv_line_no=pl.col("_recv_line"),
     )
+    known = pl.concat_list(pl.col("send_gdr"), pl.col("recv_gdr")).list.drop_nulls()
+    hops = hops.with_columns(
+        # a hop is GDR when every side that logged its line has it
+        gdr=(known.list.len() > 0) & known.list.all(),
+        gdr_sides=pl.when(pl.col("send_gdr").is_not_null() & pl.col("recv_gdr").is_not_null()).then(
+            pl.when(pl.col("send_gdr") & pl.col("recv_gdr")).then(pl.lit("both"))
+            .when(pl.col("send_gdr")).then(pl.lit("send only"))
+            .when(pl.col("recv_gdr")).then(pl.lit("receive only"))
+            .otherwise(pl.lit("neither")))
+        .when(pl.col("send_gdr").is_not_null()).then(
+            pl.when(pl.col("send_gdr")).then(pl.lit("send yes, receive not logged"))
+            .otherwise(pl.lit("send no, receive not logged")))
+        .when(pl.col("recv_gdr").is_not_null()).then(
+            pl.when(pl.col("recv_gdr")).then(pl.lit("receive yes, send not logged"))
+            .otherwise(pl.lit("receive no, send not logged"))))
     hops = _fill_hosts(hops)
     hops = hops.with_columns(same_host=pl.col("src_host") == pl.col("dst_host"))
     hops = hops.with_columns(tier=_tier(tables, hops)).with_columns(

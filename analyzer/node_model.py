@@ -44,7 +44,7 @@ def _known_hosts(tables: dict[str, pl.DataFrame], ranks: pl.DataFrame | None) ->
     hosts: set[str] = set()
     if ranks is not None and not ranks.is_empty() and "node" in ranks.columns:
         hosts.update(h for h in ranks["node"].drop_nulls().to_list())
-    for name in ("job_nodes", "nccl_members", "node_events"):
+    for name in ("job_nodes", "nccl_members", "nccl_processes", "node_events"):
         frame = _get(tables, name)
         if frame is None:
             continue

@@ -28,6 +28,8 @@ from dataclasses import asdict, dataclass
 
 import polars as pl
 
+from parsers import nccl_errors
+
 SCHEDULER_FAILED = ("FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL",
                     "DEADLINE", "OOMKilled", "Error")
 SCHEDULER_EXTERNAL = ("CANCELLED", "TIMEOUT", "PREEMPTED", "DEADLINE")
@@ -112,7 +114,8 @@ def all_signs(run, attempt: int | None) -> list[Sign]:
     finished = _finished_ranks(run, attempt)
     signs = (_launcher_signs(run, attempt) + _scheduler_signs(run, attempt) + _event_signs(run, attempt, finished)
              + _message_signs(run, attempt)
-             + _watchdog_signs(run, attempt) + _completion_signs(run, attempt, finished) + _stall_signs(run, attempt))
+             + _watchdog_signs(run, attempt) + _completion_signs(run, attempt, finished) + _stall_signs(run, attempt)
+             + _bench_signs(run, attempt))
     order = {"exit_root": 0, "exit": 1, "scheduler": 2, "worker_failed": 3}
     return sorted(signs, key=lambda s: (order.get(s.kind, 3), s.ts is None, str(s.ts or ""), s.input_id or 0,
                                         s.line_no or 0))
@@ -211,8 +214,10 @@ def _event_signs(run, attempt, finished: set) -> list[Sign]:
         return []
     ev = _drop_caught(run, attempt, ev, finished)
     out = []
-    # A plain NCCL WARN (no error class) or one inside a traceback is not a failure of its own.
-    ev = ev.filter((pl.col("kind") != "nccl_warn") | (pl.col("error_class").fill_null("other") != "other"))
+    # A plain NCCL WARN (no error class), one NCCL prints on healthy hosts too (no libibverbs) or
+    # one inside a traceback is not a failure of its own.
+    quiet = ["other", *sorted({c.error_class for c in nccl_errors.CAUSES if c.role == "harmless"})]
+    ev = ev.filter((pl.col("kind") != "nccl_warn") | ~pl.col("error_class").fill_null("other").is_in(quiet))
     for r in ev.filter(~pl.col("kind").is_in(list(STALL_EVENTS))).iter_rows(named=True):
         label = FATAL_EVENTS.get(r["kind"]) or MAYBE_CAUGHT[r["kind"]]
         detail = r["exc_type"] or r["detail"] or ""
@@ -371,6 +376,31 @@ def _stall_signs(run, attempt) -> list[Sign]:
     n = dumps.select(pl.struct("input_id").n_unique()).item()
     return [_sign("hung", f"stack dumps of live processes ({n} input(s): py-spy or Flight Recorder)", "stack_dump",
                   first)]
+
+
+def _bench_signs(run, attempt) -> list[Sign]:
+    """nccl-tests that printed its header (``nThread ... nGpus``, ``Using devices``) and neither a
+    result row nor its footer (``Avg bus bandwidth``, ``Collective test concluded``): stuck at
+    NCCL init or in the first collective (an interrupted paste looks the same, but a finished run
+    always prints its rows)."""
+    if not {"key", "run"} <= set(run.columns("bench_runs")):
+        return []
+    runs = _rows(run, "bench_runs", attempt, "key IN ('params', 'devices', 'avg_busbw_gbs', 'test_concluded')",
+                 ("input_id", "line_no", "run", "key"))
+    if runs.is_empty():
+        return []
+    done = set()
+    if {"run", "input_id"} <= set(run.columns("bench_results")):
+        done = set(_rows(run, "bench_results", attempt, "", ("input_id", "run")).unique().rows())
+    out = []
+    for (input_id, run_id), rows in runs.group_by("input_id", "run", maintain_order=True):
+        keys = set(rows["key"].to_list())
+        if (input_id, run_id) in done or keys & {"avg_busbw_gbs", "test_concluded"} or not keys & {"params", "devices"}:
+            continue
+        first = rows.sort("line_no").row(0, named=True)
+        out.append(_sign("hung", "nccl-tests printed its header but no result row and no end (stuck at NCCL init "
+                         "or in the first collective)", "bench_stalled", {**first, "rank": None, "node": None}))
+    return out
 
 
 def _short(text: str, limit: int = 90) -> str:

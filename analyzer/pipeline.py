@@ -14,7 +14,8 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
-from analyzer import bulk, cache, collective_timing, env_model, identity, nccl_model, node_model, store, tails, timeline
+from analyzer import (bulk, cache, collective_timing, env_model, identity, nccl_errors, nccl_model, node_model, store,
+                      tails, timeline)
 from analyzer.archives import Scratch
 from analyzer.discover import discover
 from analyzer.ingest import Progress, parse_all
@@ -120,6 +121,7 @@ def analyze(paths: list[str | Path], db_path: str | Path | None = None, progress
     tables.update(collective_timing.build(tables))
     ranks = collective_timing.extend_ranks(ranks, tables)
     tables.update(nccl_model.build(tables, ranks))
+    tables.update(nccl_errors.build(tables))    # issue 22: every error NCCL stated, with its cause
     tables.update(node_model.build(tables, ranks, parsed.inputs))  # issue 5: node evidence, GPU join, clocks
     tables.update(env_model.build(tables, parsed.lines, parsed.inputs))
     lines = _lines_table(parsed.lines, by_line)

@@ -36,9 +36,13 @@ def run_rules(run: Run, attempt: int | None):
 
     ctx = Context(run, attempt)
     findings = []
-    # Fallback rules (X000) run last and speak only when no other rule found an error.
-    ordered = [r for r in RULES if not getattr(r, "FALLBACK", False)] + \
-        [r for r in RULES if getattr(r, "FALLBACK", False)]
+    ctx.findings = findings   # what the rules before it found (a LATE rule defers to them)
+    # Late rules (N020: every error NCCL stated that no other rule explained) run after the
+    # others; fallback rules (X000) run last and speak only when no other rule found an error.
+    late = lambda r: getattr(r, "LATE", False)  # noqa: E731
+    fallback = lambda r: getattr(r, "FALLBACK", False)  # noqa: E731
+    ordered = ([r for r in RULES if not late(r) and not fallback(r)] + [r for r in RULES if late(r)]
+               + [r for r in RULES if fallback(r) and not late(r)])
     for rule in ordered:
         if getattr(rule, "FALLBACK", False) and any(_explains_failure(f) for f in findings):
             continue

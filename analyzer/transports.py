@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import polars as pl
 
-from analyzer import hardware
+from analyzer import hardware, topology
 from analyzer.nccl_model import TIER_ORDER
+from analyzer.topology import GDR_PATHS, Topology
 
 
 def accelerator(run, gpu: str | None = None) -> tuple[dict | None, str]:
@@ -33,7 +34,7 @@ def accelerator(run, gpu: str | None = None) -> tuple[dict | None, str]:
 def view(run, comm: str | None = None, gpu: str | None = None) -> dict:
     tables = {name: run.frame(f"SELECT * FROM {name}") if run.columns(name) else pl.DataFrame()
               for name in ("nccl_communicators", "nccl_members", "nccl_hops", "nccl_ring_order", "nccl_processes",
-                           "nccl_tuning", "events")}
+                           "nccl_tuning", "events", "nccl_net")}
     tables["nic_rates"] = _nic_rates(run)
     comms = tables["nccl_communicators"]
     hops = tables["nccl_hops"]
@@ -43,6 +44,10 @@ def view(run, comm: str | None = None, gpu: str | None = None) -> dict:
     if comm:
         keys = [k for k in keys if comm in k]
     acc, acc_source = accelerator(run, gpu)
+    if not hops.is_empty():
+        # The same judgement the rules make (N010-N013): which hops are slower than they should be.
+        judged = judge(hops, topology.from_run(run), accelerator(run)[0], no_module_hosts(tables["nccl_net"]))
+        tables["nccl_hops"] = hops.with_row_index("_hop").join(judged, on="_hop", how="left").drop("_hop")
     return {
         "accelerator": {"name": acc["name"] if acc else None, "source": acc_source},
         "communicators": [_communicator(key, tables, acc) for key in keys],
@@ -85,7 +90,9 @@ def _communicator(key: str, tables: dict[str, pl.DataFrame], acc: dict | None = 
         "rings": [_ring(r, hops, acc, tables["nic_rates"]) for r in rings.iter_rows(named=True)],
         "hops": [_hop(h, acc, tables["nic_rates"])
                  for h in hops.sort("channel", "phase", "src_rank", nulls_last=True).iter_rows(named=True)],
-        "attention": [_hop(h, acc, tables["nic_rates"]) for h in _attention(hops).iter_rows(named=True)],
+        "attention": [{**_hop(h, acc, tables["nic_rates"]), "reason": h.get("reason"), "covered_by": h.get("code")}
+                      for h in hops.filter(pl.col("slow").fill_null(False)).sort("channel", "src_rank").iter_rows(named=True)]
+        if "slow" in hops.columns else [],
         "tuning": _tuning(tables["nccl_tuning"], members),
     }
 
@@ -115,7 +122,8 @@ def _nic_gbit(h: dict, rates: dict | None) -> float | None:
 def _hop(h: dict, acc: dict | None = None, rates: dict | None = None) -> dict:
     return {**_price(h.get("tier"), acc, _nic_gbit(h, rates)), **{k: h.get(k) for k in ("channel", "phase", "conn_index", "src_rank", "dst_rank", "src_host", "dst_host",
                                   "src_gpu", "dst_gpu", "src_pci", "dst_pci", "transport", "detail", "net", "send_nic", "recv_nic", "link",
-                                  "gdr", "pxn_via", "tier", "input_id", "line_no")}}
+                                  "gdr", "send_gdr", "recv_gdr", "gdr_sides", "send_flags", "recv_flags",
+                                  "pxn_via", "tier", "input_id", "line_no")}}
 
 
 def _ring(ring: dict, hops: pl.DataFrame, acc: dict | None = None, rates: dict | None = None) -> dict:
@@ -140,17 +148,119 @@ def _ring(ring: dict, hops: pl.DataFrame, acc: dict | None = None, rates: dict |
             "agrees_with_hops": ring["agrees_with_hops"], "links": links, "slowest": slowest}
 
 
-def _attention(hops: pl.DataFrame) -> pl.DataFrame:
-    """Hops slower than they should be: intra-node hops that did not use P2P (SHM, or the
-    network on one host), and inter-node hops on sockets or without GDR where other hops of
-    the same communicator had GDR (nccl.md section 5.3)."""
+# -- which hops are slower than they should be: one judgement for the view and the rules -------------
+
+SHM_TIERS = ("SHM",)
+
+
+def judge(hops: pl.DataFrame, topo: Topology, acc: dict | None, no_module_hosts: set[str]) -> pl.DataFrame:
+    """Per hop (``_hop``, its row index in ``hops``): ``slow`` (the transports view lists it as
+    slower than expected), ``reason`` and ``code`` (the rule whose finding covers it: N010 SHM
+    where P2P was possible, N011 the network inside one host, N012 sockets between hosts, N013 a
+    side without GPUDirect RDMA where it was possible). The rules read the same judgement, so the
+    view and the report never disagree about a hop."""
+    schema = {"_hop": pl.UInt32, "slow": pl.Boolean, "reason": pl.String, "code": pl.String}
     if hops.is_empty():
-        return hops
-    intra_slow = pl.col("same_host").fill_null(False) & pl.col("tier").is_in(["SHM", "NET on one host"])
-    socket = pl.col("tier") == "Socket"
-    any_gdr = bool(hops["gdr"].any())
-    no_gdr = pl.lit(any_gdr) & (pl.col("transport") == "NET") & ~pl.col("gdr") & ~pl.col("same_host").fill_null(False)
-    return hops.filter(intra_slow | socket | no_gdr).sort("channel", "src_rank")
+        return pl.DataFrame(schema=schema)
+    shm_expected = sorted(shm_by_design(hops, topo, acc))
+    gaps = gdr_gaps(hops, topo, no_module_hosts)
+    gdr_slow = gaps.filter(pl.col("expected"))["_hop"].unique().implode() if not gaps.is_empty() else \
+        pl.Series([], dtype=pl.UInt32).implode()
+    intra = pl.col("same_host").fill_null(False)
+    tier = pl.col("tier")
+    rows = hops.with_row_index("_hop").select(
+        "_hop",
+        reason=pl.when(intra & (tier == "SHM") & pl.col("src_host").is_in(shm_expected)).then(
+            pl.lit("SHM where P2P is not possible (GPUs across CPU sockets or without P2P)"))
+        .when(intra & (tier == "SHM")).then(pl.lit("SHM between GPUs of one host where P2P (NVLink) is expected"))
+        .when(intra & (tier == "NET on one host")).then(
+            pl.lit("NET on one host between GPUs of one host where P2P (NVLink) is expected"))
+        .when(~intra & (tier == "Socket")).then(pl.lit("TCP sockets where RDMA NICs would carry it"))
+        .when(pl.col("_hop").is_in(gdr_slow)).then(
+            pl.lit("network without GPUDirect RDMA on a side where it is possible")),
+        code=pl.when(intra & (tier == "SHM") & pl.col("src_host").is_in(shm_expected)).then(pl.lit(None, dtype=pl.String))
+        .when(intra & (tier == "SHM")).then(pl.lit("N010"))
+        .when(intra & (tier == "NET on one host")).then(pl.lit("N011"))
+        .when(~intra & (tier == "Socket")).then(pl.lit("N012"))
+        .when(pl.col("_hop").is_in(gdr_slow)).then(pl.lit("N013")))
+    return rows.with_columns(slow=pl.col("code").is_not_null()).select(list(schema)).cast(schema)
+
+
+def shm_by_design(hops: pl.DataFrame, topo: Topology, acc: dict | None) -> set[str]:
+    """Hosts whose intra-node SHM hops are NCCL's right choice: every GPU pair of them is SYS in
+    topo -m (across CPU sockets), or the GPU model has no NVLink at all -- unless topo -m shows
+    NVLink for a pair, the model has NVLink to every GPU, or the job's other hosts use P2P."""
+    intra = hops.filter(pl.col("same_host").fill_null(False))
+    shm = intra.filter(pl.col("transport") == "SHM")
+    if shm.is_empty():
+        return set()
+    p2p_hosts = set(intra.filter(pl.col("transport") == "P2P")["src_host"].drop_nulls().to_list())
+    link = (acc or {}).get("nvlink")
+    acc_nvlink = bool(link) and "bridge" not in link
+    pcie_only = acc is not None and not acc.get("nvlink")
+    out = set()
+    for node in shm["src_host"].drop_nulls().unique().to_list():
+        rows = shm.filter(pl.col("src_host") == node)
+        pairs = rows.select("src_gpu", "dst_gpu").unique().rows()
+        links = [topo.gpu_link(node, a, b) for a, b in pairs]
+        strong = any(x and x.startswith("NV") for x in links) or acc_nvlink or bool(p2p_hosts - {node})
+        all_sys = bool(pairs) and all(x == "SYS" for x in links)
+        if not strong and (all_sys or pcie_only):
+            out.add(node)
+    return out
+
+
+def gdr_gaps(hops: pl.DataFrame, topo: Topology, no_module_hosts: set[str]) -> pl.DataFrame:
+    """One row per side of an inter-node RDMA hop that runs without GPUDirect RDMA (``send_gdr`` /
+    ``recv_gdr`` false): ``_hop``, ``side``, ``host``, ``gpu``, ``nic``, ``path`` (topo -m between
+    that GPU and NIC), ``reason`` and ``expected`` (GDR was possible there, so the hop is slower
+    than it should be):
+
+    * ``close``: topo -m puts GPU and NIC on one PCIe switch or host bridge (PIX/PXB/PHB);
+    * ``no module``: NCCL said ``GPU Direct RDMA Disabled for HCA ... (no module)`` on that host;
+    * ``others have it``: no topo -m, but other sides of the job's hops use GDR (lower confidence);
+    * ``far`` (not expected): topo -m says NODE or SYS, where NCCL disables GDR by design;
+    * ``unknown`` (not expected): nothing to compare with."""
+    schema = {"_hop": pl.UInt32, "side": pl.String, "host": pl.String, "gpu": pl.Int64, "nic": pl.String,
+              "path": pl.String, "reason": pl.String, "expected": pl.Boolean}
+    cols = {"send_gdr", "recv_gdr", "send_nic", "recv_nic"}
+    if hops.is_empty() or not cols <= set(hops.columns):
+        return pl.DataFrame(schema=schema)
+    net = ((pl.col("transport") == "NET") & ~pl.col("same_host").fill_null(False)
+           & (pl.col("tier").fill_null("") != "Socket") & (pl.col("net").fill_null("") != "Socket"))
+    rdma = hops.with_row_index("_hop").filter(net)
+    if rdma.is_empty():
+        return pl.DataFrame(schema=schema)
+    any_gdr = bool(rdma["send_gdr"].fill_null(False).any() or rdma["recv_gdr"].fill_null(False).any())
+    sides = pl.concat([
+        rdma.select("_hop", side=pl.lit("send"), host="src_host", gpu="src_gpu", nic="send_nic", gdr="send_gdr"),
+        rdma.select("_hop", side=pl.lit("receive"), host="dst_host", gpu="dst_gpu", nic="recv_nic", gdr="recv_gdr"),
+    ]).filter(pl.col("gdr") == False).drop("gdr")  # noqa: E712 -- a side that logged no GDR (null: not logged)
+    if sides.is_empty():
+        return pl.DataFrame(schema=schema)
+    # topo -m cells between each (node, GPU) and NIC, looked up once per distinct triple
+    keys = sides.select("host", "gpu", "nic").unique()
+    paths = [topo.nic_path(h, g, n) for h, g, n in keys.iter_rows()]
+    keys = keys.with_columns(path=pl.Series(paths, dtype=pl.String))
+    sides = sides.join(keys, on=["host", "gpu", "nic"], how="left", nulls_equal=True)
+    path = pl.col("path")
+    reason = (pl.when(path.is_in(sorted(GDR_PATHS))).then(pl.lit("close"))
+              .when(path.is_not_null()).then(pl.lit("far"))
+              .when(pl.col("host").is_in(sorted(no_module_hosts))).then(pl.lit("no module"))
+              .when(pl.lit(any_gdr)).then(pl.lit("others have it"))
+              .otherwise(pl.lit("unknown")))
+    sides = sides.with_columns(reason=reason).with_columns(
+        expected=pl.col("reason").is_in(["close", "no module", "others have it"]))
+    return sides.sort("_hop", pl.col("side") == "receive").select(list(schema)).cast(schema)
+
+
+def no_module_hosts(net: pl.DataFrame) -> set[str]:
+    """Hosts where NCCL said ``GPU Direct RDMA Disabled for HCA ... (no module)``: nvidia-peermem is not loaded."""
+    if net.is_empty() or not {"kind", "gdr", "detail", "host"} <= set(net.columns):
+        return set()
+    rows = net.filter((pl.col("kind") == "gdr") & (pl.col("gdr") == "Disabled")
+                      & pl.col("detail").fill_null("").str.contains("no module"))
+    return set(rows["host"].drop_nulls().to_list())
 
 
 def _tuning(tuning: pl.DataFrame, members: pl.DataFrame) -> list[dict]:
@@ -221,7 +331,7 @@ def _render_comm(c: dict, procs: dict, all_hops: bool) -> list[str]:
     lines += _render_rings(c["rings"])
     if c["attention"]:
         lines.append("  slower than expected:")
-        groups = _group_hops(c["attention"])
+        groups = _group_hops(c["attention"], with_reason=True)
         lines += [f"    {text}" for text in groups[:30]]
         if len(groups) > 30:
             lines.append(f"    ... {len(groups) - 30} more (use --all or --format json)")
@@ -272,6 +382,10 @@ def _render_hosts(processes: list[dict]) -> list[str]:
     groups: dict[tuple, list] = {}
     for p in processes:
         version = p["version"] or "?"
+        if p["version"] and "a different build" in (p.get("version_source") or ""):
+            # the printed version stands; the process's own line shapes disagree with it
+            span = p["version_min"] if p["version_min"] == p["version_max"] else f"{p['version_min']}-{p['version_max']}"
+            version = f"{p['version']} (printed by rank 0; this host's line shapes say {span})"
         if not p["version"] and p["version_min"]:
             span = p["version_min"] if p["version_min"] == p["version_max"] else f"{p['version_min']}-{p['version_max']}"
             version = f"{span} (by line shapes)"
@@ -338,17 +452,28 @@ def _channels(channels: list[int]) -> str:
     return ",".join(parts)
 
 
-def _group_hops(hops: list[dict]) -> list[str]:
-    """The same hop on several channels is one line naming its channels."""
+def _group_hops(hops: list[dict], with_reason: bool = False) -> list[str]:
+    """The same hop on several channels is one line naming its channels (and, for the hops
+    slower than expected, why and which rule's finding covers it)."""
     groups: dict[str, list[int]] = {}
     for h in hops:
-        groups.setdefault(_hop_text(h, with_channel=False), []).append(h["channel"])
+        why = f"  ({h['reason']}; {h['covered_by']})" if with_reason and h.get("reason") else ""
+        groups.setdefault(_hop_text(h, with_channel=False) + why, []).append(h["channel"])
     return [f"ch {_channels(chs)}  {text}" for text, chs in groups.items()]
+
+
+def _side_text(nic: str | None, gdr: bool | None) -> str:
+    return (nic or "?") + (" GDR" if gdr else " no GDR" if gdr is False else " (not logged)")
 
 
 def _hop_text(h: dict, with_channel: bool = True) -> str:
     nic = ""
-    if h["send_nic"] or h["recv_nic"]:
+    if h["transport"] in ("NET", "COLLNET") and h.get("transport") and (
+            h["send_nic"] or h["recv_nic"] or h.get("send_gdr") is not None or h.get("recv_gdr") is not None):
+        # both sides of a network hop: each has its own NIC and its own GPUDirect RDMA
+        nic = (f" [send {_side_text(h['send_nic'], h.get('send_gdr'))} -> "
+               f"receive {_side_text(h['recv_nic'], h.get('recv_gdr'))}]")
+    elif h["send_nic"] or h["recv_nic"]:
         nic = f" [{h['send_nic'] or '?'} -> {h['recv_nic'] or '?'}]"
     gpu = lambda g: f" GPU{g}" if g is not None else ""  # noqa: E731
     src = f"{h['src_host'] or '?'}{gpu(h['src_gpu'])}"
@@ -382,6 +507,10 @@ def bandwidth_map(run, gpu: str | None = None) -> dict:
     nodes = set()
     if not hops.is_empty():
         nodes = set(hops["src_host"].drop_nulls().to_list()) | set(hops["dst_host"].drop_nulls().to_list())
+    # every source that names hosts: NCCL's processes and the ranks' nodes, not only the hops'
+    for table, column in (("nccl_processes", "host"), ("ranks", "node")):
+        if column in run.columns(table):
+            nodes |= set(run.frame(f'SELECT DISTINCT "{column}" AS h FROM "{table}" WHERE "{column}" IS NOT NULL')["h"].to_list())
     gpus_per_node = None
     if run.columns("nccl_members"):
         m = run.frame("SELECT host, count(DISTINCT cuda_dev) AS n FROM nccl_members WHERE host IS NOT NULL GROUP BY 1")

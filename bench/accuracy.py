@@ -9,8 +9,8 @@ Cases and where their truth comes from:
 * ``tests/corpus/*/truth.json`` (real torchrun jobs with injected faults, made here):
   ``outcome``, ``culprit_ranks``, ``culprit_nodes``, ``decidable``;
 * ``../shared/real-data/logs/*/truth.json`` (real excerpts from public threads), the entries
-  whose outcome is not ``unknown`` or that name a culprit: ``outcome``, ``culprit``,
-  ``not_culprit``.
+  whose outcome is not ``unknown``, that name a culprit or that state a cause (``keywords``):
+  ``outcome``, ``culprit``, ``not_culprit``, ``keywords``.
 
 Each case scores one of:
 
@@ -23,7 +23,9 @@ Each case scores one of:
   or the culprit is right and the outcome wrong.
 * ``missed``: neither.
 
-A failed or hung job called ``healthy`` is counted separately too (``healthy on failure``).
+A failed or hung job called ``healthy`` is counted separately too (``healthy on failure``), and
+so is, for the excerpts whose truth states a cause (``keywords``), whether a warning or error
+finding names it (``cause named``: every keyword in one finding's title or message).
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ class Case:
     not_culprit: list[int] = field(default_factory=list)
     decidable: bool = True
     healthy_expected: bool = False
+    keywords: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -62,6 +65,7 @@ class Score:
     expected: str
     got: str
     healthy_on_failure: bool = False
+    cause_named: bool | None = None     # None: the truth states no cause
 
 
 def cases(only: str | None = None) -> list[Case]:
@@ -100,10 +104,10 @@ def _real() -> list[Case]:
         for name, t in json.loads(truth.read_text()).items():
             if name.startswith("_") or not (truth.parent / name).is_file():
                 continue
-            if t.get("outcome", "unknown") == "unknown" and not t.get("culprit"):
+            if t.get("outcome", "unknown") == "unknown" and not t.get("culprit") and not t.get("keywords"):
                 continue
             out.append(Case(name, "real", truth.parent / name, t.get("outcome", "unknown"), t.get("culprit"),
-                            not_culprit=t.get("not_culprit") or []))
+                            not_culprit=t.get("not_culprit") or [], keywords=list(t.get("keywords") or [])))
     return out
 
 
@@ -137,7 +141,20 @@ def score(case: Case, report: dict) -> Score:
         result = "partial"
     else:
         result = "missed"
-    return Score(case.name, case.group, result, expected, got, healthy_on_failure)
+    return Score(case.name, case.group, result, expected, got, healthy_on_failure, _cause_named(case, report))
+
+
+def _cause_named(case: Case, report: dict) -> bool | None:
+    """Whether one warning or error finding states the truth's cause: all its keywords in the
+    finding's title or message (case-insensitive)."""
+    if not case.keywords:
+        return None
+    for f in report["findings"]:
+        if f["severity"] in ("error", "warning"):
+            text = f"{f['title']} {f['message']}".lower()
+            if all(k.lower() in text for k in case.keywords):
+                return True
+    return False
 
 
 def run_case(case: Case) -> dict:
@@ -152,15 +169,17 @@ def run_case(case: Case) -> dict:
 
 
 def table(scores: list[Score]) -> str:
-    lines = ["| group | cases | correct | partial | missed | wrong blame | healthy on failure |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| group | cases | correct | partial | missed | wrong blame | healthy on failure | cause named |",
+             "|---|---|---|---|---|---|---|---|"]
     for group in ("sample", "corpus", "real", "all"):
         rows = [s for s in scores if group in ("all", s.group)]
         if not rows:
             continue
         count = {k: sum(s.score == k for s in rows) for k in ("correct", "partial", "missed", "wrong blame")}
+        stated = [s for s in rows if s.cause_named is not None]
+        named = f"{sum(bool(s.cause_named) for s in stated)}/{len(stated)}" if stated else "-"
         lines.append(f"| {group} | {len(rows)} | {count['correct']} | {count['partial']} | {count['missed']} | "
-                     f"{count['wrong blame']} | {sum(s.healthy_on_failure for s in rows)} |")
+                     f"{count['wrong blame']} | {sum(s.healthy_on_failure for s in rows)} | {named} |")
     return "\n".join(lines)
 
 
@@ -181,7 +200,8 @@ def main(argv: list[str] | None = None) -> int:
                 scores.append(Score(case.name, case.group, "missed", case.outcome, f"crashed: {exc!r}"))
             s = scores[-1]
             mark = {"correct": "ok", "partial": "~", "missed": "MISS", "wrong blame": "WRONG"}[s.score]
-            print(f"{mark:5} {s.group:6} {s.case[:58]:58} expected {s.expected} | got {s.got}", flush=True)
+            cause = {None: "", True: " | cause named", False: " | CAUSE NOT NAMED"}[s.cause_named]
+            print(f"{mark:5} {s.group:6} {s.case[:58]:58} expected {s.expected} | got {s.got}{cause}", flush=True)
     print()
     print(table(scores))
     print(f"\n{len(scores)} cases in {time.perf_counter() - started:.0f} s")

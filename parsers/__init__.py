@@ -9,10 +9,11 @@ Recorder dumps (``flight_recorder``), nsys SQLite exports (``nsys``), Kineto tra
 """
 
 from parsers import (c10d, config, deepspeed, envdump, health, hf_trainer, hwtools, kernel, megatron, nccl,
-                     nccl_ras, pyspy, scheduler, titan_lightning, torch_errors, torchrun)
+                     nccl_inspector, nccl_ras, pyspy, scheduler, titan_lightning, torch_errors, torchrun)
 
 LOG_PARSERS = [
     c10d, nccl, torchrun, megatron, pyspy, nccl_ras,   # PyTorch distributed, NCCL, launchers, Megatron
+    nccl_inspector,                                    # the NCCL Inspector profiler plugin's JSON records
     torch_errors,                                      # OOM sizes, CUDA faults, tracebacks, faulthandler, gloo
     deepspeed, hf_trainer, titan_lightning,            # other training frameworks
     hwtools, config,                                   # nvidia-smi/topo, nccl-tests, ibstat; sbatch, collect_env
@@ -23,9 +24,10 @@ LOG_PARSERS = [
 # hundreds of small per-rank files). They follow multi-line blocks per stream
 # (parsers.lines.with_stream, whose key includes the input), so files never bleed into each
 # other. Parsers that keep file-level state run per file: node evidence (kernel, health,
-# scheduler), tool output whose tables number their rows by line (hwtools, config, nccl_ras).
+# scheduler), tool output whose tables number their rows by line (hwtools, config, nccl_ras) or
+# whose records span lines (nccl_inspector).
 # tests/test_batched_parsing.py holds the batched ones to the per-file result.
-PER_FILE = (nccl_ras, hwtools, config, kernel, health, scheduler)
+PER_FILE = (nccl_ras, nccl_inspector, hwtools, config, kernel, health, scheduler)
 BATCHED = [m for m in LOG_PARSERS if m not in PER_FILE]
 ENV_PARSERS = [envdump]
 ALL_PARSERS = LOG_PARSERS + ENV_PARSERS

@@ -206,6 +206,18 @@ def _join_wrapped(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.Series]:
     return df, swallowed
 
 
+def _last_error(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """PyTorch's NCCL error text ends with ``Last error:`` and, on the next line, NCCL's last WARN
+    message (``ncclGetLastError``, formats/pytorch-failures.md 4.1): (line_no of the ``Last
+    error:`` line, the carried text as ``detail``, ``next_line``). The carried line is consumed."""
+    marker = pl.col("text").str.contains(r"(?:^|\s)Last error:\s*$")
+    nxt = pl.col("text").shift(-1)
+    same = (pl.col("input_id") == pl.col("input_id").shift(-1)) if "input_id" in df.columns else pl.lit(True)
+    rows = df.with_columns(_m=marker, detail=nxt.str.strip_chars(), next_line=pl.col("line_no").shift(-1),
+                           _same=same.fill_null(False)).filter(pl.col("_m") & pl.col("_same") & (pl.col("detail") != ""))
+    return df, rows.select("line_no", "detail", "next_line")
+
+
 def _split_header(df: pl.DataFrame) -> pl.DataFrame:
     """Pull the glog header and the (first) PG prefix off each message."""
     header = pl.col("text").str.extract_groups(_HEADER)
@@ -343,6 +355,7 @@ def _settings(df: pl.DataFrame) -> pl.DataFrame:
 def parse(lines: pl.DataFrame) -> ParseResult:
     # Join wrapped lines first: the second half of a wrapped line holds none of the literals.
     df, swallowed = _join_wrapped(lines.select("line_no", "text", *[c for c in ("input_id",) if c in lines.columns]))
+    df, carried = _last_error(df)
     df = df.filter(pl.col("text").str.contains_any(_LITERALS))
     if df.is_empty():
         return ParseResult()
@@ -350,6 +363,11 @@ def parse(lines: pl.DataFrame) -> ParseResult:
     collectives = _rows(df, "collectives", COLLECTIVES_SCHEMA)
     progress = _rows(df, "progress", PROGRESS_SCHEMA)
     events = _rows(df, "events", EVENTS_SCHEMA)
+    if not carried.is_empty():
+        # `Last error:` carries NCCL's last WARN text on the next line: it is the event's detail.
+        events = events.join(carried.select("line_no", _carried="detail"), on="line_no", how="left").with_columns(
+            detail=pl.coalesce("_carried", "detail")).drop("_carried")
+        swallowed = pl.concat([swallowed.cast(pl.UInt32), carried["next_line"].cast(pl.UInt32)])
     fingerprints = _fingerprints(events)
     if not fingerprints.is_empty():
         collectives = pl.concat([collectives, fingerprints]).sort("line_no")

@@ -10,7 +10,8 @@ lower case, 4-digit domain: ``0000:18:00.0``), ``uuid``, ``serial``, ``product``
 ``sm_clock_mhz``/``sm_clock_max_mhz``, ``temp_c``, ``throttle`` (active clock event reasons,
 comma separated), ``memory_total_mib``, ``memory_used_mib``, ``state`` (``ok``, or
 ``unreachable`` for nvidia-smi's ``Unable to determine the device handle`` line), ``snapshot_ts``
-(the block's ``Timestamp``, host local time as printed).
+(the block's ``Timestamp``, host local time as printed), ``mig_mode`` (``MIG Mode / Current``, or the
+csv field ``mig.mode.current``: ``Enabled``, ``Disabled``, ``N/A``).
 
 ``nic_counters`` -- one row per counter: ``device`` (from a preceding ``ethtool -S DEV`` /
 ``perfquery ... -C DEV -P N`` command line or the perfquery ``Lid L port P`` header; null when the
@@ -47,6 +48,9 @@ SAMPLE_LINES = [
     "            Link Width",
     "                Max                       : 16x",
     "                Current                   : 8x",
+    "    MIG Mode",
+    "        Current                           : Enabled",
+    "        Pending                           : Enabled",
     "    Clocks Event Reasons",
     "        Idle                              : Not Active",
     "        HW Slowdown                       : Active",
@@ -97,6 +101,7 @@ GPU_HEALTH_SCHEMA = {
     "remap_failure": pl.String, "pcie_gen_cur": pl.Int64, "pcie_gen_max": pl.Int64,
     "pcie_width_cur": pl.Int64, "pcie_width_max": pl.Int64, "sm_clock_mhz": pl.Int64, "sm_clock_max_mhz": pl.Int64,
     "temp_c": pl.Int64, "throttle": pl.String, "memory_total_mib": pl.Int64, "memory_used_mib": pl.Int64,
+    "mig_mode": pl.String,
 }
 NIC_SCHEMA = {"line_no": pl.UInt32, "device": pl.String, "port": pl.Int64, "counter": pl.String,
               "value": pl.Int64, "is_error": pl.Boolean, "source": pl.String}
@@ -124,6 +129,7 @@ _PATHS = {
     "Remapped Rows/Pending": "remap_pending", "Remapped Rows/Remapping Failure Occurred": "remap_failure",
     "Temperature/GPU Current Temp": "temp_c", "Clocks/SM": "sm_clock_mhz", "Max Clocks/SM": "sm_clock_max_mhz",
     "FB Memory Usage/Total": "memory_total_mib", "FB Memory Usage/Used": "memory_used_mib",
+    "MIG Mode/Current": "mig_mode",
 }
 _CSV_COLUMNS = {"index": "minor", "pci.bus_id": "bus_id", "uuid": "uuid", "serial": "serial", "name": "product",
                 "memory.total": "memory_total_mib", "memory.used": "memory_used_mib", "temperature.gpu": "temp_c",
@@ -133,7 +139,7 @@ _CSV_COLUMNS = {"index": "minor", "pci.bus_id": "bus_id", "uuid": "uuid", "seria
                 "ecc.errors.uncorrected.volatile.total": "ecc_volatile_uncorrected",
                 "ecc.errors.corrected.volatile.total": "ecc_volatile_corrected",
                 "ecc.errors.uncorrected.aggregate.total": "ecc_aggregate_uncorrected",
-                "ecc.errors.corrected.aggregate.total": "ecc_aggregate_corrected"}
+                "ecc.errors.corrected.aggregate.total": "ecc_aggregate_corrected", "mig.mode.current": "mig_mode"}
 
 
 def normalise_bus_id(expr: pl.Expr) -> pl.Expr:

@@ -25,6 +25,11 @@ logs never lose lines to it:
 * ``ibstat`` (``CA 'mlx5_0'`` blocks, ``Port N:``; tab or space indentation) and
   ``ibv_devinfo`` (``hca_id:`` blocks, ``port: N``) -> ``nic_ports`` (one row per CA and
   port; a CA whose port block was cut off keeps one row with a null port);
+* ``ibdev2netdev`` (``mlx5_0 port 1 ==> ibp26s0 (Down)``) -> ``nic_ports`` (source
+  ``ibdev2netdev``, ``netdev``, ``state`` = the network interface's Up/Down, which is not the IB
+  port's state: formats/hardware.md section 6);
+* ``ibwarn: [pid] func: text`` / ``ibpanic: [pid] func: text`` lines of infiniband-diags ->
+  ``events`` (kind ``ibwarn`` / ``ibpanic``, ``detail`` = the text, ``device`` = a quoted device);
 * ``iblinkinfo`` link lines -> ``ib_links``;
 * a ``- H100: 81559MiB (85.52 GB)`` memory list (people compile these from nvidia-smi) ->
   ``gpus`` (source ``memory list``).
@@ -119,6 +124,11 @@ SAMPLE_LINES = [
     "                        state:                  PORT_DOWN (1)",
     "                        active_mtu:             1024 (3)",
     "                        link_layer:             Ethernet",
+    # ibdev2netdev, infiniband-diags' own warnings
+    "mlx5_0 port 1 ==> ibp26s0 (Down)",
+    "mlx5_bond_0 port 1 ==> bond0 (Up)",
+    "ibwarn: [168988] umad_get_ca: opened mlx4_0",
+    "ibpanic: [4121] main: stat of IB device 'mlx5_3' failed: No such file or directory",
     # iblinkinfo
     "CA: gpu-v100-3 HCA-1:",
     ("      0x60b160dc288d1d8a      6    1[  ] ==( 4X      25.78125 Gbps Active/  LinkUp)==>       3    3[  ] "
@@ -147,7 +157,9 @@ NIC_PORTS_SCHEMA = {"line_no": pl.UInt32, "source": pl.String, "ca": pl.String, 
                     "state": pl.String, "physical_state": pl.String, "rate_gbps": pl.Float64,
                     "link_layer": pl.String, "fw": pl.String, "ca_type": pl.String,
                     "vendor_part_id": pl.String, "node_guid": pl.String, "port_guid": pl.String,
-                    "active_mtu": pl.Int64, "max_mtu": pl.Int64, "lid": pl.String}
+                    "active_mtu": pl.Int64, "max_mtu": pl.Int64, "lid": pl.String, "netdev": pl.String}
+EVENTS_SCHEMA = {"line_no": pl.UInt32, "kind": pl.String, "level": pl.String, "detail": pl.String,
+                 "message": pl.String, "device": pl.String}
 TOPO_NICS_SCHEMA = {"line_no": pl.UInt32, "nic": pl.String, "device": pl.String}
 IB_LINKS_SCHEMA = {"line_no": pl.UInt32, "device": pl.String, "guid": pl.String, "lid": pl.Int64,
                    "port": pl.Int64, "width": pl.String, "lane_gbps": pl.Float64, "rate_gbps": pl.Float64,
@@ -156,7 +168,7 @@ IB_LINKS_SCHEMA = {"line_no": pl.UInt32, "device": pl.String, "guid": pl.String,
 
 TABLES = {"topology": TOPOLOGY_SCHEMA, "topo_nics": TOPO_NICS_SCHEMA, "gpus": GPUS_SCHEMA, "gpu_query": GPU_QUERY_SCHEMA,
           "bench_results": BENCH_RESULTS_SCHEMA, "bench_runs": BENCH_RUNS_SCHEMA,
-          "nic_ports": NIC_PORTS_SCHEMA, "ib_links": IB_LINKS_SCHEMA}
+          "nic_ports": NIC_PORTS_SCHEMA, "ib_links": IB_LINKS_SCHEMA, "events": EVENTS_SCHEMA}
 
 
 _EMPTY = {name: pl.DataFrame(schema=schema) for name, schema in TABLES.items()}
@@ -181,7 +193,8 @@ def file_gate(text: pl.Expr) -> pl.Expr:
     return (text.str.contains("GPU0", literal=True) | text.str.contains("Legend:", literal=True)
             | text.str.contains(r"^\s*[a-z_]+\.[a-z_.]+(?: \[[^\]]+\])?(?:, |$)|--query-gpu=|^- [^:]+: \d+ ?MiB \(")
             | text.str.contains(_NT_MARKERS) | text.str.contains(_ROW_HINT)
-            | text.str.contains(r"^CA '|^hca_id:") | text.str.contains("Gbps", literal=True)).fill_null(False)
+            | text.str.contains(r"^CA '|^hca_id:") | text.str.contains("Gbps", literal=True)
+            | text.str.contains(_IBDEV2NETDEV) | text.str.contains(_IBDIAG)).fill_null(False)
 
 
 def parse(lines: pl.DataFrame) -> ParseResult:
@@ -195,7 +208,9 @@ def parse(lines: pl.DataFrame) -> ParseResult:
     bench = bool(text.str.contains(_NT_MARKERS).any() or text.str.contains(_ROW_HINT).any())
     ib = bool(text.str.contains(r"^CA '|^hca_id:").any())
     links = bool(text.str.contains("Gbps", literal=True).any())
-    if not (topo or smi or bench or ib or links):
+    netdev = bool(text.str.contains(_IBDEV2NETDEV).any())
+    diag = bool(text.str.contains(_IBDIAG).any())
+    if not (topo or smi or bench or ib or links or netdev or diag):
         return ParseResult(tables=tables)
     df = with_stream(lines)
     used: list[pl.DataFrame] = []
@@ -209,6 +224,10 @@ def parse(lines: pl.DataFrame) -> ParseResult:
         _ib_blocks(df, tables, used)
     if links:
         _iblinkinfo(df, tables, used)
+    if netdev:
+        _ibdev2netdev(df, tables, used)
+    if diag:
+        _ibdiag(df, tables, used)
     tables = {name: frame if frame is _EMPTY[name] else conform(frame, TABLES[name]) for name, frame in tables.items()}
     return ParseResult(tables=tables, consumed=consumed_of(*used))
 
@@ -554,3 +573,35 @@ def _iblinkinfo(df: pl.DataFrame, tables: dict, used: list) -> None:
     ).with_columns(rate_gbps=pl.col("width").str.extract(r"(\d+)", 1).cast(pl.Float64, strict=False) * pl.col("lane_gbps"))
     tables["ib_links"] = conform(rows, IB_LINKS_SCHEMA)
     used += [rows.select("line_no"), d.filter(head).select("line_no")]
+
+
+# -- ibdev2netdev, ibwarn / ibpanic ------------------------------------------------------------
+
+_IBDEV2NETDEV = r"^\s*(\S+) port (\d+) ==> (\S+) \((\w+)\)\s*$"
+_IBDIAG = r"^\s*(ibwarn|ibpanic|iberror): \[\d+\] (.*?)\s*$"
+
+
+def _ibdev2netdev(df: pl.DataFrame, tables: dict, used: list) -> None:
+    t = pl.col("text")
+    rows = df.filter(t.str.contains(_IBDEV2NETDEV)).with_columns(_p=t.str.extract_groups(_IBDEV2NETDEV)).select(
+        "line_no", source=pl.lit("ibdev2netdev"), ca=pl.col("_p").struct.field("1"),
+        port=to_int(pl.col("_p").struct.field("2")), netdev=pl.col("_p").struct.field("3"),
+        state=pl.col("_p").struct.field("4").str.to_titlecase())
+    if rows.is_empty():
+        return
+    tables["nic_ports"] = pl.concat([tables["nic_ports"], conform(rows, NIC_PORTS_SCHEMA)], how="diagonal_relaxed").sort("line_no")
+    used.append(rows.select("line_no"))
+
+
+def _ibdiag(df: pl.DataFrame, tables: dict, used: list) -> None:
+    t = pl.col("text")
+    rows = df.filter(t.str.contains(_IBDIAG)).with_columns(_p=t.str.extract_groups(_IBDIAG)).select(
+        "line_no", kind=pl.col("_p").struct.field("1"),
+        level=pl.when(pl.col("_p").struct.field("1") == "ibwarn").then(pl.lit("WARN")).otherwise(pl.lit("ERROR")),
+        detail=pl.col("_p").struct.field("2"), message=t.str.strip_chars(),
+        device=pl.coalesce(t.str.extract(r"device '([^']+)'", 1), t.str.extract(r"ca_name (\S+)", 1),
+                           t.str.extract(r"opened (\S+)", 1)))
+    if rows.is_empty():
+        return
+    tables["events"] = conform(rows, EVENTS_SCHEMA)
+    used.append(rows.select("line_no"))

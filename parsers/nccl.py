@@ -28,8 +28,8 @@ import re
 import polars as pl
 
 from parsers.base import ParseResult, conform, consumed_of, to_int
-from parsers.nccl_catalogue import (DATATYPE_BYTES, DATATYPES, FINGERPRINTS, KINDS, RED_OPS, RESULT_CODES,
-                                    WARN_CLASSES)
+from parsers import nccl_errors
+from parsers.nccl_catalogue import DATATYPE_BYTES, DATATYPES, FINGERPRINTS, KINDS, RED_OPS, RESULT_CODES
 
 NAME = "nccl"
 # Inputs without this text hold no NCCL line (torn fragments come with whole lines).
@@ -118,7 +118,10 @@ SCHEMAS: dict[str, dict] = {
     "nccl_versions": {"line_no": pl.UInt32, "host": pl.String, "pid": pl.Int64, "version": pl.String, "cuda": pl.String},
     "events": {"line_no": pl.UInt32, "ts": pl.Datetime("us"), "level": pl.String, "src_file": pl.String,
                "kind": pl.String, "error_class": pl.String, "detail": pl.String, "message": pl.String,
-               "host": pl.String, "pid": pl.Int64, "tid": pl.Int64, "cuda_dev": pl.Int64},
+               "host": pl.String, "pid": pl.Int64, "tid": pl.Int64, "cuda_dev": pl.Int64,
+               "cause": pl.String, "peer_rank": pl.Int64, "peer": pl.String, "errno_text": pl.String,
+               "errno_name": pl.String, "errno": pl.Int64, "result_code": pl.Int64, "result": pl.String,
+               "bytes": pl.Int64},
     "collectives": {"line_no": pl.UInt32, "kind": pl.String, "op": pl.String, "op_count": pl.Int64,
                     "comm": pl.String, "nranks": pl.Int64, "count": pl.Int64, "datatype": pl.String,
                     "bytes": pl.Int64, "red_op": pl.String, "root": pl.Int64, "sendbuff": pl.String,
@@ -654,20 +657,20 @@ def _info_events(df: pl.DataFrame | None) -> pl.DataFrame:
 
 
 def _warn_events(prefixed: pl.DataFrame) -> pl.DataFrame:
+    """Every WARN line is an event: ``error_class`` (coarse) and ``cause`` (``parsers.nccl_errors``)
+    from its text and NCCL's ``file:line``, with the peer rank, peer address, errno and NCCL
+    result code the text states."""
     warns = prefixed.filter(pl.col("level") == "WARN")
     if warns.is_empty():
         return pl.DataFrame(schema=SCHEMAS["events"])
-    klass = pl.lit(None, dtype=pl.String)
-    meaning = pl.lit(None, dtype=pl.String)
-    for name, pattern, what in reversed(WARN_CLASSES):
-        hit = pl.col("msg").str.contains(pattern)
-        klass = pl.when(hit).then(pl.lit(name)).otherwise(klass)
-        meaning = pl.when(hit).then(pl.lit(what)).otherwise(meaning)
+    cause, klass = nccl_errors.classify(pl.col("msg"), pl.col("src_file"))
+    meaning = pl.col("cause").replace_strict({c.name: c.meaning for c in nccl_errors.CAUSES}, default=None,
+                                             return_dtype=pl.String)
     ts = pl.col("nccl_ts").str.strptime(pl.Datetime("us"), "%Y-%m-%d %H:%M:%S%.f", strict=False)
     status = pl.col("msg").str.extract(r"(?:with status=|with error |status=\w+\()(\d+)", 1)
+    warns = warns.with_columns(cause=cause, error_class=klass.fill_null("other"), **nccl_errors.fields(pl.col("msg")))
     detail = pl.when(status.is_not_null()).then(pl.concat_str([pl.lit("status "), status, pl.lit(": "), meaning])).otherwise(meaning)
-    return warns.with_columns(kind=pl.lit("nccl_warn"), error_class=klass.fill_null("other"), detail=detail,
-                              message=pl.col("msg"), ts=ts)
+    return warns.with_columns(kind=pl.lit("nccl_warn"), detail=detail, message=pl.col("msg"), ts=ts)
 
 
 def _versions(lines: pl.DataFrame, prefixed: pl.DataFrame) -> pl.DataFrame:

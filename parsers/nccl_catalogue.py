@@ -29,6 +29,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from parsers.nccl_errors import warn_classes
+
 
 @dataclass(frozen=True)
 class Kind:
@@ -334,41 +336,9 @@ KINDS_BY_NAME = {k.name: k for k in KINDS}
 
 
 # -- WARN lines: every one is an event; the class says what kind of failure it reports ---------
-# (class, pattern on the message, what it usually means). First match wins.
-WARN_CLASSES: list[tuple[str, str, str]] = [
-    ("ib_completion_error", r"Got completion (?:from peer \S+ )?with (?:error|status)", "an RDMA work request failed (status 12 = transport retry exceeded, a timeout)"),
-    ("ib_async_event", r"async (?:fatal )?(?:event|error)", "the NIC reported a port or device error"),
-    ("ib_modify_qp", r"ibv_modify_qp failed", "RDMA queue pair setup failed (RoCE GID index / routing)"),
-    ("ib_incompatible", r"Attempted to connect incompatible devices", "IB and RoCE NICs mixed in one connection"),
-    ("size_mismatch", r"collective mismatch error|message truncated|posted incorrect receive info|Message truncated",
-     "ranks disagree on message sizes: mismatched collectives, versions or NCCL_PROTO/ALGO env"),
-    ("peer_closed", r"Connection closed by remote peer|Connection reset by peer|Broken pipe",
-     "the peer went away first: look for its own error"),
-    ("socket_error", r"socket\w*:|Call to (?:recv|send|connect|accept)|connect to \S+ returned|Socket recv failed|socketFinalizeAccept",
-     "a TCP socket operation failed"),
-    ("bind_failed", r"Call to bind failed", "cannot bind the bootstrap address: wrong interface or IP"),
-    ("no_interface", r"no socket interface found|No interface found in the same subnet|No usable listening interface",
-     "no usable network interface for the bootstrap/socket transport"),
-    ("bootstrap_mismatch", r"Bootstrap Root : (?:mismatch|rank \d+ of \d+ ranks has already checked in)|Invalid NCCL_COMM_ID",
-     "the ranks do not agree on the job (duplicated launch, wrong rank env, shared rendezvous)"),
-    ("version_mismatch", r"Mismatched NCCL version", "ranks run different NCCL versions"),
-    ("out_of_memory", r"out of memory|Failed to CUDA (?:calloc|malloc|host alloc)", "GPU memory exhausted during NCCL setup"),
-    ("shm_failed", r"shared memory segment|failed to extend \S+ to", "/dev/shm too small or unavailable"),
-    ("nvls_failed", r"NVLink SHARP|NVLS|MNNVL", "NVLink SHARP / multi-node NVLink could not be set up"),
-    ("cuda_error", r"Cuda failure|CUDA error|cuda\w* failed", "a CUDA call failed"),
-    ("duplicate_gpu", r"Duplicate GPU detected", "two ranks on one GPU"),
-    ("no_algorithm", r"[Nn]o algorithm/protocol available", "NCCL_ALGO/NCCL_PROTO or the CollNet/NVLS setup left no algorithm"),
-    ("env_invalid", r"All entries except the first must have a prefix|Unrecognized (?:element|prefix) token|is being ignored because",
-     "an NCCL variable has an invalid value"),
-    ("collective_mismatch", r"Mismatched collective detected|may be caused by a collective mismatch", "ranks called different collectives"),
-    ("ring_error", r"ring \d+ does not (?:loop back|contain rank)", "the ring layout is inconsistent between ranks"),
-    ("invalid_usage", r"improper usage|Invalid rank requested|invalid usage", "the application called NCCL incorrectly"),
-    ("proxy_error", r"\[Proxy Service|\[Service thread\]|Rem Allocator", "NCCL's proxy thread failed an operation"),
-    ("collnet", r"CollNet", "CollNet (SHARP) could not be used"),
-    ("net_device_mismatch", r"Detected mixed local (?:Net|CollNet) device counts", "ranks see different NIC counts"),
-    ("libibverbs_missing", r"Failed to open libibverbs", "no RDMA library (harmless on hosts without IB/RoCE)"),
-    ("fatal_error", r"communicator encountered a fatal error", "the communicator was aborted after an error"),
-]
+# (class, pattern on the message, what it usually means), first match wins: the coarse view of
+# ``parsers.nccl_errors.CAUSES``, which holds each error's cause, fix and samples.
+WARN_CLASSES: list[tuple[str, str, str]] = warn_classes()
 
 # ncclResult_t (section 3.10).
 RESULT_CODES = {0: "success", 1: "unhandled cuda error", 2: "system error", 3: "internal error",

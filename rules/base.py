@@ -77,6 +77,7 @@ class Context:
         self._text_cache: dict = {}
         self.shared: dict = {}
         self.rule_errors: list[dict] = []  # rules that raised (analyzer.report.rule_error)
+        self.findings: list[Finding] = []  # the findings of the rules that ran before (analyzer.report.run_rules)
 
     def frame(self, sql: str, params: list | None = None) -> pl.DataFrame:
         return self.run.frame(sql, params)

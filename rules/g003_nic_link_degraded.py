@@ -66,8 +66,11 @@ def _ports(ctx: Context) -> list[Finding]:
     if ports.is_empty() or not {"ca", "state", "rate_gbps", "node"} <= set(ports.columns):
         return []
     # ibstat, ibv_devinfo and sysfs each fill only some of these: read as unknown when absent.
-    ports = with_columns(ports, ca_type=pl.String, vendor_part_id=pl.String, link_layer=pl.String, port=pl.Int64)
-    ports = ports.filter(pl.col("ca").is_not_null() & pl.col("node").is_not_null())
+    ports = with_columns(ports, ca_type=pl.String, vendor_part_id=pl.String, link_layer=pl.String, port=pl.Int64,
+                         source=pl.String)
+    # ibdev2netdev's Up/Down is the IP interface's, not the port's (G005 reads it)
+    ports = ports.filter(pl.col("ca").is_not_null() & pl.col("node").is_not_null()
+                         & (pl.col("source").fill_null("") != "ibdev2netdev"))
     nodes = job_nodes(ctx)
     if nodes:
         ports = ports.filter(pl.col("node").is_in(sorted(nodes)))

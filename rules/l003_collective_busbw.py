@@ -1,12 +1,15 @@
 """L003 collective-busbw: profiled collectives move data far below what their link carries, waiting removed.
 
 What it detects
-    NCCL collectives in nsys / Kineto profiles (``collective_timing``) of 8 MB and more, per
-    communicator and operation: the bus bandwidth of each instance's *shortest* kernel
-    (``busbw_best_gbyte_s``: the last rank to arrive does not wait, so its kernel is the transfer
-    alone) against the link's unidirectional rate: NVLink of the GPU model when every rank of
-    the collective is on one node, the NIC line rate per GPU (``nic_ports``) across nodes. It
-    fires when the median over at least 5 instances is below 30% of that rate.
+    NCCL collectives in nsys / Kineto profiles and NCCL Inspector records (``collective_timing``)
+    of 8 MB and more, per communicator and operation: the bus bandwidth of each instance's
+    *shortest* kernel (``busbw_best_gbyte_s``: the last rank to arrive does not wait, so its
+    kernel is the transfer alone) against the link's unidirectional rate: NVLink of the GPU
+    model when every rank of the collective is on one node, the NIC line rate per GPU
+    (``nic_ports``) across nodes. It fires when the median over at least 5 instances is below
+    30% of that rate -- and, whatever the hardware model knows, when one communicator's median
+    is below half of its peers' (the same operation, size and number of ranks on other
+    communicators: one TP or DP group on a slow link).
 
 Why it matters
     A kernel's duration includes the time its rank waits for late peers, so raw per-rank
@@ -81,4 +84,43 @@ def check(ctx: Context) -> list[Finding]:
                                        "and ibstat."),
                            details={"source": source, "coll_key": key, "median_busbw_gbs": round(med, 2),
                                     "expected_gbs": expected, "instances": inst.height, "bytes": size}))
+    return out + _peers(ctx, t, nodes, {f.details["coll_key"] for f in out})
+
+
+PEER_SHORTFALL = 0.5
+
+
+def _peers(ctx: Context, t: pl.DataFrame, nodes: pl.DataFrame | None, done: set) -> list[Finding]:
+    """Communicators far below their peers: the same op, message size (within 2x) and rank count."""
+    per = t.group_by("source", "coll_key", "op", "group_size").agg(
+        med=pl.col("busbw_best_gbyte_s").median(), n=pl.col("coll_index").n_unique(), size=pl.col("bytes").median(),
+        ranks=pl.col("rank").unique().sort())
+    per = per.filter(pl.col("n") >= MIN_INSTANCES).with_columns(
+        size_class=(pl.col("size").cast(pl.Float64).log(2)).floor())
+    out = []
+    for _, group in per.group_by("source", "op", "group_size", "size_class"):
+        if group.height < 3:
+            continue   # a median of peers needs at least two others
+        for r in group.iter_rows(named=True):
+            if r["coll_key"] in done:
+                continue
+            others = group.filter(pl.col("coll_key") != r["coll_key"])["med"]
+            peer = float(others.median())
+            if not peer or r["med"] >= PEER_SHORTFALL * peer:
+                continue
+            ranks = r["ranks"]
+            hosts = sorted(set(nodes.filter(pl.col("rank").is_in(ranks))["node"].drop_nulls().to_list())) \
+                if nodes is not None else []
+            msg = (f"{r['op']} on {r['coll_key']} ({len(ranks)} ranks{', ' + ', '.join(hosts[:4]) if hosts else ''}, "
+                   f"{r['size'] / 2**20:g} MB, {r['n']} instances): median busbw {r['med']:.1f} GB/s with the waiting "
+                   f"removed, {100 * r['med'] / peer:.0f}% of the {peer:.1f} GB/s its {others.len()} peer "
+                   f"communicator(s) of the same shape reach: its link is slower than theirs")
+            out.append(Finding(CODE, NAME, SEVERITY, 0.55, f"{r['op']} on one communicator at {r['med']:.1f} GB/s, "
+                               f"its peers at {peer:.1f} GB/s", msg, ranks=list(ranks), nodes=hosts, category="perf",
+                               suggestion=("Check that communicator's links: NCCL_DEBUG=INFO transports of its ranks "
+                                           "(SHM or sockets instead of P2P/RDMA, GDR off), nvidia-smi nvlink -s, ibstat "
+                                           "on its nodes; compare nccl-tests on its GPUs with a peer's."),
+                               details={"check": "peers", "source": r["source"], "coll_key": r["coll_key"],
+                                        "median_busbw_gbs": round(r["med"], 2), "peers_median_gbs": round(peer, 2),
+                                        "instances": r["n"], "bytes": int(r["size"])}))
     return out

@@ -69,9 +69,37 @@ def check(ctx: Context) -> list[Finding]:
     out += _unroutable(ctx, by_host, multi, init_ok)
     if not any(f.details.get("check") in ("duplicate", "unroutable") for f in out):
         out += _odd_one_out(ctx, by_host, init_ok)
-    if multi is True:
-        out += _socket_list(ctx, procs, by_host)
+    named = {n for f in out for n in f.nodes}
+    out += _virtual_bootstrap(ctx, by_host, multi, init_ok, named)
+    if multi is not False:
+        out += _socket_list(ctx, procs, by_host, multi)
     return out
+
+
+def _virtual_bootstrap(ctx: Context, by_host: dict, multi: bool | None, init_ok: bool, named: set) -> list[Finding]:
+    """Hosts that bootstrap on a container bridge or virtual device (docker0, virbr0, lxcbr0, veth,
+    a tunnel) that no other check named: reachable from its own host only unless the network is
+    routed to it. A warning in a multi-node job that did not finish init, information otherwise."""
+    if multi is False:
+        return []
+    hosts = sorted(h for h, (ifname, addr) in by_host.items()
+                   if _VIRTUAL.match(ifname) and ifname != "lo" and h not in named)
+    if not hosts:
+        return []
+    items = sorted({f"{by_host[h][0]}:{by_host[h][1]}" for h in hosts})
+    severity = "warning" if multi is True and not init_ok else "info"
+    good = _good_interface(by_host, exclude=set(hosts))
+    return [Finding(
+        CODE, NAME, severity, 0.5 if severity == "warning" else 0.4,
+        f"NCCL bootstraps on a container bridge or virtual interface ({', '.join(sorted({by_host[h][0] for h in hosts}))})",
+        f"{', '.join(hosts)} bootstrap on {', '.join(items)}: a bridge, tunnel or virtual device whose address is, "
+        "as a rule, reachable from its own host only (a container's own network)"
+        + ("; every communicator completed init, so the hosts did reach each other" if init_ok else "")
+        + ("" if multi else "; the inputs do not show whether the job spans hosts"),
+        nodes=hosts, category="config", culprit=False,
+        evidence=_evidence_lines(ctx, set(hosts), r"Bootstrap ?: Using ", "bootstrap interface"),
+        suggestion=_SUGGEST.format(good=good),
+        details={"check": "virtual", "interfaces": items, "drain": False})]
 
 
 def _multi_node(ctx: Context, by_host: dict) -> bool | None:
@@ -275,24 +303,30 @@ def _odd_one_out(ctx: Context, by_host: dict, init_ok: bool) -> list[Finding]:
         details={"check": "subnets", "odd": odd, "drain": False})]
 
 
-def _socket_list(ctx: Context, procs: list[dict], by_host: dict) -> list[Finding]:
-    """Socket transport between hosts striping over a link-local or loopback interface."""
+def _socket_list(ctx: Context, procs: list[dict], by_host: dict, multi: bool | None = True) -> list[Finding]:
+    """Socket transport between hosts striping over a link-local, loopback, container-bridge or
+    virtual interface (docker0, virbr0, lxcbr0, veth, tailscale0: nccl.md 3.4, the socket
+    transport stripes over every listed interface). A warning in a multi-node job, information
+    where the inputs do not say whether the job spans hosts."""
     bad: dict[str, list[str]] = {}
     for p in procs:
-        if (p.get("network") or "") != "Socket":
+        if (p.get("network") or "Socket") != "Socket":
             continue
         for name, addr in p["socket"]:
             a = norm_addr(addr)
-            if (is_link_local(a) or is_loopback(a)) and by_host.get(p["host"], ("", ""))[0] != name:
+            risky = is_link_local(a) or is_loopback(a) or bool(_VIRTUAL.match(name or ""))
+            if risky and by_host.get(p["host"], ("", ""))[0] != name:
                 bad.setdefault(p["host"], []).append(f"{name}:{a}")
     if not bad:
         return []
     hosts = sorted(bad)
     items = sorted({i for v in bad.values() for i in v})
     return [Finding(
-        CODE, NAME, "warning", 0.5, f"the socket transport stripes over {', '.join(i.split(':')[0] for i in items)}",
-        f"NET/Socket on {', '.join(hosts)} uses {', '.join(items)} besides the bootstrap interface: a link-local or "
-        "loopback address the other host cannot reach (Network is unreachable, stalls)",
+        CODE, NAME, "warning" if multi else "info", 0.5 if multi else 0.35,
+        f"the socket transport stripes over {', '.join(sorted({i.split(':')[0] for i in items}))}",
+        f"NET/Socket on {', '.join(hosts)} uses {', '.join(items)} besides the bootstrap interface: a link-local, "
+        "loopback, container-bridge or virtual address the other host cannot reach (Network is unreachable, stalls)"
+        + ("" if multi else "; harmless if the job never leaves one host (the inputs do not say)"),
         nodes=hosts, category="config", culprit=False,
         evidence=_evidence_lines(ctx, set(hosts), r"NET/Socket : Using ", "socket interfaces"),
         suggestion=_SUGGEST.format(good=_good_interface(by_host, set())),

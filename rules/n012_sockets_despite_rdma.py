@@ -1,11 +1,13 @@
-"""N012 sockets-despite-rdma: inter-node traffic on TCP sockets although the nodes have RDMA NICs.
+"""N012 sockets-despite-rdma: inter-node traffic on TCP sockets (a warning where RDMA NICs exist or were switched off).
 
 What it detects
-    Nodes whose NCCL processes chose ``Using network Socket`` (or whose inter-node hops run
-    ``via NET/Socket``) while the inputs show RDMA NICs on them or in the job: ibstat /
-    ibv_devinfo ports, the NIC legend of nvidia-smi topo -m, or NCCL's ``NET/IB : Using``
-    list on other processes. It names the cause the inputs show: ``NCCL_IB_DISABLE=1`` (NCCL's
-    "set by environment" line, or an env dump / job script), ``NCCL_NET=Socket``, or
+    Inter-node hops that run ``via NET/Socket`` (or processes of a multi-node job that chose
+    ``Using network Socket``). Always a finding: a warning when the inputs show RDMA NICs
+    anywhere in the job (ibstat / ibv_devinfo ports, the NIC legend of nvidia-smi topo -m,
+    NCCL's ``NET/IB : Using`` list on other processes) or when NCCL was told to avoid them
+    (``NCCL_IB_DISABLE=1``, ``NCCL_NET=Socket``: NCCL's "set by environment" line, an env dump
+    or the job script, named with the nodes where it was set); information otherwise (hosts
+    without RDMA NICs have nothing better). It names the cause the inputs show, including
     ``NET/IB : No device found`` / ``Failed to open libibverbs`` (the IB transport could not
     load: no /dev/infiniband in the container, no rdma-core).
 
@@ -19,18 +21,22 @@ What to do
     profile or the container image; when NCCL found no device, give the container the RDMA
     devices (``--device /dev/infiniband``, the RDMA shared device plugin on Kubernetes) and
     rdma-core/libibverbs; confirm with NCCL_DEBUG=INFO that it prints ``Using network IB``.
+    On hosts without RDMA NICs, sockets are the only transport: spread them over several
+    interfaces or threads (NCCL_SOCKET_NTHREADS, NCCL_NSOCKS_PERTHREAD) if the network allows.
 
 Known false positives
-    Hosts without RDMA NICs (cloud VMs, a pod without the device) rightly use sockets: the rule
-    stays quiet unless the inputs show RDMA NICs. Traffic carried by an external net plugin
-    (``Using network IBext_v8``, ``AWS Libfabric``) is not on sockets, whatever
-    ``NCCL_IB_DISABLE`` says (that variable only switches off NCCL's internal IB transport).
+    Hosts without RDMA NICs (cloud VMs, a pod without the device) rightly use sockets: without
+    RDMA NICs or a setting that turned them off in the inputs the finding is information only.
+    Traffic carried by an external net plugin (``Using network IBext_v8``, ``AWS Libfabric``)
+    is not on sockets, whatever ``NCCL_IB_DISABLE`` says (that variable only switches off
+    NCCL's internal IB transport). A single-node job has no inter-node traffic: quiet.
 """
 
 from __future__ import annotations
 
 import polars as pl
 
+from analyzer.ranges import hostlist
 from rules import transport_model as tm
 from rules.base import Context, Finding, with_columns
 
@@ -45,6 +51,10 @@ def check(ctx: Context) -> list[Finding]:
     socket_nodes: set[str] = set()
     if not procs.is_empty():
         socket_nodes |= set(procs.filter(pl.col("network") == "Socket")["host"].drop_nulls().to_list())
+        # before 2.6 no `Using network` line: the socket transport's `NET/Socket : Using` list says it
+        listed = with_columns(procs, socket_ifs=pl.List(pl.String)).filter(
+            pl.col("network").is_null() & (pl.col("socket_ifs").list.len() > 0))
+        socket_nodes |= set(listed["host"].drop_nulls().to_list())
     hops = f.hops
     socket_hops = pl.DataFrame()
     if not hops.is_empty():
@@ -54,13 +64,16 @@ def check(ctx: Context) -> list[Finding]:
         chose = procs.filter(pl.col("network").is_not_null())
         rdma_procs = set(chose.filter(pl.col("network") != "Socket")["host"].to_list())
         socket_nodes -= rdma_procs - set(chose.filter(pl.col("network") == "Socket")["host"].to_list())
+    if socket_hops.is_empty() and not _multi_node(ctx, procs):
+        socket_nodes = set()   # one host: no inter-node traffic for sockets to carry
     if not socket_nodes:
         return []
     nics = _nic_evidence(ctx, f, procs, socket_nodes)
-    if not nics:
-        return []  # no RDMA NIC anywhere in the inputs: sockets are the only choice
     nodes = sorted(socket_nodes)
     causes, cause_rows = _causes(ctx, nodes)
+    switched_off = [c for c in causes if c.startswith(("NCCL_IB_DISABLE", "NCCL_NET"))]
+    if not nics and not switched_off:
+        return [_info(ctx, f, procs, nodes, socket_hops)]
     evidence = []
     for what, rows in cause_rows:
         evidence += tm.evidence_of(ctx, rows, what, 1)
@@ -102,15 +115,16 @@ def _nic_evidence(ctx: Context, f: tm.Fabric, procs: pl.DataFrame,
                   nodes: set[str]) -> dict[str, tuple[str, pl.DataFrame]]:
     out = {}
     if not f.ports.is_empty():
-        rdma = f.ports.filter(pl.col("state").fill_null("Active").str.to_lowercase().str.contains("active")
-                              & pl.col("node").is_in(list(nodes)))
+        rdma = f.ports.filter(pl.col("state").fill_null("Active").str.to_lowercase().str.contains("active"))
         if not rdma.is_empty():
             n = rdma.select("node", "ca", "port").unique().height
+            mine = rdma.filter(pl.col("node").is_in(list(nodes)))
             layers = sorted({("RoCE" if (ll or "").lower() == "ethernet" else ll or "IB")
                              for ll in rdma["link_layer"].to_list()})
-            text = f"{n} active {'/'.join(layers)} port(s) in ibstat/ibv_devinfo of these nodes"
-            out[text] = ("RDMA NIC (ibstat/ibv_devinfo)", rdma)
-    legend = {n: names for n, names in f.nic_legend.items() if n in nodes and any(k.startswith("mlx") for k in names)}
+            where = "these nodes" if not mine.is_empty() else ", ".join(sorted(set(rdma["node"].to_list()))[:3])
+            text = f"{n} active {'/'.join(layers)} port(s) in ibstat/ibv_devinfo of {where}"
+            out[text] = ("RDMA NIC (ibstat/ibv_devinfo)", mine if not mine.is_empty() else rdma)
+    legend = {n: names for n, names in f.nic_legend.items() if any(k.startswith("mlx") for k in names)}
     if legend:
         rows = ctx.table("topo_nics")
         text = f"mlx5 NICs in nvidia-smi topo -m of {len(legend)} node(s)"
@@ -145,9 +159,10 @@ def _causes(ctx: Context, nodes: list[str]) -> tuple[list[str], list[tuple[str, 
             if not nccl.is_empty():
                 hits = nccl.filter(pl.col("host").is_in(nodes) & bad)
         if not hits.is_empty():
-            n = hits["node"].n_unique() if "node" in hits.columns else hits["host"].n_unique()
-            basis = sorted(set(hits["basis"].to_list())) if "basis" in hits.columns else ["NCCL INFO"]
-            causes.append(f"{key}={hits['value'][0]} on {n} node(s) ({', '.join(b for b in basis if b)})")
+            where = sorted(set((hits["node"] if "node" in hits.columns else hits["host"]).drop_nulls().to_list()))
+            basis = sorted(set(hits["basis"].drop_nulls().to_list())) if "basis" in hits.columns else ["NCCL INFO"]
+            causes.append(f"{key}={hits['value'][0]} set on {hostlist(where) if where else 'unknown nodes'} "
+                          f"({', '.join(b for b in basis if b) or 'environment'})")
             rows.append((f"{key} set", hits))
     net = ctx.table("nccl_net")
     if not net.is_empty():
@@ -163,6 +178,36 @@ def _causes(ctx: Context, nodes: list[str]) -> tuple[list[str], list[tuple[str, 
             causes.append("libibverbs could not be opened (rdma-core missing in the image)")
             rows.append(("libibverbs missing", verbs))
     return causes, rows
+
+
+def _multi_node(ctx: Context, procs: pl.DataFrame) -> bool:
+    """The job spans hosts: NCCL processes on several hosts, or ranks on several nodes."""
+    hosts = set(procs["host"].drop_nulls().to_list()) if not procs.is_empty() else set()
+    return len(hosts) > 1 or len(_job_nodes(ctx, procs)) > 1
+
+
+def _info(ctx: Context, f: tm.Fabric, procs: pl.DataFrame, nodes: list[str], socket_hops: pl.DataFrame) -> Finding:
+    """Sockets between hosts that show no RDMA NIC: the only transport they have; said, not blamed."""
+    evidence = (tm.evidence_of(ctx, socket_hops, "inter-node hop via NET/Socket", 1) if not socket_hops.is_empty()
+                else _network_lines(ctx, nodes))
+    net = ctx.table("nccl_net")
+    nodev = net.filter((pl.col("kind") == "ib_no_device") & pl.col("host").is_in(nodes)) \
+        if not net.is_empty() and "kind" in net.columns else pl.DataFrame()
+    evidence += tm.evidence_of(ctx, nodev, "NCCL sees no IB device", 1)
+    cost = tm.price("Socket", f.acc).basis
+    message = (f"inter-node traffic runs over TCP sockets on {len(nodes)} node(s) ({', '.join(nodes[:6])}"
+               f"{' ...' if len(nodes) > 6 else ''}): {cost}; the inputs show no RDMA NIC on any node and no setting "
+               "that switched RDMA off"
+               + ("; NCCL found no IB device ('NET/IB : No device found')" if not nodev.is_empty() else ""))
+    return Finding(CODE, NAME, "info", 0.5, f"inter-node traffic on TCP sockets on {len(nodes)} node(s)", message,
+                   ranks=[], nodes=nodes, evidence=evidence,
+                   suggestion=("If these nodes have RDMA NICs (ibstat, ibv_devinfo), give the processes the devices "
+                               "(--device /dev/infiniband, rdma-core) so NCCL prints 'Using network IB'; otherwise "
+                               "sockets are the only transport (NCCL_SOCKET_NTHREADS / NCCL_NSOCKS_PERTHREAD spread "
+                               "them)."),
+                   category="perf", culprit=False,
+                   details={"nodes": nodes, "causes": [], "nic_evidence": [], "socket_hops": socket_hops.height,
+                            "rdma_seen": False})
 
 
 def _network_lines(ctx: Context, nodes: list[str]):

@@ -12,12 +12,12 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from analyzer import hardware
+from analyzer import hardware, topology
+from analyzer.topology import GDR_PATHS, Topology  # noqa: F401 -- GDR_PATHS: the rules read it here
 from analyzer.transports import accelerator
 from rules.base import Context, Evidence, with_columns
 
 RDMA_TIERS = {"IB", "IB GDR", "RoCE", "RoCE GDR", "NET", "NET GDR", "CollNet"}
-GDR_PATHS = {"PIX", "PXB", "PHB"}          # GPU-NIC paths GPUDirect RDMA can use (nccl.md 3.4)
 
 
 @dataclass
@@ -25,11 +25,21 @@ class Fabric:
     hops: pl.DataFrame
     acc: dict | None
     acc_source: str
-    topo: dict[str, dict[tuple[str, str], str]] = field(default_factory=dict)   # node -> (GPUi, GPUj|NICk) -> link
-    topo_line: dict[str, tuple[int, int]] = field(default_factory=dict)        # node -> (input_id, line_no)
-    nic_legend: dict[str, dict[str, str]] = field(default_factory=dict)         # node -> mlx5_k -> NICk
+    topology: Topology = field(default_factory=Topology)                          # nvidia-smi topo -m per node
     ports: pl.DataFrame = field(default_factory=pl.DataFrame)                    # nic_ports rows with a node
     global_rank: dict[tuple[str, int], int] = field(default_factory=dict)        # (comm_key, rank) -> global rank
+
+    @property
+    def topo(self) -> dict[str, dict[tuple[str, str], str]]:
+        return self.topology.topo
+
+    @property
+    def topo_line(self) -> dict[str, tuple[int, int]]:
+        return self.topology.topo_line
+
+    @property
+    def nic_legend(self) -> dict[str, dict[str, str]]:
+        return self.topology.nic_legend
 
     @property
     def acc_nvlink(self) -> bool:
@@ -39,16 +49,11 @@ class Fabric:
 
     def gpu_link(self, node: str | None, a: int | None, b: int | None) -> str | None:
         """``nvidia-smi topo -m`` cell between two GPUs of ``node`` (NV18, PIX, SYS ...), if the inputs have it."""
-        if node is None or a is None or b is None:
-            return None
-        return self.topo.get(node, {}).get((f"GPU{a}", f"GPU{b}"))
+        return self.topology.gpu_link(node, a, b)
 
     def nic_path(self, node: str | None, gpu: int | None, nic: str | None) -> str | None:
         """``topo -m`` cell between a GPU and the NIC a hop used (by its mlx5 name, via the NIC legend)."""
-        if node is None or gpu is None or not nic:
-            return None
-        column = self.nic_legend.get(node, {}).get(nic.split("+")[0].split(":")[0])
-        return self.topo.get(node, {}).get((f"GPU{gpu}", column)) if column else None
+        return self.topology.nic_path(node, gpu, nic)
 
     def rank(self, comm_key: str, rank: int | None) -> int | None:
         return self.global_rank.get((comm_key, rank)) if rank is not None else None
@@ -59,8 +64,7 @@ def fabric(ctx: Context) -> Fabric:
         return ctx.shared["transport_fabric"]
     hops = ctx.table("nccl_hops")
     acc, source = accelerator(ctx.run)
-    f = Fabric(hops, acc, source)
-    _topology(ctx, f)
+    f = Fabric(hops, acc, source, topology.load(ctx.table("topology"), ctx.table("topo_nics")))
     # ibstat, ibv_devinfo and sysfs fill different columns: the rules read these whichever tool wrote the rows.
     ports = with_columns(ctx.table("nic_ports"), state=pl.String, ca=pl.String, port=pl.Int64, link_layer=pl.String,
                          rate_gbps=pl.Float64)
@@ -72,31 +76,6 @@ def fabric(ctx: Context) -> Fabric:
             f.global_rank[(m["comm_key"], m["rank"])] = m["global_rank"]
     ctx.shared["transport_fabric"] = f
     return f
-
-
-def _topology(ctx: Context, f: Fabric) -> None:
-    topo = ctx.table("topology")
-    if topo.is_empty() or "link" not in topo.columns:
-        return
-    # A matrix cell the parser could not place has no from/to (and a table of such cells lacks the columns).
-    topo = with_columns(topo, **{"from": pl.String, "to": pl.String})
-    topo = topo.filter(pl.col("node").is_not_null() & pl.col("link").is_not_null() & pl.col("to").is_not_null())
-    for r in topo.iter_rows(named=True):
-        f.topo.setdefault(r["node"], {})[(r["from"], r["to"])] = r["link"]
-        f.topo_line.setdefault(r["node"], (r["input_id"], r["line_no"]))
-    legend = ctx.table("topo_nics")
-    if legend.is_empty():
-        return
-    node_of = dict(topo.select("input_id", "node").unique("input_id").iter_rows())
-    for r in legend.iter_rows(named=True):
-        node = r.get("node") or node_of.get(r["input_id"])
-        # A legend row the parser could not split lacks device or nic (the columns may be absent).
-        if node and r.get("device") and r.get("nic"):
-            f.nic_legend.setdefault(node, {})[r["device"]] = r["nic"]
-    for node, cells in f.topo.items():  # old matrices name NIC columns mlx5_k themselves
-        for _, to in cells:
-            if to.startswith("mlx5"):
-                f.nic_legend.setdefault(node, {}).setdefault(to, to)
 
 
 # -- shared readings ---------------------------------------------------------------------------------

@@ -329,7 +329,7 @@ CASES = [
     ("2.27", W("Cuda failure 1 'invalid argument'", src="transport/nvls.cc:254", host="node01", pid=47286, tid=63478,
                dev=2, ts="2025-05-10 23:09:41.123456"),
      "events", {"ts": dt.datetime(2025, 5, 10, 23, 9, 41, 123456), "host": "node01", "cuda_dev": 2,
-                "error_class": "cuda_error"}),
+                "error_class": "nvls_failed", "cause": "nvls_cuda_failure"}),   # a CUDA failure in NVLS setup
     ("2.27", "[2025-05-10 23:09:41] node01:47286:47286 [2] NCCL INFO Channel 00/0 : 2[2] -> 3[3] via P2P/CUMEM",
      "nccl_connections", {"host": "node01", "pid": 47286, "tid": 47286, **conn(0, 0, 2, 3, None, "P2P")}),
     ("2.20", "gpu-a07:5120:5120 [1] 2311.904785 topoGetAlgoInfo:1203 NCCL TRACE 1048576 Bytes -> Algo 1 proto 2 time 31.452000",

@@ -101,7 +101,7 @@ def test_slow_ring_opened_with_3_shows_the_shm_hops_marked(sample_store):
     nvlink = next(r for r in rows if r["ranks"] == "0→1")
     assert (nvlink["tier"], nvlink["GB/s"], nvlink["transport"]) == ("NVLink", "~370", "P2P/CUMEM/read")
     roce = next(r for r in rows if r["ranks"] == "7→8")
-    assert (roce["tier"], roce["NIC"], roce["hosts"]) == ("RoCE GDR", "mlx5_7→mlx5_0", "h20-node-01→h20-node-02")
+    assert (roce["tier"], roce["NIC"], roce["hosts"]) == ("RoCE GDR", "mlx5_7 GDR→mlx5_0 GDR", "h20-node-01→h20-node-02")
     assert cursor == 16  # opened on the first off-tier hop
     assert "✗ 56 hops off their expected tier" in summary and "GPU H20" in summary
     assert "rank 16 h20-node-03 GPU0 (0000:18:00.0) → rank 17 h20-node-03 GPU1 (0000:2a:00.0)" in detail

@@ -2,8 +2,8 @@
 
 The view (the model ``postmortem transports`` prints) is taken as it is: this module only
 groups, marks and counts its hops. A hop is *off-tier* when the view lists it under
-``attention`` (SHM or the network between GPUs of one host, sockets, NET without GDR where
-other hops had it); the *slowest* hops are those on the communicator's worst tier in
+``attention`` (``analyzer.transports.judge``: SHM or the network between GPUs of one host where
+P2P is possible, sockets between hosts, a side without GDR where it is possible); the *slowest* hops are those on the communicator's worst tier in
 ``TIER_ORDER`` (the order the view uses for each ring's slowest link).
 """
 
@@ -151,18 +151,25 @@ def _gpus(h: dict) -> str:
 
 
 def _nics(h: dict) -> str:
-    if not (h["send_nic"] or h["recv_nic"]):
+    """Each side of a network hop: its NIC and whether that side uses GPUDirect RDMA."""
+    if not (h["send_nic"] or h["recv_nic"] or h.get("send_gdr") is not None or h.get("recv_gdr") is not None):
         return ""
-    return f"{h['send_nic'] or '?'}→{h['recv_nic'] or '?'}"
+    return f"{_side(h['send_nic'], h.get('send_gdr'))}→{_side(h['recv_nic'], h.get('recv_gdr'))}"
+
+
+def _side(nic: str | None, gdr: bool | None) -> str:
+    return (nic or "?") + (" GDR" if gdr else " noGDR" if gdr is False else "")
 
 
 def why_off_tier(h: dict) -> str:
-    """Why the view lists the hop under attention (the cases of ``analyzer.transports._attention``)."""
+    """Why the view lists the hop under attention (``analyzer.transports.judge``)."""
+    if h.get("reason"):
+        return h["reason"]
     if h["tier"] == "Socket":
         return "TCP sockets where RDMA NICs would carry it"
     if h["src_host"] and h["src_host"] == h["dst_host"]:
         return f"{h['tier']} between GPUs of one host where P2P (NVLink) is expected"
-    return "network without GPUDirect RDMA where other hops have it"
+    return "network without GPUDirect RDMA where it is possible"
 
 
 def hop_detail(h: dict) -> str:
@@ -170,14 +177,22 @@ def hop_detail(h: dict) -> str:
     def end(host, gpu, pci):
         bits = [host or "?"] + ([f"GPU{gpu}"] if gpu is not None else []) + ([f"({pci})"] if pci else [])
         return " ".join(bits)
-    nic = f"; NIC {_nics(h)}" if _nics(h) else ""
     pxn = f"; PXN via {h['pxn_via']}" if h.get("pxn_via") else ""
-    gdr = "; GPUDirect RDMA" if h["transport"] in ("NET", "COLLNET") and h["gdr"] else \
-        "; no GPUDirect RDMA" if h["transport"] in ("NET", "COLLNET") else ""
+    nic, gdr = "", ""
+    if h["transport"] in ("NET", "COLLNET"):
+        # each side said for itself whether it uses GPUDirect RDMA
+        nic = (f"; send side {h['send_nic'] or '?'} ({_gdr_state(h.get('send_gdr'))}), receive side "
+               f"{h['recv_nic'] or '?'} ({_gdr_state(h.get('recv_gdr'))})")
+    elif _nics(h):
+        nic = f"; NIC {_nics(h)}"
     price = f"~{h['gbyte_s']:g} GB/s per direction" if h.get("gbyte_s") else "bandwidth unknown"
     return (f"rank {_v(h['src_rank'])} {end(h['src_host'], h['src_gpu'], h['src_pci'])} → rank {_v(h['dst_rank'])} "
             f"{end(h['dst_host'], h['dst_gpu'], h['dst_pci'])} via {_via(h)}{nic}{gdr}{pxn}; "
             f"{h['tier'] or '?'}: {price} ({h.get('price_basis') or 'no basis'})")
+
+
+def _gdr_state(gdr: bool | None) -> str:
+    return "GPUDirect RDMA" if gdr else "no GPUDirect RDMA" if gdr is False else "its line is not in the logs"
 
 
 # -- node-by-node matrix ------------------------------------------------------------------------------

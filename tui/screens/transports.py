@@ -30,10 +30,11 @@ class TransportsScreen(BaseScreen):
     HELP = """
 Per NCCL communicator (the table at the top), every hop of every channel: ranks, tier,
 estimated bandwidth per direction (priced against the hardware model), transport as NCCL
-wrote it, hosts, GPUs and NICs; the line under it tells all about the highlighted hop (PCI
-bus ids, why it is priced so). `✗` (bold red) marks hops off their expected tier: SHM or the
-network between GPUs of one host where NVLink P2P exists, TCP sockets where RDMA NICs exist,
-NET without GPUDirect where other hops have it. `▼` marks the communicator's slowest tier.
+wrote it, hosts, GPUs and NICs (each side of a network hop: its NIC and `GDR` / `noGDR`); the
+line under it tells all about the highlighted hop (PCI bus ids, each side's GPUDirect RDMA,
+why it is priced so). `✗` (bold red) marks hops off their expected tier, as the report's
+findings do: SHM or the network between GPUs of one host where P2P is possible, TCP sockets
+between hosts, a side without GPUDirect RDMA where it is possible. `▼` marks the slowest tier.
 Hops that are the same on several channels are one row (`ch 00-07`). The matrix shows, per
 pair of nodes (rows send, columns receive, the diagonal is intra-node), the tiers used.
 Keys: `c` / `C` next / previous communicator (or move in its table: `tab` focuses it), `f` only
