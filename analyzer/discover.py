@@ -39,29 +39,39 @@ class InputFile:
 
 
 def discover(paths: list[str | Path], exclude: set[Path] | None = None, scratch=None,
-             progress=None) -> tuple[list[InputFile], list[str]]:
+             progress=None, follow_symlinks: bool = False) -> tuple[list[InputFile], list[str]]:
     """Every readable file under ``paths`` (recursively, sorted), plus messages for bad paths.
 
     Archives (``analyzer.archives``) are expanded in place of themselves: their members are
     copied into ``scratch`` (an ``archives.Scratch``; the caller removes it) and listed as
     ``archive!/member``. ``progress`` (a callable taking one status line) hears about long
-    extractions."""
+    extractions.
+
+    Inputs stay inside the roots the user named (docs/security.md): a link (to a file or a
+    folder) whose target lies outside every root is skipped and counted in one message, and so
+    is a file with several hard links owned by someone other than the root folder's owner when
+    this process runs as root or as another user than that owner. ``follow_symlinks`` reads them
+    (and follows links to folders, each real folder once)."""
     from analyzer import archives
 
     exclude = {p.resolve() for p in (exclude or set())}
     found: list[InputFile] = []
     errors: list[str] = []
+    fences = [Path(os.path.realpath(g)) for g in paths]
+    fences = [f if f.is_dir() else f.parent for f in fences]
+    walk = _Walk(fences, follow_symlinks)
     for given in paths:
         root = Path(given)
         if not root.exists():
-            errors.append(f"{given}: no such file or directory")
+            errors.append(f"{display_name(str(given))}: no such file or directory")
             continue
         # excluded folders strictly inside this root (the report's --out folder in the job folder)
         inside = {e for e in exclude if root.resolve() in e.parents}
+        owner = _owner(root if root.is_dir() else root.parent)
         if root.is_file():
             candidates = [(root.name, str(root), str(root.resolve()))]
         else:
-            candidates = _files_under(root)
+            candidates = walk.files_under(root)
         for display, path, resolved in candidates:
             real = Path(resolved)
             if real in exclude or display.endswith((".duckdb", ".duckdb.wal")) or \
@@ -70,60 +80,176 @@ def discover(paths: list[str | Path], exclude: set[Path] | None = None, scratch=
             try:
                 stat = os.stat(path)
             except OSError as exc:      # gone or unreadable since it was listed
-                errors.append(f"{path}: {exc.strerror or exc}")
+                errors.append(f"{display_name(path)}: {exc.strerror or exc}")
+                continue
+            if not follow_symlinks and _foreign_hard_link(stat, owner):
+                walk.hard_links.append(display)
                 continue
             if archives.is_archive(path):
                 if scratch is None:
                     scratch = archives.Scratch()  # removed at exit
-                members, problems = archives.expand(Path(path), display, scratch, progress)
+                members, problems = archives.expand(Path(path), display_name(display), scratch, progress)
                 found.extend(members)
                 errors.extend(problems)
                 continue
-            found.append(InputFile(real, display, stat.st_size, stat.st_mtime,
+            found.append(InputFile(real, display_name(display), stat.st_size, stat.st_mtime,
                                    COMPRESSED.get(os.path.splitext(path)[1].lower())))
+    errors.extend(walk.messages())
     return found, errors
 
 
-def _files_under(root: Path) -> list[tuple[str, str, str]]:
-    """Every file under ``root``, recursively, sorted as paths sort (part by part): its path
-    relative to ``root`` (what reports show), its path, its resolved path. Hidden files and
-    folders (a name starting with ".") are skipped; a link to a file is listed, a link to a
-    folder is not followed (as ``Path.rglob`` does), a broken link and an unreadable folder are
-    left out.
+def _owner(folder: Path) -> int | None:
+    try:
+        return folder.stat().st_uid
+    except OSError:
+        return None
 
-    One ``scandir`` per folder, and a file's resolved path is its folder's plus its name unless
-    it is a link: ``rglob`` with ``is_file`` and ``resolve`` per file took 5 s for the 31,000
-    files of a 10,000-rank run."""
-    found: list[tuple[tuple[str, ...], str, str]] = []
-    pending: list[tuple[str, str, tuple[str, ...]]] = [(str(root), os.path.realpath(root), ())]
-    while pending:
-        folder, real, parts = pending.pop()
-        try:
-            with os.scandir(folder) as entries:
-                for entry in entries:
-                    if entry.name.startswith("."):
-                        continue
-                    try:
-                        if entry.is_dir(follow_symlinks=False):     # a folder, not a link to one
-                            pending.append((entry.path, os.path.join(real, entry.name), (*parts, entry.name)))
-                        elif entry.is_file():   # follows a link: a link to a file counts
-                            resolved = os.path.realpath(entry.path) if entry.is_symlink() else \
-                                os.path.join(real, entry.name)
-                            found.append(((*parts, entry.name), entry.path, resolved))
-                    except OSError:
-                        continue
-        except OSError:     # unreadable folder: as rglob, skipped
-            continue
-    found.sort(key=lambda f: f[0])
-    return [(os.path.join(*parts), path, resolved) for parts, path, resolved in found]
+
+def _foreign_hard_link(st: os.stat_result, owner: int | None) -> bool:
+    """A file with several names owned by another user than the job folder's, read by root or by
+    someone other than the folder's owner: a hard link the job's user made to a file that is
+    not theirs (a link made to read it through us)."""
+    if st.st_nlink < 2 or owner is None or not hasattr(os, "geteuid"):
+        return False
+    me = os.geteuid()
+    return (me == 0 or me != owner) and st.st_uid != owner
+
+
+def display_name(name: str) -> str:
+    """A file or member name for every report format: control characters, newlines and bidi
+    controls as visible escapes, bytes that are not UTF-8 (``surrogateescape``) as ``\\xNN``."""
+    if name.isprintable() and name.isascii():
+        return name
+    out = []
+    for ch in name:
+        code = ord(ch)
+        if 0xDC80 <= code <= 0xDCFF:        # an undecodable byte of a POSIX file name
+            out.append(f"\\x{code - 0xDC00:02x}")
+        elif code < 0x20 or 0x7F <= code < 0xA0:
+            out.append(f"\\x{code:02x}")
+        elif code in _BIDI or 0xD800 <= code <= 0xDFFF:
+            out.append(f"\\u{code:04x}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def path_text(path: str | Path) -> str:
+    """A path as text a store can hold (UTF-8): bytes of a name that are not UTF-8 as ``\\xNN``
+    (``real_path`` reverses it)."""
+    text = os.fspath(path)
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return os.fsencode(text).decode("utf-8", "backslashreplace")
+
+
+def real_path(text: str) -> str:
+    """The file ``path_text`` named: ``\\xNN`` escapes of non-UTF-8 bytes back to those bytes."""
+    if "\\x" not in text or os.path.lexists(text):
+        return text
+    return re.sub(r"\\x([89a-f][0-9a-f])", lambda m: chr(0xDC00 + int(m.group(1), 16)), text)
+
+
+_BIDI = {0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A), 0x2028, 0x2029}
+
+
+class _Walk:
+    """The folder walk of ``discover``: what it skipped (links out of the roots, unreadable
+    folders) is counted for the messages."""
+
+    def __init__(self, fences: list[Path], follow: bool) -> None:
+        self.fences, self.follow = fences, follow
+        self.outside: list[str] = []
+        self.unreadable: list[str] = []
+        self.hard_links: list[str] = []
+        self.seen: set[str] = set()
+
+    def inside(self, real: str) -> bool:
+        path = Path(real)
+        return any(path == f or f in path.parents for f in self.fences)
+
+    def files_under(self, root: Path) -> list[tuple[str, str, str]]:
+        """Every file under ``root``, recursively, sorted as paths sort (part by part): its path
+        relative to ``root`` (what reports show), its path, its resolved path. Hidden files and
+        folders (a name starting with ".") are skipped; a link to a file is listed when its
+        target is inside the roots; a link to a folder is not followed (as ``Path.rglob`` does)
+        unless ``follow``; a broken link is left out; an unreadable folder is named.
+
+        One ``scandir`` per folder, and a file's resolved path is its folder's plus its name unless
+        it is a link: ``rglob`` with ``is_file`` and ``resolve`` per file took 5 s for the 31,000
+        files of a 10,000-rank run."""
+        found: list[tuple[tuple[str, ...], str, str]] = []
+        top = os.path.realpath(root)
+        self.seen.add(top)
+        pending: list[tuple[str, str, tuple[str, ...]]] = [(str(root), top, ())]
+        while pending:
+            folder, real, parts = pending.pop()
+            try:
+                with os.scandir(folder) as entries:
+                    for entry in entries:
+                        if entry.name.startswith("."):
+                            continue
+                        try:
+                            self._entry(entry, real, parts, pending, found)
+                        except OSError:
+                            continue
+            except OSError as exc:
+                self.unreadable.append(f"{display_name(folder)} ({exc.strerror or exc})")
+                continue
+        found.sort(key=lambda f: f[0])
+        return [(os.path.join(*parts), path, resolved) for parts, path, resolved in found]
+
+    def _entry(self, entry, real, parts, pending, found) -> None:
+        name = (*parts, entry.name)
+        if entry.is_dir(follow_symlinks=False):     # a folder, not a link to one
+            pending.append((entry.path, os.path.join(real, entry.name), name))
+        elif entry.is_symlink():
+            target = os.path.realpath(entry.path)
+            if not self.follow and not self.inside(target):
+                if os.path.exists(target):
+                    self.outside.append(os.path.join(*name))
+                return
+            if entry.is_file():
+                found.append((name, entry.path, target))
+            elif self.follow and entry.is_dir() and target not in self.seen:
+                self.seen.add(target)
+                pending.append((entry.path, target, name))
+        elif entry.is_file():
+            found.append((name, entry.path, os.path.join(real, entry.name)))
+
+    def messages(self) -> list[str]:
+        out = []
+        if self.outside:
+            out.append(f"skipped {len(self.outside)} link(s) to files or folders outside the input folders "
+                       f"(--follow-symlinks reads them): {_few(self.outside)}")
+        if self.hard_links:
+            out.append(f"skipped {len(self.hard_links)} file(s) with several hard links owned by another user "
+                       f"than the input folder's owner (--follow-symlinks reads them): {_few(self.hard_links)}")
+        for folder in self.unreadable:
+            out.append(f"{folder}: cannot read this folder; the files in it are not analysed")
+        return out
+
+
+def _few(names: list[str], keep: int = 3) -> str:
+    shown = ", ".join(display_name(n) for n in names[:keep])
+    return shown + (f" and {len(names) - keep} more" if len(names) > keep else "")
+
+
+def open_input(path: str | Path):
+    """An input opened for reading, never through a link swapped in for it since it was found
+    (``O_NOFOLLOW`` on the last part of its resolved path)."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+    return os.fdopen(fd, "rb")
 
 
 def read_bytes(item: InputFile) -> bytes:
     """The decompressed content. Problems (truncation) are appended to ``item.problems``."""
     if item.compression is None:
-        with open(item.path, "rb") as handle:
+        with open_input(item.path) as handle:
             return handle.read()
-    with open(item.path, "rb") as handle:
+    with open_input(item.path) as handle:
         return _decompress_from(handle, item)
 
 

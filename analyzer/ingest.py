@@ -27,7 +27,7 @@ import polars as pl
 
 import parsers
 from analyzer import bulk
-from analyzer.discover import InputError, InputFile, read_bytes, sniff
+from analyzer.discover import InputError, InputFile, open_input, path_text, read_bytes, sniff
 from parsers.lines import envelope_frame, split_inputs
 
 
@@ -75,7 +75,7 @@ def read_input(input_id: int, item: InputFile, piece=None) -> tuple[FileResult, 
     result = FileResult(input_id, item)
     if piece is not None and piece.end is not None:
         try:
-            with open(item.path, "rb") as handle:
+            with open_input(item.path) as handle:
                 handle.seek(piece.start)
                 return result, handle.read(piece.end - piece.start)
         except OSError as exc:
@@ -179,7 +179,7 @@ def _parse_flight_recorder(result: FileResult, data: bytes) -> FileResult:
 
 def _is_sqlite(item: InputFile) -> bool:
     try:
-        with open(item.path, "rb") as handle:
+        with open_input(item.path) as handle:
             return handle.read(16) == b"SQLite format 3\x00"
     except OSError:
         return False
@@ -440,7 +440,7 @@ def segments(input_id: int, item: InputFile, target: int | None = None) -> list[
     if item.compression is not None or item.size <= target or not _is_text_log(item):
         return [Piece(input_id, item)]
     pieces, start, base = [], 0, 0
-    with open(item.path, "rb") as handle:
+    with open_input(item.path) as handle:
         while start < item.size:
             handle.seek(start)
             block = handle.read(target)
@@ -466,7 +466,7 @@ def segments(input_id: int, item: InputFile, target: int | None = None) -> list[
 
 def _is_text_log(item: InputFile) -> bool:
     try:
-        with open(item.path, "rb") as handle:
+        with open_input(item.path) as handle:
             head = handle.read(65536)
         return sniff(item, head) == "log"
     except (OSError, InputError):
@@ -642,7 +642,7 @@ def mostly_coll(chunk: list[Piece]) -> bool:
     if piece.item.compression is not None:
         return False
     try:
-        with open(piece.item.path, "rb") as handle:
+        with open_input(piece.item.path) as handle:
             handle.seek(piece.start + max(0, piece.size - SAMPLE_BYTES) // 2)
             sample = handle.read(min(SAMPLE_BYTES, piece.size))
     except OSError:
@@ -750,7 +750,22 @@ def _run_jobs(jobs: list[Job], count: int):
     # importable by name.
     settings = {"POLARS_MAX_THREADS": "1",
                 "_RJEM_MALLOC_CONF": os.environ.get("_RJEM_MALLOC_CONF", "dirty_decay_ms:30000,muzzy_decay_ms:30000")}
-    with ProcessPoolExecutor(count, mp_context=multiprocessing.get_context("spawn")) as pool:
+    # A caller whose sys.stderr is no file (the TUI captures it): multiprocessing hands
+    # sys.stderr's descriptor to its helper process, and a captured stream has none ("bad
+    # value(s) in fds_to_keep"); the workers then write nothing to the terminal either.
+    quiet = not _real_stream(sys.stderr)
+    stderr = sys.stderr
+    if quiet:
+        sys.stderr = open(os.devnull, "w")  # noqa: SIM115 -- closed below
+    try:
+        pool = ProcessPoolExecutor(count, mp_context=multiprocessing.get_context("spawn"),
+                                   initializer=_silence if quiet else None)
+    except BaseException:
+        if quiet:
+            sys.stderr.close()
+            sys.stderr = stderr
+        raise
+    with pool:
         saved, main = {name: os.environ.get(name) for name in settings}, sys.modules.get("__main__")
         os.environ.update(settings)
         sys.modules["__main__"] = types.ModuleType("__main__")
@@ -759,6 +774,9 @@ def _run_jobs(jobs: list[Job], count: int):
         try:
             pending.extend((job, pool.submit(_parse_job, job)) for job in islice(waiting, count))
         finally:
+            if quiet:
+                sys.stderr.close()
+                sys.stderr = stderr
             sys.modules["__main__"] = main
             for name, value in saved.items():
                 if value is None:
@@ -784,6 +802,22 @@ def _run_jobs(jobs: list[Job], count: int):
                 pending.append((following, None if broken else pool.submit(_parse_job, following)))
             del future
             yield chunk
+
+
+def _real_stream(stream) -> bool:
+    """Whether ``stream`` is backed by an open file descriptor."""
+    try:
+        return stream is not None and stream.fileno() >= 0
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        return False
+
+
+def _silence() -> None:
+    """A worker's stdout and stderr to /dev/null (its parent draws a terminal UI)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
+    os.close(devnull)
 
 
 def progress_wanted(quiet: bool = False, stream=None) -> bool:
@@ -932,7 +966,7 @@ def _inputs_frame(items: list[InputFile], errors: list[str | None], lines: pl.Da
         total, parsed = counts.get(input_id, (0, 0))
         total, parsed = total + bulk_counts.get(input_id, 0), parsed + bulk_counts.get(input_id, 0)
         rows.append({
-            "input_id": input_id, "path": item.display, "abs_path": item.source or str(item.path),
+            "input_id": input_id, "path": item.display, "abs_path": path_text(item.source or item.path),
             "kind": item.kind, "compression": item.compression, "bytes": item.size,
             "mtime": item.mtime, "lines": total, "parsed_lines": parsed,
             "unparsed_lines": total - parsed,

@@ -48,11 +48,13 @@ class NothingReadable(Exception):
 
 
 def analyze(paths: list[str | Path], db_path: str | Path | None = None, progress: bool = False,
-            exclude: list[str | Path] | None = None, progress_stream=None, use_cache: bool | None = None) -> Run:
+            exclude: list[str | Path] | None = None, progress_stream=None, use_cache: bool | None = None,
+            follow_symlinks: bool = False) -> Run:
     """``exclude``: files or folders not to read (the report's own --out folder).
     ``progress_stream``: where progress lines go instead of stderr (the TUI's loading screen).
     ``use_cache``: reuse (and keep) the parsed run in ``analyzer.cache`` (default: on unless
-    ``POSTMORTEM_CACHE=off``)."""
+    ``POSTMORTEM_CACHE=off``). ``follow_symlinks``: read links that lead out of the input
+    folders (``analyzer.discover``)."""
     started = time.perf_counter()
     exclude = {Path(p) for p in exclude or []} | ({Path(db_path)} if db_path else set())
     meter = Progress(progress or progress_stream is not None, stream=progress_stream)
@@ -61,7 +63,8 @@ def analyze(paths: list[str | Path], db_path: str | Path | None = None, progress
     # once the inputs are parsed (evidence is read back from the archive: analyzer.archives).
     with Scratch() as scratch:
         try:
-            items, errors = discover(paths, exclude=exclude, scratch=scratch, progress=meter.status)
+            items, errors = discover(paths, exclude=exclude, scratch=scratch, progress=meter.status,
+                                     follow_symlinks=follow_symlinks)
             if not items:
                 raise NothingReadable("; ".join(errors) or "no input files found")
             t_discover = time.perf_counter()
