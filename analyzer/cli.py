@@ -54,7 +54,8 @@ exit codes:
 _CODES = {
     "ingest": "exit codes: 0 store written; 2 bad usage, nothing readable or the store cannot be written;\n"
               "3 store written but a rule raised (its findings are missing from the findings table); 4 internal error",
-    "query": "exit codes: 0 ran; 2 no such store or the SQL failed; 4 internal error",
+    "query": "exit codes: 0 ran; 2 no such store or the SQL failed (or reached for a file without "
+             "--allow-file-access); 4 internal error",
     "transports": "exit codes: 0 shown; 2 bad usage, nothing readable or no such store; 4 internal error",
     "hw": "exit codes: 0 shown; 2 unknown GPU model, nothing readable or no such store; 4 internal error",
     "diff": "exit codes: 0 no difference; 1 differences; 2 a side could not be read; 4 internal error",
@@ -139,6 +140,9 @@ def _parser() -> argparse.ArgumentParser:
     q.add_argument("--db", required=True, metavar="FILE")
     q.add_argument("--format", default="table", choices=["table", "csv", "json"],
                    help="table (default), csv, or json (a list of row objects)")
+    q.add_argument("--allow-file-access", action="store_true",
+                   help="let the SQL read and write files (read_parquet of your own files, COPY TO); by "
+                        "default the store is opened with DuckDB's external access off and its settings locked")
 
     t = sub.add_parser(
         "transports", help="per NCCL communicator: ring order and the transport of every hop",
@@ -192,6 +196,10 @@ def _parser() -> argparse.ArgumentParser:
     u.add_argument("paths", nargs="*", metavar="PATH", help="job folder(s) or files (or use --db)")
     u.add_argument("--db", metavar="FILE", help="open a store written by postmortem ingest or report --db")
     u.add_argument("--theme", choices=["dark", "light"], help="colour theme (default: dark; ctrl+t toggles)")
+    u.add_argument("--allow-file-access", action="store_true",
+                   help="let the SQL screen read and write files (off by default: external access disabled)")
+    u.add_argument("--follow-symlinks", action="store_true",
+                   help="also read links that lead out of the input folders (docs/security.md)")
     u.add_argument("--screen", default="verdict", choices=["verdict", "timeline", "transports", "environment",
                                                            "memory", "logs", "sql"], help="the first screen")
 
@@ -525,8 +533,12 @@ def _query(args) -> int:
     if not Path(args.db).exists():
         print(f"postmortem: {args.db}: no such database", file=sys.stderr)
         return 2
+    from analyzer.store import lock_down
+
     try:
         con = duckdb.connect(args.db, read_only=True)
+        if not args.allow_file_access:
+            lock_down(con)
         result = con.execute(args.sql)
         columns = [d[0] for d in result.description] if result.description else []
         rows = result.fetchall()
@@ -747,12 +759,14 @@ def _tui(args) -> int:
     theme = {"dark": "textual-dark", "light": "textual-light"}.get(args.theme or "")
     if args.db:
         try:
-            app = PostmortemApp(session=open_store(args.db), theme=theme, start=args.screen)
+            app = PostmortemApp(session=open_store(args.db, allow_file_access=args.allow_file_access), theme=theme,
+                                start=args.screen)
         except StoreError as exc:
             print(f"postmortem: {exc}", file=sys.stderr)
             return 2
     else:
-        app = PostmortemApp(paths=args.paths, theme=theme, start=args.screen)
+        app = PostmortemApp(paths=args.paths, theme=theme, start=args.screen, allow_file_access=args.allow_file_access,
+                            follow_symlinks=args.follow_symlinks)
     app.run()
     if app.failure:
         print(f"postmortem: {app.failure}", file=sys.stderr)

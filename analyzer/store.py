@@ -82,6 +82,22 @@ def file_config() -> dict:
     return {"memory_limit": MEMORY_LIMIT, "temp_directory": str(private_dir() / "duckdb-tmp")}
 
 
+def lock_down(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
+    """No file system from SQL any more: ``COPY ... TO``, ``EXPORT DATABASE``, ``read_text``,
+    ``read_csv``, ``glob``, ``ATTACH``, ``INSTALL`` and ``LOAD`` are refused, and the setting is
+    locked so that a query cannot turn it back on (``postmortem query`` and the TUI's SQL screen,
+    where the SQL is the user's; ``--allow-file-access`` leaves it). The store's own file and its
+    temporary files are DuckDB's, not the query's, and keep working. Idempotent: DuckDB shares one
+    database between the connections a process opens to the same file."""
+    access, locked = con.execute("SELECT current_setting('enable_external_access'), "
+                                 "current_setting('lock_configuration')").fetchall()[0]
+    if access:
+        con.execute("SET enable_external_access = false")
+    if not locked:
+        con.execute("SET lock_configuration = true")
+    return con
+
+
 def sql_path(path: Path | str) -> str:
     """``path`` for a single-quoted SQL string literal."""
     return str(path).replace("'", "''")
