@@ -16,8 +16,8 @@ import polars as pl
 
 from analyzer import bulk, cache, collective_timing, env_model, identity, nccl_model, node_model, store, tails, timeline
 from analyzer.archives import Scratch
-from analyzer.discover import discover
-from analyzer.ingest import Progress, parse_all
+from analyzer.discover import discover, materialize
+from analyzer.ingest import SEGMENT_BYTES, Progress, parse_all
 
 LINE_COLUMNS = ["input_id", "line_no", "offset", "length", "kind", "rank", "rank_source", "rank_confidence",
                 "node", "node_source", "pid", "attempt", "attempt_source", "prefix", "ext_ts", "srun_task",
@@ -98,6 +98,9 @@ def analyze(paths: list[str | Path], db_path: str | Path | None = None, progress
                     for item, (kind, problems) in zip(items, before):
                         item.kind, item.problems = kind, problems
             if parsed is None:
+                # large compressed inputs and UTF-16 text get a plain copy in the scratch folder,
+                # so that they are cut into segments like any plain log (memory stays flat)
+                materialize(items, scratch, SEGMENT_BYTES)
                 parsed = parse_all(items, progress=meter, sink=sink)
             if paths_key:
                 tails.save(cache.root(), paths_key, parsed, sink)
