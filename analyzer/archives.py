@@ -42,12 +42,13 @@ import tarfile
 import tempfile
 import time
 import zipfile
+import uuid
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from analyzer.discover import COMPRESSED, InputFile
+from analyzer.discover import COMPRESSED, InputFile, display_name, path_text, real_path
 
 SEP = "!/"
 TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tbz", ".tar.xz", ".txz", ".tar.zst",
@@ -69,21 +70,47 @@ def _limits() -> tuple[int, int]:
             int(os.environ.get("POSTMORTEM_ARCHIVE_MAX_MEMBERS", MAX_MEMBERS)))
 
 
-class Scratch:
-    """A private temporary directory, made on first use and removed by ``cleanup`` (or at exit)."""
+class ScratchFull(Exception):
+    """The run's scratch folder reached its cap (``POSTMORTEM_ARCHIVE_MAX_BYTES``, per run)."""
 
-    def __init__(self) -> None:
+
+class Scratch:
+    """A private temporary directory, made on first use and removed by ``cleanup`` (at the end of
+    the analysis, at exit, and on SIGTERM/SIGINT: ``analyzer.cli``). Everything written into it
+    (archive members, decompressed and decoded copies) counts against one cap per run."""
+
+    _live: list[Scratch] = []   # what a signal handler removes
+
+    def __init__(self, limit: int | None = None) -> None:
         self._dir: Path | None = None
         self._count = 0
+        self.limit = limit if limit is not None else _limits()[0]
+        self.used = 0
 
-    def new_folder(self) -> Path:
+    def _ensure(self) -> Path:
         if self._dir is None:
             self._dir = Path(tempfile.mkdtemp(prefix="postmortem-archives-"))
             atexit.register(self.cleanup)
+            Scratch._live.append(self)
+        return self._dir
+
+    def new_folder(self) -> Path:
         self._count += 1
-        folder = self._dir / f"a{self._count}"
+        folder = self._ensure() / f"a{self._count}"
         folder.mkdir(mode=0o700)
         return folder
+
+    def new_file(self, name: str) -> Path:
+        """A path for a new file (decoded copies: ``analyzer.discover.materialize``)."""
+        self._count += 1
+        return self._ensure() / f"d{self._count}_{_safe_base(name)}"
+
+    def charge(self, nbytes: int) -> None:
+        """Count ``nbytes`` written; ``ScratchFull`` past the run's cap."""
+        self.used += nbytes
+        if self.used > self.limit:
+            raise ScratchFull(f"the temporary copies of this run passed {_size(self.limit)} (the per-run cap, "
+                              "POSTMORTEM_ARCHIVE_MAX_BYTES)")
 
     @property
     def path(self) -> Path | None:
@@ -93,6 +120,13 @@ class Scratch:
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None
+        if self in Scratch._live:
+            Scratch._live.remove(self)
+
+    @classmethod
+    def cleanup_all(cls) -> None:
+        for scratch in list(cls._live):
+            scratch.cleanup()
 
     def __enter__(self) -> Scratch:
         return self
@@ -176,7 +210,8 @@ class _Expansion:
         counted against the cap. ``errors`` raised while reading mean damage: in a ``stream``
         (tar) nothing after it can be read; in a zip only this member is damaged. ``crc``: the
         zip member's CRC-32, checked here so that a member with a bad CRC keeps its bytes."""
-        if self.total + max(size_hint, 0) > self.max_bytes:
+        if self.total + max(size_hint, 0) > self.max_bytes or \
+                self.scratch.used + max(size_hint, 0) > self.scratch.limit:
             self._over_cap(name)
         if self.folder is None:
             self.folder = self.scratch.new_folder()
@@ -188,7 +223,7 @@ class _Expansion:
             try:
                 while chunk := source.read(CHUNK):
                     written += len(chunk)
-                    if self.total + written > self.max_bytes:
+                    if self.total + written > self.max_bytes or self.scratch.used + written > self.scratch.limit:
                         sink.close()
                         target.unlink()
                         self._over_cap(name)
@@ -208,13 +243,15 @@ class _Expansion:
         if problem is None and crc is not None and check != crc:
             problem = "bad CRC-32 in the zip archive: the member's content is damaged; kept as read"
         self.total += written
+        self.scratch.used += written
         if name in self.items:
             self.tally.duplicates += 1  # tar semantics: the later copy wins
             del self.items[name]
         if written or problem is None:
-            item = InputFile(target, f"{self.display}{SEP}{name}", written, mtime,
+            shown = display_name(name)   # newlines, control characters, bytes that are not UTF-8: escaped
+            item = InputFile(target, f"{self.display}{SEP}{shown}", written, mtime,
                              COMPRESSED.get(Path(name).suffix.lower()))
-            item.source = f"{self.path}{SEP}{name}"
+            item.source = f"{path_text(self.path)}{SEP}{shown}"
             if problem:
                 item.problems.append(problem)
             self.items[name] = item
@@ -228,8 +265,9 @@ class _Expansion:
 
     def _over_cap(self, name: str) -> None:
         self.messages.append(f"{self.display}: member {_show(name)} takes the extracted total past "
-                             f"{_size(self.max_bytes)} (the per-archive cap, POSTMORTEM_ARCHIVE_MAX_BYTES: a "
-                             "compression bomb?); it and the members after it are not read")
+                             f"{_size(min(self.max_bytes, self.scratch.limit))} (the cap of the run's temporary "
+                             "copies, POSTMORTEM_ARCHIVE_MAX_BYTES: a compression bomb?); it and the members after "
+                             "it are not read")
         raise _Stop
 
     def _show(self) -> None:
@@ -398,7 +436,7 @@ def split_address(address: str) -> tuple[Path, str] | None:
         at = address.find(SEP, start)
         if at < 0:
             return None
-        archive = Path(address[:at])
+        archive = Path(real_path(address[:at]))
         if is_archive(archive) and archive.is_file():
             return archive, address[at + len(SEP):]
         start = at + 1
@@ -407,67 +445,80 @@ def split_address(address: str) -> tuple[Path, str] | None:
 def read_member(address: str) -> bytes:
     """The content of one archive member, decompressed when the member is a compressed file
     (``rank3.log.gz`` inside a tar). Raises ``FileNotFoundError`` when it is not there."""
-    from analyzer.discover import InputError, _decompress
+    from analyzer.store import readable
 
+    return readable(address).read_bytes()
+
+
+# Evidence of a run usually cites a few dozen members of one archive: a tar (one stream, no
+# index) is read once and its members copied into the private folder then (up to the cap of
+# temporary copies), so that reading evidence back neither decompresses the archive once per
+# member nor holds a member in memory.
+_MEMBERS: dict[tuple, dict[str, Path]] = {}
+
+
+def member_copy(address: str) -> Path:
+    """A private copy of the archive member at ``address`` (``/abs/job.tar.gz!/logs/rank3.log``),
+    its bytes as stored in the archive."""
     split = split_address(address)
     if split is None:
         raise FileNotFoundError(address)
     archive, name = split
-    data = _member_bytes(archive, name)
-    compression = COMPRESSED.get(Path(name).suffix.lower())
-    if compression is None:
-        return data
-    item = InputFile(archive, name, len(data), 0, compression)
-    try:
-        return _decompress(data, item)
-    except InputError as exc:
-        raise FileNotFoundError(str(exc)) from exc
-
-
-# Evidence of a run usually cites a few dozen members of one archive: a tar (one stream, no
-# index) is read once and its small members kept here, up to a budget, so that reading the
-# evidence back does not decompress the archive once per member.
-_TAR_CACHE: dict[tuple, dict[str, bytes]] = {}
-CACHE_BUDGET = 256 << 20
-
-
-def _member_bytes(archive: Path, name: str) -> bytes:
-    if archive.name.lower().endswith(ZIP_SUFFIXES):
-        with zipfile.ZipFile(archive) as z:
-            for info in reversed(z.infolist()):
-                if _normal(info.filename.replace("\\", "/")) == name:
-                    source = z.open(info)
-                    if hasattr(source, "_expected_crc"):
-                        source._expected_crc = None  # a bad CRC keeps its bytes, as when reading
-                    return _read_all(source)
-        raise FileNotFoundError(f"{archive}{SEP}{name}")
     st = archive.stat()
     key = (str(archive), st.st_size, st.st_mtime_ns)
-    if key in _TAR_CACHE and name in _TAR_CACHE[key]:
-        return _TAR_CACHE[key][name]
-    found = None
-    kept: dict[str, bytes] = {}
-    budget = CACHE_BUDGET
+    if key not in _MEMBERS or name not in _MEMBERS[key]:
+        _MEMBERS[key] = _copy_members(archive, name)
+    if name not in _MEMBERS[key]:
+        raise FileNotFoundError(f"{archive}{SEP}{name}")
+    return _MEMBERS[key][name]
+
+
+def _copy_members(archive: Path, wanted: str) -> dict[str, Path]:
+    """Every regular member of ``archive`` copied into a new private folder (the last copy of a
+    name wins, as when reading), as far as the cap of temporary copies allows; ``wanted`` is
+    always copied."""
+    from analyzer.store import private_dir
+
+    folder = private_dir() / f"members-{uuid.uuid4().hex[:12]}"
+    folder.mkdir(parents=True, exist_ok=True)
+    budget = _limits()[0]
+    copies: dict[str, Path] = {}
+
+    def keep(name: str, source, size: int) -> None:
+        nonlocal budget
+        if name != wanted and size > budget:
+            return
+        target = folder / f"{len(copies):06d}_{_safe_base(name)}"
+        with open(target, "wb") as sink:
+            try:
+                while chunk := source.read(CHUNK):
+                    sink.write(chunk)
+            except (zipfile.BadZipFile, EOFError, OSError, zlib.error, tarfile.TarError):
+                pass  # as when reading: keep what was readable
+        budget -= target.stat().st_size
+        copies[name] = target
+
+    if archive.name.lower().endswith(ZIP_SUFFIXES):
+        with zipfile.ZipFile(archive) as z:
+            for info in z.infolist():
+                if info.is_dir():
+                    continue
+                name = display_name(_normal(info.filename.replace("\\", "/")))
+                source = z.open(info)
+                if hasattr(source, "_expected_crc"):
+                    source._expected_crc = None  # a bad CRC keeps its bytes, as when reading
+                with source:
+                    keep(name, source, info.file_size)
+        return copies
     with open(archive, "rb") as raw:
         try:
             with _open_tar_stream(archive, raw) as tar:
                 for member in tar:
-                    if not member.isreg():
-                        continue
-                    member_name = _normal(member.name)
-                    if member_name == name:
-                        found = _read_all(tar.extractfile(member))  # the last copy wins, as when reading
-                    elif member.size <= budget:
-                        kept[member_name] = _read_all(tar.extractfile(member))
-                        budget -= member.size
+                    if member.isreg():
+                        keep(display_name(_normal(member.name)), tar.extractfile(member), member.size)
         except _tar_damage():
             pass
-    if found is None:
-        raise FileNotFoundError(f"{archive}{SEP}{name}")
-    kept[name] = found
-    _TAR_CACHE.clear()  # one archive at a time
-    _TAR_CACHE[key] = kept
-    return found
+    return copies
 
 
 def _read_all(source) -> bytes:

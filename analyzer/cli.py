@@ -54,7 +54,8 @@ exit codes:
 _CODES = {
     "ingest": "exit codes: 0 store written; 2 bad usage, nothing readable or the store cannot be written;\n"
               "3 store written but a rule raised (its findings are missing from the findings table); 4 internal error",
-    "query": "exit codes: 0 ran; 2 no such store or the SQL failed; 4 internal error",
+    "query": "exit codes: 0 ran; 2 no such store or the SQL failed (or reached for a file without "
+             "--allow-file-access); 4 internal error",
     "transports": "exit codes: 0 shown; 2 bad usage, nothing readable or no such store; 4 internal error",
     "hw": "exit codes: 0 shown; 2 unknown GPU model, nothing readable or no such store; 4 internal error",
     "diff": "exit codes: 0 no difference; 1 differences; 2 a side could not be read; 4 internal error",
@@ -116,6 +117,9 @@ def _parser() -> argparse.ArgumentParser:
                                                    "default: the nvidia-smi name in the inputs")
     r.add_argument("--quiet", action="store_true", help="no progress on stderr")
     r.add_argument("--no-cache", action="store_true", help="parse everything again: neither read nor keep the cache of parsed runs (see POSTMORTEM_CACHE_DIR)")
+    r.add_argument("--follow-symlinks", action="store_true",
+                   help="also read links that lead out of the input folders (and hard links to other users' files); "
+                        "by default they are skipped and counted (docs/security.md)")
     r.add_argument("--what-if-gpu", metavar="MODEL", help="also judge the observed memory peak against another card "
                                                           "(e.g. H100): does it fit, by how much not, and the levers")
 
@@ -127,6 +131,8 @@ def _parser() -> argparse.ArgumentParser:
     i.add_argument("--db", required=True, metavar="FILE")
     i.add_argument("--quiet", action="store_true")
     i.add_argument("--no-cache", action="store_true", help="parse everything again: neither read nor keep the cache of parsed runs (see POSTMORTEM_CACHE_DIR)")
+    i.add_argument("--follow-symlinks", action="store_true",
+                   help="also read links that lead out of the input folders (docs/security.md)")
 
     q = sub.add_parser("query", help="run SQL on a store", description="Run one SQL statement on a store.",
                        epilog=_CODES["query"], formatter_class=_Formatter)
@@ -134,6 +140,9 @@ def _parser() -> argparse.ArgumentParser:
     q.add_argument("--db", required=True, metavar="FILE")
     q.add_argument("--format", default="table", choices=["table", "csv", "json"],
                    help="table (default), csv, or json (a list of row objects)")
+    q.add_argument("--allow-file-access", action="store_true",
+                   help="let the SQL read and write files (read_parquet of your own files, COPY TO); by "
+                        "default the store is opened with DuckDB's external access off and its settings locked")
 
     t = sub.add_parser(
         "transports", help="per NCCL communicator: ring order and the transport of every hop",
@@ -187,6 +196,10 @@ def _parser() -> argparse.ArgumentParser:
     u.add_argument("paths", nargs="*", metavar="PATH", help="job folder(s) or files (or use --db)")
     u.add_argument("--db", metavar="FILE", help="open a store written by postmortem ingest or report --db")
     u.add_argument("--theme", choices=["dark", "light"], help="colour theme (default: dark; ctrl+t toggles)")
+    u.add_argument("--allow-file-access", action="store_true",
+                   help="let the SQL screen read and write files (off by default: external access disabled)")
+    u.add_argument("--follow-symlinks", action="store_true",
+                   help="also read links that lead out of the input folders (docs/security.md)")
     u.add_argument("--screen", default="verdict", choices=["verdict", "timeline", "transports", "environment",
                                                            "memory", "logs", "sql"], help="the first screen")
 
@@ -260,54 +273,142 @@ def _quiet_stdout() -> None:
         pass
 
 
-def _analyze(paths, db, quiet, exclude=None, no_cache=False):
+def _analyze(paths, db, quiet, exclude=None, no_cache=False, follow_symlinks=False):
     """The analysed run, or None after saying why on stderr (nothing readable, a store that
-    cannot be written): the caller exits 2."""
+    cannot be written): the caller exits 2. ``db``: the store is built in a private temporary
+    folder and copied into place at the end (``_keep_store``): a folder the job's user controls
+    never sees DuckDB's own files."""
     import duckdb
 
     from analyzer.pipeline import NothingReadable, analyze
 
-    if db and not _ready_for(Path(db), "the store"):
+    if db and not _ready_for(Path(db), "the store", roots=paths):
         return None
     try:
         from analyzer.ingest import progress_wanted
 
-        run = analyze(paths, db_path=db, progress=progress_wanted(quiet), exclude=exclude,
-                      use_cache=False if no_cache else None)
+        run = analyze(paths, db_path=_private_store() if db else None, progress=progress_wanted(quiet),
+                      exclude=[*(exclude or []), *([db] if db else [])], use_cache=False if no_cache else None,
+                      follow_symlinks=follow_symlinks)
     except NothingReadable as exc:
         print(f"postmortem: nothing readable: {_safe(exc)}", file=sys.stderr)
         return None
-    except duckdb.IOException as exc:  # --db on a full disk, a read-only mount, a locked file
-        print(f"postmortem: cannot write the store {_safe(db)}: {_safe(exc)}", file=sys.stderr)
+    except duckdb.IOException as exc:  # the private store on a full disk
+        print(f"postmortem: cannot write the store: {_safe(exc)}", file=sys.stderr)
         return None
     for message in run.messages:  # they quote file names and file content: no raw escapes on the terminal
         print(f"postmortem: {_safe(message)}", file=sys.stderr)
     return run
 
 
-def _ready_for(path: Path, what: str) -> bool:
-    """Create the folder ``path`` will be written in (with its parents); False after saying on
-    stderr why that is not possible. Checked before the analysis, which may take minutes."""
+def _private_store() -> str:
+    import uuid
+
+    from analyzer.store import private_dir
+
+    return str(private_dir() / f"store-{uuid.uuid4().hex[:12]}.duckdb")
+
+
+def _keep_store(run, db: str, roots) -> bool:
+    """Copy the finished store (built privately) to ``--db``, atomically and never through a
+    link; False after saying why it could not be written."""
+    from analyzer import safeio
+
+    private = run.db_path
+    try:
+        run.con.execute("CHECKPOINT")
+    except Exception:  # noqa: BLE001 -- a read-only or closed store needs none
+        pass
+    run.con.close()
+    try:
+        safeio.write_file(db, Path(private), roots=roots, inputs=_input_ids(run, roots), what="store")
+    except safeio.Refused as exc:
+        print(f"postmortem: cannot write the store: {_safe(exc)}", file=sys.stderr)
+        return False
+    except OSError as exc:
+        print(f"postmortem: cannot write the store {_safe(db)}: {_safe(safeio.why(exc))}", file=sys.stderr)
+        return False
+    return True
+
+
+def _input_ids(run, roots) -> set:
+    """(device, inode) of every input the run read (archives for their members)."""
+    from analyzer import safeio
+
+    try:
+        paths = [r[0] for r in run.con.execute("SELECT DISTINCT abs_path FROM inputs").fetchall()]
+    except Exception:  # noqa: BLE001 -- a closed store: the roots' own files are checked by name
+        paths = []
+    return safeio.identities(p.split("!/", 1)[0] for p in paths if p)
+
+
+def _ready_for(path: Path, what: str, roots=()) -> bool:
+    """Create the folder ``path`` will be written in (with its parents; never through a link
+    inside the input folders) and check the target; False after saying on stderr why that is not
+    possible. Checked before the analysis, which may take minutes."""
+    from analyzer import safeio
+
     folder = path.parent
     try:
-        folder.mkdir(parents=True, exist_ok=True)
+        safeio.precheck(path, roots, what=what.removeprefix("the "))
+    except safeio.Refused as exc:
+        print(f"postmortem: cannot write {what} {_safe(path)}: {_safe(exc)}", file=sys.stderr)
+        return False
     except OSError as exc:
         # mkdir says "File exists" or "Not a directory" when a file sits where a folder should be: name it
         existing = next((a for a in (folder, *folder.parents) if a.exists()), None)
         why = f"{existing} is a file, not a folder" if existing and not existing.is_dir() else \
-            f"cannot create {exc.filename or folder}: {exc.strerror or exc}"
+            f"cannot create {exc.filename or folder}: {safeio.why(exc)}"
         print(f"postmortem: cannot write {what} {_safe(path)}: {_safe(why)}", file=sys.stderr)
         return False
     if not os.access(folder, os.W_OK):
         print(f"postmortem: cannot write {what} {_safe(path)}: {_safe(folder)} is not writable", file=sys.stderr)
         return False
+    refusal = _not_ours(path, what)
+    if refusal and _inside(path, roots):
+        print(f"postmortem: cannot write {what} {_safe(path)}: {_safe(refusal)}", file=sys.stderr)
+        return False
     return True
+
+
+# How each of our outputs starts: an existing file in an input folder that does not is taken for
+# an input of the run and never replaced.
+_OWN_HEADS = {"report.txt": (b"OUTCOME: ",), "report.md": (b"# postmortem report",),
+              "report.json": (b'{\n  "schema": "postmortem.report/',), "report.html": (b"<!DOCTYPE html>",)}
+
+
+def _not_ours(path: Path, what: str) -> str | None:
+    """Why the existing file at ``path`` is not one of our outputs (None: ours, empty, or none)."""
+    try:
+        with open(path, "rb") as handle:    # precheck refused links and special files already
+            head = handle.read(64)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    if not head:
+        return None
+    if what == "the store":
+        return None if head[8:12] == b"DUCK" else "exists and is not a DuckDB store (an input of the run?); " \
+                                                   "not replaced"
+    if any(head.startswith(h) for heads in _OWN_HEADS.values() for h in heads):
+        return None
+    return "exists and is not a postmortem report (an input of the run?); not replaced"
+
+
+def _inside(path: Path, roots) -> bool:
+    path = Path(os.path.abspath(path))
+    for root in roots or ():
+        root = Path(os.path.abspath(root))
+        if path == root or root in path.parents:
+            return True
+    return False
 
 
 REPORT_FILES = {"text": "report.txt", "md": "report.md", "json": "report.json", "html": "report.html"}
 
 
-def _out_paths(out: str, formats: list[str]) -> dict[str, Path] | None:
+def _out_paths(out: str, formats: list[str], roots=()) -> dict[str, Path] | None:
     """Where ``--out`` puts each format: a folder of report.<ext> files for several formats (or when
     ``--out`` is an existing folder or ends in /), else the file itself. Folders are created with
     their parents; None after saying on stderr why the place cannot be written."""
@@ -317,7 +418,7 @@ def _out_paths(out: str, formats: list[str]) -> dict[str, Path] | None:
         print(f"postmortem: --out {_safe(out)} is a file; several formats need a folder", file=sys.stderr)
         return None
     paths = {f: target / REPORT_FILES[f] for f in formats} if as_folder else {formats[0]: target}
-    if not _ready_for(next(iter(paths.values())), "the report"):
+    if not all(_ready_for(path, "the report", roots) for path in paths.values()):
         return None
     return paths
 
@@ -345,11 +446,12 @@ def _report(args) -> int:
         print(f"postmortem: unknown format(s) {', '.join(unknown) or '(none)'}; use text, md, json, html",
               file=sys.stderr)
         return USAGE
-    paths = _out_paths(args.out, formats) if args.out else None
+    paths = _out_paths(args.out, formats, args.paths) if args.out else None
     if args.out and paths is None:
         return USAGE
     # --out inside the job folder (the epilog recipe) must not be read back as input on a re-run
-    run = _analyze(args.paths, args.db, args.quiet, exclude=[args.out] if args.out else None, no_cache=args.no_cache)
+    run = _analyze(args.paths, args.db, args.quiet, exclude=[args.out] if args.out else None, no_cache=args.no_cache,
+                   follow_symlinks=args.follow_symlinks)
     if run is None:
         return USAGE
     if args.gpu:
@@ -362,21 +464,41 @@ def _report(args) -> int:
     if paths is None:
         for f in formats:
             sys.stdout.write(renderers[f](report))
-    elif not _write_reports(paths, {f: renderers[f](report) for f in formats}, quiet=len(paths) == 1):
+    elif not _write_reports(paths, {f: renderers[f](report) for f in formats}, quiet=len(paths) == 1,
+                            roots=args.paths, inputs=_input_ids(run, args.paths)):
+        _discard(run)
+        return USAGE
+    if args.db and not _keep_store(run, args.db, args.paths):
         return USAGE
     _say_partial(report)
     return _exit_code(report, args.fail_on)
 
 
-def _write_reports(paths: dict[str, Path], texts: dict[str, str], quiet: bool) -> bool:
-    """Write each format to its file; False after saying which one could not be written."""
-    for f, path in paths.items():
-        try:
-            path.write_text(texts[f], encoding="utf-8")
-        except OSError as exc:
-            print(f"postmortem: cannot write {_safe(path)}: {_safe(exc.strerror or exc)}", file=sys.stderr)
-            return False
-        if not quiet:
+def _discard(run) -> None:
+    try:
+        run.con.close()
+    except Exception:  # noqa: BLE001
+        pass
+
+
+def _write_reports(paths: dict[str, Path], texts: dict[str, str], quiet: bool, roots=(), inputs=frozenset()) -> bool:
+    """Write every format (all or none: each under a temporary name, then renamed into place);
+    False after saying why they could not be written."""
+    from analyzer import safeio
+
+    try:
+        safeio.write_files({path: texts[f] for f, path in paths.items()}, roots=roots, inputs=inputs,
+                           what="report")
+    except safeio.Refused as exc:
+        print(f"postmortem: cannot write the report: {_safe(exc)}", file=sys.stderr)
+        return False
+    except OSError as exc:
+        where = exc.filename if isinstance(exc.filename, str) else ", ".join(str(p) for p in paths.values())
+        print(f"postmortem: cannot write {_safe(where)}: {_safe(safeio.why(exc))}; no report file was written",
+              file=sys.stderr)
+        return False
+    if not quiet:
+        for path in paths.values():
             print(f"postmortem: wrote {_safe(path)}", file=sys.stderr)
     return True
 
@@ -403,13 +525,14 @@ def _exit_code(report: dict, fail_on: str) -> int:
 def _ingest(args) -> int:
     from analyzer.report import build_report
 
-    run = _analyze(args.paths, args.db, args.quiet, no_cache=args.no_cache)
+    run = _analyze(args.paths, args.db, args.quiet, no_cache=args.no_cache, follow_symlinks=args.follow_symlinks)
     if run is None:
         return USAGE
     report = build_report(run)  # fills the findings table
     totals = run.frame("SELECT count(*) AS files, sum(lines) AS lines, sum(parsed_lines) AS parsed, "
                        "sum(unparsed_lines) AS unparsed FROM inputs").row(0, named=True)
-    run.con.close()
+    if not _keep_store(run, args.db, args.paths):
+        return USAGE
     print(f"postmortem: {_safe(args.db)}: {totals['files']} inputs, {totals['lines']} lines "
           f"({totals['parsed']} parsed, {totals['unparsed']} unparsed)", file=sys.stderr)
     _say_partial(report)
@@ -422,8 +545,12 @@ def _query(args) -> int:
     if not Path(args.db).exists():
         print(f"postmortem: {args.db}: no such database", file=sys.stderr)
         return 2
+    from analyzer.store import lock_down
+
     try:
         con = duckdb.connect(args.db, read_only=True)
+        if not args.allow_file_access:
+            lock_down(con)
         result = con.execute(args.sql)
         columns = [d[0] for d in result.description] if result.description else []
         rows = result.fetchall()
@@ -647,12 +774,14 @@ def _tui(args) -> int:
     theme = {"dark": "textual-dark", "light": "textual-light"}.get(args.theme or "")
     if args.db:
         try:
-            app = PostmortemApp(session=open_store(args.db), theme=theme, start=args.screen)
+            app = PostmortemApp(session=open_store(args.db, allow_file_access=args.allow_file_access), theme=theme,
+                                start=args.screen)
         except StoreError as exc:
             print(f"postmortem: {exc}", file=sys.stderr)
             return 2
     else:
-        app = PostmortemApp(paths=args.paths, theme=theme, start=args.screen)
+        app = PostmortemApp(paths=args.paths, theme=theme, start=args.screen, allow_file_access=args.allow_file_access,
+                            follow_symlinks=args.follow_symlinks)
     app.run()
     if app.failure:
         print(f"postmortem: {app.failure}", file=sys.stderr)

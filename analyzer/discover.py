@@ -35,33 +35,47 @@ class InputFile:
     compression: str | None = None
     kind: str = "log"               # log | pyspy | env | flight_recorder | nsys | kineto | skipped
     problems: list[str] = field(default_factory=list)
-    source: str | None = None       # archive members: "<absolute archive path>!/<member>" (analyzer.archives)
+    source: str | None = None       # archive members: "<absolute archive path>!/<member>" (analyzer.archives);
+                                    # a decoded copy (``materialize``): the file it was decoded from
+    line_end: bytes = b"\n"         # b"\r": a file with carriage returns and no newline (old Mac line ends)
+    disk_size: int | None = None    # a decoded copy: the size of the file as stored (inputs.bytes)
+    failure: str | None = None      # why it cannot be read, found before parsing (``materialize``)
 
 
 def discover(paths: list[str | Path], exclude: set[Path] | None = None, scratch=None,
-             progress=None) -> tuple[list[InputFile], list[str]]:
+             progress=None, follow_symlinks: bool = False) -> tuple[list[InputFile], list[str]]:
     """Every readable file under ``paths`` (recursively, sorted), plus messages for bad paths.
 
     Archives (``analyzer.archives``) are expanded in place of themselves: their members are
     copied into ``scratch`` (an ``archives.Scratch``; the caller removes it) and listed as
     ``archive!/member``. ``progress`` (a callable taking one status line) hears about long
-    extractions."""
+    extractions.
+
+    Inputs stay inside the roots the user named (docs/security.md): a link (to a file or a
+    folder) whose target lies outside every root is skipped and counted in one message, and so
+    is a file with several hard links owned by someone other than the root folder's owner when
+    this process runs as root or as another user than that owner. ``follow_symlinks`` reads them
+    (and follows links to folders, each real folder once)."""
     from analyzer import archives
 
     exclude = {p.resolve() for p in (exclude or set())}
     found: list[InputFile] = []
     errors: list[str] = []
+    fences = [Path(os.path.realpath(g)) for g in paths]
+    fences = [f if f.is_dir() else f.parent for f in fences]
+    walk = _Walk(fences, follow_symlinks)
     for given in paths:
         root = Path(given)
         if not root.exists():
-            errors.append(f"{given}: no such file or directory")
+            errors.append(f"{display_name(str(given))}: no such file or directory")
             continue
         # excluded folders strictly inside this root (the report's --out folder in the job folder)
         inside = {e for e in exclude if root.resolve() in e.parents}
+        owner = _owner(root if root.is_dir() else root.parent)
         if root.is_file():
             candidates = [(root.name, str(root), str(root.resolve()))]
         else:
-            candidates = _files_under(root)
+            candidates = walk.files_under(root)
         for display, path, resolved in candidates:
             real = Path(resolved)
             if real in exclude or display.endswith((".duckdb", ".duckdb.wal")) or \
@@ -70,61 +84,397 @@ def discover(paths: list[str | Path], exclude: set[Path] | None = None, scratch=
             try:
                 stat = os.stat(path)
             except OSError as exc:      # gone or unreadable since it was listed
-                errors.append(f"{path}: {exc.strerror or exc}")
+                errors.append(f"{display_name(path)}: {exc.strerror or exc}")
+                continue
+            if not follow_symlinks and _foreign_hard_link(stat, owner):
+                walk.hard_links.append(display)
                 continue
             if archives.is_archive(path):
                 if scratch is None:
                     scratch = archives.Scratch()  # removed at exit
-                members, problems = archives.expand(Path(path), display, scratch, progress)
+                members, problems = archives.expand(Path(path), display_name(display), scratch, progress)
                 found.extend(members)
                 errors.extend(problems)
                 continue
-            found.append(InputFile(real, display, stat.st_size, stat.st_mtime,
+            found.append(InputFile(real, display_name(display), stat.st_size, stat.st_mtime,
                                    COMPRESSED.get(os.path.splitext(path)[1].lower())))
+    errors.extend(walk.messages())
     return found, errors
 
 
-def _files_under(root: Path) -> list[tuple[str, str, str]]:
-    """Every file under ``root``, recursively, sorted as paths sort (part by part): its path
-    relative to ``root`` (what reports show), its path, its resolved path. Hidden files and
-    folders (a name starting with ".") are skipped; a link to a file is listed, a link to a
-    folder is not followed (as ``Path.rglob`` does), a broken link and an unreadable folder are
-    left out.
+def _owner(folder: Path) -> int | None:
+    try:
+        return folder.stat().st_uid
+    except OSError:
+        return None
 
-    One ``scandir`` per folder, and a file's resolved path is its folder's plus its name unless
-    it is a link: ``rglob`` with ``is_file`` and ``resolve`` per file took 5 s for the 31,000
-    files of a 10,000-rank run."""
-    found: list[tuple[tuple[str, ...], str, str]] = []
-    pending: list[tuple[str, str, tuple[str, ...]]] = [(str(root), os.path.realpath(root), ())]
-    while pending:
-        folder, real, parts = pending.pop()
-        try:
-            with os.scandir(folder) as entries:
-                for entry in entries:
-                    if entry.name.startswith("."):
-                        continue
-                    try:
-                        if entry.is_dir(follow_symlinks=False):     # a folder, not a link to one
-                            pending.append((entry.path, os.path.join(real, entry.name), (*parts, entry.name)))
-                        elif entry.is_file():   # follows a link: a link to a file counts
-                            resolved = os.path.realpath(entry.path) if entry.is_symlink() else \
-                                os.path.join(real, entry.name)
-                            found.append(((*parts, entry.name), entry.path, resolved))
-                    except OSError:
-                        continue
-        except OSError:     # unreadable folder: as rglob, skipped
-            continue
-    found.sort(key=lambda f: f[0])
-    return [(os.path.join(*parts), path, resolved) for parts, path, resolved in found]
+
+def _foreign_hard_link(st: os.stat_result, owner: int | None) -> bool:
+    """A file with several names owned by another user than the job folder's, read by root or by
+    someone other than the folder's owner: a hard link the job's user made to a file that is
+    not theirs (a link made to read it through us)."""
+    if st.st_nlink < 2 or owner is None or not hasattr(os, "geteuid"):
+        return False
+    me = os.geteuid()
+    return (me == 0 or me != owner) and st.st_uid != owner
+
+
+def display_name(name: str) -> str:
+    """A file or member name for every report format: control characters, newlines and bidi
+    controls as visible escapes, bytes that are not UTF-8 (``surrogateescape``) as ``\\xNN``."""
+    if name.isprintable() and name.isascii():
+        return name
+    out = []
+    for ch in name:
+        code = ord(ch)
+        if 0xDC80 <= code <= 0xDCFF:        # an undecodable byte of a POSIX file name
+            out.append(f"\\x{code - 0xDC00:02x}")
+        elif code < 0x20 or 0x7F <= code < 0xA0:
+            out.append(f"\\x{code:02x}")
+        elif code in _BIDI or 0xD800 <= code <= 0xDFFF:
+            out.append(f"\\u{code:04x}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def path_text(path: str | Path) -> str:
+    """A path as text a store can hold (UTF-8): bytes of a name that are not UTF-8 as ``\\xNN``
+    (``real_path`` reverses it)."""
+    text = os.fspath(path)
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return os.fsencode(text).decode("utf-8", "backslashreplace")
+
+
+def real_path(text: str) -> str:
+    """The file ``path_text`` named: ``\\xNN`` escapes of non-UTF-8 bytes back to those bytes."""
+    if "\\x" not in text or os.path.lexists(text):
+        return text
+    return re.sub(r"\\x([89a-f][0-9a-f])", lambda m: chr(0xDC00 + int(m.group(1), 16)), text)
+
+
+_BIDI = {0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A), 0x2028, 0x2029}
+
+
+class _Walk:
+    """The folder walk of ``discover``: what it skipped (links out of the roots, unreadable
+    folders) is counted for the messages."""
+
+    def __init__(self, fences: list[Path], follow: bool) -> None:
+        self.fences, self.follow = fences, follow
+        self.outside: list[str] = []
+        self.unreadable: list[str] = []
+        self.hard_links: list[str] = []
+        self.seen: set[str] = set()
+
+    def inside(self, real: str) -> bool:
+        path = Path(real)
+        return any(path == f or f in path.parents for f in self.fences)
+
+    def files_under(self, root: Path) -> list[tuple[str, str, str]]:
+        """Every file under ``root``, recursively, sorted as paths sort (part by part): its path
+        relative to ``root`` (what reports show), its path, its resolved path. Hidden files and
+        folders (a name starting with ".") are skipped; a link to a file is listed when its
+        target is inside the roots; a link to a folder is not followed (as ``Path.rglob`` does)
+        unless ``follow``; a broken link is left out; an unreadable folder is named.
+
+        One ``scandir`` per folder, and a file's resolved path is its folder's plus its name unless
+        it is a link: ``rglob`` with ``is_file`` and ``resolve`` per file took 5 s for the 31,000
+        files of a 10,000-rank run."""
+        found: list[tuple[tuple[str, ...], str, str]] = []
+        top = os.path.realpath(root)
+        self.seen.add(top)
+        pending: list[tuple[str, str, tuple[str, ...]]] = [(str(root), top, ())]
+        while pending:
+            folder, real, parts = pending.pop()
+            try:
+                with os.scandir(folder) as entries:
+                    for entry in entries:
+                        if entry.name.startswith("."):
+                            continue
+                        try:
+                            self._entry(entry, real, parts, pending, found)
+                        except OSError:
+                            continue
+            except OSError as exc:
+                self.unreadable.append(f"{display_name(folder)} ({exc.strerror or exc})")
+                continue
+        found.sort(key=lambda f: f[0])
+        return [(os.path.join(*parts), path, resolved) for parts, path, resolved in found]
+
+    def _entry(self, entry, real, parts, pending, found) -> None:
+        name = (*parts, entry.name)
+        if entry.is_dir(follow_symlinks=False):     # a folder, not a link to one
+            pending.append((entry.path, os.path.join(real, entry.name), name))
+        elif entry.is_symlink():
+            target = os.path.realpath(entry.path)
+            if not self.follow and not self.inside(target):
+                if os.path.exists(target):
+                    self.outside.append(os.path.join(*name))
+                return
+            if entry.is_file():
+                found.append((name, entry.path, target))
+            elif self.follow and entry.is_dir() and target not in self.seen:
+                self.seen.add(target)
+                pending.append((entry.path, target, name))
+        elif entry.is_file():
+            found.append((name, entry.path, os.path.join(real, entry.name)))
+
+    def messages(self) -> list[str]:
+        out = []
+        if self.outside:
+            out.append(f"skipped {len(self.outside)} link(s) to files or folders outside the input folders "
+                       f"(--follow-symlinks reads them): {_few(self.outside)}")
+        if self.hard_links:
+            out.append(f"skipped {len(self.hard_links)} file(s) with several hard links owned by another user "
+                       f"than the input folder's owner (--follow-symlinks reads them): {_few(self.hard_links)}")
+        for folder in self.unreadable:
+            out.append(f"{folder}: cannot read this folder; the files in it are not analysed")
+        return out
+
+
+def _few(names: list[str], keep: int = 3) -> str:
+    shown = ", ".join(display_name(n) for n in names[:keep])
+    return shown + (f" and {len(names) - keep} more" if len(names) > keep else "")
+
+
+def open_input(path: str | Path):
+    """An input opened for reading, never through a link swapped in for it since it was found
+    (``O_NOFOLLOW`` on the last part of its resolved path)."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+    return os.fdopen(fd, "rb")
 
 
 def read_bytes(item: InputFile) -> bytes:
     """The decompressed content. Problems (truncation) are appended to ``item.problems``."""
     if item.compression is None:
-        with open(item.path, "rb") as handle:
+        with open_input(item.path) as handle:
             return handle.read()
-    with open(item.path, "rb") as handle:
+    with open_input(item.path) as handle:
         return _decompress_from(handle, item)
+
+
+# -- bounded reading: long lines, leading NULs, CR line ends ------------------------------------
+
+MAX_LINE = 1 << 20    # bytes of one line kept; the rest of a longer line is skipped (counted)
+BLOCK = 4 << 20       # bytes read at a time
+
+
+def max_line() -> int:
+    """The line cap (``POSTMORTEM_MAX_LINE_BYTES``, default 1 MiB): a longer line keeps its first
+    bytes up to the cap as evidence, the rest is skipped and counted."""
+    try:
+        return max(256, int(os.environ.get("POSTMORTEM_MAX_LINE_BYTES", MAX_LINE)))
+    except ValueError:
+        return MAX_LINE
+
+
+@dataclass
+class Capped:
+    """What ``read_capped`` read: the bytes (each line at most the cap), where lines were cut
+    (``cuts``: position in ``data`` of the cut line's end, bytes skipped there) and where the
+    bytes start in the input (``start``: past leading NUL bytes)."""
+    data: bytes
+    cuts: list[tuple[int, int]] = field(default_factory=list)
+    start: int = 0
+    nuls: int = 0
+
+
+def _blocks(handle, left: int | None):
+    while left is None or left > 0:
+        block = handle.read(BLOCK if left is None else min(BLOCK, left))
+        if not block:
+            return
+        if left is not None:
+            left -= len(block)
+        yield block
+
+
+def leading_nuls(handle, start: int = 0) -> int:
+    """How many NUL bytes the input starts with (what logrotate's copytruncate leaves: the file
+    was truncated while the writer kept its offset). Reads past them a block at a time."""
+    handle.seek(start)
+    count = 0
+    for block in _blocks(handle, None):
+        stripped = block.lstrip(b"\0")
+        count += len(block) - len(stripped)
+        if stripped:
+            break
+    return count
+
+
+def read_capped(handle, start: int = 0, end: int | None = None, cap: int | None = None, sep: bytes = b"\n",
+                skip_nuls: bool = False) -> Capped:
+    """The bytes from ``start`` to ``end`` (or the end) with every line longer than ``cap`` cut at
+    the cap: memory stays at about the bytes kept, whatever the lines. ``skip_nuls``: leading NUL
+    bytes are skipped (``Capped.start`` says where the bytes begin)."""
+    cap = cap or max_line()
+    nuls = leading_nuls(handle, start) if skip_nuls else 0
+    start += nuls
+    handle.seek(start)
+    out = bytearray()
+    cuts: list[tuple[int, int]] = []
+    line = 0            # length of the line being read, already in ``out``
+    skipping = False
+    skipped = 0
+    for block in _blocks(handle, None if end is None else end - start):
+        pos, n = 0, len(block)
+        while pos < n:
+            if skipping:
+                at = block.find(sep, pos)
+                if at < 0:
+                    skipped += n - pos
+                    break
+                skipped += at - pos
+                cuts.append((len(out), skipped))
+                skipping, skipped, line, pos = False, 0, 0, at
+                continue
+            piece = block[pos:] if pos else block
+            parts = piece.split(sep)
+            first = line + len(parts[0])
+            if first <= cap and (len(parts) == 1 or max(map(len, parts[1:])) <= cap):
+                out += piece
+                line = first if len(parts) == 1 else len(parts[-1])
+                break
+            # the first line in this block that passes the cap: keep up to the cap, skip the rest
+            at, used = pos, line
+            for i, part in enumerate(parts):
+                if used + len(part) > cap:
+                    keep = cap - used
+                    out += block[pos:at + keep]
+                    skipping, skipped, pos = True, 0, at + keep
+                    break
+                at += len(part) + 1
+                used = 0
+            del parts, piece
+    if skipping:
+        cuts.append((len(out), skipped))
+    return Capped(bytes(out), cuts, start, nuls)
+
+
+def capped_bytes(data: bytes, cap: int | None = None, sep: bytes = b"\n", skip_nuls: bool = False) -> Capped:
+    """``read_capped`` of bytes in memory (a small decompressed input)."""
+    cap = cap or max_line()
+    if not skip_nuls and len(data) <= cap:
+        return Capped(data)
+    if not skip_nuls and max(map(len, data.split(sep))) <= cap:
+        return Capped(data)
+    return read_capped(io.BytesIO(data), cap=cap, sep=sep, skip_nuls=skip_nuls)
+
+
+def cut_message(cuts: list[tuple[int, int]], cap: int | None = None) -> str:
+    cap = cap or max_line()
+    skipped = sum(n for _, n in cuts)
+    return (f"{len(cuts)} line(s) longer than {_size(cap)} (the cap, POSTMORTEM_MAX_LINE_BYTES) were cut at the cap "
+            f"and kept up to it as evidence; {_size(skipped)} skipped")
+
+
+# -- decoded copies: large compressed inputs and UTF-16 text, read like plain files -------------
+
+# Compressed inputs at least this large on disk are decompressed into the run's scratch folder
+# before parsing (a stream, a block at a time), then cut into segments like plain logs; smaller
+# ones are decompressed in memory by the worker that parses them, up to ``SMALL_DECOMPRESSED``.
+SPILL_COMPRESSED = 64 << 10
+SMALL_DECOMPRESSED = 64 << 20
+_UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
+
+
+def is_utf16(head: bytes) -> bool:
+    return head[:2] in _UTF16_BOMS and not head.startswith(b"\xff\xfe\x00\x00")
+
+
+def decode_to(source, sink, kind: str | None, utf16: bool, limit: int, charge=None) -> tuple[int, list[str]]:
+    """Stream ``source`` (a binary file) into ``sink``, decompressing ``kind`` and transcoding
+    UTF-16 to UTF-8; at most ``limit`` bytes out (``InputError`` beyond). ``charge(n)`` is told of
+    every block written (the run's scratch cap). Returns the bytes written and the problems."""
+    import codecs
+
+    stream = Decompressed(source, kind) if kind else source
+    problems: list[str] = []
+    decoder = None
+    total = 0
+    first = True
+    try:
+        while True:
+            chunk = stream.read(STEP)
+            if not chunk:
+                break
+            if first and utf16 is None:
+                utf16 = is_utf16(chunk[:4])
+            first = False
+            if utf16:
+                decoder = decoder or codecs.getincrementaldecoder("utf-16")("replace")
+                chunk = decoder.decode(chunk).encode("utf-8", "surrogatepass")
+            total += len(chunk)
+            if total > limit:
+                raise InputError(f"decompresses to more than {_size(limit)} (the cap, POSTMORTEM_MAX_DECOMPRESSED: "
+                                 "a compression bomb?); skipped")
+            if charge is not None:
+                charge(len(chunk))
+            sink.write(chunk)
+    except DECODE_ERRORS as exc:
+        if not total:
+            raise InputError(f"corrupt {kind} data ({_why(exc)}); skipped") from exc
+        problems.append(f"corrupt {kind} data after {total} bytes ({_why(exc)}); kept what was readable")
+    if decoder is not None:
+        tail = decoder.decode(b"", final=True).encode("utf-8", "surrogatepass")
+        sink.write(tail)
+        total += len(tail)
+        problems.append("UTF-16 text: read as UTF-8 (offsets refer to the UTF-8 text)")
+    if kind and stream.truncated:
+        if not total:
+            raise InputError(f"truncated {kind} file: the stream ends before anything could be decompressed; skipped")
+        problems.append(f"truncated {kind} file: the stream ends early; kept the {total} bytes that were readable")
+    if kind and stream.trailing:
+        problems.append(f"{stream.trailing} bytes after the last {kind} stream are not {kind} data; ignored")
+    return total, problems
+
+
+def materialize(items: list[InputFile], scratch, segment_bytes: int) -> None:
+    """Give large compressed inputs and UTF-16 text a plain UTF-8 copy in ``scratch`` (an
+    ``archives.Scratch``, whose cap counts these bytes too), so that they are cut into segments
+    and read a block at a time like any plain log (memory does not grow with their size).
+    ``item.source`` keeps the file it came from (evidence is read back from it); a failure (a
+    bomb past the cap, a corrupt stream, a full scratch disk) is ``item.failure``."""
+    for item in items:
+        if item.failure:
+            continue
+        try:
+            if item.compression is not None:
+                if item.size < SPILL_COMPRESSED:
+                    continue
+                utf16 = None
+            else:
+                if item.size <= segment_bytes:
+                    continue
+                with open_input(item.path) as handle:
+                    head = handle.read(4)
+                if not is_utf16(head):
+                    continue
+                utf16 = True
+            _copy_decoded(item, scratch, utf16)
+        except InputError as exc:
+            item.failure = f"{item.display}: {exc}"
+        except OSError as exc:
+            item.failure = f"{item.display}: cannot decode into the temporary folder ({exc.strerror or exc}); skipped"
+
+
+def _copy_decoded(item: InputFile, scratch, utf16) -> None:
+    target = scratch.new_file(Path(item.path).name)
+    with open_input(item.path) as source, open(target, "xb") as sink:
+        try:
+            size, problems = decode_to(source, sink, item.compression, utf16, max_decompressed(), scratch.charge)
+        except BaseException:
+            sink.close()
+            target.unlink(missing_ok=True)
+            raise
+    item.problems.extend(problems)
+    item.source = item.source or path_text(item.path)
+    item.disk_size = item.size
+    item.path, item.size, item.compression = target, size, None
 
 
 def _decompress(data: bytes, item: InputFile) -> bytes:
@@ -355,6 +705,11 @@ def sniff(item: InputFile, data: bytes) -> str:
     head = data[:65536]
     if not data:
         raise InputError(f"{item.display}: empty file")
+    if head[:1] == b"\0":   # logrotate's copytruncate leaves NULs in front of the log: judge what follows
+        head = head.lstrip(b"\0") or data[:1 << 20].lstrip(b"\0")[:65536]
+        if not head:
+            raise InputError(f"{item.display}: only NUL bytes (a log truncated while its writer kept writing?); "
+                             "skipped")
     if head.startswith(b"SQLite format 3\x00"):
         # Uncompressed nsys exports never get here (analyzer.ingest routes them to parsers.nsys).
         raise InputError(f"{item.display}: SQLite database that is not a readable Nsight Systems export "
@@ -375,15 +730,34 @@ def sniff(item: InputFile, data: bytes) -> str:
     # Pickles and FR-shaped JSON go to the Flight Recorder reader (parsers.flight_recorder),
     # which unpickles with a find_class that refuses every global and rejects anything that is
     # not FR-shaped with a message; plain pickle.load is never used.
-    if head[:1] == b"\x80" and len(head) > 1 and head[1] in (2, 3, 4, 5):
-        return "flight_recorder"
-    if head.lstrip()[:1] == b"{" and (b'"entries"' in head or b'"pg_status"' in head or b'"pg_config"' in head):
+    if _flight_recorder_shaped(item, head):
         return "flight_recorder"
     if _looks_binary(head):
         raise InputError(f"{item.display}: binary file, not a text log; skipped")
     if _PYSPY_HEAD.match(head) and b"\nThread " in head:
         return "pyspy"
     return "log"
+
+
+_FR_NAME = re.compile(r"(?:nccl_trace|flight_?recorder|fr_?trace|fr)[_-]?(?:rank[_-]?)?\d+(?:\.(?:pkl|pickle|bin|dump))?$"
+                      r"|\.(?:pkl|pickle)$", re.IGNORECASE)
+_FR_KEYS = (b"entries", b"pg_status", b"pg_config", b"version")
+
+
+def _flight_recorder_shaped(item: InputFile, head: bytes) -> bool:
+    """Whether an input is offered to the Flight Recorder reader: a pickle (protocol 2-5) whose
+    file name has a dump's shape (``nccl_trace_rank_3``, ``*.pkl``) or whose content opens with a
+    dict holding one of the dump's keys; a JSON object with the dump's keys. Any other pickle is a
+    binary file, never unpickled."""
+    if head[:1] == b"\x80" and len(head) > 1 and head[1] in (2, 3, 4, 5):
+        if _FR_NAME.search(item.display.rsplit("/", 1)[-1]):
+            return True
+        body = head[2:]
+        if body[:1] == b"\x95":          # a protocol 4+ FRAME and its 8-byte length
+            body = body[9:]
+        return body[:1] == b"}" and any(k in head[:4096] for k in _FR_KEYS)
+    stripped = head.lstrip()
+    return stripped[:1] == b"{" and (b'"entries"' in head or b'"pg_status"' in head or b'"pg_config"' in head)
 
 
 # Control bytes no text log has (tab, newlines, form feed and ESC of ANSI colours excepted).

@@ -22,12 +22,15 @@ import types
 from collections import deque
 from dataclasses import dataclass, field
 from itertools import islice
+from pathlib import Path
 
 import polars as pl
 
 import parsers
 from analyzer import bulk
-from analyzer.discover import InputError, InputFile, read_bytes, sniff
+from analyzer import budget
+from analyzer.discover import (SMALL_DECOMPRESSED, Capped, InputError, InputFile, capped_bytes, cut_message,
+                               decode_to, is_utf16, leading_nuls, max_decompressed, open_input, path_text, read_capped, sniff)
 from parsers.lines import envelope_frame, split_inputs
 
 
@@ -42,6 +45,7 @@ class FileResult:
     claims: list[pl.DataFrame] = field(default_factory=list)
     # ``lines`` without the COLL trace lines only the NCCL parser reads (``parse_chunk``).
     others: pl.DataFrame | None = None
+    capped: Capped | None = None    # how a text input's bytes were read (cut lines, leading NULs)
 
 
 @dataclass
@@ -70,28 +74,43 @@ class Parsed:
 
 def read_input(input_id: int, item: InputFile, piece=None) -> tuple[FileResult, bytes | None]:
     """Read and sniff one input. Whole-file formats (nsys, Flight Recorder, Kineto) are parsed
-    here; for a text input the bytes come back, to be enveloped with the others. ``piece``: a
-    segment of a large log (``Piece``), read from its byte range; its kind is already known."""
+    here; for a text input the bytes come back, to be enveloped with the others (lines longer than
+    the cap cut, leading NULs skipped, CR line ends read as lines: ``result.capped`` says where).
+    ``piece``: a segment of a large log (``Piece``), read from its byte range; its kind is known."""
     result = FileResult(input_id, item)
-    if piece is not None and piece.end is not None:
-        try:
-            with open(item.path, "rb") as handle:
-                handle.seek(piece.start)
-                return result, handle.read(piece.end - piece.start)
-        except OSError as exc:
-            item.kind = "skipped"
-            result.error = f"{item.display}: cannot read: {exc.strerror or exc}"
-            return result, None
-    if item.compression is None and _is_sqlite(item):
-        # Nsight Systems SQLite exports (issue 8) are read from the file by parsers.nsys;
-        # other SQLite files are skipped there with a message. No `lines` rows.
-        return _parse_nsys(result), None
+    if item.failure:
+        item.kind = "skipped"
+        result.error = item.failure
+        return result, None
     try:
-        data = read_bytes(item)
-        item.kind = sniff(item, data)
+        if piece is not None and piece.end is not None:
+            return result, _text(result, item, piece.start, piece.end)
+        if item.compression is None and _is_sqlite(item):
+            # Nsight Systems SQLite exports (issue 8) are read from the file by parsers.nsys;
+            # other SQLite files are skipped there with a message. No `lines` rows.
+            return _parse_nsys(result), None
+        if item.compression is None:
+            with open_input(item.path) as handle:
+                head = handle.read(SNIFF_BYTES)
+            if is_utf16(head):
+                data = _utf16(item, item.path.read_bytes() if item.size <= SMALL_DECOMPRESSED else b"")
+                item.kind = sniff(item, data)
+                return result, _text_of(result, item, data)
+            item.kind = sniff(item, head)
+            if item.kind in WHOLE_FILE_KINDS:
+                data = _whole(item)
+            else:
+                return result, _text(result, item, 0, None)
+        else:
+            data = _small_decompressed(item)
+            if is_utf16(data[:4]):
+                data = _utf16(item, data)
+            item.kind = sniff(item, data)
+            if item.kind not in WHOLE_FILE_KINDS:
+                return result, _text_of(result, item, data)
     except InputError as exc:
         item.kind = "skipped"
-        result.error = str(exc)
+        result.error = str(exc) if str(exc).startswith(item.display) else f"{item.display}: {exc}"
         return result, None
     except OSError as exc:
         item.kind = "skipped"
@@ -99,12 +118,96 @@ def read_input(input_id: int, item: InputFile, piece=None) -> tuple[FileResult, 
         return result, None
     if item.kind == "flight_recorder":
         # Flight Recorder dumps (pickle or JSON) are not line logs: their tables come whole
-        # from parsers.flight_recorder (safe unpickler); they have no `lines` rows.
+        # from parsers.flight_recorder (a bounded reader, no unpickling); no `lines` rows.
         return _parse_flight_recorder(result, data), None
-    if item.kind == "kineto":
-        # PyTorch profiler / Kineto traces (issue 8): tables come whole from parsers.kineto.
-        return _parse_kineto(result, data), None
-    return result, data
+    # PyTorch profiler / Kineto traces (issue 8): tables come whole from parsers.kineto.
+    return _parse_kineto(result, data), None
+
+
+# What sniffing reads of a plain input (Kineto traces are told by a key in their first 4 MB).
+SNIFF_BYTES = 4 << 20
+WHOLE_FILE_KINDS = ("flight_recorder", "kineto")
+
+
+def _whole(item: InputFile) -> bytes:
+    """A whole-file input, at most ``budget.whole_file_bytes``."""
+    limit = budget.whole_file_bytes()
+    if item.size > limit:
+        raise InputError(f"{_mb_text(item.size)} {item.kind.replace('_', ' ')} file, more than the "
+                         f"{_mb_text(limit)} one file may take whole (a sixteenth of POSTMORTEM_MEMORY); skipped")
+    with open_input(item.path) as handle:
+        return handle.read(limit + 1)
+
+
+def _small_decompressed(item: InputFile) -> bytes:
+    """A small compressed input decompressed in memory (large ones were decompressed into the
+    scratch folder before parsing: ``discover.materialize``)."""
+    limit = max_decompressed()
+    with open_input(item.path) as handle:
+        buffer = io.BytesIO()
+        if limit <= SMALL_DECOMPRESSED:
+            _size, problems = decode_to(handle, buffer, item.compression, False, limit)
+        else:
+            try:
+                _size, problems = decode_to(handle, buffer, item.compression, False, SMALL_DECOMPRESSED)
+            except InputError as exc:
+                if "decompresses to more than" not in str(exc):
+                    raise
+                raise InputError(f"decompresses to more than {_mb_text(SMALL_DECOMPRESSED)} from {item.size} bytes "
+                                 "(a ratio over 1000: a compression bomb?); skipped") from None
+    item.problems.extend(problems)
+    return buffer.getvalue()
+
+
+def _utf16(item: InputFile, data: bytes) -> bytes:
+    """UTF-16 text (with its BOM) as UTF-8: decoded, not skipped as binary."""
+    if not data:
+        raise InputError("UTF-16 text too large to decode in memory; skipped")
+    item.problems.append("UTF-16 text: read as UTF-8 (offsets refer to the UTF-8 text)")
+    return data.decode("utf-16", "replace").encode("utf-8", "surrogatepass")
+
+
+def _line_end(item: InputFile, head: bytes) -> bytes:
+    """``\r`` for a text with carriage returns and no newline at all (old Mac line ends, a log
+    of progress bars), else ``\n``."""
+    if item.line_end == b"\n" and b"\r" in head and b"\n" not in head:
+        item.line_end = b"\r"
+    return item.line_end
+
+
+def _text(result: FileResult, item: InputFile, start: int, end: int | None) -> bytes:
+    """A plain text input's bytes from ``start`` to ``end``, a block at a time (``read_capped``)."""
+    with open_input(item.path) as handle:
+        if start == 0 and item.line_end == b"\n":
+            handle.seek(leading_nuls(handle))
+            _line_end(item, handle.read(1 << 16))
+        capped = read_capped(handle, start, end, sep=item.line_end, skip_nuls=start == 0)
+    return _kept(result, item, capped)
+
+
+def _text_of(result: FileResult, item: InputFile, data: bytes) -> bytes:
+    """``_text`` of an input already in memory (decompressed, decoded)."""
+    sep = _line_end(item, data.lstrip(b"\0")[:1 << 16])
+    return _kept(result, item, capped_bytes(data, sep=sep, skip_nuls=True))
+
+
+def _kept(result: FileResult, item: InputFile, capped: Capped) -> bytes:
+    if capped.cuts:
+        item.problems.append(cut_message(capped.cuts))
+    if capped.nuls:
+        item.problems.append(f"starts with {capped.nuls} NUL bytes (what logrotate's copytruncate leaves); "
+                             "skipped, line numbers count from the first line after them")
+    result.capped = capped
+    data = capped.data
+    if item.line_end == b"\r":
+        if capped.start == capped.nuls:
+            item.problems.append("carriage returns and no newline (old Mac line ends): read as lines")
+        data = data.replace(b"\r", b"\n")    # same length: offsets stay true
+    return data
+
+
+def _mb_text(n: int) -> str:
+    return f"{n / 2**20:.0f} MiB"
 
 
 def parse_text(result: FileResult, lines: pl.DataFrame, others: pl.DataFrame,
@@ -179,7 +282,7 @@ def _parse_flight_recorder(result: FileResult, data: bytes) -> FileResult:
 
 def _is_sqlite(item: InputFile) -> bool:
     try:
-        with open(item.path, "rb") as handle:
+        with open_input(item.path) as handle:
             return handle.read(16) == b"SQLite format 3\x00"
     except OSError:
         return False
@@ -431,16 +534,19 @@ def _pack(pieces: list[Piece], limit: int, count: int | None = None) -> list[lis
 def segments(input_id: int, item: InputFile, target: int | None = None) -> list[Piece]:
     """The pieces of one input: itself, or for an uncompressed text log larger than ``target``
     (default ``SEGMENT_BYTES``) byte ranges of about that size cut at line starts, with the line
-    count before each (one pass over the file, a block at a time).
+    count before each (one pass over the file, a block at a time: a line of any length, even a
+    file without a single newline, is scanned, never held).
 
     Each segment is parsed as a file of its own: a record whose context spans a cut is read
     in two halves (a traceback's indented lines stay with it; NCCL's ``Connected all rings``
     marker 32 MB after its connection lines would not). Only logs larger than a segment are cut."""
     target = target or SEGMENT_BYTES
-    if item.compression is not None or item.size <= target or not _is_text_log(item):
+    if item.compression is not None or item.size <= target or item.failure or not _is_text_log(item):
         return [Piece(input_id, item)]
+    sep = item.line_end
+    cut = _CUT if sep == b"\n" else re.compile(rb"\r(?=[^\s])")
     pieces, start, base = [], 0, 0
-    with open(item.path, "rb") as handle:
+    with open_input(item.path) as handle:
         while start < item.size:
             handle.seek(start)
             block = handle.read(target)
@@ -448,26 +554,48 @@ def segments(input_id: int, item: InputFile, target: int | None = None) -> list[
                 pieces.append(Piece(input_id, item, start, item.size, base))
                 break
             ahead = handle.read(1 << 20)
-            found = _CUT.search(ahead)
+            found = cut.search(ahead)
             if found is not None:
-                body = block + ahead[:found.start() + 1]
-            elif (last := block.rfind(b"\n")) >= 0:
-                body = block[:last + 1]     # a megabyte of indented lines: cut at any line end
-            else:
-                pieces.append(Piece(input_id, item, start, item.size, base))   # one enormous line
-                break
-            pieces.append(Piece(input_id, item, start, start + len(body), base))
-            start += len(body)
-            base += body.count(b"\n")
+                end = start + len(block) + found.start() + 1
+                lines = block.count(sep) + ahead[:found.start() + 1].count(sep)
+            elif (last := block.rfind(sep)) >= 0:
+                end = start + last + 1              # a megabyte of indented lines: cut at any line end
+                lines = block[:last + 1].count(sep)
+            else:                                   # one enormous line: to its end, scanned a block at a time
+                end, lines = _line_after(handle, start + len(block) + len(ahead), ahead, sep), 1
+                if end is None:
+                    pieces.append(Piece(input_id, item, start, item.size, base))
+                    break
+            pieces.append(Piece(input_id, item, start, end, base))
+            start, base = end, base + lines
+            del block, ahead
     if len(pieces) > 1:
         item.kind = "log"
     return pieces
 
 
+def _line_after(handle, at: int, ahead: bytes, sep: bytes) -> int | None:
+    """The offset just past the first ``sep`` at or after the bytes read so far (``ahead`` ends
+    at ``at``); None when the file ends first."""
+    if (i := ahead.find(sep)) >= 0:
+        return at - len(ahead) + i + 1
+    handle.seek(at)
+    while block := handle.read(4 << 20):
+        if (i := block.find(sep)) >= 0:
+            return at + i + 1
+        at += len(block)
+    return None
+
+
 def _is_text_log(item: InputFile) -> bool:
     try:
-        with open(item.path, "rb") as handle:
+        with open_input(item.path) as handle:
+            handle.seek(leading_nuls(handle))
             head = handle.read(65536)
+        if not head:
+            return False
+        if b"\r" in head and b"\n" not in head:
+            item.line_end = b"\r"
         return sniff(item, head) == "log"
     except (OSError, InputError):
         return False
@@ -526,7 +654,10 @@ def _prepare(pieces: list[Piece], spool: str | None) -> _Prepared:
             pending.append((result, data, piece))
     if not pending:
         return prepared
-    combined = _placed(envelope_frame([data for _, data, _ in pending]), [p for _, _, p in pending])
+    placed = [Piece(p.input_id, p.item, r.capped.start if r.capped else p.start, p.end, p.line_base)
+              for r, _, p in pending]
+    combined = _placed(_uncut(envelope_frame([data for _, data, _ in pending]), [r.capped for r, _, _ in pending]),
+                       placed)
     # Whole NCCL INFO lines (half the lines of an init log; COLL trace lines, nearly every
     # line of a COLL-traced log) mean nothing to the parsers but NCCL's: the others read
     # ``others``. With a ``spool`` only the first line of each run of COLL lines is parsed;
@@ -595,6 +726,24 @@ def _summed(counts) -> dict[int, int]:
     return out
 
 
+def _uncut(frame: pl.DataFrame, capped: list[Capped | None]) -> pl.DataFrame:
+    """Byte offsets past a line cut at the cap (``discover.read_capped``) moved by the bytes
+    skipped before them, so that they point into the input again."""
+    if not any(c is not None and c.cuts for c in capped):
+        return frame
+    parts = []
+    for i, c in enumerate(capped):
+        if c is None or not c.cuts:
+            continue
+        at = pl.Series([q for q, _ in c.cuts], dtype=pl.UInt64)
+        skipped = pl.Series([0, *[n for _, n in c.cuts]], dtype=pl.UInt64).cum_sum()
+        part = frame.filter(pl.col("_input") == i)
+        moved = part["offset"] + skipped.gather(at.search_sorted(part["offset"], side="left"))
+        parts.append((i, part.with_columns(offset=moved)))
+    keep = frame.filter(~pl.col("_input").is_in([i for i, _ in parts]))
+    return pl.concat([keep, *[part for _, part in parts]], how="vertical").sort("_input", "line_no")
+
+
 def _placed(frame: pl.DataFrame, pieces: list[Piece]) -> pl.DataFrame:
     """Line numbers and byte offsets of segments moved to where the segment sits in its input."""
     if not any(p.start or p.line_base for p in pieces):
@@ -642,7 +791,7 @@ def mostly_coll(chunk: list[Piece]) -> bool:
     if piece.item.compression is not None:
         return False
     try:
-        with open(piece.item.path, "rb") as handle:
+        with open_input(piece.item.path) as handle:
             handle.seek(piece.start + max(0, piece.size - SAMPLE_BYTES) // 2)
             sample = handle.read(min(SAMPLE_BYTES, piece.size))
     except OSError:
@@ -750,7 +899,22 @@ def _run_jobs(jobs: list[Job], count: int):
     # importable by name.
     settings = {"POLARS_MAX_THREADS": "1",
                 "_RJEM_MALLOC_CONF": os.environ.get("_RJEM_MALLOC_CONF", "dirty_decay_ms:30000,muzzy_decay_ms:30000")}
-    with ProcessPoolExecutor(count, mp_context=multiprocessing.get_context("spawn")) as pool:
+    # A caller whose sys.stderr is no file (the TUI captures it): multiprocessing hands
+    # sys.stderr's descriptor to its helper process, and a captured stream has none ("bad
+    # value(s) in fds_to_keep"); the workers then write nothing to the terminal either.
+    quiet = not _real_stream(sys.stderr)
+    stderr = sys.stderr
+    if quiet:
+        sys.stderr = open(os.devnull, "w")  # noqa: SIM115 -- closed below
+    try:
+        pool = ProcessPoolExecutor(count, mp_context=multiprocessing.get_context("spawn"),
+                                   initializer=_silence if quiet else None)
+    except BaseException:
+        if quiet:
+            sys.stderr.close()
+            sys.stderr = stderr
+        raise
+    with pool:
         saved, main = {name: os.environ.get(name) for name in settings}, sys.modules.get("__main__")
         os.environ.update(settings)
         sys.modules["__main__"] = types.ModuleType("__main__")
@@ -759,6 +923,9 @@ def _run_jobs(jobs: list[Job], count: int):
         try:
             pending.extend((job, pool.submit(_parse_job, job)) for job in islice(waiting, count))
         finally:
+            if quiet:
+                sys.stderr.close()
+                sys.stderr = stderr
             sys.modules["__main__"] = main
             for name, value in saved.items():
                 if value is None:
@@ -784,6 +951,22 @@ def _run_jobs(jobs: list[Job], count: int):
                 pending.append((following, None if broken else pool.submit(_parse_job, following)))
             del future
             yield chunk
+
+
+def _real_stream(stream) -> bool:
+    """Whether ``stream`` is backed by an open file descriptor."""
+    try:
+        return stream is not None and stream.fileno() >= 0
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        return False
+
+
+def _silence() -> None:
+    """A worker's stdout and stderr to /dev/null (its parent draws a terminal UI)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
+    os.close(devnull)
 
 
 def progress_wanted(quiet: bool = False, stream=None) -> bool:
@@ -921,6 +1104,15 @@ def _combine(chunks: list[ChunkResult], items: list[InputFile]) -> Parsed:
     return Parsed(_inputs_frame(items, errors, lines, whole.bulk_counts), lines, whole.tables, messages, items, errors)
 
 
+def _packed(item: InputFile) -> str | None:
+    """The compression of an input parsed from its decoded copy (``discover.materialize``)."""
+    if item.disk_size is None or not item.source:
+        return None
+    from analyzer.discover import COMPRESSED
+
+    return COMPRESSED.get(Path(item.source).suffix.lower())
+
+
 def _inputs_frame(items: list[InputFile], errors: list[str | None], lines: pl.DataFrame,
                   bulk_counts: dict[int, int]) -> pl.DataFrame:
     """One row per input; ``bulk_counts``: its COLL trace lines held in the store's ``_bulk``
@@ -932,7 +1124,7 @@ def _inputs_frame(items: list[InputFile], errors: list[str | None], lines: pl.Da
         total, parsed = counts.get(input_id, (0, 0))
         total, parsed = total + bulk_counts.get(input_id, 0), parsed + bulk_counts.get(input_id, 0)
         rows.append({
-            "input_id": input_id, "path": item.display, "abs_path": item.source or str(item.path),
+            "input_id": input_id, "path": item.display, "abs_path": path_text(item.source or item.path),
             "kind": item.kind, "compression": item.compression, "bytes": item.size,
             "mtime": item.mtime, "lines": total, "parsed_lines": parsed,
             "unparsed_lines": total - parsed,

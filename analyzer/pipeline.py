@@ -17,8 +17,8 @@ import polars as pl
 from analyzer import (bulk, cache, collective_timing, env_model, identity, nccl_errors, nccl_model, node_model, store,
                       tails, timeline)
 from analyzer.archives import Scratch
-from analyzer.discover import discover
-from analyzer.ingest import Progress, parse_all
+from analyzer.discover import discover, materialize
+from analyzer.ingest import SEGMENT_BYTES, Progress, parse_all
 
 LINE_COLUMNS = ["input_id", "line_no", "offset", "length", "kind", "rank", "rank_source", "rank_confidence",
                 "node", "node_source", "pid", "attempt", "attempt_source", "prefix", "ext_ts", "srun_task",
@@ -49,11 +49,13 @@ class NothingReadable(Exception):
 
 
 def analyze(paths: list[str | Path], db_path: str | Path | None = None, progress: bool = False,
-            exclude: list[str | Path] | None = None, progress_stream=None, use_cache: bool | None = None) -> Run:
+            exclude: list[str | Path] | None = None, progress_stream=None, use_cache: bool | None = None,
+            follow_symlinks: bool = False) -> Run:
     """``exclude``: files or folders not to read (the report's own --out folder).
     ``progress_stream``: where progress lines go instead of stderr (the TUI's loading screen).
     ``use_cache``: reuse (and keep) the parsed run in ``analyzer.cache`` (default: on unless
-    ``POSTMORTEM_CACHE=off``)."""
+    ``POSTMORTEM_CACHE=off``). ``follow_symlinks``: read links that lead out of the input
+    folders (``analyzer.discover``)."""
     started = time.perf_counter()
     exclude = {Path(p) for p in exclude or []} | ({Path(db_path)} if db_path else set())
     meter = Progress(progress or progress_stream is not None, stream=progress_stream)
@@ -63,7 +65,8 @@ def analyze(paths: list[str | Path], db_path: str | Path | None = None, progress
     with Scratch() as scratch:
         try:
             meter.status("finding the inputs")
-            items, errors = discover(paths, exclude=exclude, scratch=scratch, progress=meter.status)
+            items, errors = discover(paths, exclude=exclude, scratch=scratch, progress=meter.status,
+                                     follow_symlinks=follow_symlinks)
             if not items:
                 raise NothingReadable("; ".join(errors) or "no input files found")
             t_discover = time.perf_counter()
@@ -97,6 +100,9 @@ def analyze(paths: list[str | Path], db_path: str | Path | None = None, progress
                     for item, (kind, problems) in zip(items, before):
                         item.kind, item.problems = kind, problems
             if parsed is None:
+                # large compressed inputs and UTF-16 text get a plain copy in the scratch folder,
+                # so that they are cut into segments like any plain log (memory stays flat)
+                materialize(items, scratch, SEGMENT_BYTES)
                 parsed = parse_all(items, progress=meter, sink=sink)
             if paths_key:
                 tails.save(cache.root(), paths_key, parsed, sink)

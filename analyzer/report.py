@@ -14,6 +14,7 @@ from datetime import datetime
 import duckdb
 import polars as pl
 
+from analyzer import commands
 from analyzer.pipeline import Run
 from analyzer.ranges import hostlist, rank_ranges
 
@@ -381,12 +382,23 @@ def _actions(ctx, findings, verdict: dict) -> dict:
     gpus = _unique_gpus(roots)
     drain = sorted({n for f in named if f.details.get("drain", f.category in _DRAIN_CATEGORIES)
                     and f.confidence >= 0.7 for n in f.nodes})
+    # Host lists and commands are pasted into scontrol, sbatch and ssh: only names of a host's
+    # shape go in (analyzer.commands); the others are named in the note, escaped.
+    nodes, odd = commands.hosts(nodes)
+    drain, odd_drain = commands.hosts(drain)
     still_hanging = not _ended(ctx)
     pyspy = []
     for g in gpus:
-        if g.get("pid") and g.get("node"):
-            pyspy.append({"host": g["node"], "pid": g["pid"], "rank": g.get("rank"),
-                          "command": f"ssh {g['node']} py-spy dump --pid {g['pid']}"})
+        host, pid = commands.host(g.get("node")), commands.number(g.get("pid"))
+        if host and pid:
+            pyspy.append({"host": host, "pid": pid, "rank": g.get("rank"),
+                          "command": commands.sh("ssh", host, "py-spy", "dump", "--pid", pid)})
+    odd = sorted(set(odd) | set(odd_drain))
+    note = ("a hang caused by a code path is not a hardware fault: inspect, do not drain, unless hardware "
+            "findings point at the node") if roots and all(f.category in ("hang", "desync") for f in roots) else None
+    if odd:
+        said = "; ".join(repr(n)[1:-1] for n in odd[:3])
+        note = (f"{note}; " if note else "") + f"node name(s) {said} {commands.NOT_A_HOST}"
     return {
         "culprit_ranks": rank_ranges(ranks) if ranks else None,
         "inspect_hostlist": hostlist(nodes) if nodes else None,
@@ -400,9 +412,7 @@ def _actions(ctx, findings, verdict: dict) -> dict:
         "py_spy": pyspy if still_hanging else [],
         "py_spy_note": ("the logs show no exit or cancellation: if the job is still running, dump the culprit's "
                         "stack before it is killed") if still_hanging and pyspy else None,
-        "note": ("a hang caused by a code path is not a hardware fault: inspect, do not drain, unless hardware "
-                 "findings point at the node") if roots and all(f.category in ("hang", "desync") for f in roots)
-        else None,
+        "note": note,
     }
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
-from analyzer.discover import COMPRESSED, InputFile, read_bytes
+from analyzer.discover import COMPRESSED
 
 # Tables every store has, even when a run produced no rows for them.
 REQUIRED = {
@@ -57,7 +57,7 @@ INTERNAL = {"nccl_shapes"}
 # its tables compressed and pages them out, an in-memory one holds every row in RAM.
 SPILL_BYTES = 64 * 2**20
 # What DuckDB itself may hold in memory for a store on disk (it pages the rest out).
-MEMORY_LIMIT = os.environ.get("POSTMORTEM_DB_MEMORY", "512MB")
+MEMORY_LIMIT = os.environ.get("POSTMORTEM_DB_MEMORY")   # else analyzer.budget.db_memory()
 
 
 def connect(db_path: str | Path | None, spill: bool = False) -> duckdb.DuckDBPyConnection:
@@ -79,7 +79,25 @@ def connect(db_path: str | Path | None, spill: bool = False) -> duckdb.DuckDBPyC
 
 def file_config() -> dict:
     """DuckDB settings of a store on disk: a memory cap, temporary files in a private folder."""
-    return {"memory_limit": MEMORY_LIMIT, "temp_directory": str(private_dir() / "duckdb-tmp")}
+    from analyzer import budget
+
+    return {"memory_limit": MEMORY_LIMIT or budget.db_memory(), "temp_directory": str(private_dir() / "duckdb-tmp")}
+
+
+def lock_down(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
+    """No file system from SQL any more: ``COPY ... TO``, ``EXPORT DATABASE``, ``read_text``,
+    ``read_csv``, ``glob``, ``ATTACH``, ``INSTALL`` and ``LOAD`` are refused, and the setting is
+    locked so that a query cannot turn it back on (``postmortem query`` and the TUI's SQL screen,
+    where the SQL is the user's; ``--allow-file-access`` leaves it). The store's own file and its
+    temporary files are DuckDB's, not the query's, and keep working. Idempotent: DuckDB shares one
+    database between the connections a process opens to the same file."""
+    access, locked = con.execute("SELECT current_setting('enable_external_access'), "
+                                 "current_setting('lock_configuration')").fetchall()[0]
+    if access:
+        con.execute("SET enable_external_access = false")
+    if not locked:
+        con.execute("SET lock_configuration = true")
+    return con
 
 
 def sql_path(path: Path | str) -> str:
@@ -117,26 +135,49 @@ def write_all(con: duckdb.DuckDBPyConnection, tables: dict[str, pl.DataFrame]) -
 
 
 def line_text(abs_path: str, offset: int, length: int, cache: dict | None = None) -> str:
-    """Read one line back from an input (decompressing it once per cache)."""
+    """Read one line back from an input by its byte offset. Compressed inputs, UTF-16 text and
+    archive members are read from a plain copy made once per process in the private folder
+    (``readable``), a block at a time: memory does not grow with the input. ``cache`` is kept
+    for callers that pass one (it holds the copies' paths)."""
     if cache is not None and abs_path in cache:
-        data = cache[abs_path]
-    elif "!/" in abs_path and not Path(abs_path).exists():  # an archive member (analyzer.archives)
-        from analyzer.archives import read_member
-
-        data = read_member(abs_path)
-        if cache is not None:
-            cache[abs_path] = data
+        path = cache[abs_path]
     else:
-        path = Path(abs_path)
-        compression = COMPRESSED.get(path.suffix.lower())
-        if compression is None:
-            with open(path, "rb") as handle:
-                handle.seek(offset)
-                return handle.read(length).decode("utf-8", "backslashreplace")
-        data = read_bytes(InputFile(path, path.name, 0, 0, compression))
+        path = readable(abs_path)
         if cache is not None:
-            cache[abs_path] = data
-    return data[offset:offset + length].decode("utf-8", "backslashreplace")
+            cache[abs_path] = path
+    with open(path, "rb") as handle:
+        handle.seek(offset)
+        return handle.read(max(0, min(length, 1 << 24))).decode("utf-8", "backslashreplace")
+
+
+_COPIES: dict[str, Path] = {}
+
+
+def readable(abs_path: str) -> Path:
+    """A plain file holding the bytes ``inputs.abs_path`` refers to by offset: the file itself,
+    or (compressed, UTF-16, an archive member) a decoded copy in ``private_dir``."""
+    if abs_path in _COPIES:
+        return _COPIES[abs_path]
+    from analyzer.discover import decode_to, is_utf16, max_decompressed, real_path
+
+    real = Path(real_path(abs_path))
+    if "!/" in abs_path and not real.exists():   # an archive member (analyzer.archives)
+        from analyzer.archives import member_copy
+
+        source = member_copy(abs_path)
+    else:
+        source = real
+    kind = COMPRESSED.get(Path(abs_path).suffix.lower())
+    with open(source, "rb") as handle:
+        utf16 = is_utf16(handle.read(4)) if kind is None else None
+    if kind is None and not utf16:
+        _COPIES[abs_path] = source
+        return source
+    target = private_dir() / f"read-{uuid.uuid4().hex[:12]}"
+    with open(source, "rb") as handle, open(target, "xb") as sink:
+        decode_to(handle, sink, kind, utf16, max_decompressed())
+    _COPIES[abs_path] = target
+    return target
 
 
 def schema_markdown(con: duckdb.DuckDBPyConnection) -> str:

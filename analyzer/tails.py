@@ -35,7 +35,7 @@ import polars as pl
 
 import parsers
 from analyzer import bulk, store
-from analyzer.discover import InputFile
+from analyzer.discover import InputFile, open_input
 from analyzer.ingest import ChunkResult, Parsed, Piece, _combine, parse_chunk
 
 BACK_OFF = 2000
@@ -57,7 +57,7 @@ def fingerprint(item: InputFile, size: int) -> str | None:
         return None
     crc, left = 0, size
     try:
-        with open(item.path, "rb") as handle:
+        with open_input(item.path) as handle:
             while left > 0 and (block := handle.read(min(left, 8 << 20))):
                 crc = zlib.crc32(block, crc)
                 left -= len(block)

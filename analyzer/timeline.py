@@ -8,6 +8,7 @@ inputs' modification times. The choice and its source go into the report.
 
 from __future__ import annotations
 
+import calendar
 from collections import Counter
 from datetime import datetime, timezone
 
@@ -18,28 +19,44 @@ PLACEHOLDER_YEAR = 2000
 
 def reference_year(tables: dict[str, pl.DataFrame], mtimes: list[float]) -> tuple[int, str]:
     years: Counter[int] = Counter()
+    leap_day = False    # a glog 0229: the logs are from a leap year
     for name, frame in tables.items():
         for column in ("ts", "time"):
             if column in frame.columns and frame.schema[column] == pl.Datetime("us"):
                 for year, count in frame[column].dt.year().drop_nulls().value_counts().iter_rows():
                     if year != PLACEHOLDER_YEAR:
                         years[year] += count
+                if not leap_day:
+                    leap_day = bool(frame.select(_leap_day_placeholder(pl.col(column)).any()).item())
     if years:
         year = years.most_common(1)[0][0]
         return year, f"year {year} taken from the run's full timestamps (training log, launcher, scheduler)"
     if mtimes:
         year = datetime.fromtimestamp(max(mtimes), tz=timezone.utc).year
+        if leap_day and not calendar.isleap(year):
+            leap = max(y for y in range(year - 4, year) if calendar.isleap(y))
+            return leap, (f"year {leap} taken from the inputs' modification time ({year}) and the glog date 02-29, "
+                          "which only a leap year has (no log line carries a year)")
         return year, f"year {year} taken from the inputs' modification time (no log line carries a year)"
     return PLACEHOLDER_YEAR, "no year anywhere in the inputs; times are shown without a reliable year"
 
 
+def _leap_day_placeholder(column: pl.Expr) -> pl.Expr:
+    return (column.dt.year() == PLACEHOLDER_YEAR) & (column.dt.month() == 2) & (column.dt.day() == 29)
+
+
 def fix_years(frame: pl.DataFrame, year: int) -> pl.DataFrame:
+    """Placeholder years replaced by ``year``; a glog 02-29 in a year without one (the year came
+    from the other timestamps, which disagree) has no time rather than a wrong one."""
     for column in ("ts", "time"):
         if column in frame.columns and frame.schema[column] == pl.Datetime("us"):
             placeholder = pl.col(column).dt.year() == PLACEHOLDER_YEAR
-            frame = frame.with_columns(
-                pl.when(placeholder).then(pl.col(column).dt.replace(year=year)).otherwise(pl.col(column)).alias(column)
-            )
+            if not calendar.isleap(year):
+                frame = frame.with_columns(pl.when(_leap_day_placeholder(pl.col(column))).then(None)
+                                           .otherwise(pl.col(column)).alias(column))
+            # only the placeholder rows go through replace (a real 2024-02-29 must not meet year=2023)
+            moved = pl.when(placeholder).then(pl.col(column)).dt.replace(year=year)
+            frame = frame.with_columns(pl.when(placeholder).then(moved).otherwise(pl.col(column)).alias(column))
     return frame
 
 

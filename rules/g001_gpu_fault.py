@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from analyzer import commands
 from rules.base import Context, Finding
 from rules.hang_model import analyse_hang
 from rules.hw_model import (attempt_start, first_error, fmt_s, gpu_descriptor, gpu_label, job_nodes, occurrences,
@@ -267,10 +268,15 @@ def _evidence(ctx: Context, rows: pl.DataFrame, occ: dict, first, lead) -> list:
 def _suggestion(node: str, gpu: dict, xid: int, severity: str) -> str:
     bus = gpu.get("bus_id", "?")
     idx = gpu.get("gpu_index", gpu.get("cuda_dev", "?"))
+    # log text never becomes a command: values of the wrong shape are placeholders (analyzer.commands)
+    host, bus_arg = commands.shown(node, commands.host), commands.shown(bus, commands.bus_id)
+    odd = "" if commands.host(node) else f" ({repr(str(node))[1:-1]} {commands.NOT_A_HOST})"
     if severity == "info":
         return (f"Nothing to do for this job; if it recurs, check {node} GPU {idx} ({bus}) with "
-                f"`nvidia-smi -q -i {bus}`.")
+                f"`{commands.sh('nvidia-smi', '-q', '-i', bus_arg)}`.{odd}")
     serial = f", serial {gpu['serial']}" if gpu.get("serial") else ""
-    return (f'Drain {node}: `scontrol update NodeName={node} State=DRAIN Reason="Xid {xid} GPU {idx} {bus}"`; '
-            f"on it run `nvidia-smi -q -i {bus}` and `dcgmi diag -r 3`; open an RMA for GPU {idx} ({bus}{serial}) "
-            f"if the diagnostic fails or the Xid recurs; resubmit with `--exclude={node}`.")
+    drain = commands.sh("scontrol", "update", f"NodeName={host}", "State=DRAIN", f"Reason=Xid {xid} GPU {idx} {bus}")
+    return (f"Drain {node}: `{drain}`; "
+            f"on it run `{commands.sh('nvidia-smi', '-q', '-i', bus_arg)}` and `dcgmi diag -r 3`; open an RMA for GPU "
+            f"{idx} ({bus}{serial}) if the diagnostic fails or the Xid recurs; resubmit with "
+            f"`{commands.sh(f'--exclude={host}')}`.{odd}")

@@ -30,6 +30,7 @@ from collections import Counter
 
 import polars as pl
 
+from analyzer import commands
 from rules.base import Context, Finding, with_columns
 from rules.hw_model import gpu_descriptor, gpu_label, job_nodes
 
@@ -106,14 +107,16 @@ def _check_product(ctx: Context, product: str, rows: pl.DataFrame) -> list[Findi
                         "check it under load before acting.")
         if gpus == 1:
             message += " No other GPU of the same model was in the inputs to compare with."
+        bus = commands.shown(r["bus_id"], commands.bus_id)
         out.append(Finding(
             CODE, NAME, SEVERITY, confidence, f"PCIe link degraded on {label}", message,
             ranks=[rank] if rank is not None else [], nodes=[r["node"]], gpus=[gpu],
             evidence=[ctx.evidence(r["input_id"], r["line_no"],
                                    note="nvidia-smi block of this GPU (PCI / GPU Link Info)")],
-            suggestion=(f"On {r['node']} run `nvidia-smi -q -d PCI -i {r['bus_id']}` under load and "
-                        f"`lspci -vv -s {r['bus_id']} | grep -E 'LnkCap|LnkSta'`; reseat the GPU/riser at the next "
-                        f"maintenance and keep bandwidth-bound jobs off it (`--exclude={r['node']}`)."),
+            suggestion=(f"On {r['node']} run `{commands.sh('nvidia-smi', '-q', '-d', 'PCI', '-i', bus)}` under load and "
+                        f"`{commands.sh('lspci', '-vv', '-s', bus)} | grep -E 'LnkCap|LnkSta'`; reseat the GPU/riser at "
+                        f"the next maintenance and keep bandwidth-bound jobs off it "
+                        f"(`{commands.sh('--exclude=' + commands.shown(r['node'], commands.host))}`)."),
             category="hardware", culprit=False,
             details={"bus_id": r["bus_id"], "width_current": wc, "width_max": wm, "gen_current": gc, "gen_max": gm,
                      "peers_width": width_usual, "peers_gen": gen_usual, "idle": idle}))

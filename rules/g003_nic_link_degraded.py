@@ -32,6 +32,7 @@ from collections import Counter
 
 import polars as pl
 
+from analyzer import commands
 from rules.base import Context, Finding, with_columns
 from rules.hw_model import job_nodes
 
@@ -115,13 +116,15 @@ def _ports(ctx: Context) -> list[Finding]:
 
 
 def _finding(ctx: Context, r: dict, title: str, message: str, confidence: float, details: dict) -> Finding:
-    dev = r["ca"]
+    dev = commands.shown(r["ca"], commands.device)
+    host = commands.shown(r["node"], commands.host)
     return Finding(CODE, NAME, SEVERITY, confidence, title, message, nodes=[r["node"]],
                    evidence=[ctx.evidence(r["input_id"], r["line_no"],
                                           note=f"{r.get('source') or 'ibstat'} port block")],
-                   suggestion=(f"On {r['node']}: `ibstat {dev}` and `mlxlink -d {dev} -m` (negotiated speed, FEC, "
-                               f"cable); reseat or replace the cable/transceiver; until then exclude the node "
-                               f"(`--exclude={r['node']}`) or leave {dev} out of NCCL_IB_HCA."),
+                   suggestion=(f"On {r['node']}: `{commands.sh('ibstat', dev)}` and `{commands.sh('mlxlink', '-d', dev, '-m')}` "
+                               f"(negotiated speed, FEC, cable); reseat or replace the cable/transceiver; until then "
+                               f"exclude the node (`{commands.sh('--exclude=' + host)}`) or leave {r['ca']} out of "
+                               "NCCL_IB_HCA."),
                    category="hardware", culprit=False, details=details)
 
 

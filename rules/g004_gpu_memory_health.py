@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from analyzer import commands
 from rules.base import Context, Finding
 from rules.hw_model import gpu_descriptor, gpu_label, job_nodes
 
@@ -82,10 +83,12 @@ def check(ctx: Context) -> list[Finding]:
                    "snapshot has "
                    "no time to order it against the job's failure.")
         bus_id = gpu.get("bus_id")
-        suggestion = (f'Drain {node} (`scontrol update NodeName={node} State=DRAIN Reason="GPU {bus_id}"`) and open an '
+        drain = commands.sh("scontrol", "update", f"NodeName={commands.shown(node, commands.host)}", "State=DRAIN",
+                            f"Reason=GPU {bus_id}")
+        suggestion = (f"Drain {node} (`{drain}`) and open an "
                       f"RMA for the GPU at {bus_id}" + (f" (serial {gpu['serial']})" if gpu.get("serial") else "") + "."
                       if replace else
-                      f"With no process on it, reset the GPU (`nvidia-smi -r -i {bus_id}`) to apply the pending "
+                      f"With no process on it, reset the GPU (`{commands.sh('nvidia-smi', '-r', '-i', commands.shown(bus_id, commands.bus_id))}`) to apply the pending "
                       f"retirement/remap; if uncorrectable errors return, drain {node} and open an RMA.")
         title = f"GPU health: {problems[0]} on {label}"
         out.append(Finding(CODE, NAME, SEVERITY, 0.7 if replace else 0.6, title, message,

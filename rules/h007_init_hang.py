@@ -33,6 +33,7 @@ Known false positives
 from __future__ import annotations
 
 from analyzer.ranges import hostlist, rank_ranges
+from analyzer import commands
 from rules.base import Context, Finding
 from rules.init_model import init_picture
 
@@ -80,7 +81,7 @@ def _missing_nodes(ctx: Context, pic) -> list[Finding]:
         message, nodes=missing, evidence=evidence, category="hang", culprit=True,
         suggestion=(f"Check {', '.join(missing)} on the scheduler side (slurmd log, container runtime, image pull; "
                     f"`sacct -j JOB -o JobID,NodeList,State,ExitCode`) and resubmit without it: "
-                    f"`sbatch --exclude={hostlist(missing)} ...`."),
+                    f"`sbatch {commands.sh('--exclude=' + (hostlist(commands.hosts(missing)[0]) or 'NODE'))} ...`."),
         details={"missing_nodes": missing, "last_stage": {n: stages[n] or "scheduled" for n in missing},
                  "node_stages": stages, "min_nodes": pic.min_nodes, "max_nodes": pic.max_nodes,
                  "expected_nodes": len(pic.nodes["scheduled"]), "launched_nodes": sorted(launched)})]

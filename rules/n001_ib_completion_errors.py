@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from analyzer import commands
 from rules.base import Context, Finding
 from rules.fabric_model import FAULT_STATUSES, STATUS, completion_errors, down_ports, link_flaps, vote
 
@@ -162,8 +163,10 @@ def _finding(ctx, errors, rows, pairs, counts, reporters, culprit, why, confiden
         title = f"IB/RoCE completion errors point at {culprit}" + (f" ({where})" if where != "its NIC" else "")
         netdev = own[0].device if own else "<netdev>"
         ca = nics[0] if nics else "<mlx5_N>"
-        suggestion = (f"Drain {culprit} and check its NIC port: `ibstat {ca}` / `ibv_devinfo -d {ca}` (state, rate), "
-                      f"`perfquery -x` or `ethtool -S {netdev}` (link_downed, symbol and CRC error counters), "
+        ca_arg, dev_arg = commands.shown(ca, commands.device), commands.shown(netdev, commands.device)
+        suggestion = (f"Drain {culprit} and check its NIC port: `{commands.sh('ibstat', ca_arg)}` / "
+                      f"`{commands.sh('ibv_devinfo', '-d', ca_arg)}` (state, rate), "
+                      f"`perfquery -x` or `{commands.sh('ethtool', '-S', dev_arg)}` (link_downed, symbol and CRC error counters), "
                       f"`dmesg | grep mlx5`, the cable and the switch port; then run nccl-tests all_reduce_perf "
                       f"between {culprit} and {', '.join(peers) or 'its peers'} before putting it back.")
         severity, category = "error", "network"

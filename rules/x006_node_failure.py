@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from analyzer import commands
 from rules.base import Context, Finding
 
 CODE = "X006"
@@ -48,8 +49,9 @@ def check(ctx: Context) -> list[Finding]:
                    "node's: it is the node that failed")
         return [Finding(CODE, NAME, SEVERITY, 0.75, f"node failure: {node}", message, nodes=[node],
                         evidence=evidence, category="external", culprit=True,
-                        suggestion=f"scontrol show node {node}; check its BMC event log and kernel log; resubmit with "
-                                   f"--exclude={node} until it is checked.",
+                        suggestion=f"{commands.sh('scontrol', 'show', 'node', commands.shown(node, commands.host))}; "
+                                   "check its BMC event log and kernel log; resubmit with "
+                                   f"{commands.sh('--exclude=' + commands.shown(node, commands.host))} until it is checked.",
                         details={"node": node, "silent_first_s": gap, "drain": True})]
     return [Finding(CODE, NAME, SEVERITY, 0.6, "node failure (the node is not named in these logs)",
                     "Slurm ended the job with NODE_FAIL; the logs do not show which node failed",

@@ -126,8 +126,8 @@ ARCHIVE = {
                     "../escaped.log, /tmp/pm-absolute.log",
                     "evil.tar.gz: skipped 2 link(s) (links are never followed): passwd -> /etc/passwd, "
                     "hard -> ../../etc/shadow"],
-    "bomb.zip": ["bomb.zip: member zeros.log takes the extracted total past 1 MiB (the per-archive cap, "
-                 "POSTMORTEM_ARCHIVE_MAX_BYTES: a compression bomb?)"],
+    "bomb.zip": ["bomb.zip: member zeros.log takes the extracted total past 1 MiB (the cap of the run's temporary "
+                 "copies, POSTMORTEM_ARCHIVE_MAX_BYTES: a compression bomb?)"],
     "many.tar.gz": ["many.tar.gz: more than 50 members (the per-archive cap, POSTMORTEM_ARCHIVE_MAX_MEMBERS); "
                     "stopped at member m/0050.log"],
 }

@@ -297,10 +297,11 @@ def test_pcie_gen_down_on_every_idle_gpu_is_quiet(tmp_path):
 # -- real excerpts (../shared/real-data/logs/hw) ------------------------------------------------------------
 
 def _with_real(tmp_path: Path, real_logs: Path, name: str, node: str = "node-01") -> Path:
-    """A hand-written 4-rank run plus one real excerpt, read in place through a symlink under the node's folder."""
+    """A hand-written 4-rank run plus one real excerpt, copied under the node's folder (a link out of
+    the job folder would be skipped: docs/security.md)."""
     folder = write_scenario(tmp_path, ranks=4, culprit=2)
     (folder / node).mkdir(parents=True, exist_ok=True)
-    (folder / node / name).symlink_to(real_logs / "hw" / name)
+    shutil.copyfile(real_logs / "hw" / name, folder / node / name)
     return folder
 
 

@@ -125,10 +125,13 @@ class PostmortemApp(App):
     ]
 
     def __init__(self, session: Session | None = None, paths: list[str] | None = None,
-                 theme: str | None = None, start: str = "verdict"):
+                 theme: str | None = None, start: str = "verdict", allow_file_access: bool = False,
+                 follow_symlinks: bool = False):
         super().__init__()
         self.session = session
         self.paths = paths or []
+        self.allow_file_access = allow_file_access
+        self.follow_symlinks = follow_symlinks
         self.start = start
         self.failure: str | None = None  # why loading failed (the CLI prints it after exit)
         self.cancelled = False           # quit while loading: the load stops at its next progress step
@@ -157,11 +160,14 @@ class PostmortemApp(App):
     @work(thread=True, exclusive=True)
     def _load(self) -> None:
         try:
-            session = analyze_paths(self.paths, progress=self._progress_from_thread)
+            session = analyze_paths(self.paths, progress=self._progress_from_thread,
+                                    allow_file_access=self.allow_file_access, follow_symlinks=self.follow_symlinks)
         except LoadCancelled:
             return
         except Exception as exc:  # noqa: BLE001 -- shown to the user, the app then exits with it
-            self.failure = f"{type(exc).__name__}: {exc}"
+            from analyzer.render import safe
+
+            self.failure = safe(" ".join(f"{type(exc).__name__}: {exc}".split()))   # one line, no traceback
             self._to_ui(self.exit, None, 2)
             return
         self._to_ui(self._loaded, session)

@@ -49,7 +49,9 @@ class Session:
         return list(self.report["verdict"].get("culprit", {}).get("nodes") or [])
 
 
-def open_store(db: str | Path) -> Session:
+def open_store(db: str | Path, allow_file_access: bool = False) -> Session:
+    """A store read-only; its SQL cannot reach the file system unless ``allow_file_access``
+    (``analyzer.store.lock_down``)."""
     path = Path(db)
     if not path.exists():
         raise StoreError(f"{db}: no such database")
@@ -58,26 +60,34 @@ def open_store(db: str | Path) -> Session:
     except duckdb.Error as exc:
         raise StoreError(f"{db}: cannot open: {exc}") from None
     from analyzer.report import stored_report
+    from analyzer.store import lock_down
 
     report = stored_report(con)
     if report is None:
         con.close()
         raise StoreError(f"{db}: no report in this store (written by an older postmortem?); "
                          "run `postmortem ingest PATH --db FILE` again")
+    if not allow_file_access:
+        lock_down(con)
     return Session(Run(con, db_path=str(path)), report, _title_of(path.name.removesuffix(".duckdb")))
 
 
 def analyze_paths(paths: list[str], progress: Callable[[str], None] | None = None,
-                  db: str | None = None) -> Session:
+                  db: str | None = None, allow_file_access: bool = False, follow_symlinks: bool = False) -> Session:
     """Ingest ``paths`` and run the rules; ``progress`` receives each progress line (files, MB,
-    MB/s, then the later phases)."""
+    MB/s, then the later phases). Once the report is made, the store's SQL cannot reach the
+    file system unless ``allow_file_access``."""
     from analyzer.pipeline import analyze
     from analyzer.report import build_report
+    from analyzer.store import lock_down
 
-    run = analyze(paths, db_path=db, progress_stream=_LineStream(progress) if progress else None)
+    run = analyze(paths, db_path=db, progress_stream=_LineStream(progress) if progress else None,
+                  follow_symlinks=follow_symlinks)
     if progress:
         progress("running the rules")
     report = build_report(run)
+    if not allow_file_access:
+        lock_down(run.con)
     names = sorted({Path(p).name for p in paths})
     return Session(run, report, _title_of(", ".join(names)))
 
