@@ -12,8 +12,15 @@ a changed rule, runs the rules again.
 
 Where: ``$POSTMORTEM_CACHE_DIR``, else ``$XDG_CACHE_HOME/postmortem``, else
 ``~/.cache/postmortem``; the newest ``KEEP`` entries are kept. ``POSTMORTEM_CACHE=off`` (or
-``--no-cache``) turns it off. A damaged entry is a miss, never an error. A run whose logs only
-grew since (a live hang) re-parses just their tails (``analyzer.tails``).
+``--no-cache``) turns it off. A run whose logs only grew since (a live hang) re-parses just their
+tails (``analyzer.tails``).
+
+Safety (docs/security.md): the folder must be the invoking user's alone (made 0700; one that
+another user owns or can write turns the cache off); every entry carries a SHA-256 of its files,
+checked while the entry is copied out, so a damaged entry (any table, any byte) is a miss, never
+an error later; a cached report must be a whole report; parts left by a process that died
+(``.*`` of any name) are pruned after an hour; nothing is saved when it would leave the disk
+with less than ``FREE_MARGIN`` free.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import time
 import uuid
 from functools import cache
@@ -30,7 +38,7 @@ from pathlib import Path
 import duckdb
 
 from analyzer import store
-from analyzer.discover import InputFile
+from analyzer.discover import InputFile, path_text
 
 KEEP = 10
 _META = "_postmortem_cache"
@@ -45,6 +53,57 @@ def root() -> Path:
         return Path(os.environ["POSTMORTEM_CACHE_DIR"])
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     return base / "postmortem"
+
+
+def usable() -> str | None:
+    """None when the cache folder can be used (made 0700 if missing), else why not: it must be
+    this user's alone, or another user could plant entries or links in it."""
+    folder = root()
+    try:
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        st = os.lstat(folder)
+    except OSError as exc:
+        return f"cache folder {folder}: {exc.strerror or exc}; the cache is off"
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+        return f"cache folder {folder} is a link or not a folder; the cache is off"
+    if hasattr(os, "geteuid") and (st.st_uid != os.geteuid() or st.st_mode & 0o022):
+        return (f"cache folder {folder} is not this user's alone (owner or group/other write); the cache is off "
+                "(POSTMORTEM_CACHE_DIR chooses another)")
+    return None
+
+
+# Nothing is saved into the cache when the disk would have less than this left afterwards.
+FREE_MARGIN = 2 << 30
+
+
+def _room_for(folder: Path, nbytes: int) -> bool:
+    try:
+        return shutil.disk_usage(folder).free - nbytes >= FREE_MARGIN
+    except OSError:
+        return False
+
+
+def _digest_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(4 << 20):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _copy_checked(source: Path, target: Path, expected: str | None) -> bool:
+    """Copy ``source`` to the new file ``target`` (``O_EXCL``, ``O_NOFOLLOW``), hashing as it goes;
+    False (and no target) when the hash is not ``expected`` (None: not checked)."""
+    digest = hashlib.sha256()
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    with open(source, "rb") as handle, os.fdopen(fd, "wb") as sink:
+        while block := handle.read(4 << 20):
+            digest.update(block)
+            sink.write(block)
+    if expected is not None and digest.hexdigest() != expected:
+        target.unlink(missing_ok=True)
+        return False
+    return True
 
 
 @cache
@@ -76,85 +135,136 @@ def report_key(run_key: str, info: dict) -> str:
 def key(items: list[InputFile]) -> str:
     digest = hashlib.sha256(code_version().encode())
     for item in sorted(items, key=lambda i: i.display):
-        where = item.source or str(item.path)
+        where = path_text(item.source or item.path)
         digest.update(f"{item.display}\0{where}\0{item.size}\0{item.mtime!r}\n".encode())
     return digest.hexdigest()[:32]
 
 
 def load(run_key: str, db_path: str | Path | None):
     """The cached store as a new connection (in memory, or copied to ``db_path``) with the
-    run's info and messages, or None on a miss."""
+    run's info and messages, or None on a miss (a damaged entry is one: checked before use)."""
     entry = root() / f"{run_key}.duckdb"
-    if not entry.is_file():
+    if not entry.is_file() or usable():
         return None
+    target = Path(db_path) if db_path is not None else store.private_dir() / f"cached-{uuid.uuid4().hex[:12]}.duckdb"
     try:
+        expected = (root() / f"{run_key}.duckdb.sha256").read_text().strip()
         # A copy of the entry's file (the caller may write to the store: the report table):
         # a file copy costs far less than loading every table into memory.
-        target = Path(db_path) if db_path is not None else store.private_dir() / f"cached-{uuid.uuid4().hex[:12]}.duckdb"
-        shutil.copyfile(entry, target)
+        if not _copy_checked(entry, target, expected):
+            _remove(entry)
+            return None
         con = duckdb.connect(str(target), config=store.file_config())
         meta = json.loads(con.execute(f"SELECT json FROM {_META}").fetchall()[0][0])
         con.execute(f"DROP TABLE {_META}")
-    except (duckdb.Error, OSError, IndexError, ValueError):
+        if not isinstance(meta, dict) or not isinstance(meta.get("info"), dict) or \
+                not isinstance(meta.get("messages"), list):
+            raise ValueError("damaged cache metadata")
+    except (duckdb.Error, OSError, IndexError, ValueError, TypeError):
         return None  # a damaged or half-written entry: parse again
     os.utime(entry)  # recently used: kept longest
     return con, meta
 
 
 def save(run_key: str, con: duckdb.DuckDBPyConnection, meta: dict) -> None:
-    """Copy the store into the cache (written aside, then renamed: readers never see half)."""
+    """Copy the store into the cache (written aside, then renamed: readers never see half), with
+    the SHA-256 of the entry beside it."""
+    if usable():
+        return
     folder = root()
+    part = folder / f".{run_key}.{uuid.uuid4().hex}.part"
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        part = folder / f".{run_key}.{uuid.uuid4().hex}.part"
         source = con.execute("SELECT path FROM duckdb_databases() WHERE database_name = current_database()").fetchall()
         source = source[0] if source else None
         if source and source[0]:
             # A store on disk: its file, checkpointed, is the entry (no table is read or rewritten).
             con.execute("CHECKPOINT")
-            shutil.copyfile(source[0], part)
+            if not _room_for(folder, 2 * os.path.getsize(source[0])):
+                return
+            _copy_checked(Path(source[0]), part, None)    # a new file of ours (O_EXCL, O_NOFOLLOW)
             with duckdb.connect(str(part)) as copy:
                 copy.execute(f"CREATE TABLE {_META} AS SELECT ? AS json", [json.dumps(meta, default=str)])
-            os.replace(part, folder / f"{run_key}.duckdb")
-            _prune(folder)
-            return
-        con.execute(f"CREATE OR REPLACE TEMP TABLE {_META} AS SELECT ? AS json", [json.dumps(meta, default=str)])
-        alias = f"c{uuid.uuid4().hex[:8]}"
-        con.execute(f"ATTACH '{store.sql_path(part)}' AS {alias}")
-        try:
-            current = con.execute("SELECT current_database()").fetchall()[0][0]
-            con.execute(f"COPY FROM DATABASE {current} TO {alias}")
-            con.execute(f"CREATE TABLE {alias}.{_META} AS SELECT * FROM temp.{_META}")
-        finally:
-            con.execute(f"DETACH {alias}")
-            con.execute(f"DROP TABLE temp.{_META}")
+        else:
+            if not _room_for(folder, 2 * _in_memory_bytes(con)):
+                return
+            con.execute(f"CREATE OR REPLACE TEMP TABLE {_META} AS SELECT ? AS json", [json.dumps(meta, default=str)])
+            alias = f"c{uuid.uuid4().hex[:8]}"
+            con.execute(f"ATTACH '{store.sql_path(part)}' AS {alias}")
+            try:
+                current = con.execute("SELECT current_database()").fetchall()[0][0]
+                con.execute(f"COPY FROM DATABASE {current} TO {alias}")
+                con.execute(f"CREATE TABLE {alias}.{_META} AS SELECT * FROM temp.{_META}")
+            finally:
+                con.execute(f"DETACH {alias}")
+                con.execute(f"DROP TABLE temp.{_META}")
+        _write_small(folder / f"{run_key}.duckdb.sha256", _digest_file(part) + "\n")
         os.replace(part, folder / f"{run_key}.duckdb")
         _prune(folder)
     except (duckdb.Error, OSError):
+        _remove(part)
+        _remove(part.with_name(part.name + ".wal"))
         return  # a cache that cannot be written costs speed, never the report
 
 
-def load_report(report_key_: str, con: duckdb.DuckDBPyConnection) -> dict | None:
-    """The cached report, its ``findings`` table copied into ``con``'s store; None on a miss."""
-    entry = root() / f"{report_key_}.report"
+def _in_memory_bytes(con) -> int:
     try:
-        report = json.loads((entry / "report.json").read_text(encoding="utf-8"))
+        return int(con.execute("SELECT sum(memory_usage_bytes) FROM duckdb_memory()").fetchall()[0][0] or 0)
+    except duckdb.Error:
+        return 0
+
+
+def _write_small(path: Path, text: str) -> None:
+    """A small file written aside and renamed into place."""
+    from analyzer.safeio import write_file
+
+    write_file(path, text, what="cache entry")
+
+
+def load_report(report_key_: str, con: duckdb.DuckDBPyConnection) -> dict | None:
+    """The cached report, its ``findings`` table copied into ``con``'s store; None on a miss (a
+    damaged entry, or a report that is not whole, is one)."""
+    entry = root() / f"{report_key_}.report"
+    if usable():
+        return None
+    try:
+        sums = json.loads((entry / "sha256.json").read_text(encoding="utf-8"))
+        text = (entry / "report.json").read_bytes()
+        if hashlib.sha256(text).hexdigest() != sums.get("report.json") or \
+                _digest_file(entry / "findings.parquet") != sums.get("findings.parquet"):
+            raise ValueError("damaged report entry")
+        report = json.loads(text.decode("utf-8"))
+        if not _whole_report(report):
+            raise ValueError("not a whole report")
         con.execute("CREATE OR REPLACE TABLE findings AS SELECT * FROM read_parquet(?)",
                     [str(entry / "findings.parquet")])
-    except (duckdb.Error, OSError, ValueError):
+    except (duckdb.Error, OSError, ValueError, AttributeError, TypeError):
         return None   # no entry, or a damaged one: the rules run again
     os.utime(entry)
     return report
 
 
+_REPORT_KEYS = {"schema", "verdict", "outcome", "findings", "actions", "missing_evidence", "inputs", "run"}
+
+
+def _whole_report(report) -> bool:
+    return isinstance(report, dict) and _REPORT_KEYS <= set(report) and \
+        str(report.get("schema", "")).startswith("postmortem.report/") and isinstance(report.get("findings"), list) \
+        and isinstance(report.get("verdict"), dict)
+
+
 def save_report(report_key_: str, con: duckdb.DuckDBPyConnection, report: dict) -> None:
     """Keep ``report`` and the store's ``findings`` table (written in a folder aside, then renamed)."""
+    if usable():
+        return
     folder = root()
     part = folder / f".{report_key_}.{uuid.uuid4().hex}.part"
     try:
-        part.mkdir(parents=True)
+        part.mkdir(mode=0o700)
         con.execute(f"COPY findings TO '{store.sql_path(part / 'findings.parquet')}' (FORMAT parquet)")
-        (part / "report.json").write_text(json.dumps(report, default=str), encoding="utf-8")
+        text = json.dumps(report, default=str).encode("utf-8")
+        (part / "report.json").write_bytes(text)
+        (part / "sha256.json").write_text(json.dumps({"report.json": hashlib.sha256(text).hexdigest(),
+                                                      "findings.parquet": _digest_file(part / "findings.parquet")}))
         final = folder / f"{report_key_}.report"
         shutil.rmtree(final, ignore_errors=True)
         os.replace(part, final)
@@ -163,19 +273,35 @@ def save_report(report_key_: str, con: duckdb.DuckDBPyConnection, report: dict) 
         shutil.rmtree(part, ignore_errors=True)   # costs speed next time, never this report
 
 
+# A part (``.<key>.<uuid>.part``, ``.parsed-part``, a WAL, ...) this old was left by a process
+# that died while writing it.
+STALE_PART_S = 3600
+
+
 def _prune(folder: Path) -> None:
     # stores; parse entries of analyzer.tails; reports, a few per store (--gpu and the like)
     for pattern, keep in (("*.duckdb", KEEP), ("*.parsed", KEEP), ("*.report", 3 * KEEP)):
         entries = sorted(folder.glob(pattern), key=lambda p: p.stat().st_mtime, reverse=True)
         for old in entries[keep:]:
             _remove(old)
-    for part in folder.glob(".*.part"):  # left by a process that died while writing
-        if time.time() - part.stat().st_mtime > 3600:
-            _remove(part)
+            _remove(old.with_name(old.name + ".sha256"))
+    for sums in folder.glob("*.duckdb.sha256"):    # a checksum whose store is gone
+        if not sums.with_name(sums.name.removesuffix(".sha256")).exists():
+            _remove(sums)
+    now = time.time()
+    for part in folder.glob(".*"):  # parts of any name left by a process that died while writing
+        try:
+            if now - part.lstat().st_mtime > STALE_PART_S:
+                _remove(part)
+        except OSError:
+            continue
 
 
 def _remove(path: Path) -> None:
-    if path.is_dir():
-        shutil.rmtree(path, ignore_errors=True)
-    else:
-        path.unlink(missing_ok=True)
+    try:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+    except OSError:
+        pass

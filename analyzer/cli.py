@@ -41,6 +41,7 @@ examples:
 # The exit codes scripts can rely on. 3 wins over 1: a partial report cannot promise that the
 # missing findings would not have changed the answer, and its rule_errors say which are missing.
 OK, FINDINGS, USAGE, PARTIAL, INTERNAL = 0, 1, 2, 3, 4
+INTERRUPTED, TERMINATED = 130, 143   # 128 + SIGINT, 128 + SIGTERM
 EXIT_CODES = """\
 exit codes:
   0  ran; no finding at or above --fail-on (default: error)
@@ -49,6 +50,7 @@ exit codes:
   3  the report was written but is partial: a rule raised (listed under rule_errors);
      its findings are missing. 3 wins over 1 (--fail-on never does not hide it)
   4  internal error: one line on stderr; POSTMORTEM_DEBUG=1 shows the traceback
+  130  interrupted (Ctrl-C, SIGINT); 143  terminated (SIGTERM): workers stopped, temporary files removed
 """
 # Per command, the codes it can end with (each subcommand's --help lists its own).
 _CODES = {
@@ -210,17 +212,48 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+class Terminated(BaseException):
+    """SIGTERM (what ``timeout`` and the scheduler send): unwinds like Ctrl-C, so that workers are
+    stopped and temporary files removed on the one way out."""
+
+
+def _on_sigterm(signum, frame):
+    raise Terminated()
+
+
+def _cleanup() -> None:
+    """Temporary files of this process (archive members, decoded copies, private stores)."""
+    from analyzer.archives import Scratch
+
+    Scratch.cleanup_all()
+    if "analyzer.store" in sys.modules:
+        sys.modules["analyzer.store"].remove_private_dir()
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one command; its exit code (``EXIT_CODES``). No exception leaves here as a traceback:
-    scripts get a documented code and one line on stderr."""
+    scripts get a documented code and one line on stderr. SIGINT (Ctrl-C) and SIGTERM stop the
+    workers, remove the temporary files and exit 130 and 143."""
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    else:
+        previous = None
     try:
         return _run(argv)
     except BrokenPipeError:
         _quiet_stdout()
         return OK
     except KeyboardInterrupt:
-        print("postmortem: interrupted", file=sys.stderr)
-        return 130  # the shell's code for SIGINT
+        _cleanup()
+        print("postmortem: interrupted; temporary files removed", file=sys.stderr)
+        return INTERRUPTED  # the shell's code for SIGINT
+    except Terminated:
+        _cleanup()
+        print("postmortem: terminated (SIGTERM); temporary files removed", file=sys.stderr)
+        return TERMINATED
     except OSError as exc:
         if exc.filename is None:
             return _internal_error(exc)
@@ -230,6 +263,9 @@ def main(argv: list[str] | None = None) -> int:
         return USAGE
     except Exception as exc:  # noqa: BLE001 -- the last line of defence: a bug must not print a traceback
         return _internal_error(exc)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def _run(argv: list[str] | None) -> int:
@@ -810,5 +846,20 @@ def _explain(args) -> int:
     return 0
 
 
+def entry() -> None:
+    """The ``postmortem`` command: ``main``, then exit with its code. After workers were stopped
+    by a signal, the process ends at once (its temporary files are already removed): a worker
+    killed mid-message would keep the interpreter's exit waiting on the pool's manager thread."""
+    code = main()
+    if "analyzer.ingest" in sys.modules and sys.modules["analyzer.ingest"].POOL_STOPPED:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

@@ -706,7 +706,7 @@ def sniff(item: InputFile, data: bytes) -> str:
     if not data:
         raise InputError(f"{item.display}: empty file")
     if head[:1] == b"\0":   # logrotate's copytruncate leaves NULs in front of the log: judge what follows
-        head = head.lstrip(b"\0") or data[:1 << 20].lstrip(b"\0")[:65536]
+        head = data.lstrip(b"\0")[:65536]
         if not head:
             raise InputError(f"{item.display}: only NUL bytes (a log truncated while its writer kept writing?); "
                              "skipped")

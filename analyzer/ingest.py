@@ -91,7 +91,12 @@ def read_input(input_id: int, item: InputFile, piece=None) -> tuple[FileResult, 
             return _parse_nsys(result), None
         if item.compression is None:
             with open_input(item.path) as handle:
+                nuls = leading_nuls(handle)
+                handle.seek(nuls)
                 head = handle.read(SNIFF_BYTES)
+            if nuls and not head:
+                raise InputError(f"{item.display}: only NUL bytes (a log truncated while its writer kept writing?); "
+                                 "skipped")
             if is_utf16(head):
                 data = _utf16(item, item.path.read_bytes() if item.size <= SMALL_DECOMPRESSED else b"")
                 item.kind = sniff(item, data)
@@ -888,7 +893,6 @@ def _run_jobs(jobs: list[Job], count: int):
         return
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
-    from concurrent.futures.process import BrokenProcessPool
 
     # Workers start at the first submissions, and these are set for them then (read at their
     # start): one Polars thread each; Polars' allocator keeping freed pages for reuse (every
@@ -908,13 +912,13 @@ def _run_jobs(jobs: list[Job], count: int):
         sys.stderr = open(os.devnull, "w")  # noqa: SIM115 -- closed below
     try:
         pool = ProcessPoolExecutor(count, mp_context=multiprocessing.get_context("spawn"),
-                                   initializer=_silence if quiet else None)
+                                   initializer=_worker_start, initargs=(quiet,))
     except BaseException:
         if quiet:
             sys.stderr.close()
             sys.stderr = stderr
         raise
-    with pool:
+    try:
         saved, main = {name: os.environ.get(name) for name in settings}, sys.modules.get("__main__")
         os.environ.update(settings)
         sys.modules["__main__"] = types.ModuleType("__main__")
@@ -935,22 +939,62 @@ def _run_jobs(jobs: list[Job], count: int):
         # At most two jobs per worker in flight: results that wait for this process would
         # otherwise pile up without bound.
         pending.extend((job, pool.submit(_parse_job, job)) for job in islice(waiting, count))
-        broken = False
-        while pending:
-            job, future = pending.popleft()
-            chunk = None
-            if future is not None:
-                try:
-                    chunk = future.result()
-                except BrokenProcessPool:
-                    broken = True
-            if chunk is None:    # the pool broke (a worker killed for memory): parse it here
-                chunk = _compacted(parse_chunks(*job))
-            following = next(waiting, None)
-            if following is not None:
-                pending.append((following, None if broken else pool.submit(_parse_job, following)))
-            del future
-            yield chunk
+        yield from _results(pool, pending, waiting)
+    except BaseException:
+        _stop(pool)     # Ctrl-C, SIGTERM, an error here: the workers go now, not after their jobs
+        raise
+    pool.shutdown(wait=True)
+
+
+POOL_STOPPED = False
+
+
+def _stop(pool) -> None:
+    """Kill a pool's workers and drop its queued jobs, without waiting for them (a pool whose
+    workers were killed can keep ``shutdown(wait=True)`` waiting)."""
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    for process in processes:
+        try:
+            process.kill()
+        except (OSError, ValueError, AttributeError):
+            pass
+    try:
+        pool.shutdown(wait=False, cancel_futures=True)
+    except Exception:  # noqa: BLE001 -- on the way out
+        pass
+    # A worker killed while sending its result leaves the pool's manager thread waiting for the
+    # rest of the message, and the interpreter would join that thread at exit for ever:
+    # ``analyzer.cli.entry`` ends the process without that join once a pool was stopped.
+    global POOL_STOPPED
+    POOL_STOPPED = True
+    for process in processes:
+        try:
+            process.join(timeout=5)
+        except (OSError, ValueError, AssertionError):
+            pass
+
+
+def _results(pool, pending: deque, waiting):
+    """Each pending job's chunk in order, submitting the next job as one comes back. A pool that
+    broke (a worker killed for memory) hands its remaining jobs back to this process."""
+    from concurrent.futures.process import BrokenProcessPool
+
+    broken = False
+    while pending:
+        job, future = pending.popleft()
+        chunk = None
+        if future is not None:
+            try:
+                chunk = future.result()
+            except BrokenProcessPool:
+                broken = True
+        if chunk is None:    # the pool broke (a worker killed for memory): parse it here
+            chunk = _compacted(parse_chunks(*job))
+        following = next(waiting, None)
+        if following is not None:
+            pending.append((following, None if broken else pool.submit(_parse_job, following)))
+        del future
+        yield chunk
 
 
 def _real_stream(stream) -> bool:
@@ -961,8 +1005,18 @@ def _real_stream(stream) -> bool:
         return False
 
 
+def _worker_start(quiet: bool) -> None:
+    """A worker ignores Ctrl-C (its parent stops it, on the one way out); with ``quiet`` its
+    stdout and stderr go to /dev/null (its parent draws a terminal UI)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if quiet:
+        _silence()
+
+
 def _silence() -> None:
-    """A worker's stdout and stderr to /dev/null (its parent draws a terminal UI)."""
+    """A worker's stdout and stderr to /dev/null."""
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)
     os.dup2(devnull, 2)

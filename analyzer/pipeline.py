@@ -60,6 +60,9 @@ def analyze(paths: list[str | Path], db_path: str | Path | None = None, progress
     exclude = {Path(p) for p in exclude or []} | ({Path(db_path)} if db_path else set())
     meter = Progress(progress or progress_stream is not None, stream=progress_stream)
     use_cache = cache.enabled() if use_cache is None else use_cache
+    no_cache_why = cache.usable() if use_cache else None
+    if no_cache_why:
+        use_cache = False
     # Archive members are copied into a private temporary directory for parsing; it is gone
     # once the inputs are parsed (evidence is read back from the archive: analyzer.archives).
     with Scratch() as scratch:
@@ -69,6 +72,8 @@ def analyze(paths: list[str | Path], db_path: str | Path | None = None, progress
                                      follow_symlinks=follow_symlinks)
             if not items:
                 raise NothingReadable("; ".join(errors) or "no input files found")
+            if no_cache_why:
+                errors.append(no_cache_why)
             t_discover = time.perf_counter()
             if len(paths) > 1:
                 # Inputs in one order whatever the order the paths were given in (input ids, and

@@ -117,6 +117,15 @@ def private_dir() -> Path:
 _PRIVATE: Path | None = None
 
 
+def remove_private_dir() -> None:
+    """The private folder now (a signal ends the run; atexit would run too late or not at all)."""
+    global _PRIVATE
+    if _PRIVATE is not None:
+        shutil.rmtree(_PRIVATE, ignore_errors=True)
+        _PRIVATE = None
+    _COPIES.clear()
+
+
 def write_table(con: duckdb.DuckDBPyConnection, name: str, frame: pl.DataFrame) -> None:
     arrow = frame.to_arrow()
     con.register("_incoming", arrow)

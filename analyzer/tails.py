@@ -35,7 +35,7 @@ import polars as pl
 
 import parsers
 from analyzer import bulk, store
-from analyzer.discover import InputFile, open_input
+from analyzer.discover import InputFile, open_input, path_text
 from analyzer.ingest import ChunkResult, Parsed, Piece, _combine, parse_chunk
 
 BACK_OFF = 2000
@@ -45,7 +45,7 @@ _PER_FILE = {m.NAME for m in parsers.PER_FILE} | {m.NAME for m in parsers.ENV_PA
 def paths_key(items: list[InputFile], code_version: str) -> str:
     digest = hashlib.sha256(code_version.encode())
     for item in items:
-        digest.update(f"{item.display}\0{item.source or item.path}\n".encode())
+        digest.update(f"{item.display}\0{path_text(item.source or item.path)}\n".encode())
     return digest.hexdigest()[:32]
 
 

@@ -20,11 +20,12 @@ any prefix, optionally with ``.pkl`` / ``.pickle`` / ``.json``). Top level::
 The JSON variant (``_dump_nccl_trace_json``) has no stacks and may hold every value as a
 string; both are normalised the same way.
 
-**Pickles are untrusted.** They are read with ``SafeUnpickler``, whose ``find_class`` refuses
-every global: the FR format needs only dicts, lists, tuples, str, bytes, int, float, bool
-and None, which pickle builds without ``find_class``. A pickle that names any class or
-callable (``os.system``, ``builtins.eval``, a ``__reduce__`` payload) stops at that opcode,
-before anything is called, and yields a problem message instead.
+**Pickles are untrusted.** They are never unpickled: ``read_pickle`` is a pickle machine of
+its own that knows only the opcodes of dicts, lists, tuples, str, bytes, int, float, bool and
+None (all a dump needs), so a pickle that names any class or callable (``os.system``,
+``builtins.eval``, a ``__reduce__`` payload) stops at that opcode with a problem message, and
+lengths, memo indices and the expansion of shared references are bounded by the file's size
+(see "the bounded pickle reader" below; docs/security.md).
 
 Tables (rows carry ``rank`` from the file name, ``rank_source``, ``rank_confidence``;
 ``line_no`` is the 1-based entry index, 0 for dump-level rows):
@@ -47,13 +48,11 @@ Tables (rows carry ``rank`` from the file name, ``rank_source``, ``rank_confiden
 from __future__ import annotations
 
 import ast
-import io
 import json
 import math
-import pickle
 import re
+import struct as _struct
 from datetime import UTC, datetime
-from struct import error as struct_error
 
 import polars as pl
 
@@ -109,89 +108,377 @@ class NotFlightRecorder(Exception):
     """The file cannot be read as a Flight Recorder dump; the message says why."""
 
 
-class SafeUnpickler(pickle.Unpickler):
-    """An unpickler that refuses every global: no class is looked up, no callable is called.
+# -- the bounded pickle reader ---------------------------------------------------------------
+#
+# A Flight Recorder pickle needs nothing but dicts, lists, tuples, str, bytes, ints, floats, bools
+# and None. ``read_pickle`` is a pickle machine of its own for exactly those (protocols 0-5): it
+# never imports or calls anything (there is no opcode here that could), and it bounds what a
+# hostile file can make it hold:
+#
+# * a length (strings, bytes, bytearrays, longs, frames) beyond the bytes left in the file ends
+#   the read as a truncation: nothing is allocated for it (a 12-byte BYTEARRAY8 of 3 GiB);
+# * a memo index beyond the objects created so far is refused (``\x80\x02N r <2^28> .`` made
+#   the C unpickler grow its memo to 2^28 slots: 4.3 GB); the memo is a dict;
+# * the objects reachable from the result are counted with every shared reference counted again
+#   (what the rows built from them will cost), up to ``MAX_EXPANSION`` times the file's size plus
+#   ``MIN_OUTPUT``: shared-reference tuples and ``entries=[E]*n`` are refused, not expanded, and
+#   so is a structure that contains itself; nesting deeper than ``MAX_DEPTH`` too.
+#
+# Opcodes that name a global, build an object or call (GLOBAL, STACK_GLOBAL, INST, OBJ, REDUCE,
+# BUILD, NEWOBJ, NEWOBJ_EX, EXT1/2/4, PERSID, BINPERSID, buffers) are refused where they stand.
 
-    Plain containers and scalars need no ``find_class``; every opcode that could construct an
-    object or call a function (GLOBAL, STACK_GLOBAL, INST, OBJ, EXT*, and REDUCE/NEWOBJ/BUILD,
-    which need such an object on the stack first) goes through here or ``persistent_load``.
-    """
-
-    def find_class(self, module: str, name: str):
-        raise pickle.UnpicklingError(f"refused to load the global {module}.{name} "
-                                     "(only plain containers and scalars are accepted)")
-
-    def persistent_load(self, pid):
-        raise pickle.UnpicklingError("refused a persistent id (only plain containers and scalars are accepted)")
+MAX_EXPANSION = 32          # output units per byte of file ...
+MIN_OUTPUT = 64 << 20       # ... plus this many
+MAX_DEPTH = 100
+_DOUBLE = _struct.Struct('>d')
 
 
-_FORBIDDEN_OPS = {"GLOBAL", "STACK_GLOBAL", "INST", "OBJ", "REDUCE", "BUILD", "NEWOBJ", "NEWOBJ_EX",
-                  "EXT1", "EXT2", "EXT4", "PERSID", "BINPERSID"}
+class Refused(ValueError):
+    """The pickle holds something a Flight Recorder dump never does (a global, a call)."""
 
 
-def check_opcodes(data: bytes) -> None:
-    """A first, independent check: walk the opcodes (``pickletools.genops`` only decodes, it
-    executes nothing) and refuse any that names a global, calls, builds an object or uses the
-    extension registry (whose cache would bypass ``find_class``). Damage is left to the loaders."""
-    import pickletools
+class Damaged(ValueError):
+    """The pickle ends early or is corrupt; ``stack`` and ``metastack`` hold what was built."""
 
-    strings: list[str] = []
+    def __init__(self, message: str, stack=None, metastack=None) -> None:
+        super().__init__(message)
+        self.stack, self.metastack = stack or [], metastack or []
+
+
+class TooLarge(ValueError):
+    """The pickle would expand past the bound (``MAX_EXPANSION``)."""
+
+
+_GLOBALS = {b"c": "GLOBAL", b"\x93": "STACK_GLOBAL", b"i": "INST", b"o": "OBJ", b"R": "REDUCE", b"b": "BUILD",
+            b"\x81": "NEWOBJ", b"\x92": "NEWOBJ_EX", b"\x82": "EXT1", b"\x83": "EXT2", b"\x84": "EXT4",
+            b"P": "PERSID", b"Q": "BINPERSID", b"\x97": "NEXT_BUFFER", b"\x98": "READONLY_BUFFER"}
+
+
+def read_pickle(data: bytes):
+    """The object a pickle of plain containers and scalars describes (``Refused``, ``Damaged``,
+    ``TooLarge`` otherwise); see the bounds above."""
+    stack, metastack = _run(data)
+    if len(stack) != 1:
+        raise Damaged("the pickle does not end with one object", stack, metastack)
+    _account(stack[0], MAX_EXPANSION * len(data) + MIN_OUTPUT)
+    return stack[0]
+
+
+def _refuse(op: int, at: int, data: bytes, stack: list):
+    name = _GLOBALS[bytes([op])]
+    if name == "GLOBAL":
+        end = data.find(b"\n", at + 1)
+        end2 = data.find(b"\n", end + 1) if end >= 0 else -1
+        if end2 >= 0:
+            module, attr = data[at + 1:end].decode("utf-8", "replace"), data[end + 1:end2].decode("utf-8", "replace")
+            raise Refused(f"refused to load the global {module}.{attr} (only plain containers and scalars are accepted)")
+    if name == "STACK_GLOBAL" and len(stack) >= 2 and all(isinstance(x, str) for x in stack[-2:]):
+        raise Refused(f"refused to load the global {stack[-2]}.{stack[-1]} "
+                      "(only plain containers and scalars are accepted)")
+    raise Refused(f"refused the pickle opcode {name} at byte {at} (only plain containers and scalars are accepted)")
+
+
+_REFUSED = frozenset(op[0] for op in _GLOBALS)
+_FROM = int.from_bytes
+
+
+def _run(data: bytes):
+    """The pickle machine: one loop, the common opcodes of a dump first. Every length is checked
+    against the bytes left before anything is read or made."""
+    n = len(data)
+    pos = 0
+    stack: list = []
+    metastack: list = []
+    memo: dict[int, object] = {}
+    created = 0
+    at = 0
     try:
-        for op, arg, pos in pickletools.genops(data):
-            if isinstance(arg, str):
-                strings = (strings + [arg])[-2:]
-            if op.name in _FORBIDDEN_OPS:
-                if op.name == "GLOBAL" and isinstance(arg, str):
-                    name = arg.replace(" ", ".")
-                elif op.name == "STACK_GLOBAL" and len(strings) == 2:
-                    name = ".".join(strings)
-                else:
-                    raise pickle.UnpicklingError(f"refused the pickle opcode {op.name} at byte {pos} "
-                                                 "(only plain containers and scalars are accepted)")
-                raise pickle.UnpicklingError(f"refused to load the global {name} "
-                                             "(only plain containers and scalars are accepted)")
-    except (ValueError, EOFError, TypeError, struct_error):
-        return
+        while True:
+            if pos >= n:
+                raise EOFError("the pickle ends before its STOP opcode")
+            at = pos
+            op = data[pos]
+            pos += 1
+            if op == 0x68:                                  # BINGET
+                stack.append(memo[data[pos]])
+                pos += 1
+            elif op == 0x94:                                # MEMOIZE
+                memo[len(memo)] = stack[-1]
+            elif op == 0x28:                                # MARK
+                metastack.append(stack)
+                stack = []
+            elif op == 0x7D:                                # EMPTY_DICT
+                stack.append({})
+                created += 1
+            elif op == 0x4B:                                # BININT1
+                stack.append(data[pos])
+                pos += 1
+                created += 1
+            elif op == 0x8C:                                # SHORT_BINUNICODE
+                size = data[pos]
+                end = pos + 1 + size
+                if end > n:
+                    raise EOFError(f"a length of {size} bytes at byte {at}, past the end of the file")
+                stack.append(data[pos + 1:end].decode("utf-8", "surrogatepass"))
+                pos = end
+                created += 1
+            elif op == 0x75:                                # SETITEMS
+                items = stack
+                stack = metastack.pop()
+                _pairs(stack[-1], items)
+            elif op == 0x71:                                # BINPUT
+                index = data[pos]
+                pos += 1
+                if index > created:
+                    raise ValueError(f"memo index {index} beyond the {created} objects created (byte {at})")
+                memo[index] = stack[-1]
+            elif op == 0x5D:                                # EMPTY_LIST
+                stack.append([])
+                created += 1
+            elif op == 0x65:                                # APPENDS
+                items = stack
+                stack = metastack.pop()
+                _extend(stack[-1], items)
+            elif op == 0x4E:                                # NONE
+                stack.append(None)
+                created += 1
+            elif op == 0x4D:                                # BININT2
+                stack.append(data[pos] | data[pos + 1] << 8)
+                pos += 2
+                created += 1
+            elif op == 0x4A:                                # BININT
+                if pos + 4 > n:
+                    raise EOFError("an int past the end of the file")
+                stack.append(_FROM(data[pos:pos + 4], "little", signed=True))
+                pos += 4
+                created += 1
+            elif op == 0x88:
+                stack.append(True)
+                created += 1
+            elif op == 0x89:
+                stack.append(False)
+                created += 1
+            elif op == 0x47:                                # BINFLOAT
+                if pos + 8 > n:
+                    raise EOFError("a float past the end of the file")
+                stack.append(_DOUBLE.unpack_from(data, pos)[0])
+                pos += 8
+                created += 1
+            elif op == 0x61:                                # APPEND
+                value = stack.pop()
+                _extend(stack[-1], [value])
+            elif op == 0x73:                                # SETITEM
+                value = stack.pop()
+                key = stack.pop()
+                _pairs(stack[-1], [key, value])
+            elif op == 0x2E:                                # STOP
+                return stack, metastack
+            elif op in _REFUSED:
+                _refuse(op, at, data, stack)
+            elif op in (0x6C, 0x74, 0x91, 0x64, 0x31, 0x90):  # LIST, TUPLE, FROZENSET, DICT, POP_MARK, ADDITEMS
+                items = stack
+                stack = metastack.pop()
+                if op == 0x6C:
+                    stack.append(items)
+                elif op in (0x74, 0x91):
+                    stack.append(tuple(items))
+                elif op == 0x64:
+                    stack.append(_pairs({}, items))
+                elif op == 0x90:
+                    _extend(stack[-1], items)
+                if op != 0x31 and op != 0x90:
+                    created += 1
+            else:
+                pos, created = _other(op, at, pos, data, stack, memo, created)
+    except (Refused, TooLarge):
+        raise
+    except (EOFError, ValueError, TypeError, IndexError, KeyError, OverflowError, UnicodeError, SyntaxError,
+            MemoryError, RecursionError, _struct.error) as exc:
+        if isinstance(exc, IndexError) and pos >= n:
+            exc = EOFError(f"the pickle ends inside the opcode at byte {at}")
+        raise Damaged(f"{type(exc).__name__}: {exc}", stack, metastack) from None
 
 
-def safe_loads(data: bytes):
-    """Unpickle ``data`` without ever resolving a global. Raises ``pickle.UnpicklingError``
-    (or EOFError/ValueError/...) on anything else."""
-    check_opcodes(data)
-    return SafeUnpickler(io.BytesIO(data)).load()
+def _other(op: int, at: int, pos: int, data: bytes, stack: list, memo: dict, created: int) -> tuple[int, int]:
+    """The opcodes a dump rarely uses (protocols 0-1 text forms, long strings and bytes, big ints,
+    tuples, DUP, POP, memo by text or 4-byte index): ``(pos, created)`` after it."""
+    n = len(data)
+
+    def take(size: int) -> bytes:
+        nonlocal pos
+        if size < 0 or size > n - pos:
+            raise EOFError(f"a length of {size} bytes at byte {at}, past the end of the file ({n - pos} bytes left)")
+        out = data[pos:pos + size]
+        pos += size
+        return out
+
+    def line() -> bytes:
+        nonlocal pos
+        end = data.find(b"\n", pos)
+        if end < 0:
+            raise EOFError(f"no end of line after byte {pos}")
+        out = data[pos:end]
+        pos = end + 1
+        return out
+
+    def uint(size: int) -> int:
+        return _FROM(take(size), "little")
+
+    push = stack.append
+    if op == 0x80:                                  # PROTO
+        if uint(1) > 5:
+            raise ValueError("unsupported pickle protocol")
+        return pos, created
+    if op == 0x95:                                  # FRAME: a hint for buffering, nothing is allocated
+        uint(8)
+        return pos, created
+    if op in (0x70, 0x72):                          # PUT, LONG_BINPUT
+        index = int(line()) if op == 0x70 else uint(4)
+        if index > created:
+            raise ValueError(f"memo index {index} beyond the {created} objects created (byte {at})")
+        memo[index] = stack[-1]
+        return pos, created
+    if op in (0x67, 0x6A):                          # GET, LONG_BINGET
+        index = int(line()) if op == 0x67 else uint(4)
+        if index not in memo:
+            raise ValueError(f"memo index {index} was never stored (byte {at})")
+        push(memo[index])
+        return pos, created
+    if op == 0x30:                                  # POP
+        stack.pop()
+        return pos, created
+    if op == 0x32:                                  # DUP
+        push(stack[-1])
+        return pos, created
+    if op == 0x85:                                  # TUPLE1..3
+        stack[-1:] = [(stack[-1],)]
+    elif op == 0x86:
+        if len(stack) < 2:
+            raise IndexError("TUPLE2 on a short stack")
+        stack[-2:] = [(stack[-2], stack[-1])]
+    elif op == 0x87:
+        if len(stack) < 3:
+            raise IndexError("TUPLE3 on a short stack")
+        stack[-3:] = [(stack[-3], stack[-2], stack[-1])]
+    elif op == 0x29:                                # EMPTY_TUPLE
+        push(())
+    elif op == 0x8F:                                # EMPTY_SET: a list (sets are not dump data)
+        push([])
+    elif op == 0x49:                                # INT (text; 00 and 01 are False and True)
+        raw = line()
+        push({b"00": False, b"01": True}[raw] if raw in (b"00", b"01") else int(raw))
+    elif op == 0x4C:                                # LONG (text)
+        push(int(line().rstrip(b"L")))
+    elif op == 0x8A:                                # LONG1
+        push(_FROM(take(uint(1)), "little", signed=True))
+    elif op == 0x8B:                                # LONG4
+        push(_FROM(take(uint(4)), "little", signed=True))
+    elif op == 0x46:                                # FLOAT (text)
+        push(float(line()))
+    elif op == 0x53:                                # STRING (text, quoted)
+        raw = line()
+        if len(raw) < 2 or raw[:1] not in (b"'", b'"') or raw[-1:] != raw[:1]:
+            raise ValueError("STRING opcode argument must be quoted")
+        push(raw[1:-1].decode("unicode_escape", "replace"))
+    elif op == 0x56:                                # UNICODE (text)
+        push(line().decode("raw_unicode_escape"))
+    elif op in (0x54, 0x55):                        # BINSTRING, SHORT_BINSTRING
+        push(take(uint(4) if op == 0x54 else uint(1)).decode("latin-1"))
+    elif op in (0x58, 0x8D):                        # BINUNICODE, BINUNICODE8
+        push(take(uint(4) if op == 0x58 else uint(8)).decode("utf-8", "surrogatepass"))
+    elif op in (0x42, 0x43, 0x8E, 0x96):            # BINBYTES, SHORT_BINBYTES, BINBYTES8, BYTEARRAY8
+        push(take(uint({0x42: 4, 0x43: 1}.get(op, 8))))
+    else:
+        raise ValueError(f"unknown pickle opcode {bytes([op])!r} at byte {at}")
+    return pos, created + 1
 
 
-class _SalvageUnpickler(pickle._Unpickler):  # the pure-Python unpickler keeps its stacks on error
-    find_class = SafeUnpickler.find_class
-    persistent_load = SafeUnpickler.persistent_load
+def _extend(target, items: list) -> None:
+    if not isinstance(target, list):
+        raise TypeError(f"cannot append to a {type(target).__name__}")
+    target.extend(items)
 
 
-def salvage_loads(data: bytes):
-    """What a truncated pickle had built before it ended, or None.
-
-    The pure-Python unpickler leaves its work in ``stack`` / ``metastack`` (one level per
-    MARK) when the data runs out: the items pushed since each MARK are folded into the dict
-    or list they were destined for, innermost first, so a dump cut inside its entries keeps
-    every entry before the cut (the last may be partial). Globals stay refused."""
-    unpickler = _SalvageUnpickler(io.BytesIO(data))
+def _pairs(target, items: list):
+    if type(target) is not dict or len(items) % 2:
+        raise TypeError("SETITEMS needs a dict and key/value pairs")
     try:
-        return unpickler.load()
-    except pickle.UnpicklingError as exc:
-        if str(exc).startswith("refused"):
-            raise
-    except (EOFError, ValueError, TypeError, IndexError, KeyError, OverflowError, AttributeError,
-            struct_error, RecursionError, MemoryError):
-        pass
-    frames = [list(f) for f in getattr(unpickler, "metastack", [])] + [list(getattr(unpickler, "stack", []))]
+        target.update(zip(items[0::2], items[1::2]))
+    except TypeError:           # an unhashable key: that pair is dropped
+        for key, value in zip(items[0::2], items[1::2]):
+            try:
+                target[key] = value
+            except TypeError:
+                pass
+    return target
+
+
+def _account(obj, limit: int) -> None:
+    """``TooLarge`` when the objects reachable from ``obj``, each shared reference counted again
+    (what rows built from them cost), pass ``limit`` units (about bytes), nest deeper than
+    ``MAX_DEPTH``, or contain themselves. Each distinct container is costed once (a cost of its
+    own plus its children's): time grows with the file, not with what it would expand to."""
+    known: dict[int, tuple[int, int]] = {}     # id -> (cost, height)
+    active: set[int] = set()
+
+    def cost(value, depth: int) -> tuple[int, int]:
+        if isinstance(value, (str, bytes)):
+            return 50 + len(value), 0
+        if not isinstance(value, (dict, list, tuple)):
+            return 32, 0
+        key = id(value)
+        if key in known:
+            total, height = known[key]
+        else:
+            if key in active:
+                raise TooLarge("it contains itself (a reference cycle)")
+            if depth > MAX_DEPTH:
+                raise TooLarge(f"nested deeper than {MAX_DEPTH} levels")
+            active.add(key)
+            if isinstance(value, dict):
+                children = value.values()
+                total = 100 + 30 * len(value) + sum(50 + len(k) if type(k) is str else 32 for k in value)
+            else:
+                children = value
+                total = 60 + 8 * len(value)
+            height = 0
+            for child in children:
+                kind = type(child)
+                if kind is str or kind is bytes:        # the common leaves, costed here (speed)
+                    total += 50 + len(child)
+                    continue
+                if kind is int or kind is float or kind is bool or child is None:
+                    total += 32
+                    continue
+                c, h = cost(child, depth + 1)
+                total += c
+                if h + 1 > height:
+                    height = h + 1
+                if total > limit:
+                    break
+            active.discard(key)
+            known[key] = total, height
+        if depth + height > MAX_DEPTH:
+            raise TooLarge(f"nested deeper than {MAX_DEPTH} levels")
+        if total > limit:
+            raise TooLarge(f"it expands to more than {limit // 2**20} MiB of objects ({MAX_EXPANSION} times the "
+                           f"file's size plus {MIN_OUTPUT >> 20} MiB; shared references count each time they are "
+                           "used)")
+        return total, height
+
+    cost(obj, 0)
+
+
+def salvage(exc: Damaged):
+    """What a truncated or damaged pickle had built before it ended, or None: the items pushed
+    since each MARK are folded into the dict or list they were destined for, innermost first, so
+    a dump cut inside its entries keeps every entry before the cut (the last may be partial)."""
+    frames = [list(f) for f in exc.metastack] + [list(exc.stack)]
     pending = frames[-1]
     for parent in reversed(frames[:-1]):
         container = parent[-1] if parent else None
         if isinstance(container, dict):
-            for key, value in zip(pending[0::2], pending[1::2]):
-                try:
-                    container[key] = value
-                except TypeError:  # an unhashable key: drop the pair
-                    pass
+            _pairs(container, pending[:len(pending) // 2 * 2])
         elif isinstance(container, list):
             container.extend(pending)
         pending = parent
@@ -221,37 +508,29 @@ def rank_from_name(name: str) -> int | None:
 _TRUNCATED = "\x00truncated"   # marker key set by _salvaged (not a str any dump can hold as a key)
 
 
-def _salvaged(data: bytes, exc: Exception) -> dict:
-    """A truncated or corrupt pickle: keep what was built before the damage, if it is FR-shaped."""
-    reason = f"{type(exc).__name__}: {exc or 'ran out of data'}"
-    try:
-        obj = salvage_loads(data)
-    except pickle.UnpicklingError as refused:
-        raise NotFlightRecorder(f"Python pickle that is not a readable Flight Recorder dump ({refused}); "
-                                "skipped, nothing in it was run (pickles are never unpickled with plain "
-                                "pickle.load)") from None
-    if not isinstance(obj, dict) or not (_FR_KEYS & set(map(str, obj))):
-        raise NotFlightRecorder(f"Python pickle that is truncated or corrupt ({reason}); not read as a Flight "
-                                "Recorder dump (pickles are never unpickled with plain pickle.load)")
-    obj[_TRUNCATED] = reason
-    return obj
+def _not_read(why) -> NotFlightRecorder:
+    return NotFlightRecorder(f"Python pickle that is not a readable Flight Recorder dump ({why}); skipped, nothing "
+                             "in it was run (pickles are read by postmortem's own bounded reader, never unpickled "
+                             "with pickle.load)")
 
 
 def load(data: bytes, name: str) -> tuple[dict, str]:
     """The dump as a dict and its format ("pickle" | "json"); NotFlightRecorder otherwise."""
     if looks_like_pickle(data[:2]):
         try:
-            obj = safe_loads(data)
-        except pickle.UnpicklingError as exc:
-            if not str(exc).startswith("refused"):
-                obj = _salvaged(data, exc)
-            else:
-                raise NotFlightRecorder(f"Python pickle that is not a readable Flight Recorder dump ({exc}); "
-                                    "skipped, nothing in it was run (pickles are never unpickled with plain "
-                                    "pickle.load)") from None
-        except (EOFError, ValueError, TypeError, IndexError, KeyError, OverflowError, MemoryError,
-                AttributeError, RecursionError, struct_error) as exc:
-            obj = _salvaged(data, exc)
+            obj = read_pickle(data)
+        except (Refused, TooLarge) as exc:
+            raise _not_read(exc) from None
+        except Damaged as exc:
+            obj = salvage(exc)
+            if not isinstance(obj, dict) or not (_FR_KEYS & set(map(str, obj))):
+                raise NotFlightRecorder(f"Python pickle that is truncated or corrupt ({exc}); not read as a Flight "
+                                        "Recorder dump (pickles are never unpickled with pickle.load)") from None
+            try:
+                _account(obj, MAX_EXPANSION * len(data) + MIN_OUTPUT)
+            except TooLarge as too:
+                raise _not_read(too) from None
+            obj[_TRUNCATED] = str(exc)
         fmt = "pickle"
     else:
         try:
