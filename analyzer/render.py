@@ -268,12 +268,15 @@ def run_size(r: dict) -> str:
 
 
 def time_span(r: dict) -> str:
-    """``START .. END (how the clock was read)``, or ``unknown``."""
+    """``START .. END (how the clock was read; the end is the last timestamped line (what, path:line))``,
+    or ``unknown``: the one end every view of the report gives."""
     span = r.get("time_span") or {}
     start, end = span.get("start"), span.get("end")
     if not (known(start) or known(end)):
         return "unknown"
-    return f"{or_unknown(start)} .. {or_unknown(end)}" + (f" ({span['source']})" if known(span.get("source")) else "")
+    notes = [span.get("source"), f"the end is {span['end_basis']}" if known(span.get("end_basis")) else None]
+    notes = [n for n in notes if known(n)]
+    return f"{or_unknown(start)} .. {or_unknown(end)}" + (f" ({'; '.join(notes)})" if notes else "")
 
 
 def markdown_report(report: dict) -> str:

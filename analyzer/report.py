@@ -454,11 +454,13 @@ def _ended(ctx) -> bool:
 def _gpu_hours(ctx) -> dict | None:
     from rules.why_no_timeout import hang_span
 
+    from rules.evidence_model import uses_gpus
+
     world = ctx.world_size
     if not world:
         return None
     span = hang_span(ctx)
-    if not span or not _uses_gpus(ctx):
+    if not span or not uses_gpus(ctx):
         return None
     hours = (span[1] - span[0]).total_seconds() / 3600
     if round(world * hours, 1) == 0:   # no cost worth a line (a healthy run's last seconds)
@@ -466,21 +468,6 @@ def _gpu_hours(ctx) -> dict | None:
     return {"value": round(world * hours, 1), "ranks": world, "hours": round(hours, 2),
             "from": str(span[0]), "to": str(span[1]),
             "basis": "ranks x time from the last training progress line to the last timestamped line"}
-
-
-def _uses_gpus(ctx) -> bool:
-    """Whether anything in the inputs shows GPUs at work (NCCL, a GPU per rank, nvidia-smi, CUDA
-    memory lines): a CPU job (gloo) loses CPU-hours, which the report does not count as GPU-hours."""
-    for sql in ("SELECT count(*) FROM lines WHERE kind = 'nccl'",
-                "SELECT count(*) FROM ranks WHERE cuda_dev IS NOT NULL OR bus_id IS NOT NULL",
-                "SELECT count(*) FROM gpu_health", "SELECT count(*) FROM memory", "SELECT count(*) FROM node_events "
-                "WHERE kind IN ('xid', 'gpu_identity', 'gpu_off_bus')"):
-        try:
-            if ctx.run.con.execute(sql).fetchall()[0][0]:
-                return True
-        except Exception:  # noqa: BLE001 -- a table or column this store lacks
-            continue
-    return False
 
 
 def _missing(ctx, findings) -> list[dict]:
@@ -497,7 +484,8 @@ def _missing(ctx, findings) -> list[dict]:
             out.append({"what": f"no log lines attributable to rank(s) {rank_ranges(absent)}",
                         "enable": "keep every rank's stdout and stderr (torchrun --log-dir with --tee 3, "
                                   "or srun -o %t)"})
-    if not evidence_model.has_nccl_output(ctx):
+    cpu_only = evidence_model.cpu_only(ctx)   # a gloo job on CPUs: no NCCL, no GPU to query
+    if not evidence_model.has_nccl_output(ctx) and not cpu_only:
         debug = evidence_model.setting(ctx, ("NCCL_DEBUG",))
         if debug and debug.upper() in ("INFO", "TRACE"):
             where = evidence_model.setting(ctx, ("NCCL_DEBUG_FILE",))
@@ -518,7 +506,8 @@ def _missing(ctx, findings) -> list[dict]:
         out.append({"what": "no c10d [rankN]: prefix on any line (global rank of each line is not stated)",
                     "enable": "PyTorch >= 2.3 prints it; or use a torchrun --log-line-prefix-template with ${rank}"})
     if any(f.severity == "error" for f in findings):
-        out += [gap for table, gap in _NODE_EVIDENCE if ctx.table(table).is_empty()]
+        out += [gap for table, gap in _NODE_EVIDENCE if ctx.table(table).is_empty()
+                and not (cpu_only and table == "gpu_health")]
     return out
 
 

@@ -103,6 +103,27 @@ def _fr_wanted(fr: dict) -> list[str]:
     return wanted
 
 
+def uses_gpus(ctx: Context) -> bool:
+    """Whether anything in the inputs shows GPUs at work: NCCL output, a GPU per rank, nvidia-smi,
+    CUDA memory lines, GPU kernel-log lines. A CPU job (gloo) loses CPU-hours, not GPU-hours."""
+    if "uses_gpus" not in ctx.shared:
+        ctx.shared["uses_gpus"] = any(_count(ctx, sql) for sql in (
+            "SELECT count(*) FROM lines WHERE kind = 'nccl'",
+            "SELECT count(*) FROM ranks WHERE cuda_dev IS NOT NULL OR bus_id IS NOT NULL",
+            "SELECT count(*) FROM gpu_health", "SELECT count(*) FROM memory",
+            "SELECT count(*) FROM node_events WHERE kind IN ('xid', 'gpu_identity', 'gpu_off_bus')"))
+    return ctx.shared["uses_gpus"]
+
+
+def cpu_only(ctx: Context) -> bool:
+    """A job that ran on CPUs with gloo: no sign of GPUs, and gloo in its lines. Advice about
+    NCCL output or nvidia-smi does not apply to it."""
+    if "cpu_only" not in ctx.shared:
+        ctx.shared["cpu_only"] = not uses_gpus(ctx) and _count(
+            ctx, "SELECT count(*) FROM (SELECT 1 FROM lines WHERE text ILIKE '%gloo%' LIMIT 1)") > 0
+    return ctx.shared["cpu_only"]
+
+
 def has_nccl_output(ctx: Context) -> bool:
     return _count(ctx, "SELECT count(*) FROM lines WHERE kind = 'nccl'") > 0
 
@@ -119,11 +140,12 @@ def missing_for_a_hang(ctx: Context) -> list[str]:
     """The evidence a hang's culprit is named from that these inputs lack, as short phrases for a
     suggestion (empty when all of it is there)."""
     out = []
-    if not has_rank_prefix(ctx) and not has_nccl_output(ctx):
+    nccl = has_nccl_output(ctx) or cpu_only(ctx)   # a gloo job on CPUs has no NCCL output to collect
+    if not has_rank_prefix(ctx) and not nccl:
         out.append("per-rank stderr with the [rankN]: prefix or NCCL_DEBUG=INFO")
     elif not has_rank_prefix(ctx):
         out.append("per-rank stderr with the [rankN]: prefix (PyTorch >= 2.3)")
-    elif not has_nccl_output(ctx):
+    elif not nccl:
         out.append("NCCL_DEBUG=INFO")
     if flight_recorder_gap(ctx) is not None:
         wanted = _fr_wanted(flight_recorder(ctx))

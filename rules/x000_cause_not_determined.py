@@ -68,7 +68,7 @@ def _suggestion(ctx: Context) -> str:
         keep.append("py-spy dumps")
     if evidence_model.flight_recorder(ctx)["dumps_read"] == 0:
         keep.append("Flight Recorder dumps")
-    if not evidence_model.has_nccl_output(ctx):
+    if not evidence_model.has_nccl_output(ctx) and not evidence_model.cpu_only(ctx):
         keep.append("NCCL_DEBUG=INFO output")
     more = f"; keep {evidence_model.phrase(keep)} for the next run" if keep else ""
     return f"Read the earliest rank's first failure and compare the ranks' last lines (details){more}."
