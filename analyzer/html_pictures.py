@@ -284,10 +284,17 @@ def _node_events(run) -> list[_Mark]:
     c = lambda name, cast="VARCHAR": col(run, "node_events", name, cast)  # noqa: E731
     rows = frame(run, f"SELECT {c('global_rank', 'BIGINT')} AS rank, coalesce({c('node')}, {c('host')}) AS node, "
                       f"coalesce({', '.join(clocks)}) AS ts, {utc} AS utc, {c('kind')} AS kind, {c('code')} AS code, "
-                      f"{c('meaning')} AS meaning, {c('device')} AS device FROM node_events "
+                      f"{c('meaning')} AS meaning, {c('device')} AS device, {c('pid', 'BIGINT')} AS pid FROM node_events "
                       f"WHERE coalesce({', '.join(clocks)}) IS NOT NULL AND coalesce({c('kind')}, '') NOT IN ({skip})")
+    # a kernel line that names a process (the OOM killer's victim) is on that rank's lane too
+    by_pid = {}
+    if {"pid", "node", "rank"} <= set(run.columns("ranks")):
+        by_pid = {(n, p): r for r, n, p in frame(run, "SELECT rank, node, pid FROM ranks WHERE pid IS NOT NULL "
+                                                     "AND rank IS NOT NULL").iter_rows()}
     out = []
     for r in rows.iter_rows(named=True):
+        if r["rank"] is None and r["pid"] is not None:
+            r["rank"] = by_pid.get((r["node"], r["pid"]))
         ts = r["ts"]
         if not r["utc"] and r["node"] in offsets:
             ts = ts - timedelta(seconds=float(offsets[r["node"]]))
