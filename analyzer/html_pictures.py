@@ -313,9 +313,11 @@ def _steps_times(run) -> list[tuple[datetime, int | None]]:
     return list(rows.iter_rows())
 
 
-def _window(anchor: datetime, keys: list[datetime], step_s: float | None, end: datetime | None):
+def _window(anchor: datetime, keys: list[datetime], step_s: float | None, end: datetime | None,
+            first: datetime | None = None):
     """[lo, hi]: around ``anchor`` and every key time, with some context before the anchor (a few
-    steps), at least 10 minutes wide, centred on the anchor when nothing else pulls it."""
+    steps), at least 10 minutes wide (or the whole of logs shorter than that: ``first`` to
+    ``end``), centred on the anchor when nothing else pulls it."""
     keys = sorted(set(keys + [anchor]))
     lo, hi = keys[0], keys[-1]
     span = (hi - lo).total_seconds()
@@ -325,6 +327,10 @@ def _window(anchor: datetime, keys: list[datetime], step_s: float | None, end: d
     if end is not None and hi < end <= hi + timedelta(seconds=max(120.0, 0.2 * span)):
         hi = end + pad  # the end of the logs is just past the window: show it
     least = timedelta(minutes=10)
+    if first is not None and end is not None and end - first < least:   # a short run: all of it
+        a, b = min([first] + keys), max([end] + keys)
+        margin = timedelta(seconds=0.05 * max((b - a).total_seconds(), 10.0))
+        return a - margin, b + margin
     if hi - lo < least:
         half = least / 2
         if anchor - half <= lo and anchor + half >= hi:
@@ -342,15 +348,16 @@ def _first(marks: list[_Mark], kinds: tuple[str, ...]) -> _Mark | None:
 
 def timeline(run, report: dict) -> str | None:
     """The per-rank picture around the hang's start or the first failure (see the module doc)."""
-    from analyzer.timeline import log_end
+    from analyzer.timeline import log_bounds
 
     marks = _marks(run)
     nodes_ev = _node_events(run)
     steps = _steps_times(run)
     if not marks and not steps:
         return None
-    end_info = log_end(run)
+    first_info, end_info = log_bounds(run)
     end = end_info["ts"] if end_info else max(m.ts for m in marks)
+    first_log = first_info["ts"] if first_info else None
     first_fail = _first(marks, ("timeout", "error"))
     fail_ts = first_fail.ts if first_fail else None
     step_times = [t for t, _ in steps]
@@ -372,7 +379,7 @@ def timeline(run, report: dict) -> str | None:
     faults = [m for m in nodes_ev if _NODE_MAJOR.match(m.kind)
               and anchor - reach <= m.ts <= (fail_ts or anchor) + timedelta(minutes=5)]
     keys = [anchor] + ([fail_ts] if fail_ts and fail_ts - anchor <= timedelta(hours=2) else []) + [m.ts for m in faults]
-    lo, hi = _window(anchor, keys, step_s, end)
+    lo, hi = _window(anchor, keys, step_s, end, first_log)
 
     ranks_known = _rank_nodes(run)
     culprits = [r for r in report["verdict"]["culprit"]["ranks"]]
@@ -511,10 +518,14 @@ def _last_advance(run, until: datetime) -> datetime | None:
     if not timed(run, "progress") or not {"rank", "last_completed"} <= set(run.columns("progress")):
         return None
     pg = f"coalesce({col(run, 'progress', 'pg_desc')}, {col(run, 'progress', 'pg_id', 'VARCHAR')}::VARCHAR, '?')"
+    # per group, the first line that shows its final completed count (counters only grow): one
+    # aggregate, not a window over what can be millions of status lines
     rows = frame(run, f"""
-        SELECT max(ts) AS t FROM (
-            SELECT ts, last_completed > lag(last_completed) OVER (PARTITION BY rank, {pg} ORDER BY ts) AS moved
-            FROM progress WHERE ts IS NOT NULL AND ts <= ?::TIMESTAMP) WHERE moved""", [until])
+        SELECT max(t) AS t FROM (
+            SELECT arg_min(ts, struct_pack(c := -last_completed, ts := ts)) AS t,
+                   min(last_completed) < max(last_completed) AS moved
+            FROM progress WHERE ts IS NOT NULL AND last_completed IS NOT NULL AND ts <= ?::TIMESTAMP
+            GROUP BY rank, {pg}) WHERE moved""", [until])
     return rows[0, 0] if not rows.is_empty() else None
 
 
@@ -708,7 +719,7 @@ def ring_map(run, culprit_nodes: list[str] | None = None) -> str | None:
         speed = f"{e(slowest.get('gbyte_s'))} GB/s" if known(slowest.get("gbyte_s")) else "speed unknown"
         priced = f": {e(slowest.get('priced_as'))}" if known(slowest.get("priced_as")) else ""
         how = ("(drawn thicker); hops slower than their tier should be are red" if draw is _boxes else
-               "; a host whose outgoing hop is slower than its tier should be is outlined in red")
+               "(a host whose outgoing hop is slower than its tier should be is outlined in red)")
         note = (f"Slowest hop {e(slowest.get('src_rank'))}&#8594;{e(slowest.get('dst_rank'))} "
                 f"({e(slowest.get('tier') or 'tier unknown')}, {speed}{priced}) caps the ring {how}. ")
     if named & {h for h, _ in hosts}:
