@@ -48,7 +48,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from analyzer.discover import COMPRESSED, InputFile, display_name, path_text, real_path
+from analyzer.discover import COMPRESSED, InputFile, display_name, is_documentation, path_text, real_path
 
 SEP = "!/"
 TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tbz", ".tar.xz", ".txz", ".tar.zst",
@@ -197,8 +197,8 @@ class _Expansion:
         if any(p.startswith(".") for p in parts) or parts[0] == "__MACOSX":
             return None  # hidden, as in folders
         clean = "/".join(parts)
-        if clean.endswith((".duckdb", ".duckdb.wal")):
-            return None
+        if clean.endswith((".duckdb", ".duckdb.wal")) or is_documentation(parts[-1]):
+            return None  # a store, or a README / expected.json: not evidence (discover.is_documentation)
         if is_archive(clean):
             self.tally.nested.append(clean)
             return None

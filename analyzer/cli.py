@@ -60,7 +60,8 @@ _CODES = {
              "--allow-file-access); 4 internal error",
     "transports": "exit codes: 0 shown; 2 bad usage, nothing readable or no such store; 4 internal error",
     "hw": "exit codes: 0 shown; 2 unknown GPU model, nothing readable or no such store; 4 internal error",
-    "diff": "exit codes: 0 no difference; 1 differences; 2 a side could not be read; 4 internal error",
+    "diff": "exit codes: 0 the same outcome and no change; 1 the outcomes or something else differ; 2 a side could "
+            "not be read; 4 internal error",
     "tui": "exit codes: 0 closed normally; 2 bad usage, no terminal, or the run could not be opened; "
            "4 internal error",
     "explain": "exit codes: 0 shown; 2 no such rule",
@@ -108,7 +109,9 @@ def _parser() -> argparse.ArgumentParser:
                        description="Analyse a job folder (recursively), files, or .gz/.zst/.bz2/.xz files and "
                                    "report the verdict, findings with evidence, actions and evidence gaps.",
                        epilog=EXIT_CODES, formatter_class=_Formatter)
-    r.add_argument("paths", nargs="+", metavar="PATH", help="job folder(s) or files")
+    r.add_argument("paths", nargs="+", metavar="PATH", help="job folder(s) or files; in a folder, README*, *.md, "
+                                                            "expected.json, truth.json and CASE.json are not read "
+                                                            "(name one to read it)")
     r.add_argument("--format", default="text", help="comma list of text, md, json, html (default: text)")
     r.add_argument("--out", help="write here instead of stdout: a file for one format (or report.<ext> in it when "
                                  "it is a folder), a folder for several; missing folders are created")
@@ -117,7 +120,8 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--db", help="also keep the DuckDB store in this file")
     r.add_argument("--gpu", metavar="MODEL", help="the GPU model for the hardware model (e.g. H20, H100, A100-80GB); "
                                                    "default: the nvidia-smi name in the inputs")
-    r.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    r.add_argument("--quiet", action="store_true", help="no progress and no 'wrote' lines on stderr (notes about "
+                                                         "unreadable inputs and errors are still said)")
     r.add_argument("--no-cache", action="store_true", help="parse everything again: neither read nor keep the cache of parsed runs (see POSTMORTEM_CACHE_DIR)")
     r.add_argument("--follow-symlinks", action="store_true",
                    help="also read links that lead out of the input folders (and hard links to other users' files); "
@@ -131,7 +135,7 @@ def _parser() -> argparse.ArgumentParser:
                        epilog=_CODES["ingest"], formatter_class=_Formatter)
     i.add_argument("paths", nargs="+", metavar="PATH")
     i.add_argument("--db", required=True, metavar="FILE")
-    i.add_argument("--quiet", action="store_true")
+    i.add_argument("--quiet", action="store_true", help="no progress on stderr")
     i.add_argument("--no-cache", action="store_true", help="parse everything again: neither read nor keep the cache of parsed runs (see POSTMORTEM_CACHE_DIR)")
     i.add_argument("--follow-symlinks", action="store_true",
                    help="also read links that lead out of the input folders (docs/security.md)")
@@ -178,11 +182,14 @@ def _parser() -> argparse.ArgumentParser:
 
     _export_parser(sub)
 
-    d = sub.add_parser("diff", help="what changed between a good and a failed run of the same job",
-                       description="Compare a good run with a failed one: must-match settings first (NCCL's own "
-                                   "'set by environment' echoes, then env dumps), versions, the node set, the "
-                                   "transports and algorithms NCCL picked, busbw, step time and memory peak. Each "
-                                   "side is a job folder or a store from postmortem ingest.",
+    d = sub.add_parser("diff", help="did two runs of a job end differently, and what changed that could explain it",
+                       description="Compare a good run with a failed one, starting from the outcomes: each run's "
+                                   "outcome and verdict and whether they differ; then the changes that could explain "
+                                   "a difference (must-match and behaviour settings -- NCCL's own 'set by "
+                                   "environment' echoes, then env dumps --, versions, the node set, the transports "
+                                   "and algorithms NCCL picked), saying so when none could; then the other "
+                                   "differences (logging switches, busbw, step time, memory peak). Each side is a "
+                                   "job folder or a store from postmortem ingest.",
                        epilog=_CODES["diff"], formatter_class=_Formatter)
     d.add_argument("good", metavar="GOOD", help="the good run: a job folder, files, or a .duckdb store")
     d.add_argument("bad", metavar="BAD", help="the failed run")
@@ -500,7 +507,7 @@ def _report(args) -> int:
     if paths is None:
         for f in formats:
             sys.stdout.write(renderers[f](report))
-    elif not _write_reports(paths, {f: renderers[f](report) for f in formats}, quiet=len(paths) == 1,
+    elif not _write_reports(paths, {f: renderers[f](report) for f in formats}, quiet=args.quiet or len(paths) == 1,
                             roots=args.paths, inputs=_input_ids(run, args.paths)):
         _discard(run)
         return USAGE
@@ -599,17 +606,34 @@ def _query(args) -> int:
         buf = io.StringIO()
         writer = csv.writer(buf)
         writer.writerow(columns)
-        writer.writerows(rows)
+        writer.writerows([[_cell(v, "") for v in row] for row in rows])
         sys.stdout.write(buf.getvalue())
     else:
         from analyzer.render import safe
 
-        widths = [max([len(c)] + [len(safe(str(r[i]))) for r in rows]) for i, c in enumerate(columns)]
-        widths = [min(w, 60) for w in widths]
-        print("  ".join(c.ljust(w) for c, w in zip(columns, widths)))
-        for row in rows:
-            print("  ".join(safe(str(v))[:w].ljust(w) for v, w in zip(row, widths)))
+        cells = [[safe(_cell(v, "NULL")).replace("\n", " ") for v in row] for row in rows]
+        widths = [min(max([len(c)] + [len(r[i]) for r in cells]), CELL_WIDTH) for i, c in enumerate(columns)]
+        print("  ".join(safe(c).ljust(w) for c, w in zip(columns, widths)).rstrip())
+        for row in cells:
+            print("  ".join(_cut(v, w).ljust(w) for v, w in zip(row, widths)).rstrip())
     return 0
+
+
+CELL_WIDTH = 60   # the widest column of query --format table; longer cells end in an ellipsis
+
+
+def _cell(value, null: str) -> str:
+    """One value of a query result as text: NULL as ``null`` (``NULL`` in a table, empty in CSV),
+    lists, structs and maps as JSON (not Python's repr), everything else as str."""
+    if value is None:
+        return null
+    if isinstance(value, (list, tuple, dict)):
+        return json.dumps(value, default=str, ensure_ascii=False)
+    return str(value)
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[:width - 1] + "\u2026"
 
 
 def _open_store(path: str):
@@ -648,15 +672,33 @@ def _transports(args) -> int:
 def _diff(args) -> int:
     from analyzer.diff import diff, render_text
 
-    runs = []
+    runs, reports = [], []
     for side in (args.good, args.bad):
-        run = _open_store(side) if side.endswith((".duckdb", ".db")) else _analyze([side], None, args.quiet)
+        store = side.endswith((".duckdb", ".db"))
+        run = _open_store(side) if store else _analyze([side], None, args.quiet)
         if run is None:
             return 2
         runs.append(run)
-    result = diff(*runs)
-    sys.stdout.write(json.dumps(result, indent=2) + "\n" if args.format == "json" else render_text(result))
-    return 1 if result["changes"] else 0
+        reports.append(_report_of(run, store))
+    result = diff(*runs, *reports)
+    sys.stdout.write(json.dumps(result, indent=2, default=str) + "\n" if args.format == "json"
+                     else render_text(result, (args.good, args.bad)))
+    return 1 if result["changes"] or result["outcomes"]["differ"] else 0
+
+
+def _report_of(run, store: bool) -> dict | None:
+    """The report of one side of a diff: the one a store was written with, else made now (a
+    read-only store without one: None, its outcome unknown)."""
+    from analyzer.report import build_report, stored_report
+
+    if store:
+        found = stored_report(run.con)
+        if found is not None:
+            return found
+    try:
+        return build_report(run)
+    except Exception:  # noqa: BLE001 -- a store opened read-only cannot take the findings table
+        return None
 
 
 def _hw(args) -> int:
@@ -841,9 +883,43 @@ def _explain(args) -> int:
     if rule is None:
         print(f"postmortem: no rule {args.code}; see postmortem rules", file=sys.stderr)
         return 2
-    print(f"{rule.CODE} {rule.NAME} ({rule.SEVERITY})\n")
-    print((rule.__doc__ or "").strip())
+    title, body = _rule_doc(rule)
+    print(title + "\n")
+    if body:
+        print(body)
     return 0
+
+
+def _rule_doc(rule) -> tuple[str, str]:
+    """A rule's docstring as plain text: the title once (``CODE name (severity): summary``), then
+    the sections, with reStructuredText marks (double backticks, ``::``, bold) taken out."""
+    import inspect
+
+    doc = inspect.cleandoc(rule.__doc__ or "")
+    head, _, body = doc.partition("\n\n")
+    summary = " ".join(head.split())
+    for prefix in (f"{rule.CODE} {rule.NAME}:", f"{rule.CODE} {rule.NAME}", f"{rule.CODE}:", rule.CODE):
+        if summary.startswith(prefix):
+            summary = summary[len(prefix):].strip()
+            break
+    title = f"{rule.CODE} {rule.NAME} ({rule.SEVERITY})" + (f": {summary}" if summary else "")
+    return _plain(title), _plain(body.strip())
+
+
+def _plain(text: str) -> str:
+    """reStructuredText to plain text: ``code`` -> code (its content kept as is), **bold** -> bold,
+    a paragraph ending in ``::`` (a literal block follows) -> ``:``."""
+    import re
+
+    parts = re.split(r"(``.+?``)", text, flags=re.S)
+    out = []
+    for i, part in enumerate(parts):
+        if i % 2:
+            out.append(part[2:-2])
+        else:
+            part = part.replace("**", "")
+            out.append(re.sub(r"(?<=\S)::(?=\s*$)", ":", part, flags=re.M))
+    return "".join(out)
 
 
 def entry() -> None:

@@ -14,7 +14,7 @@ Output:
   ``skew_ns`` (start minus the earliest start of the same instance across ranks),
   ``last_arrival`` (this rank started it last), ``algbw_gbyte_s``/``busbw_gbyte_s``.
 
-Matching across ranks (``formats/nsys-and-traces.md`` 4.5): by ``(pg, seq)`` when Kineto gives
+Matching across ranks (``docs/formats/nsys-and-traces.md`` 4.5): by ``(pg, seq)`` when Kineto gives
 a sequence number; otherwise by order -- the k-th kernel of the same (pg, collective, dtype)
 on each rank -- which is exact for one process group and ambiguous when several groups run
 the same collective on different streams without a pg name.
@@ -27,7 +27,7 @@ repeatedly. Bandwidth from a waiting rank's duration understates the link; ``bus
 instance's shortest kernel (``busbw_best_gbyte_s``) is the better link estimate. Clocks of
 different hosts differ (NTP, 0.1-10 ms): skews across nodes below that are not evidence.
 
-Bandwidth per ``formats/hardware.md`` (busbw factors from ``analyzer/hardware.toml``, nccl-tests
+Bandwidth per ``docs/formats/hardware.md`` (busbw factors from ``analyzer/hardware.toml``, nccl-tests
 convention, GB = 1e9 B):
 ``algbw = S / t``; ``busbw = algbw x factor``; S is the per-rank buffer for all_reduce,
 broadcast, reduce and send/recv, the total array (``n x count``) for reduce_scatter,

@@ -1,12 +1,24 @@
-"""``postmortem diff GOOD BAD``: what changed between a good and a failed run of the same job.
+"""``postmortem diff GOOD BAD``: did the two runs end differently, and what changed that could
+explain it.
 
 Each side is a job folder (analysed on the fly) or a store written by ``postmortem ingest``.
-The changes come from the same tables the rules read, and are ranked by how often such a
-change breaks a job: must-match settings first (NCCL's own "set by environment" echoes before
-shell dumps), then versions, the node set, the transports NCCL picked, algorithm choices, and
-the measured numbers (busbw, step time, memory peak) when they moved by more than a noise
-margin. Per-node and per-rank variables (HOSTNAME, SLURM_*, CUDA_VISIBLE_DEVICES) differ by
-design and are left out.
+The answer starts from the outcomes: each run's outcome and verdict (from its report, the
+``outcome`` and ``verdict`` of the JSON report) and whether they differ. Then the changes,
+from the same tables the rules read, in two groups:
+
+* changes that could explain a difference: must-match and other settings that change what the
+  job does (NCCL's own "set by environment" echoes before shell dumps), versions, the node
+  set, the transports and algorithms NCCL picked -- heaviest first; a change the bad run's
+  verdict itself names (its setting, its node) is marked. When none changed, the answer says
+  so: the cause is then in the bad run itself (a code path, a piece of hardware), and its
+  report says which.
+* other differences: logging and diagnostic switches (``TORCH_CPP_LOG_LEVEL``, ``NCCL_DEBUG``,
+  Flight Recorder settings: they change what is written, not what runs) and the measured
+  numbers (busbw, step time, memory peak) when they moved by more than a noise margin -- those
+  are effects to compare, not causes.
+
+Per-node and per-rank variables (HOSTNAME, SLURM_*, CUDA_VISIBLE_DEVICES) differ by design and
+are left out.
 """
 
 from __future__ import annotations
@@ -26,6 +38,17 @@ PACKAGES = ("torch", "nvidia-nccl-cu12", "nvidia-nccl-cu11", "transformers", "de
             "lightning", "torchtitan", "triton")
 
 
+# Settings that change what is logged or kept for diagnosis, not what the job computes or how
+# its ranks talk: a difference in them does not explain a different outcome.
+DIAGNOSTIC = {"TORCH_CPP_LOG_LEVEL", "TORCH_DISTRIBUTED_DEBUG", "TORCH_SHOW_CPP_STACKTRACES", "NCCL_DEBUG",
+              "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE", "NCCL_DEBUG_TIMESTAMP_FORMAT", "TORCH_NCCL_TRACE_BUFFER_SIZE",
+              "TORCH_NCCL_DUMP_ON_TIMEOUT", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_PIPE_FILE",
+              "TORCH_FR_BUFFER_SIZE", "TORCH_FR_DUMP_ON_TIMEOUT", "TORCH_FR_DUMP_TEMP_FILE",
+              "TORCH_NCCL_DESYNC_DEBUG", "TORCH_NCCL_LOG_CPP_STACK_ON_UNCLEAN_SHUTDOWN", "LOGLEVEL",
+              "PYTHONUNBUFFERED", "PYTHONFAULTHANDLER", "TORCHELASTIC_ERROR_FILE", "NCCL_RAS_ENABLE"}
+_EFFECTS = ("busbw", "step_time", "memory")   # measured numbers: effects to compare, not causes
+
+
 @dataclass
 class Change:
     kind: str
@@ -34,15 +57,72 @@ class Change:
     bad: str
     weight: int
     note: str = ""
+    could_explain: bool = True     # a kind of change that can make a run end differently
+    named_by_verdict: bool = False  # the bad run's verdict (its findings) names this setting or node
 
 
-def diff(good, bad) -> dict:
-    """Both ``Run``s compared; ``changes`` sorted heaviest first (ties by kind and key)."""
+def diff(good, bad, good_report: dict | None = None, bad_report: dict | None = None) -> dict:
+    """Both ``Run``s compared, starting from their outcomes (from their reports, when given).
+    ``changes`` are sorted: those that could explain a difference first, heaviest first (ties by
+    kind and key)."""
     changes = [*_env(good, bad), *_versions(good, bad), *_nodes(good, bad), *_transports(good, bad),
                *_algorithms(good, bad), *_numbers(good, bad)]
-    changes.sort(key=lambda c: (-c.weight, c.kind, c.key))
-    return {"schema": "postmortem.diff/1", "changes": [asdict(c) for c in changes],
-            "summary": f"{len(changes)} change(s)" + (f"; first: {changes[0].key}" if changes else "")}
+    for c in changes:
+        c.could_explain = c.kind not in _EFFECTS and not (c.kind == "env" and c.key in DIAGNOSTIC)
+        c.named_by_verdict = _named(c, bad_report)
+    changes.sort(key=lambda c: (not c.could_explain, not c.named_by_verdict, -c.weight, c.kind, c.key))
+    outcomes = {"good": _side(good_report), "bad": _side(bad_report)}
+    outcomes["differ"] = (None if good_report is None or bad_report is None
+                          else _key(outcomes["good"]) != _key(outcomes["bad"]))
+    explaining = [c for c in changes if c.could_explain]
+    summary = _summary(outcomes, explaining, changes)
+    return {"schema": "postmortem.diff/1", "outcomes": outcomes, "changes": [asdict(c) for c in changes],
+            "explaining": [c.key for c in explaining], "summary": summary}
+
+
+def _side(report: dict | None) -> dict:
+    """One run's outcome and verdict, as its report states them."""
+    if report is None:
+        return {"outcome": "unknown", "headline": "unknown (no report for this side)", "status": "unknown",
+                "category": None, "verdict": None, "culprit": {"ranks": [], "nodes": []}}
+    from analyzer.render import outcome_lines
+
+    v = report.get("verdict") or {}
+    culprit = v.get("culprit") or {}
+    return {"outcome": (report.get("outcome") or {}).get("outcome") or "unknown",
+            "headline": outcome_lines(report)[0], "status": v.get("status") or "unknown",
+            "category": v.get("category"), "verdict": v.get("sentence"),
+            "culprit": {"ranks": culprit.get("ranks") or [], "nodes": culprit.get("nodes") or []},
+            "findings": sorted({f["code"] for f in report.get("findings") or [] if f.get("severity") == "error"})}
+
+
+def _key(side: dict) -> tuple:
+    return side["outcome"], side["status"], side["category"]
+
+
+def _named(change: Change, report: dict | None) -> bool:
+    """Whether the bad run's error and warning findings name this change's setting or node."""
+    if report is None:
+        return False
+    for f in report.get("findings") or []:
+        if f.get("severity") not in ("error", "warning"):
+            continue
+        if change.kind == "env" and ((f.get("details") or {}).get("key") == change.key or change.key in f.get("title", "")):
+            return True
+        if change.kind == "nodes" and change.key == "node set" and set(f.get("nodes") or []) & set(
+                part for part in change.note.replace(";", " ").split() if part not in ("new:", "gone:")):
+            return True
+        if change.kind == "version" and change.key in f.get("title", ""):
+            return True
+    return False
+
+
+def _summary(outcomes: dict, explaining: list[Change], changes: list[Change]) -> str:
+    differ = outcomes["differ"]
+    head = ("the outcomes differ" if differ else "the same outcome" if differ is False else "outcomes unknown")
+    if explaining:
+        return f"{head}; {len(explaining)} change(s) could explain it, first: {explaining[0].key}"
+    return f"{head}; no change that could explain it" + (f" ({len(changes)} other difference(s))" if changes else "")
 
 
 def _frame(run, sql: str) -> pl.DataFrame:
@@ -217,13 +297,54 @@ def _numbers(good, bad) -> list[Change]:
     return out
 
 
-def render_text(result: dict) -> str:
-    if not result["changes"]:
-        return "No difference found between the two runs in settings, versions, nodes, transports or numbers.\n"
-    out = [f"{result['summary']} (most likely to matter first)", ""]
-    for c in result["changes"]:
-        note = f"  [{c['note']}]" if c["note"] else ""
-        out.append(f"{c['kind']:10s} {c['key']}{note}")
-        out.append(f"    good: {c['good']}")
-        out.append(f"    bad:  {c['bad']}")
+def render_text(result: dict, names: tuple[str, str] = ("good", "bad")) -> str:
+    """The outcomes first, then the changes that could explain a difference (or that none
+    could), then the other differences."""
+    from analyzer.render import safe
+
+    o = result.get("outcomes") or {}
+    out = []
+    if o:
+        differ = o.get("differ")
+        out.append("Outcomes: " + ("they differ." if differ else "the same." if differ is False else "unknown."))
+        width = max(len(n) for n in names)
+        for side, name in zip(("good", "bad"), names):
+            s = o[side]
+            verdict = f"; verdict {s['status']}" + (f" ({s['category']})" if s.get("category") not in (None, "none") else "")
+            out.append(f"  {side:4s} {safe(name):{width}s}  {safe(s['headline'])}{verdict}")
+            if s.get("verdict"):
+                out.append(f"       {_cut(safe(s['verdict']), 220)}")
+        out.append("")
+    changes = result["changes"]
+    explaining = [c for c in changes if c.get("could_explain", True)]
+    others = [c for c in changes if not c.get("could_explain", True)]
+    if explaining:
+        out.append("Changes that could explain it (settings, versions, nodes, transports; most likely first):")
+        out += _change_lines(explaining)
+    else:
+        out.append("No change that could explain it: no must-match or behaviour setting, version, node set, "
+                   "transport or algorithm differs between the runs.")
+        if o and o.get("differ"):
+            out.append("  The cause is in the bad run itself (a code path, a piece of hardware, the data): its "
+                       "report says which.")
+    if others:
+        out += ["", "Other differences (logging and diagnostics, measured numbers: effects, not causes):"]
+        out += _change_lines(others)
     return "\n".join(out) + "\n"
+
+
+def _change_lines(changes: list[dict]) -> list[str]:
+    from analyzer.render import safe
+
+    out = []
+    for c in changes:
+        note = f"  [{c['note']}]" if c["note"] else ""
+        named = "  <- the bad run's verdict names it" if c.get("named_by_verdict") else ""
+        out.append(f"  {c['kind']:10s} {safe(c['key'])}{safe(note)}{named}")
+        out.append(f"      good: {safe(c['good'])}")
+        out.append(f"      bad:  {safe(c['bad'])}")
+    return out
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[:width - 1] + "\u2026"

@@ -42,6 +42,19 @@ class InputFile:
     failure: str | None = None      # why it cannot be read, found before parsing (``materialize``)
 
 
+# Files that describe a job folder rather than record it: a README, Markdown notes, the expected
+# findings or ground truth a test fixture carries. Found inside a folder (or an archive) they are
+# not evidence -- a README that quotes an Xid line must not become an Xid -- and are left out;
+# named on the command line they are read like any other file.
+_DOC_FILES = re.compile(r"^(readme([._-].*)?|.*\.(md|markdown|rst)|expected\.json|truth\.json|case\.json)$", re.I)
+
+
+def is_documentation(name: str) -> bool:
+    """A file name (no folder) that ``discover`` leaves out of a folder: README*, *.md, *.rst,
+    expected.json, truth.json, CASE.json."""
+    return bool(_DOC_FILES.match(name))
+
+
 def discover(paths: list[str | Path], exclude: set[Path] | None = None, scratch=None,
              progress=None, follow_symlinks: bool = False) -> tuple[list[InputFile], list[str]]:
     """Every readable file under ``paths`` (recursively, sorted), plus messages for bad paths.
@@ -49,7 +62,8 @@ def discover(paths: list[str | Path], exclude: set[Path] | None = None, scratch=
     Archives (``analyzer.archives``) are expanded in place of themselves: their members are
     copied into ``scratch`` (an ``archives.Scratch``; the caller removes it) and listed as
     ``archive!/member``. ``progress`` (a callable taking one status line) hears about long
-    extractions.
+    extractions. Documentation files (``is_documentation``) inside a folder or an archive are
+    left out; a path that names one is read.
 
     Inputs stay inside the roots the user named (docs/security.md): a link (to a file or a
     folder) whose target lies outside every root is skipped and counted in one message, and so
@@ -81,6 +95,8 @@ def discover(paths: list[str | Path], exclude: set[Path] | None = None, scratch=
             if real in exclude or display.endswith((".duckdb", ".duckdb.wal")) or \
                     (inside and any(p in inside for p in real.parents)):
                 continue
+            if not root.is_file() and is_documentation(os.path.basename(display)):
+                continue  # a README or expected.json in a job folder is not evidence
             try:
                 stat = os.stat(path)
             except OSError as exc:      # gone or unreadable since it was listed

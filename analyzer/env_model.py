@@ -1,4 +1,4 @@
-"""Per-node environment, and which variables differ between nodes (``formats/training-logs.md`` 9.2).
+"""Per-node environment, and which variables differ between nodes (``docs/formats/training-logs.md`` 9.2).
 
 ``build`` runs over all inputs after parsing and attribution and adds two tables (and gives
 hardware-tool rows saved per node, ``hw/<host>/...``, the node their path names; ``hw_nodes``):

@@ -1,6 +1,6 @@
 """The hardware model: accelerators, link tiers and busbw factors (``analyzer/hardware.toml``).
 
-The numbers are data with their sources (``formats/hardware.md``); this module matches a GPU
+The numbers are data with their sources (``docs/formats/hardware.md``); this module matches a GPU
 name to an accelerator, prices an NCCL hop by the tier it runs on, and gives the busbw
 factor of a collective. It never invents a number: where the inputs do not say what a link
 is (the GPU model, a NIC's rate), the price is ``None`` with the reason.

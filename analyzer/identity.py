@@ -1,7 +1,7 @@
 """Who wrote each line: global rank, node, pid and attempt, each with where it came from.
 
-Launchers and libraries print different rank numbers (``formats/training-logs.md`` section
-0 item 6, ``formats/pytorch-failures.md`` section 1): c10d's ``[rankN]:`` is the global
+Launchers and libraries print different rank numbers (``docs/formats/training-logs.md`` section
+0 item 6, ``docs/formats/pytorch-failures.md`` section 1): c10d's ``[rankN]:`` is the global
 rank, torchrun's ``[defaultN]:`` and ``attempt_N/<n>/`` are local ranks, NCCL's ``rank`` is
 the communicator's (global only for the world communicator), c10d's ``Rank r`` inside a PG
 prefix is the PG rank (global only for PG 0), and an srun label is a task id whose meaning

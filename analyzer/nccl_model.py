@@ -1,6 +1,6 @@
 """Who talks to whom over what: NCCL communicators, their members, ring order and every hop.
 
-Built over all inputs at once from the NCCL parser's rows (``formats/nccl.md`` section 5):
+Built over all inputs at once from the NCCL parser's rows (``docs/formats/nccl.md`` section 5):
 
 ``nccl_processes``     per (host, pid): NCCL version (exact, or the range its line shapes
                        allow, section 4), network chosen, bootstrap and OOB interfaces, NICs

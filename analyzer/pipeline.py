@@ -7,6 +7,7 @@ inputs were skipped and why).
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -167,14 +168,23 @@ def analyze(paths: list[str | Path], db_path: str | Path | None = None, progress
     return run
 
 
+# A per-rank output file: torchrun's attempt_N/<local rank>/stdout.log and stderr.log, and the
+# stdout/stderr files other launchers keep per rank. Empty ones are normal (a healthy rank writes
+# nothing to stderr).
+_PER_RANK_FILE = re.compile(r"(^|/)attempt_\d+/\d+/(stdout|stderr)\.log$|(^|/)(stdout|stderr)[^/]*$|"
+                            r"(^|/)[^/]*rank[_-]?\d+[^/]*\.(err|out|log)$", re.I)
+
+
 def _collapse_empty(messages: list[str], keep: int = 3) -> list[str]:
-    """Per-rank stderr files of healthy ranks are often empty: one line says so for all of them
-    (each is still listed in ``inputs``)."""
-    empty = [m for m in messages if m.endswith(": empty file")]
-    if len(empty) <= keep:
-        return messages
+    """Empty per-rank files are normal: no message about them (``inputs`` lists each, and the
+    report counts them once, ``inputs.totals.empty``). Other empty files are named, up to
+    ``keep`` of them; more are one line."""
+    empty = [m.removesuffix(": empty file") for m in messages if m.endswith(": empty file")]
     rest = [m for m in messages if not m.endswith(": empty file")]
-    return rest + [f"{len(empty)} empty files (e.g. {empty[0].removesuffix(': empty file')}); listed in inputs"]
+    other = [path for path in empty if not _PER_RANK_FILE.search(path.rsplit("!/", 1)[-1])]
+    if len(other) <= keep:
+        return rest + [f"{path}: empty file" for path in other]
+    return rest + [f"{len(other)} empty files (e.g. {other[0]}); listed in inputs"]
 
 
 def _annotate(tables: dict[str, pl.DataFrame], by_line: ByLine) -> dict[str, pl.DataFrame]:

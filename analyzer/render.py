@@ -230,8 +230,8 @@ def _summary_lines(report: dict) -> list[str]:
     r = report["run"]
     t = report["inputs"]["totals"]
     lines = [f"Run: {run_size(r)}; NCCL {', '.join(r['nccl_versions']) or 'version unknown'}; time {time_span(r)}"]
-    lines.append(f"Inputs: {t['files']} files ({t['skipped']} skipped), {t['lines']} lines: "
-                 f"{t['parsed_lines']} parsed, {t['unparsed_lines']} unparsed")
+    lines.append(f"Inputs: {input_files(t)}, {t['lines']} lines: {t['parsed_lines']} parsed, "
+                 f"{t['unparsed_lines']} unparsed")
     n = report["inputs"]["nccl_lines"]
     if n["total"]:
         lines.append(f"NCCL lines: {n['typed']} of {n['total']} understood"
@@ -242,6 +242,15 @@ def _summary_lines(report: dict) -> list[str]:
     for m in report["messages"]:
         lines.append(f"  ! {safe(m)}")
     return lines
+
+
+def input_files(t: dict) -> str:
+    """``129 files (40 skipped, all of them empty)``: the inputs, and the empty ones said once."""
+    empty = t.get("empty") or 0
+    if not empty:
+        return f"{t['files']} files ({t['skipped']} skipped)"
+    which = "all of them empty" if empty == t["skipped"] else f"{empty} of them empty"
+    return f"{t['files']} files ({t['skipped']} skipped, {which})"
 
 
 def rank_count(r: dict) -> str:
@@ -259,12 +268,15 @@ def run_size(r: dict) -> str:
 
 
 def time_span(r: dict) -> str:
-    """``START .. END (how the clock was read)``, or ``unknown``."""
+    """``START .. END (how the clock was read; the end is the last timestamped line (what, path:line))``,
+    or ``unknown``: the one end every view of the report gives."""
     span = r.get("time_span") or {}
     start, end = span.get("start"), span.get("end")
     if not (known(start) or known(end)):
         return "unknown"
-    return f"{or_unknown(start)} .. {or_unknown(end)}" + (f" ({span['source']})" if known(span.get("source")) else "")
+    notes = [span.get("source"), f"the end is {span['end_basis']}" if known(span.get("end_basis")) else None]
+    notes = [n for n in notes if known(n)]
+    return f"{or_unknown(start)} .. {or_unknown(end)}" + (f" ({'; '.join(notes)})" if notes else "")
 
 
 def markdown_report(report: dict) -> str:

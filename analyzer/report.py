@@ -17,6 +17,7 @@ import polars as pl
 from analyzer import commands
 from analyzer.pipeline import Run
 from analyzer.ranges import hostlist, rank_ranges
+from analyzer.timeline import log_bounds
 
 SCHEMA = "postmortem.report/1"
 VERSION = "0.1.0"
@@ -467,17 +468,27 @@ def _ended(ctx) -> bool:
 def _gpu_hours(ctx) -> dict | None:
     from rules.why_no_timeout import hang_span
 
-    span = hang_span(ctx)
+    from rules.evidence_model import uses_gpus
+
     world = ctx.world_size
-    if not span or not world:
+    if not world:
+        return None
+    span = hang_span(ctx)
+    if not span or not uses_gpus(ctx):
         return None
     hours = (span[1] - span[0]).total_seconds() / 3600
+    if round(world * hours, 1) == 0:   # no cost worth a line (a healthy run's last seconds)
+        return None
     return {"value": round(world * hours, 1), "ranks": world, "hours": round(hours, 2),
             "from": str(span[0]), "to": str(span[1]),
             "basis": "ranks x time from the last training progress line to the last timestamped line"}
 
 
 def _missing(ctx, findings) -> list[dict]:
+    """What the inputs lack and how to collect it next time; nothing the inputs show is already
+    there or already turned on (``rules.evidence_model``)."""
+    from rules import evidence_model
+
     out = []
     world = ctx.world_size
     seen = ctx.logged_ranks()
@@ -487,25 +498,30 @@ def _missing(ctx, findings) -> list[dict]:
             out.append({"what": f"no log lines attributable to rank(s) {rank_ranges(absent)}",
                         "enable": "keep every rank's stdout and stderr (torchrun --log-dir with --tee 3, "
                                   "or srun -o %t)"})
-    nccl = ctx.frame("SELECT count(*) AS n FROM lines WHERE kind = 'nccl'")["n"][0]
-    if nccl == 0:
-        out.append({"what": "no NCCL_DEBUG output (rank to GPU and host mapping, versions, transports)",
-                    "enable": "NCCL_DEBUG=INFO (NCCL_DEBUG_FILE=/path/nccl.%h.%p.log to keep it out of stdout)"})
+    cpu_only = evidence_model.cpu_only(ctx)   # a gloo job on CPUs: no NCCL, no GPU to query
+    if not evidence_model.has_nccl_output(ctx) and not cpu_only:
+        debug = evidence_model.setting(ctx, ("NCCL_DEBUG",))
+        if debug and debug.upper() in ("INFO", "TRACE"):
+            where = evidence_model.setting(ctx, ("NCCL_DEBUG_FILE",))
+            out.append({"what": f"no NCCL_DEBUG output was read, though the environment sets NCCL_DEBUG={debug}",
+                        "enable": f"copy the files NCCL_DEBUG_FILE names ({where}) into the job folder" if where else
+                        "keep the stdout/stderr of every rank (NCCL prints there)"})
+        else:
+            out.append({"what": "no NCCL_DEBUG output (rank to GPU and host mapping, versions, transports)",
+                        "enable": "NCCL_DEBUG=INFO (NCCL_DEBUG_FILE=/path/nccl.%h.%p.log to keep it out of stdout)"})
     hang = any(f.category in ("hang", "desync") for f in findings)
-    if hang:
-        out.append({"what": "no Flight Recorder dumps were read",
-                    "enable": "TORCH_NCCL_TRACE_BUFFER_SIZE=2000 TORCH_NCCL_DUMP_ON_TIMEOUT=1 "
-                              "TORCH_NCCL_DEBUG_INFO_TEMP_FILE=/shared/fr/nccl_trace_rank_"})
-    stacks = ctx.frame("SELECT count(*) AS n FROM stacks")["n"][0]
-    if hang and stacks == 0:
+    gap = evidence_model.flight_recorder_gap(ctx) if hang else None
+    if gap:
+        out.append(gap)
+    if hang and not evidence_model.has_stacks(ctx):
         out.append({"what": "no py-spy dumps of the hung ranks",
                     "enable": "while it hangs: on each node, pgrep -f train | xargs -I{} py-spy dump --pid {}"})
-    prefixed = ctx.frame("SELECT count(*) AS n FROM lines WHERE rank_tag IS NOT NULL")["n"][0]
-    if prefixed == 0 and hang:
+    if hang and not evidence_model.has_rank_prefix(ctx):
         out.append({"what": "no c10d [rankN]: prefix on any line (global rank of each line is not stated)",
                     "enable": "PyTorch >= 2.3 prints it; or use a torchrun --log-line-prefix-template with ${rank}"})
     if any(f.severity == "error" for f in findings):
-        out += [gap for table, gap in _NODE_EVIDENCE if ctx.table(table).is_empty()]
+        out += [gap for table, gap in _NODE_EVIDENCE if ctx.table(table).is_empty()
+                and not (cpu_only and table == "gpu_health")]
     return out
 
 
@@ -531,12 +547,7 @@ def _run_summary(run: Run, ctx) -> dict:
     ranks = ctx.ranks
     versions = run.frame("SELECT DISTINCT version FROM nccl_versions ORDER BY 1")["version"].to_list() \
         if run.columns("nccl_versions") else []
-    spans = []
-    for name in ("iterations", "events", "collectives", "exits", "slurm"):
-        for c in ("ts", "time"):
-            if c in run.columns(name):
-                row = run.con.execute(f'SELECT min("{c}"), max("{c}") FROM "{name}"').fetchall()[0]
-                spans += [v for v in row if v is not None]
+    first, last = log_bounds(run)
     return {
         "ranks": run.info.get("world_size"),
         "ranks_source": run.info.get("world_size_source"),
@@ -544,11 +555,19 @@ def _run_summary(run: Run, ctx) -> dict:
         "nodes": _nodes(run, ranks),
         "gpu_model": _gpu_model(run),
         "nccl_versions": versions,
-        "time_span": {"start": str(min(spans)) if spans else None, "end": str(max(spans)) if spans else None,
-                      "source": run.info.get("time_source"),
+        "time_span": {"start": str(first["ts"]) if first else None, "end": str(last["ts"]) if last else None,
+                      "end_basis": _bound_basis(last), "source": run.info.get("time_source"),
                       "zone": "as printed (glog and Megatron print local time without a zone)"},
         "rank_mapping": ranks.group_by("confidence").len().sort("confidence").to_dicts(),
     }
+
+
+def _bound_basis(bound: dict | None) -> str | None:
+    """Where the end of the logs was read: ``the last timestamped line (the torchrun agent, slurm-4242.out:94)``."""
+    if not bound:
+        return None
+    where = f", {bound['path']}:{bound['line']}" if bound.get("path") and bound.get("line") is not None else ""
+    return f"the last timestamped line ({bound['what']}{where})"
 
 
 def _nodes(run: Run, ranks) -> list[str]:
@@ -574,6 +593,7 @@ def _inputs(run: Run) -> dict:
     rows = run.frame("SELECT path, kind, lines, parsed_lines, unparsed_lines, problem FROM inputs ORDER BY path")
     return {"files": rows.to_dicts(),
             "totals": {"files": len(rows), "skipped": int((rows["kind"] == "skipped").sum()),
+                       "empty": int(rows["problem"].fill_null("").str.ends_with(": empty file").sum()),
                        "lines": int(rows["lines"].sum()), "parsed_lines": int(rows["parsed_lines"].sum()),
                        "unparsed_lines": int(rows["unparsed_lines"].sum())},
             **_nccl_coverage(run)}

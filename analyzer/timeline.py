@@ -123,3 +123,58 @@ def fill_attempts(frame: pl.DataFrame, starts: pl.DataFrame, only_attempt: int |
     fills = matched.select("_row", _a=pl.col("attempt_right"))
     out = order.join(fills, on="_row", how="left").with_columns(attempt=pl.coalesce("attempt", "_a"))
     return out.drop("_row", "_a")
+
+
+# The tables whose rows carry the time of a line of the job's own logs (kernel logs are the
+# nodes', not the job's: a journal can run on for days after the job ended).
+LOG_TIME_TABLES = (("events", "ts", "a rank's log"), ("progress", "ts", "a c10d status line"),
+                   ("iterations", "ts", "the training log"), ("collectives", "ts", "a collective record"),
+                   ("exits", "time", "torchrun's failure table"), ("agent", "ts", "the torchrun agent"),
+                   ("slurm", "ts", "the scheduler's output"))
+
+
+def log_bounds(run, attempt: int | None = None) -> tuple[dict | None, dict | None]:
+    """The first and the last time any line of the job's logs carries (in ``attempt`` and lines of
+    no attempt, or the whole run), each as ``{"ts", "path", "line", "what"}``: the one start and
+    the one end every view of the report gives, with the line it comes from."""
+    types = {(t, c): d for t, c, d in run.con.execute(
+        "SELECT table_name, column_name, data_type FROM information_schema.columns").fetchall()}
+    firsts, lasts = [], []
+    for table, column, what in LOG_TIME_TABLES:
+        if not str(types.get((table, column), "")).upper().startswith("TIMESTAMP"):
+            continue
+        where = [f'"{column}" IS NOT NULL']
+        params: list = []
+        if attempt is not None and (table, "attempt") in types:
+            where.append("(attempt = ? OR attempt IS NULL)")
+            params.append(attempt)
+        if table == "collectives" and (table, "kind") in types:
+            where.append("kind IS DISTINCT FROM 'nccl_coll'")
+        ref = ("input_id, line_no" if (table, "input_id") in types and (table, "line_no") in types
+               else "NULL::BIGINT AS input_id, NULL::BIGINT AS line_no")
+        for order, out in (("ASC", firsts), ("DESC", lasts)):
+            rows = run.con.execute(f'SELECT "{column}", {ref} FROM "{table}" WHERE {" AND ".join(where)} '
+                                   f'ORDER BY "{column}" {order} LIMIT 1', params).fetchall()
+            if rows:
+                out.append((rows[0][0], rows[0][1], rows[0][2], what))
+    if not lasts:
+        return None, None
+    first = min(firsts, key=lambda r: r[0])
+    # the latest time; of equal times, the finest reading (a launcher's 14:22:53.877 over the
+    # scheduler's 14:22:53 is no tie, but two sources of one instant are)
+    last = max(lasts, key=lambda r: r[0])
+    return _bound(run, first), _bound(run, last)
+
+
+def log_end(run, attempt: int | None = None) -> dict | None:
+    """The end of the logs (``log_bounds``)."""
+    return log_bounds(run, attempt)[1]
+
+
+def _bound(run, row) -> dict:
+    ts, input_id, line_no, what = row
+    path = None
+    if input_id is not None:
+        found = run.con.execute("SELECT path FROM inputs WHERE input_id = ?", [input_id]).fetchall()
+        path = found[0][0] if found else None
+    return {"ts": ts, "path": path, "line": int(line_no) if line_no is not None else None, "what": what}

@@ -1,6 +1,6 @@
 """PyTorch c10d / ProcessGroupNCCL messages: the watchdog family, in every era.
 
-Reference: ``formats/pytorch-failures.md`` sections 1-7. After the envelope has peeled
+Reference: ``docs/formats/pytorch-failures.md`` sections 1-7. After the envelope has peeled
 launcher prefixes and ``[rankN]:``, a c10d line is::
 
     [<glog header>] <PG prefix><message>

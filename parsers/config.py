@@ -1,4 +1,4 @@
-"""Job configuration and software versions (``formats/training-logs.md`` section 9.1).
+"""Job configuration and software versions (``docs/formats/training-logs.md`` section 9.1).
 
 Line kinds handled:
 

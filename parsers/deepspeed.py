@@ -1,4 +1,4 @@
-"""DeepSpeed runtime and launcher logs (``formats/training-logs.md`` section 3).
+"""DeepSpeed runtime and launcher logs (``docs/formats/training-logs.md`` section 3).
 
 Every DeepSpeed line goes through its logger:
 ``[2023-09-12 00:26:08,683] [INFO] [logging.py:96:log_dist] [Rank 0] message`` (``log_dist`` adds

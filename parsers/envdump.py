@@ -1,4 +1,4 @@
-"""Per-node environment dumps (``formats/training-logs.md`` section 9.1).
+"""Per-node environment dumps (``docs/formats/training-logs.md`` section 9.1).
 
 Line kinds handled:
 

@@ -1,6 +1,6 @@
 """PyTorch Flight Recorder (FR) dumps: pickle and JSON, every format version.
 
-Reference: ``formats/pytorch-failures.md`` section 9. A dump is one file per rank, named
+Reference: ``docs/formats/pytorch-failures.md`` section 9. A dump is one file per rank, named
 ``<TORCH_NCCL_DEBUG_INFO_TEMP_FILE><global rank>`` (default ``/tmp/nccl_trace_rank_<rank>``;
 any prefix, optionally with ``.pkl`` / ``.pickle`` / ``.json``). Top level::
 

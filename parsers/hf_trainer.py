@@ -1,4 +1,4 @@
-"""Hugging Face Trainer / Accelerate console output (``formats/training-logs.md`` section 4), and
+"""Hugging Face Trainer / Accelerate console output (``docs/formats/training-logs.md`` section 4), and
 tqdm progress bars of any framework.
 
 ``iterations``  the metric dicts ``ProgressCallback``/``PrinterCallback`` print (Python reprs, not

@@ -1,4 +1,4 @@
-"""Hardware tool output (``formats/hardware.md`` sections 4-7).
+"""Hardware tool output (``docs/formats/hardware.md`` sections 4-7).
 
 Line kinds handled, each gated by a marker of its tool in the same input so that ordinary
 logs never lose lines to it:

@@ -1,6 +1,6 @@
 """PyTorch profiler / Kineto Chrome traces (``*.pt.trace.json[.gz]``) -> kernels, cpu_ops.
 
-Format reference: ``formats/nsys-and-traces.md`` section 8.
+Format reference: ``docs/formats/nsys-and-traces.md`` section 8.
 
 * **Time.** ``ts``/``dur`` are microseconds (floats with ns precision). Newer traces carry a
   top-level ``baseTimeNanoseconds`` and relative ``ts``: ``epoch_ns = base + round(ts*1000)``.

@@ -11,8 +11,8 @@ frame with a row per line and does, vectorised over the whole file:
   started the line in front of it, and drops a CRLF ``\\r``;
 * removes ANSI escape sequences;
 * peels launcher and collector prefixes, in any stacking order, and keeps what they said
-  as columns (``formats/nccl.md`` section 2, ``formats/training-logs.md`` section 1,
-  ``formats/pytorch-failures.md`` section 1);
+  as columns (``docs/formats/nccl.md`` section 2, ``docs/formats/training-logs.md`` section 1,
+  ``docs/formats/pytorch-failures.md`` section 1);
 * finds c10d's ``[rankN]:`` prefix even when a progress bar is glued in front of it.
 
 Offsets and lengths are bytes (``str.len_bytes``) into the input; everything that cuts text

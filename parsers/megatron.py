@@ -1,4 +1,4 @@
-"""Megatron-LM family training logs (``formats/training-logs.md`` sections 2.2, 2.3, 2.5).
+"""Megatron-LM family training logs (``docs/formats/training-logs.md`` sections 2.2, 2.3, 2.5).
 
 Line kinds handled:
 

@@ -1,6 +1,6 @@
 """NCCL_DEBUG output, every line kind of NCCL 2.4 to 2.30.
 
-Reference: ``formats/nccl.md``. The line prefix (section 1, after the launcher prefixes of
+Reference: ``docs/formats/nccl.md``. The line prefix (section 1, after the launcher prefixes of
 section 2 are peeled by ``parsers.lines``)::
 
     host:pid:tid [cudaDev] NCCL INFO <msg>
@@ -149,7 +149,7 @@ def bus_id_to_pci(bus_id: str | None) -> str | None:
 # (so not torn): split by position instead of the full prefix pattern, which has fourteen groups.
 _PLAIN_INFO = r"^[^:\s\[]*:[0-9]+:[0-9]+ \[[0-9]+\] NCCL INFO "
 # Fields of a COLL trace message (``KINDS[0]``) by position: `Op: opCount h sendbuff p recvbuff p
-# count n datatype n op n root n comm p [nranks=n] stream p` (formats/nccl.md section 3.9).
+# count n datatype n op n root n comm p [nranks=n] stream p` (docs/formats/nccl.md section 3.9).
 _COLL_TOKENS = {"op": 0, "op_count_hex": 2, "sendbuff": 4, "recvbuff": 6, "count": 8, "datatype": 10,
                 "red_op": 12, "root": 14, "comm": 16, "nranks": 17, "stream": 19}
 _COLL_SHAPE = re.sub(r"\(\?P<\w+>", "(?:", KINDS[0].pattern)   # the catalogue's pattern, groups unnamed

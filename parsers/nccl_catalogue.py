@@ -1,6 +1,6 @@
 """Every NCCL_DEBUG message kind the parser understands: name, target table, pattern, versions.
 
-This is the lnav-style format definition of NCCL's own output (``formats/nccl.md`` section 3,
+This is the lnav-style format definition of NCCL's own output (``docs/formats/nccl.md`` section 3,
 with the corrections of 3.14.7). Each ``Kind`` matches the *message* part of a line, after
 the ``host:pid:tid [dev] NCCL INFO`` prefix (``parsers.nccl``) has been taken off; its named
 groups become columns of ``table``. Kinds are tried in order and the first match wins, so a

@@ -1,6 +1,6 @@
 """NCCL RAS: the ``ncclras`` client's status report (text and JSON) and the RAS INFO lines.
 
-Reference: ``formats/nccl.md`` section 3.13 (the report, NCCL 2.24+; JSON from 2.28.7) and the
+Reference: ``docs/formats/nccl.md`` section 3.13 (the report, NCCL 2.24+; JSON from 2.28.7) and the
 RAS INFO lines of section 3.12. The report is not NCCL_DEBUG output: it is what ``ncclras``
 (or ``echo status | nc localhost 28028``) prints, so it shows up only where a job's tooling
 captured it -- often pasted next to the framework's own output.

@@ -1,6 +1,6 @@
 """Nsight Systems SQLite exports (``nsys export --type sqlite``) -> kernels, nvtx, memcpy, ...
 
-Format reference: ``formats/nsys-and-traces.md`` (sections 2 and 4). What this reader gets
+Format reference: ``docs/formats/nsys-and-traces.md`` (sections 2 and 4). What this reader gets
 right, by that reference:
 
 * **Time.** Every ``start``/``end`` in the export is integer ns on the report's session

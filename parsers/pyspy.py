@@ -1,4 +1,4 @@
-"""py-spy ``dump`` output (``formats/pytorch-failures.md`` section 8).
+"""py-spy ``dump`` output (``docs/formats/pytorch-failures.md`` section 8).
 
 Line kinds handled (py-spy 0.3.x and 0.4.x print the same shapes):
 

@@ -1,4 +1,4 @@
-"""torchtitan and PyTorch Lightning logs (``formats/training-logs.md`` sections 6 and 5).
+"""torchtitan and PyTorch Lightning logs (``docs/formats/training-logs.md`` sections 6 and 5).
 
 torchtitan (logger ``[titan] 2026-02-24 19:46:17,508 - root - INFO - message``; the ``[titan] ``
 tag is optional so older builds and bare pastes read the same):

@@ -1,7 +1,7 @@
 """PyTorch failures that are not c10d watchdog lines: OOMs, CUDA faults, Python tracebacks,
 faulthandler dumps, Gloo errors, rendezvous / TCPStore errors, fatal signals.
 
-References: ``formats/pytorch-failures.md`` sections 5-7 and ``formats/training-logs.md``
+References: ``docs/formats/pytorch-failures.md`` sections 5-7 and ``docs/formats/training-logs.md``
 section 7 (OOM text by version). ``parsers.c10d`` already classifies many of these lines one
 by one (``exception``, ``traceback``, ``cuda_error`` events); this parser adds what needs more
 than one line or a normalised value:

@@ -1,6 +1,6 @@
 """torchrun / torch.distributed.elastic launcher output, and the Slurm lines around it.
 
-Line kinds handled (``formats/pytorch-failures.md`` section 7, ``formats/training-logs.md``
+Line kinds handled (``docs/formats/pytorch-failures.md`` section 7, ``docs/formats/training-logs.md``
 section 1):
 
 ``exits`` -- the ``ChildFailedError`` summary, one row per failure block:

@@ -1,4 +1,4 @@
-"""Shared table shapes and helpers of the training-framework parsers (``formats/training-logs.md``).
+"""Shared table shapes and helpers of the training-framework parsers (``docs/formats/training-logs.md``).
 
 Not a parser (no ``parse``): ``parsers.megatron``, ``parsers.deepspeed``, ``parsers.hf_trainer``
 and ``parsers.titan_lightning`` all write the same four tables, so a query can ask "last

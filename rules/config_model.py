@@ -6,7 +6,7 @@ Settings come from ``env_nodes`` (``analyzer/env_model.py``): basis ``NCCL INFO`
 copies). For one variable, a node's value is NCCL's echo when any node echoed the variable and
 this node printed echo lines (no echo there then means unset); otherwise its dump's value. A
 node whose dump disagrees with its own echo is believed by its echo (a dump taken in another
-shell). ``formats/nccl.md`` 3.8: echoes appear once per process when the variable is read and set.
+shell). ``docs/formats/nccl.md`` 3.8: echoes appear once per process when the variable is read and set.
 
 Versions come from ``nccl_processes`` (a process's own version line, else the release range its
 line shapes allow: ``version_min``/``version_max``), never from rank 0's line copied onto the

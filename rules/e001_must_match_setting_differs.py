@@ -1,7 +1,7 @@
 """E001 must-match-setting-differs: a setting every rank must share has another value on some nodes.
 
 What it detects
-    An NCCL variable that every rank must share (``formats/training-logs.md`` 9.2, must match:
+    An NCCL variable that every rank must share (``docs/formats/training-logs.md`` 9.2, must match:
     ``NCCL_PROTO``, ``NCCL_ALGO``, buffer/thread/channel/threshold sizing, ``NCCL_IB_DISABLE``,
     ``NCCL_NET``/``NCCL_NET_PLUGIN``, ``NCCL_CROSS_NIC``/``COLLNET``/``NVLS``/``PXN`` switches) or a
     rendezvous variable (``MASTER_ADDR``, ``MASTER_PORT``, ``WORLD_SIZE``, ``NNODES``) whose value
@@ -11,7 +11,7 @@ What it detects
 
 Why it matters
     NCCL never exchanges these settings: each rank decides its algorithm, protocol, channels
-    and chunking alone (``formats/nccl.md`` 3.14.5). Ranks that decide differently wait on each
+    and chunking alone (``docs/formats/nccl.md`` 3.14.5). Ranks that decide differently wait on each
     other forever at the message sizes where they differ, or exchange buffers of different
     sizes (truncation errors, corruption); different transports fail to connect. Nothing up to
     NCCL 2.30 detects it, so the job just hangs with every rank stuck in one collective.

@@ -1,7 +1,7 @@
 """E003 should-match-setting-differs: a setting that should be uniform differs between nodes.
 
 What it detects
-    A variable of the "should match" class (``formats/training-logs.md`` 9.2: every other
+    A variable of the "should match" class (``docs/formats/training-logs.md`` 9.2: every other
     ``NCCL_*`` and ``TORCH_NCCL_*`` variable, ``NCCL_IB_GID_INDEX``/``TC``/``TIMEOUT``, GDR and
     P2P levels, ``CUDA_DEVICE_MAX_CONNECTIONS``, ``PYTORCH_CUDA_ALLOC_CONF``, ``OMP_NUM_THREADS``,
     ``NVTE_*``, ``UCX_*``, ``FI_*``) whose value differs between nodes, NCCL's own ``set by

@@ -3,7 +3,7 @@
 What it detects
     Nodes whose NCCL processes show a different release: their own ``NCCL version`` lines
     (every process prints one from 2.22), or, before that, the release range their line shapes
-    allow (plugin wording, init and channel-count lines: ``formats/nccl.md`` section 4;
+    allow (plugin wording, init and channel-count lines: ``docs/formats/nccl.md`` section 4;
     ``nccl_processes.version_min/max``), which must not overlap the others'. NCCL 2.23+'s own
     ``Mismatched NCCL version detected`` warning is reported too. The minority node(s) are named
     when one release is held by a majority of the nodes.

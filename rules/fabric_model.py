@@ -4,7 +4,7 @@ endpoints, addresses resolved to hosts, NIC link flaps from kernel logs, bootstr
 Not a rule (no ``CODE``). Everything is read from the store through ``Context`` and cached in
 ``ctx.shared``.
 
-Completion errors (formats/nccl.md section 3.11), every wording::
+Completion errors (docs/formats/nccl.md section 3.11), every wording::
 
     NET/IB : Got completion with error 12, opcode 0, len 0, vendor err 129                       (2.4-2.11)
     NET/IB : Got completion from peer H<p> with error 12, opcode 0, len 0, vendor err 129 [(Send) localGid G ...]
@@ -21,7 +21,7 @@ import polars as pl
 
 from rules.base import Context, with_columns
 
-# ibv_wc_status values NCCL prints (formats/nccl.md 3.11).
+# ibv_wc_status values NCCL prints (docs/formats/nccl.md 3.11).
 STATUS = {
     1: ("IBV_WC_LOC_LEN_ERR", "local length error"),
     2: ("IBV_WC_LOC_QP_OP_ERR", "local QP operation error"),

@@ -3,7 +3,7 @@
 What it detects
     In one attempt, within one process group's members only, the ranks that never entered
     the collective the others wait in: their ``last enqueued`` sequence is below the
-    sequence the majority waits in (``formats/pytorch-failures.md`` 3.2), ideally with
+    sequence the majority waits in (``docs/formats/pytorch-failures.md`` 3.2), ideally with
     nothing in flight at all (``enqueued == completed``), and they are not themselves
     waiting in another group. Evidence, strongest first: PG status / work-update /
     dump-signal lines; missing status lines from a rank that was otherwise logging; py-spy

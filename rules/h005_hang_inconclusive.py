@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from analyzer.ranges import rank_ranges
 from rules.base import Context, Finding
+from rules.evidence_model import missing_for_a_hang, phrase
 from rules.hang_model import analyse_hang
 
 CODE = "H005"
@@ -40,7 +41,15 @@ def check(ctx: Context) -> list[Finding]:
         f"hang in {state.majority_op or 'a collective'} #{state.wait_seq} ({state.key}): culprit undecided",
         f"{len(state.waiting)} rank(s) wait; the evidence points at {candidates}, but: " + "; ".join(hang.inconclusive),
         ranks=[], category="hang",
-        suggestion="Collect per-rank stderr with the [rankN]: prefix or NCCL_DEBUG=INFO, enable Flight Recorder "
-                   "(TORCH_NCCL_TRACE_BUFFER_SIZE=2000), and py-spy dump every rank while it hangs.",
+        suggestion=_suggestion(ctx),
         details={"candidates": hang.culprits, "reasons": hang.inconclusive, "process_group": state.key,
                  "seq": state.wait_seq})]
+
+
+def _suggestion(ctx: Context) -> str:
+    """Ask only for the evidence these inputs lack (rules.evidence_model)."""
+    missing = missing_for_a_hang(ctx)
+    if missing:
+        return f"Next time collect {phrase(missing)}."
+    return ("The evidence a culprit is named from was collected but does not decide: read the candidates' stacks "
+            "and last lines against the reasons above.")

@@ -4,7 +4,7 @@ For one attempt it builds, per process group and member rank, the latest evidenc
 progress: ``last enqueued`` / ``last completed`` (PG status lines, periodic work updates,
 the dump-signal line each rank prints with its own PG-0 numbers) and the collective a rank
 timed out in (SeqNum, OpType, NumelIn/Out). Then it classifies each PG
-(``formats/pytorch-failures.md`` sections 3.2, 10 and 11):
+(``docs/formats/pytorch-failures.md`` sections 3.2, 10 and 11):
 
 * ``waiting``: ranks with work in flight (enqueued > completed, or a timeout);
 * the majority wait sequence ``K`` and the majority (op, size) at ``K``;

@@ -1,6 +1,6 @@
 """How far a job's start-up got, per node and per rank (not a rule; H007 and X002 share it).
 
-Stages, in order (``formats/pytorch-failures.md`` 7.2, ``formats/training-logs.md`` 1):
+Stages, in order (``docs/formats/pytorch-failures.md`` 7.2, ``docs/formats/training-logs.md`` 1):
 
 ``scheduled``   the scheduler allocated the node (``job_nodes``: sacct / scontrol / kubectl)
 ``launched``    the node wrote anything: its torchrun agent's banner, any line attributed to it

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from analyzer.timeline import log_end
 from rules.base import Context
 
 
@@ -51,7 +52,7 @@ def why_no_timeout(ctx: Context, hang) -> list[str]:
     return reasons
 
 
-# Variables that silence or defang the watchdog (formats/pytorch-failures.md, section 11).
+# Variables that silence or defang the watchdog (docs/formats/pytorch-failures.md, section 11).
 _ENV_REASONS = {
     ("TORCH_NCCL_ASYNC_ERROR_HANDLING", "NCCL_ASYNC_ERROR_HANDLING"): (
         {"0"}, "{k}={v}: async error handling is off, so a watchdog timeout is logged but the process is not "
@@ -147,17 +148,11 @@ def hang_span(ctx: Context):
         saved = events.filter(pl.col("kind") == "checkpoint_save_done")["ts"].drop_nulls().max()
         if saved is not None and saved > last_progress:
             last_progress = saved
-    ends = []
-    for name in ("events", "collectives", "progress", "iterations", "exits", "slurm", "agent"):
-        t = ctx.table(name)
-        for column in ("ts", "time"):
-            if column in t.columns and t.schema[column] == pl.Datetime("us"):
-                value = t[column].drop_nulls().max()
-                if value is not None:
-                    ends.append(value)
-    if last_progress is None or not ends:
+    # The one end of the logs every view gives (analyzer.timeline.log_bounds).
+    bound = log_end(ctx.run, ctx.attempt)
+    if last_progress is None or bound is None:
         return None
-    end = max(ends)
+    end = bound["ts"]
     return (last_progress, end) if end > last_progress else None
 
 

@@ -56,8 +56,22 @@ def check(ctx: Context) -> list[Finding]:
             evidence.append(ctx.evidence(f["input_id"], f["line"], f"rank {t['rank']}'s first failure"))
     return [Finding(CODE, NAME, SEVERITY, 0.5, title, message, evidence=[e for e in evidence if e],
                     category="outcome", details={"outcome": outcome["outcome"], "basis": basis, "ranks": tails},
-                    suggestion="Read the earliest rank's first failure and compare the ranks' last lines (details); "
-                               "keep py-spy dumps, Flight Recorder dumps and NCCL_DEBUG=INFO for the next run.")]
+                    suggestion=_suggestion(ctx))]
+
+
+def _suggestion(ctx: Context) -> str:
+    """Read the first failure; ask only for the evidence these inputs lack (rules.evidence_model)."""
+    from rules import evidence_model
+
+    keep = []
+    if not evidence_model.has_stacks(ctx):
+        keep.append("py-spy dumps")
+    if evidence_model.flight_recorder(ctx)["dumps_read"] == 0:
+        keep.append("Flight Recorder dumps")
+    if not evidence_model.has_nccl_output(ctx) and not evidence_model.cpu_only(ctx):
+        keep.append("NCCL_DEBUG=INFO output")
+    more = f"; keep {evidence_model.phrase(keep)} for the next run" if keep else ""
+    return f"Read the earliest rank's first failure and compare the ranks' last lines (details){more}."
 
 
 def _evidence(ctx: Context, sign: dict) -> Evidence | None:

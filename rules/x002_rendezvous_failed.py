@@ -4,7 +4,7 @@ What it detects
     torchrun's elastic agent (or ``init_process_group``'s store) failed to gather the
     processes it was told to expect: ``RendezvousTimeoutError``, ``RendezvousClosedError``,
     ``DistStoreError ... clients joined``, ``DistNetworkError`` and the other rendezvous
-    errors of ``formats/pytorch-failures.md``. No training step ran, so there is nothing to
+    errors of ``docs/formats/pytorch-failures.md``. No training step ran, so there is nothing to
     hang or crash later: the job ended at its start.
 
 Why it matters

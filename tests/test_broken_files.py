@@ -261,7 +261,8 @@ def test_skipped_totals(analysed):
     skipped = [p for p, f in _inputs(analysed).items() if f["kind"] == "skipped"]
     assert sorted(skipped) == sorted(SKIPPED)
     assert totals["skipped"] == len(SKIPPED)
-    assert f"({len(SKIPPED)} skipped)" in analysed["text"]
+    assert f"({len(SKIPPED)} skipped, 1 of them empty)" in analysed["text"]       # the empty file said once
+    assert totals["empty"] == 1
 
 
 @pytest.mark.parametrize("name", sorted(DAMAGED))

@@ -61,3 +61,49 @@ def test_the_healthy_and_env_mismatch_samples_differ_first_in_nccl_proto():
     assert first["key"] == "NCCL_PROTO" and first["bad"].startswith("Simple on h20-node-02;")
     assert "NCCL INFO" in first["note"] and "env dump" in first["note"]  # both sources, one change
     assert [c["key"] for c in changes].count("NCCL_PROTO") == 1
+
+
+# -- issue 24: the diff starts from the outcomes -------------------------------------------------
+
+@pytest.fixture(scope="module")
+def healthy_vs_deadlock():
+    from pathlib import Path
+
+    samples = Path(__file__).resolve().parents[1] / "sample_logs"
+    return samples / "healthy-40r", samples / "silent-deadlock-40r"
+
+
+def test_the_diff_leads_with_the_outcomes_and_says_when_no_change_explains_them(healthy_vs_deadlock, capsys):
+    good, bad = healthy_vs_deadlock
+    assert main(["diff", str(good), str(bad), "--quiet"]) == 1
+    text = capsys.readouterr().out
+    lines = text.splitlines()
+    assert lines[0] == "Outcomes: they differ."
+    assert "completed" in lines[1] and "healthy" in lines[1]
+    bad_line = next(line for line in lines if line.startswith("  bad "))
+    assert "hung" in bad_line and "culprit (hang)" in bad_line
+    assert "Rank 17 never entered the collective #7219" in text
+    # no setting explains a code-path hang: said plainly, and the log level is not "the likely cause"
+    assert "No change that could explain it" in text
+    assert text.index("No change that could explain it") < text.index("TORCH_CPP_LOG_LEVEL")
+    assert "Other differences" in text.split("TORCH_CPP_LOG_LEVEL")[0]
+    assert main(["diff", str(good), str(bad), "--quiet", "--format", "json"]) == 1
+    out = json.loads(capsys.readouterr().out)
+    assert out["outcomes"]["differ"] is True and out["explaining"] == []
+    assert (out["outcomes"]["good"]["outcome"], out["outcomes"]["bad"]["outcome"]) == ("completed", "hung")
+    assert out["outcomes"]["bad"]["culprit"]["ranks"] == [17]
+    log_level = next(c for c in out["changes"] if c["key"] == "TORCH_CPP_LOG_LEVEL")
+    assert log_level["could_explain"] is False
+
+
+def test_a_setting_the_bad_verdict_names_is_first_and_marked():
+    from pathlib import Path
+
+    samples = Path(__file__).resolve().parents[1] / "sample_logs"
+    good, bad = analyze([samples / "healthy-40r"]), analyze([samples / "env-mismatch"])
+    from analyzer.report import build_report
+
+    result = diff(good, bad, build_report(good), build_report(bad))
+    first = result["changes"][0]
+    assert first["key"] == "NCCL_PROTO" and first["could_explain"] and first["named_by_verdict"]
+    assert result["explaining"][0] == "NCCL_PROTO" and result["outcomes"]["differ"] is True

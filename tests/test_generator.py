@@ -328,7 +328,7 @@ def test_bad_specs_are_refused(tmp_path: Path) -> None:
 
 # -- NCCL output per version family --------------------------------------------------------------
 #
-# Regexes written from the printf formats of formats/nccl.md (sections 1, 3.1-3.9, 3.14), not from
+# Regexes written from NCCL's printf formats (docs/formats/nccl.md sections 1, 3.1-3.9, 3.14), not from
 # the generator. Runs are 2 nodes x 4 GPUs: a world comm of 8 ranks and one 4-rank expert comm per
 # node, so every process prints two communicators.
 

@@ -1,9 +1,9 @@
 """Independent, lnav-style check of the NCCL_DEBUG parser against the format reference.
 
 Every case is ``(version, line, table, expected)``: ``line`` is a full log line written by
-hand from the printf format strings of ``shared/formats/nccl.md`` (sections 1, 2, 3.1-3.14
-with the corrections of 3.14.7, 4 and 6), or a small :class:`Block` when the line needs its
-context (a tuning table header, a matrix header, the ``Connected all rings`` marker that
+hand from NCCL's printf format strings as the project's format notes list them (summarised in
+``docs/formats/nccl.md``: sections 1, 2, 3.1-3.14 with the corrections of 3.14.7, and 4), or a
+small :class:`Block` when the line needs its context (a tuning table header, a matrix header, the ``Connected all rings`` marker that
 follows connection lines, the empty line NCCL prints before every WARN). The test parses the
 line or block, takes the rows of ``table`` whose ``line_no`` is the target line and checks the
 fields. The expected values come from the reference, never from what ``parsers/nccl.py``

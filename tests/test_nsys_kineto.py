@@ -34,7 +34,7 @@ def _query(db: Path, sql: str) -> list[tuple]:
         con.close()
 
 
-# --- kernel names: all four families of formats/nsys-and-traces.md 4.1/4.2 -------------------
+# --- kernel names: all four families of docs/formats/nsys-and-traces.md 4.1/4.2 -------------------
 
 def test_nccl_kernel_name_families():
     names = pl.Series([

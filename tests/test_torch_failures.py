@@ -1,5 +1,5 @@
-"""PyTorch failures and Flight Recorder dumps (issue 4; formats/pytorch-failures.md,
-formats/training-logs.md section 7)."""
+"""PyTorch failures and Flight Recorder dumps (issue 4; docs/formats/pytorch-failures.md,
+docs/formats/training-logs.md section 7)."""
 from __future__ import annotations
 
 import json

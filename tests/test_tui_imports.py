@@ -44,8 +44,10 @@ def _imports(path) -> list[tuple[str, str | None]]:
 def test_dependencies_point_one_way(package, forbidden):
     # The command line and the report sit on top of the rules (report.run_rules and the rules /
     # explain commands import the registry lazily) and the tui command opens the app: those lazy
-    # imports are the only arrows allowed back.
-    allowed = {("analyzer/report.py", "rules"), ("analyzer/cli.py", "rules"), ("analyzer/cli.py", "tui")}
+    # imports are the only arrows allowed back; the HTML report's memory chart draws the numbers the
+    # memory rules compute (rules.memory_view, shared with the TUI's Memory screen).
+    allowed = {("analyzer/report.py", "rules"), ("analyzer/cli.py", "rules"), ("analyzer/cli.py", "tui"),
+               ("analyzer/html_pictures.py", "rules")}
     wrong = []
     for path in sorted((ROOT / package).rglob("*.py")):
         rel = str(path.relative_to(ROOT))

@@ -1,6 +1,6 @@
 """ProcessGroupNCCL (c10d) lines: the watchdog family, one method per message kind.
 
-Formats: ``formats/pytorch-failures.md`` sections 1-3 (envelope, WorkNCCL descriptor, watchdog
+Formats: ``docs/formats/pytorch-failures.md`` sections 1-3 (envelope, WorkNCCL descriptor, watchdog
 stages) and the public logs quoted there. A c10d line is, from the outside in::
 
     [rank3]:[E0724 13:05:29.307629539 ProcessGroupNCCL.cpp:607] [PG ID 0 PG GUID 0(default_pg) Rank 3] <message>
@@ -266,7 +266,7 @@ _CUDA_TRAILER = [
 
 def crash_text(kind: str, era_name: str) -> tuple[list[str], str, list[str]]:
     """(lines printed before the traceback, the exception line, lines after it) for a crash of
-    ``kind`` (``formats/pytorch-failures.md`` sections 5 and 6.3). ``oom`` is the story's own."""
+    ``kind`` (``docs/formats/pytorch-failures.md`` sections 5 and 6.3). ``oom`` is the story's own."""
     error = "torch.AcceleratorError" if era_name >= "2.8" else "RuntimeError"
     if kind == "cuda-ecc":
         return [], f"{error}: CUDA error: uncorrectable ECC error encountered", list(_CUDA_TRAILER)

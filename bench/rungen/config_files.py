@@ -1,7 +1,7 @@
 """Configuration and hardware-tool files a responder collects next to the logs (``--config-files``).
 
-Written under ``OUT/config/`` and ``OUT/hw/``, in the formats of ``formats/training-logs.md``
-9.1 and ``formats/hardware.md`` 4-7:
+Written under ``OUT/config/`` and ``OUT/hw/``, in the formats of ``docs/formats/training-logs.md``
+9.1 and ``docs/formats/hardware.md`` 4-7:
 
 * ``config/collect_env.txt``  ``python -m torch.utils.collect_env`` on the first node;
 * ``config/pip-freeze.txt``   ``pip freeze`` of the training image;

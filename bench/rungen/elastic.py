@@ -1,6 +1,6 @@
 """torchrun agent output, the ChildFailedError summary, and Slurm's own lines.
 
-Formats: ``formats/pytorch-failures.md`` section 7 and ``formats/training-logs.md`` section 1.
+Formats: ``docs/formats/pytorch-failures.md`` section 7 and ``docs/formats/training-logs.md`` section 1.
 The agent logs through Python logging: ``[2026-07-24 13:05:36,816] torch.distributed...: [ERROR]``
 up to 2.3, glog style ``E0724 13:05:36.816000 <thread or pid> torch/distributed/...py:NNN]`` from 2.4.
 

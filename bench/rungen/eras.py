@@ -1,6 +1,6 @@
 """What changes between PyTorch releases, in one table per era.
 
-Sources: ``formats/pytorch-failures.md`` sections 1-3 and 7, and the real excerpts under
+Sources: ``docs/formats/pytorch-failures.md`` sections 1-3 and 7, and the real excerpts under
 ``real-data/logs/torch`` and ``real-data/logs/training``. Where a real log and the notes disagree,
 the real log wins (for example: the 2.1 logs show no PG status line and no ``[Rank N]`` on the
 teardown lines).

@@ -2,7 +2,7 @@
 
 One node's NIC (``mlx5_<flap_nic>``, the NIC of local GPU ``flap_nic``) loses its link just before
 the hung collective and comes back a few seconds later, twice. Every queue pair on that port
-runs out of transport retries (RoCE/IB completion status 12, section 3.11 of formats/nccl.md):
+runs out of transport retries (RoCE/IB completion status 12, section 3.11 of docs/formats/nccl.md):
 
 * the flapping node's rank on that NIC reports both of its ring neighbours (the next node, on
   the send side, and the previous node, on the receive side) as peers;

@@ -1,4 +1,4 @@
-"""Flight Recorder dumps of a generated run (``formats/pytorch-failures.md`` section 9).
+"""Flight Recorder dumps of a generated run (``docs/formats/pytorch-failures.md`` section 9).
 
 One dump per rank of the last attempt, the dict that ``ProcessGroupNCCL`` writes on a
 timeout: ``version``, ``pg_config``, ``pg_status``, ``entries`` (the last ``RING`` collectives

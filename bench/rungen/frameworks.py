@@ -4,7 +4,7 @@
 byte-identical. The other styles print what that framework prints at the same points of the story
 (rank 0's startup chatter, the step line the story gives to its printing rank, rank 0's memory
 report for the first two steps, the checkpoint save at the end of a healthy run), in the shapes of
-``formats/training-logs.md``:
+``docs/formats/training-logs.md``:
 
 ``deepspeed``  section 3: the DeepSpeed logger (``[YYYY-MM-DD HH:MM:SS,mmm] [INFO] [file:line:func]``),
                engine info, ZeRO creation, the config dump, ``step=N, skipped=K, lr=[..]`` + the

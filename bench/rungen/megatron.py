@@ -1,6 +1,6 @@
 """Megatron-LM stdout: startup chatter (rank 0), iteration lines (last rank), memory report (rank 0).
 
-Formats: ``formats/training-logs.md`` sections 2.1-2.6 (current layout: datetime prefix, the
+Formats: ``docs/formats/training-logs.md`` sections 2.1-2.6 (current layout: datetime prefix, the
 iteration fields in order, ``[Rank N] (after K iterations) memory (MB)`` with 2 decimals, the
 arguments dump, the datetime markers). Who prints what follows 2.1: with TP1/PP1 the iteration
 line comes from the last rank only and the memory report from rank 0 only.

@@ -1,6 +1,6 @@
 """NCCL_DEBUG=INFO output of one process, per NCCL version (2.4 to 2.30).
 
-Formats: ``formats/nccl.md``; each method names the section it follows. Where §3.14.7 corrects
+Formats: ``docs/formats/nccl.md``; each method names the section it follows. Where §3.14.7 corrects
 §3.5-3.11, the correction is what is written. Version families that change a line kind are
 spelled out in the method's docstring; ``self.v.at_least(m)`` reads "2.m or later".
 

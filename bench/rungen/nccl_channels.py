@@ -1,4 +1,4 @@
-"""The topology and connection lines of one process (``formats/nccl.md`` sections 3.6-3.7).
+"""The topology and connection lines of one process (``docs/formats/nccl.md`` sections 3.6-3.7).
 
 ``ChannelLines`` is the part of ``nccl.NcclLog`` that prints what a communicator's plan
 (``nccl_topology``) says: ring order, trees, GRAPH search results, P2P capability lines and

@@ -2,7 +2,7 @@
 
 ``NcclSetup`` holds the job's hardware and NCCL settings (the ``nccl_*`` fields of the RunSpec);
 ``plan`` turns a communicator's members into per-channel rings, trees and the connections
-(``Hop``) NCCL sets up for them (``formats/nccl.md`` sections 3.6-3.7 and 5.3). A plan is the
+(``Hop``) NCCL sets up for them (``docs/formats/nccl.md`` sections 3.6-3.7 and 5.3). A plan is the
 same on every rank of the communicator, so it is computed once (cached) and each rank prints
 its own share of it (``NcclLog``).
 

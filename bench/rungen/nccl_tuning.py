@@ -1,7 +1,7 @@
 """Algorithm and protocol selection lines (TUNING, ENV): the model table, the env echo of
 NCCL_ALGO/NCCL_PROTO, the 2.24+ Func/Proto/Algo matrix and the per-collective decisions.
 
-Formats: ``formats/nccl.md`` section 3.14 (3.14.1 names and numbers, 3.14.2 decision lines,
+Formats: ``docs/formats/nccl.md`` section 3.14 (3.14.1 names and numbers, 3.14.2 decision lines,
 3.14.3 table shapes, 3.14.4 env syntax and matrix). The numbers come from a small invented
 cost model (latency in microseconds, bandwidth in GB/s); what matters is that the disabled
 combinations are the ones NCCL would disable (unsupported algorithm: ``0.0/0.0``; filtered by

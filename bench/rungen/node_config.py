@@ -3,7 +3,7 @@
 ``RunSpec.node_env`` (node index -> extra variables) is what a stale shell profile or a
 different image leaves on one node: the variables appear in that node's env dump
 (``envdump``) and, for ``NCCL_*`` variables, in NCCL's own ``X set by environment to Y`` lines
-of that node's ranks (``formats/nccl.md`` 3.8). ``RunSpec.node_nccl_version`` (node index ->
+of that node's ranks (``docs/formats/nccl.md`` 3.8). ``RunSpec.node_nccl_version`` (node index ->
 release) makes that node's processes print the line shapes of another NCCL release (its plugin
 wording, init lines, channel counts; before 2.22 only global rank 0 prints the version line, so
 the other nodes' release shows only in those shapes).

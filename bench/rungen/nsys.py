@@ -1,6 +1,6 @@
 """Profiled runs: per-rank Nsight Systems SQLite exports and PyTorch profiler (Kineto) traces.
 
-Follows ``formats/nsys-and-traces.md`` section 10. Each nsys file has the tables
+Follows ``docs/formats/nsys-and-traces.md`` section 10. Each nsys file has the tables
 ``parsers.nsys`` reads, created with the DDL (column names, types, NOT NULL) of a real
 nsys 2026.2 export: ``META_DATA_EXPORT``, ``META_DATA_CAPTURE`` (with ``RANK="<r>"``),
 ``TARGET_INFO_SESSION_START_TIME`` (a distinct ``utcEpochNs`` per rank, ranks starting a few
@@ -277,7 +277,7 @@ def write_profiled_run(out_dir: str | Path, world: int = 8, steps: int = 20, lat
 
 def write_kineto_trace(path: str | Path, rank: int, world: int = 8, steps: int = 20, late_rank: int | None = 3,
                        delay_ns: int = 3_000_000, convention: str = "relative", gz: bool = False) -> Path:
-    """A Kineto trace (``formats/nsys-and-traces.md`` 8 and 10). ``convention="relative"``:
+    """A Kineto trace (``docs/formats/nsys-and-traces.md`` 8 and 10). ``convention="relative"``:
     ``baseTimeNanoseconds`` plus relative us floats; ``"epoch"``: no base, ``ts`` in epoch us."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,4 @@
-"""``py-spy dump --pid P`` output (``formats/pytorch-failures.md`` section 8).
+"""``py-spy dump --pid P`` output (``docs/formats/pytorch-failures.md`` section 8).
 
 Innermost frame first; paths as py-spy shortens them (relative to the sys.path entry). A rank that
 already enqueued the collective blocks later, at a sync point; the rank that never entered is in

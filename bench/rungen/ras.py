@@ -1,6 +1,6 @@
 """The ``ncclras`` status report, text and JSON, from a small description of a job's communicators.
 
-Formats: ``formats/nccl.md`` section 3.13. The layout follows the client's own rules (NCCL
+Formats: ``docs/formats/nccl.md`` section 3.13. The layout follows the client's own rules (NCCL
 2.26+ text: per-collective operation counts, ``NOCOMM``; JSON as of 2.28.7), so a test can
 write a report from a known state and check that ``parsers.nccl_ras`` reads the same state
 back:

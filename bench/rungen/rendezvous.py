@@ -4,7 +4,7 @@ Slurm allocates every node and ``srun --label --ntasks-per-node=1 torchrun ...``
 agent per node. On the missing node the agent never runs (a container that failed to start, a
 dead prolog, an image pull that hangs): it writes nothing at all. The other agents print their
 launch configs, wait in the c10d rendezvous for ``rdzv_configs {'timeout': 900}`` seconds, and
-each ends with ``RendezvousTimeoutError`` (``formats/pytorch-failures.md`` 7.2; the traceback is
+each ends with ``RendezvousTimeoutError`` (``docs/formats/pytorch-failures.md`` 7.2; the traceback is
 the one a real torchrun 2.x prints, ``tests/corpus/world``). No worker is ever spawned, so there
 is no per-rank log and no ``logs/`` folder: only the agents' lines in ``slurm-<job>.out`` and
 the scheduler's records (``slurm/sacct.txt``, ``slurm/scontrol-show-job.txt``) that list every
