@@ -1275,7 +1275,7 @@ def _inputs_frame(items: list[InputFile], errors: list[str | None], lines: pl.Da
         total += (skim_counts or {}).get(input_id, 0)   # skimmed: in the store, not parsed
         rows.append({
             "input_id": input_id, "path": item.display, "abs_path": path_text(item.source or item.path),
-            "kind": item.kind, "compression": item.compression, "bytes": item.size,
+            "kind": item.kind, "compression": item.compression or _packed(item), "bytes": item.disk_size or item.size,
             "mtime": item.mtime, "lines": total, "parsed_lines": parsed,
             "unparsed_lines": total - parsed,
             "problem": "; ".join(([error] if error else []) + item.problems) or None,
