@@ -904,7 +904,7 @@ def worker_count(items: list[InputFile], workers: int | None = None) -> int:
         if text.isdigit() and int(text) > 0:
             workers = int(text)
         elif sum(i.size for i in items) >= PARALLEL_MIN_BYTES:
-            workers = os.cpu_count() or 1
+            workers = budget.workers(os.cpu_count() or 1)   # one per core, as many as the budget allows
         else:
             workers = 1
     return max(1, workers)
