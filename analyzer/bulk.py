@@ -50,6 +50,7 @@ SCHEMA = {"input_id": pl.UInt32, "line_no": pl.UInt32, "run_line": pl.UInt32, "o
           **{c: t for c, t in NCCL_SCHEMAS["collectives"].items() if c not in ("line_no", "kind", "host", "pid",
                                                                              "tid", "cuda_dev")}}
 TABLE = "_bulk"
+SKIM = "_skim"
 
 
 def cut(lines: pl.DataFrame, is_coll: pl.Series, input_ids: list[int]):
@@ -83,6 +84,56 @@ def cut(lines: pl.DataFrame, is_coll: pl.Series, input_ids: list[int]):
     return lines.filter(keep), frame, weights, keep, counts
 
 
+# -- skimmed lines (analyzer.ingest.plan_skim): the middle of a log too large for the budget ----
+
+# A line worth parsing wherever it is: what failures, warnings and the ends of jobs look like.
+FAILURE = (r"(?i)error|exception|traceback|warn|fatal|fail|abort|timeout|timed out|watchdog|killed|\bsig[a-z]*\b|"
+           r"signal|terminat|\boom\b|out of memory|\bnan\b|\binf\b|\bxid\b|segmentation|core dump|assert|"
+           r"desync|mismatch|exit ?code|exitcode|rendezvous|restart|interrupt|cancel|checkpoint|\bsav(?:e|ed|ing)\b")
+# Lines kept after each such line (a traceback's frames, the lines a WARN explains).
+CONTEXT = 30
+SKIM_SCHEMA = {"input_id": pl.UInt32, "line_no": pl.UInt32, "run_line": pl.UInt32, "offset": pl.UInt64,
+               "length": pl.UInt32, "prefix": pl.String, "ext_ts": pl.String, "text": pl.String}
+SKIM_OWN = ["input_id", "line_no", "offset", "length", "prefix", "ext_ts", "text", "kind"]
+SKIM_PREFIX = "skim-"
+
+
+def skim_cut(lines: pl.DataFrame, skimmed: dict[int, int], input_ids: list[int]):
+    """Of a chunk's enveloped lines (``_input``: the place in ``input_ids``), those of the
+    skimmed pieces (``skimmed``: ``_input`` -> bytes of failure-like lines they may keep): which
+    stay (lines that look like failures, ``FAILURE``, and ``CONTEXT`` lines after each, up to the
+    piece's bytes; the first line of each launcher stream in the piece) and which go to the
+    store unparsed (``SKIM_SCHEMA``, each with ``run_line``: the kept line before it of its
+    stream, whose attribution it takes). Returns the lines that stay, the skimmed frame, the
+    kept lines' extra weights (``input_id``, ``line_no``, ``_x``), the mask of kept rows and the
+    skimmed lines per input."""
+    tags = [c for c in LAUNCHER_TAGS if c in lines.columns]
+    limits = pl.DataFrame({"_input": list(skimmed), "_limit": list(skimmed.values())},
+                          schema={"_input": pl.UInt32, "_limit": pl.Int64})
+    frame = lines.with_row_index("_row").join(limits, on="_input", how="left", maintain_order="left")
+    key = pl.concat_str([pl.col(c).cast(pl.String).fill_null("") for c in tags], separator="|") if tags else pl.lit("")
+    hit = pl.col("text").fill_null("").str.contains(FAILURE)
+    frame = frame.with_columns(_key=key, _hit=hit)
+    frame = frame.with_columns(_last=pl.when(pl.col("_hit")).then(pl.col("line_no")).forward_fill().over("_input"))
+    context = (pl.col("line_no").cast(pl.Int64) - pl.col("_last").cast(pl.Int64)).le(CONTEXT).fill_null(False)
+    frame = frame.with_columns(_ctx=context)
+    spent = pl.when(pl.col("_ctx")).then(pl.col("length").cast(pl.Int64)).otherwise(0).cum_sum().over("_input")
+    first = pl.col("line_no").rank("ordinal").over("_input", "_key") == 1
+    keep = pl.col("_limit").is_null() | (pl.col("_ctx") & (spent <= pl.col("_limit"))) | first
+    frame = frame.with_columns(_keep=keep)
+    frame = frame.with_columns(run_line=pl.when(pl.col("_keep")).then(pl.col("line_no")).forward_fill()
+                               .over("_input", "_key"))
+    ids = pl.Series(input_ids, dtype=pl.UInt32)
+    gone = frame.filter(~pl.col("_keep")).with_columns(
+        input_id=pl.col("_input").replace_strict(pl.int_range(len(ids), eager=True, dtype=pl.UInt32), ids))
+    skimmed_frame = gone.select([pl.col(c).cast(t) for c, t in SKIM_SCHEMA.items()])
+    mask = frame["_keep"]
+    extra = skimmed_frame.group_by("input_id", "run_line").agg(_x=pl.len().cast(pl.UInt32)).rename(
+        {"run_line": "line_no"})
+    counts = dict(skimmed_frame.group_by("input_id").len().iter_rows())
+    return lines.filter(mask), skimmed_frame, extra, mask, counts
+
+
 def staged(con: duckdb.DuckDBPyConnection) -> bool:
     """Whether the store shows bulk rows not merged yet (the ``_bulk`` view, ``Sink.stage``)."""
     return bool(con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = ?",
@@ -102,6 +153,7 @@ class Sink:
         self.rows = 0      # the rows ``stage`` shows
         self.spool = str(store.private_dir() / f"bulk-{uuid.uuid4().hex[:12]}")
         self.files: list[str] = []
+        self.skim_files: list[str] = []     # skimmed lines (``skim_cut``), for ``lines`` only
         # (input_id, line_no): that input's rows from that line on are left out (analyzer.tails)
         self.dropped: list[tuple[int, int]] = []
         self.old_files: list[str] = []      # files read with ``dropped`` applied (an old parse's)
@@ -112,11 +164,15 @@ class Sink:
         return self.con
 
     def add(self, path: str) -> None:
-        """A chunk's bulk file (``write``), in chunk order."""
-        self.files.append(path)
+        """A chunk's bulk file (``write``), in chunk order; a skimmed chunk's (``skim-``) apart."""
+        (self.skim_files if os.path.basename(path).startswith(SKIM_PREFIX) else self.files).append(path)
 
     def stage(self) -> None:
-        """The ``_bulk`` view over every file (none: no view)."""
+        """The ``_bulk`` view over every COLL file, ``_skim`` over the skimmed lines (none: no view)."""
+        if self.skim_files:
+            con = self.connection()
+            con.execute(f"CREATE OR REPLACE VIEW {SKIM} AS SELECT * FROM read_parquet({_list(self.skim_files)})")
+            self.rows += con.execute(f"SELECT count(*) FROM {SKIM}").fetchall()[0][0]
         if not self.files and not self.old_files:
             return
         con = self.connection()
@@ -127,8 +183,9 @@ class Sink:
         if self.files:
             parts.append(f"SELECT * FROM read_parquet({_list(self.files)})")
         con.execute(f"CREATE OR REPLACE VIEW {TABLE} AS " + " UNION ALL ".join(parts))
-        self.rows = con.execute(f"SELECT count(*) FROM {TABLE}").fetchall()[0][0]
-        if not self.rows:
+        rows = con.execute(f"SELECT count(*) FROM {TABLE}").fetchall()[0][0]
+        self.rows += rows
+        if not rows:
             con.execute(f"DROP VIEW {TABLE}")
 
     def discard(self) -> None:
@@ -156,59 +213,87 @@ MERGE_ROWS = 1_000_000
 
 
 def merge(con: duckdb.DuckDBPyConnection) -> None:
-    """Add the ``_bulk`` rows to ``lines``, ``nccl_lines`` and ``collectives`` (each written with
-    an ``_ord`` row number): own columns from the bulk row, the others from the first line of its
-    run, rows kept in the tables' order (a bulk line right after its run's first line).
+    """Add the ``_bulk`` rows to ``lines``, ``nccl_lines`` and ``collectives``, and the ``_skim``
+    rows to ``lines`` (each table written with an ``_ord`` row number): own columns from the
+    bulk row, the others from the first line of its run (a skimmed line: the kept line of its
+    stream before it), rows kept in the tables' order (a bulk line right after its run's first
+    line).
 
     ``lines`` is rebuilt in slices of its ``_ord`` range, each slice's rows and the bulk rows of
     its runs sorted together and appended in order: it is stored in file order (the TUI's Logs
     screen pages by rowid). ``nccl_lines`` and ``collectives`` get their bulk rows appended:
     rules read COLL rows only through an aggregate (``rules.base.Context.coll_trace_ends``)."""
-    con.execute(f"CREATE OR REPLACE TEMP TABLE _runs AS SELECT input_id, run_line, count(*) AS n "
-                f"FROM {TABLE} GROUP BY ALL")
+    views = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables WHERE table_name IN "
+                                       f"('{TABLE}', '{SKIM}')").fetchall()}
+    parts = []
+    if TABLE in views:
+        parts.append(f"SELECT input_id, line_no, run_line, \"offset\", length, prefix, ext_ts, NULL::VARCHAR AS text, "
+                     f"NULL::VARCHAR AS kind, false AS _own FROM {TABLE}")
+    if SKIM in views:
+        parts.append(f"SELECT input_id, line_no, run_line, \"offset\", length, prefix, ext_ts, text, NULL::VARCHAR "
+                     f"AS kind, true AS _own FROM {SKIM}")
+    con.execute("CREATE OR REPLACE TEMP VIEW _lines_bulk AS " + " UNION ALL ".join(parts))
+    con.execute("CREATE OR REPLACE TEMP TABLE _runs AS SELECT input_id, run_line, count(*) AS n "
+                "FROM _lines_bulk GROUP BY ALL")
     for table, own in OWN.items():
         columns = [r[0] for r in con.execute(
             "SELECT column_name FROM information_schema.columns WHERE table_name = ? ORDER BY ordinal_position",
             [table]).fetchall()]
-        picked = ", ".join(f'{"b" if c in own else "r"}."{c}" AS "{c}"' for c in columns)
+        if table != "lines" and TABLE not in views:
+            if "_ord" in columns:
+                con.execute(f'ALTER TABLE "{table}" DROP COLUMN _ord')
+            continue
         first = _FIRST_ROW[table]
         if table != "lines":
+            picked = ", ".join(f'{"b" if c in own else "r"}."{c}" AS "{c}"' for c in columns)
             con.execute(f"""INSERT INTO "{table}" SELECT {picked} FROM {TABLE} b JOIN "{table}" r
                             ON r.input_id = b.input_id AND r.line_no = b.run_line{first}""")
             con.execute(f'ALTER TABLE "{table}" DROP COLUMN _ord')
             continue
-        slices = _slices(con, table, first)
+        picked = ", ".join(f'b."{c}" AS "{c}"' if c in own else
+                           f'CASE WHEN b._own THEN b."{c}" ELSE r."{c}" END AS "{c}"' if c in SKIM_OWN else
+                           f'r."{c}" AS "{c}"' for c in columns)
+        # skimmed lines bring their text: slices of fewer rows, so that one slice's sort fits
+        slices = _slices(con, table, first, MERGE_ROWS // 4 if SKIM in views else MERGE_ROWS)
         con.execute(f'CREATE OR REPLACE TABLE "_merged_{table}" AS SELECT * EXCLUDE (_ord) FROM "{table}" LIMIT 0')
-        for lo, hi, input_lo, input_hi in slices:
+        for lo, hi, input_lo, input_hi, line_lo, line_hi in slices:
             con.execute(f"""
                 INSERT INTO "_merged_{table}"
                 SELECT * EXCLUDE (_ord) FROM (
                     SELECT * FROM "{table}" WHERE _ord >= {lo} AND _ord < {hi}
                     UNION ALL BY NAME
-                    SELECT {picked} FROM {TABLE} b JOIN "{table}" r
+                    SELECT {picked} FROM _lines_bulk b JOIN "{table}" r
                       ON r.input_id = b.input_id AND r.line_no = b.run_line{first}
-                    WHERE r._ord >= {lo} AND r._ord < {hi} AND b.input_id BETWEEN {input_lo} AND {input_hi})
+                    WHERE r._ord >= {lo} AND r._ord < {hi} AND b.input_id BETWEEN {input_lo} AND {input_hi}
+                      AND b.run_line BETWEEN {line_lo} AND {line_hi})
                 ORDER BY _ord, line_no""")
         con.execute(f'DROP TABLE "{table}"')
         con.execute(f'ALTER TABLE "_merged_{table}" RENAME TO "{table}"')
-    con.execute(f"DROP VIEW {TABLE}")
+    for view in views:
+        con.execute(f"DROP VIEW {view}")
+    con.execute("DROP VIEW _lines_bulk")
     con.execute("DROP TABLE _runs")
 
 
-def _slices(con: duckdb.DuckDBPyConnection, table: str, first: str) -> list[tuple[int, int, int, int]]:
-    """``_ord`` ranges [lo, hi) of ``table`` holding about ``MERGE_ROWS`` bulk rows each, with
-    the inputs their runs are in; the last range runs to the end of the table."""
+def _slices(con: duckdb.DuckDBPyConnection, table: str, first: str,
+            limit: int = MERGE_ROWS) -> list[tuple[int, int, int, int, int, int]]:
+    """``_ord`` ranges [lo, hi) of ``table`` holding about ``limit`` bulk rows each, with the
+    inputs and the first lines (``run_line``) of the runs in them, so that each slice reads only
+    the bulk rows it needs (Parquet statistics skip the others); the last range runs to the end
+    of the table."""
     reps = con.execute(f"""
-        SELECT r._ord, r.input_id, u.n FROM "{table}" r JOIN _runs u
+        SELECT r._ord, r.input_id, r.line_no, u.n FROM "{table}" r JOIN _runs u
           ON r.input_id = u.input_id AND r.line_no = u.run_line{first}
         ORDER BY r._ord""").fetchall()
     end = con.execute(f'SELECT coalesce(max(_ord), 0) + 1 FROM "{table}"').fetchall()[0][0]
-    slices, lo, rows, inputs = [], 0, 0, []
-    for ord_, input_id, n in reps:
+    slices, lo, rows, inputs, lines = [], 0, 0, [], []
+    for ord_, input_id, line_no, n in reps:
         inputs.append(input_id)
+        lines.append(line_no)
         rows += n
-        if rows >= MERGE_ROWS:
-            slices.append((lo, ord_ + 1, min(inputs), max(inputs)))
-            lo, rows, inputs = ord_ + 1, 0, []
-    slices.append((lo, end, min(inputs) if inputs else 0, max(inputs) if inputs else -1))
+        if rows >= limit:
+            slices.append((lo, ord_ + 1, min(inputs), max(inputs), min(lines), max(lines)))
+            lo, rows, inputs, lines = ord_ + 1, 0, [], []
+    slices.append((lo, end, min(inputs) if inputs else 0, max(inputs) if inputs else -1,
+                   min(lines) if lines else 0, max(lines) if lines else -1))
     return slices

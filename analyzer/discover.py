@@ -182,7 +182,7 @@ class _Walk:
     def __init__(self, fences: list[Path], follow: bool) -> None:
         self.fences, self.follow = fences, follow
         self.outside: list[str] = []
-        self.unreadable: list[str] = []
+        self.unreadable: list[tuple[str, str]] = []
         self.hard_links: list[str] = []
         self.seen: set[str] = set()
 
@@ -216,7 +216,7 @@ class _Walk:
                         except OSError:
                             continue
             except OSError as exc:
-                self.unreadable.append(f"{display_name(folder)} ({exc.strerror or exc})")
+                self.unreadable.append((display_name(folder), exc.strerror or str(exc)))
                 continue
         found.sort(key=lambda f: f[0])
         return [(os.path.join(*parts), path, resolved) for parts, path, resolved in found]
@@ -247,8 +247,8 @@ class _Walk:
         if self.hard_links:
             out.append(f"skipped {len(self.hard_links)} file(s) with several hard links owned by another user "
                        f"than the input folder's owner (--follow-symlinks reads them): {_few(self.hard_links)}")
-        for folder in self.unreadable:
-            out.append(f"{folder}: cannot read this folder; the files in it are not analysed")
+        for folder, why in self.unreadable:
+            out.append(f"{folder}: cannot read this folder ({why}); the files in it are not analysed")
         return out
 
 

@@ -469,6 +469,9 @@ class Piece:
     start: int = 0
     end: int | None = None
     line_base: int = 0
+    # skimmed (``plan_skim``): only its failure-like lines (up to ``hit_bytes``) are parsed
+    skim: bool = False
+    hit_bytes: int = 0
 
     @property
     def size(self) -> int:
@@ -488,6 +491,7 @@ class ChunkResult:
     # models: the Parquet files they were written to, and how many each input had.
     bulk_files: list[str] = field(default_factory=list)
     bulk_counts: dict[int, int] = field(default_factory=dict)
+    skim_counts: dict[int, int] = field(default_factory=dict)   # skimmed lines per input (unparsed)
 
 
 # A log larger than this is parsed in segments of about this size (at line starts), so that no
@@ -510,10 +514,75 @@ def plan_chunks(items: list[InputFile], chunk_bytes: int | None = None, workers:
     take 4 rounds of less each. With many chunks the last round matters little."""
     limit = chunk_bytes or CHUNK_BYTES
     pieces = [piece for input_id, item in enumerate(items) for piece in segments(input_id, item)]
+    plan_skim(pieces)
     chunks = _pack(pieces, limit)
     if 1 < workers and len(chunks) % workers and len(chunks) < EVEN_CHUNKS_BELOW * workers:
         chunks = _pack(pieces, limit, -(-len(chunks) // workers) * workers)
     return chunks
+
+
+# Skimming is on unless POSTMORTEM_SKIM=off (tests compare a skimmed run with a full one).
+def skim_enabled() -> bool:
+    return os.environ.get("POSTMORTEM_SKIM", "on").strip().lower() not in ("0", "off", "no", "false")
+
+
+def plan_skim(pieces: list[Piece], full_bytes: int | None = None) -> list[Piece]:
+    """Which segments of large logs are parsed in full: memory bounded by the budget, not by the
+    inputs (``analyzer.budget.full_parse_bytes``, a twentieth of ``POSTMORTEM_MEMORY``).
+
+    When the bytes the models would hold (a segment's size less its COLL trace lines, which go
+    to the store by position: ``_coll_share``) pass ``full_bytes``, the segments of logs cut into
+    three or more are taken in full in this order until it is spent: each log's last segment
+    (where a job ends), its first (its start: NCCL init, the launch), then those nearest the end;
+    the rest are *skimmed*: every line is kept in the store, but only failure-like lines (and
+    the lines after them, ``bulk.FAILURE``) are parsed, up to an equal share of a quarter of the
+    budget. Logs of one or two segments are always parsed in full. The choice depends only on
+    the inputs and the budget."""
+    full_bytes = full_bytes or budget.full_parse_bytes()
+    if not skim_enabled() or sum(p.size for p in pieces) <= full_bytes:
+        return pieces
+    by_input: dict[int, list[Piece]] = {}
+    for piece in pieces:
+        by_input.setdefault(piece.input_id, []).append(piece)
+    cost = {id(p): _kept_estimate(p) for p in pieces}
+    if sum(cost.values()) <= full_bytes:
+        return pieces
+    left = full_bytes - sum(cost[id(p)] for group in by_input.values() if len(group) < 3 for p in group)
+    large = [group for group in by_input.values() if len(group) >= 3]
+    order = [group[-1] for group in large] + [group[0] for group in large]
+    depth = max((len(group) for group in large), default=0)
+    order += [group[-1 - k] for k in range(1, depth) for group in large if 0 < len(group) - 1 - k]
+    chosen: set[int] = set()
+    for piece in order:
+        if id(piece) in chosen:
+            continue
+        if cost[id(piece)] <= left:
+            chosen.add(id(piece))
+            left -= cost[id(piece)]
+    skimmed = [p for group in large for p in group if id(p) not in chosen]
+    share = max(256 << 10, full_bytes // 4 // max(1, len(skimmed)))
+    for piece in skimmed:
+        piece.skim, piece.hit_bytes = True, share
+    return pieces
+
+
+def _kept_estimate(piece: Piece) -> int:
+    """The bytes of a segment the models would hold: its size less its share of COLL trace lines
+    (a sample from its middle)."""
+    return int(piece.size * (1 - _coll_share(piece)))
+
+
+def _coll_share(piece: Piece) -> float:
+    if piece.item.compression is not None or piece.size < SAMPLE_BYTES:
+        return 0.0
+    try:
+        with open_input(piece.item.path) as handle:
+            handle.seek(piece.start + max(0, piece.size - SAMPLE_BYTES) // 2)
+            sample = handle.read(SAMPLE_BYTES)
+    except OSError:
+        return 0.0
+    lines = sample.count(b"\n")
+    return min(1.0, sample.count(b": opCount ") / lines) if lines else 0.0
 
 
 def _pack(pieces: list[Piece], limit: int, count: int | None = None) -> list[list[Piece]]:
@@ -643,6 +712,9 @@ class _Prepared:
     bulk_file: str | None = None
     bulk_counts: dict[int, int] = field(default_factory=dict)
     env: Batched = field(default_factory=Batched)    # the env parsers' results (_parse_env_dumps)
+    skim_file: str | None = None
+    skim_counts: dict[int, int] = field(default_factory=dict)
+    extra: pl.DataFrame | None = None   # (input_id, line_no, _x): skimmed lines a kept line stands for
 
 
 def _prepare(pieces: list[Piece], spool: str | None) -> _Prepared:
@@ -676,6 +748,13 @@ def _prepare(pieces: list[Piece], spool: str | None) -> _Prepared:
         info = info.filter(kept)
         name = f"{pieces[0].input_id:08d}-{pieces[0].start}-{os.getpid()}"
         prepared.bulk_file = bulk.write(chunk_bulk, spool, name)
+    skimmed = {i: p.hit_bytes for i, (_, _, p) in enumerate(pending) if p.skim}
+    if spool is not None and skimmed:
+        combined, skim_frame, prepared.extra, kept, prepared.skim_counts = bulk.skim_cut(combined, skimmed, ids)
+        info = info.filter(kept)
+        name = f"{bulk.SKIM_PREFIX}{pieces[0].input_id:08d}-{pieces[0].start}-{os.getpid()}"
+        prepared.skim_file = bulk.write(skim_frame, spool, name)
+        del skim_frame
     prepared.kept_bytes = int(combined["length"].sum() or 0)
     others = combined.filter(~info) if info.any() else combined
     gates = file_gates(ids, others) if USE_FILE_GATES else None
@@ -697,13 +776,22 @@ def _finish(held: list[_Prepared]) -> ChunkResult:
     for prepared in held:
         batched.take(prepared.env)
     chunk = _combine_chunk([r.input_id for r in results], results, batched)
-    chunk.bulk_files = [p.bulk_file for p in held if p.bulk_file is not None]
+    chunk.bulk_files = [f for p in held for f in (p.bulk_file, p.skim_file) if f is not None]
     chunk.bulk_counts = _summed(p.bulk_counts for p in held)
+    chunk.skim_counts = _summed(p.skim_counts for p in held)
     weights = [p.weights for p in held if p.weights is not None]
+    extra = [p.extra for p in held if p.extra is not None and not p.extra.is_empty()]
     if weights:
         # _w: how many lines each row stands for (a run's first line: its run)
         chunk.lines = chunk.lines.join(pl.concat(weights), on=["input_id", "line_no"], how="left",
                                        maintain_order="left").with_columns(_w=pl.col("_w").fill_null(1))
+    if extra and chunk.lines is not None:
+        # and a kept line of a skimmed segment: the skimmed lines that take its attribution
+        if "_w" not in chunk.lines.columns:
+            chunk.lines = chunk.lines.with_columns(_w=pl.lit(1, dtype=pl.UInt32))
+        chunk.lines = chunk.lines.join(pl.concat(extra), on=["input_id", "line_no"], how="left",
+                                       maintain_order="left").with_columns(
+            _w=(pl.col("_w") + pl.col("_x").fill_null(0)).cast(pl.UInt32)).drop("_x")
     return chunk
 
 
@@ -719,7 +807,7 @@ def _joined(chunks: list[ChunkResult]) -> ChunkResult:
                        pl.concat(line_frames, how="diagonal_relaxed") if line_frames else None,
                        {name: pl.concat(frames, how="diagonal_relaxed") for name, frames in tables.items()},
                        [e for c in chunks for e in c.errors], [f for c in chunks for f in c.bulk_files],
-                       _summed(c.bulk_counts for c in chunks))
+                       _summed(c.bulk_counts for c in chunks), _summed(c.skim_counts for c in chunks))
 
 
 def _summed(counts) -> dict[int, int]:
@@ -816,7 +904,7 @@ def worker_count(items: list[InputFile], workers: int | None = None) -> int:
         if text.isdigit() and int(text) > 0:
             workers = int(text)
         elif sum(i.size for i in items) >= PARALLEL_MIN_BYTES:
-            workers = os.cpu_count() or 1
+            workers = budget.workers(os.cpu_count() or 1)   # one per core, as many as the budget allows
         else:
             workers = 1
     return max(1, workers)
@@ -1151,11 +1239,18 @@ def _combine(chunks: list[ChunkResult], items: list[InputFile]) -> Parsed:
         if error:
             first_error.setdefault(input_id, error)
     errors = [first_error.get(i) for i in range(len(items))]
+    skimmed = whole.skim_counts
+    for input_id, count in sorted(skimmed.items()):
+        note = (f"{count} lines in the middle of this large log were skimmed: kept in the store but not parsed, "
+                "except failure-like lines (the memory budget, POSTMORTEM_MEMORY, allows only part of the inputs "
+                "to be parsed line by line)")
+        items[input_id].problems = [p for p in items[input_id].problems if "were skimmed" not in p] + [note]
     messages = [e for e in errors if e]
     for item in items:
         messages.extend(f"{item.display}: {p}" for p in item.problems)
     lines = whole.lines if whole.lines is not None else pl.DataFrame()
-    return Parsed(_inputs_frame(items, errors, lines, whole.bulk_counts), lines, whole.tables, messages, items, errors)
+    return Parsed(_inputs_frame(items, errors, lines, whole.bulk_counts, skimmed), lines, whole.tables, messages,
+                  items, errors)
 
 
 def _packed(item: InputFile) -> str | None:
@@ -1168,7 +1263,7 @@ def _packed(item: InputFile) -> str | None:
 
 
 def _inputs_frame(items: list[InputFile], errors: list[str | None], lines: pl.DataFrame,
-                  bulk_counts: dict[int, int]) -> pl.DataFrame:
+                  bulk_counts: dict[int, int], skim_counts: dict[int, int] | None = None) -> pl.DataFrame:
     """One row per input; ``bulk_counts``: its COLL trace lines held in the store's ``_bulk``
     rather than in ``lines`` (all of them understood)."""
     counts = {} if lines.is_empty() else {
@@ -1177,9 +1272,10 @@ def _inputs_frame(items: list[InputFile], errors: list[str | None], lines: pl.Da
     for input_id, (item, error) in enumerate(zip(items, errors)):
         total, parsed = counts.get(input_id, (0, 0))
         total, parsed = total + bulk_counts.get(input_id, 0), parsed + bulk_counts.get(input_id, 0)
+        total += (skim_counts or {}).get(input_id, 0)   # skimmed: in the store, not parsed
         rows.append({
             "input_id": input_id, "path": item.display, "abs_path": path_text(item.source or item.path),
-            "kind": item.kind, "compression": item.compression, "bytes": item.size,
+            "kind": item.kind, "compression": item.compression or _packed(item), "bytes": item.disk_size or item.size,
             "mtime": item.mtime, "lines": total, "parsed_lines": parsed,
             "unparsed_lines": total - parsed,
             "problem": "; ".join(([error] if error else []) + item.problems) or None,

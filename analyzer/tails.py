@@ -78,6 +78,8 @@ def _link_or_copy(source, target) -> None:
 
 def save(folder: Path, key: str, parsed: Parsed, sink: bulk.Sink) -> None:
     """Keep ``parsed`` and the bulk ``sink`` staged as the parse entry of ``key``."""
+    if sink.skim_files:     # a skimmed run is parsed again in full next time (its frames are partial)
+        return
     entry = folder / f"{key}.parsed"
     part = folder / f".{key}.{uuid.uuid4().hex}.parsed-part"
     try:

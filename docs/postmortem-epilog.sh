@@ -61,31 +61,54 @@ if [ ! -d "$job_dir" ]; then
     exit 0
 fi
 
+# Safety (docs/security.md): the job's user controls $job_dir, so a file there may be a link planted
+# to make this script (the scheduler's user) overwrite something. Reports go only into a folder that
+# is ours and that nobody else can write (not a link, owned by us, no group/other write), entered
+# with cd so that the folder cannot be swapped for a link afterwards; every file is written under a
+# random temporary name (mktemp: created new, never through a link) and renamed into place.
+ours() {
+    [ -d "$1" ] && [ ! -L "$1" ] && [ -O "$1" ] && [ -z "$(find "$1" -maxdepth 0 -perm /022 2>/dev/null)" ]
+}
+enter() {
+    { [ -e "$1" ] || [ -L "$1" ] || mkdir -m 755 -- "$1" 2>/dev/null; } && ours "$1" && cd -P -- "$1" 2>/dev/null && ours .
+}
 out=$job_dir/postmortem
-if ! mkdir -p "$out" 2>/dev/null || [ ! -w "$out" ]; then
+if ! enter "$out"; then
     out=$POSTMORTEM_FALLBACK_DIR/$job_id
-    mkdir -p "$out" || { log "job $job_id: cannot write $out; no report"; exit 0; }
+    mkdir -p -- "$POSTMORTEM_FALLBACK_DIR" 2>/dev/null
+    enter "$out" || { log "job $job_id: cannot write $out (missing, a link, or not ours alone); no report"; exit 0; }
 fi
+
+# put FILE: stdin into FILE in the current folder, atomically (a temporary file, then rename).
+put() {
+    local tmp
+    tmp=$(mktemp "./.$1.XXXXXX") || return 1
+    cat >"$tmp" && mv -f -T -- "$tmp" "$1" || { rm -f -- "$tmp"; return 1; }
+}
 
 run_report() {
     # One report per job: a lock while it runs, and a finished report is not redone (POSTMORTEM_FORCE=1 does).
-    exec 9>"$out/.lock" || return 0
+    exec 9>>./.lock || return 0
     flock -n 9 || { log "job $job_id: a report is already being written in $out"; return 0; }
-    if [ -s "$out/exit_code" ] && [ "$POSTMORTEM_FORCE" != 1 ]; then
+    if [ -s ./exit_code ] && [ "$POSTMORTEM_FORCE" != 1 ]; then
         return 0
     fi
-    local started rc
+    local started rc tmp
     started=$(date +%s)
+    tmp=$(mktemp ./.postmortem.log.XXXXXX) || return 0
+    # --out .: this folder, entered above (postmortem itself refuses links inside the job folder too)
     nice -n 19 timeout --kill-after=30 "$POSTMORTEM_TIMEOUT" \
-        "$POSTMORTEM_BIN" report "$job_dir" --format "$POSTMORTEM_FORMATS" --out "$out" \
-        --fail-on "$POSTMORTEM_FAIL_ON" --quiet >"$out/postmortem.log" 2>&1
+        "$POSTMORTEM_BIN" report "$job_dir" --format "$POSTMORTEM_FORMATS" --out . \
+        --fail-on "$POSTMORTEM_FAIL_ON" --quiet >"$tmp" 2>&1
     rc=$?
-    printf '%s\n' "$rc" >"$out/exit_code"
+    mv -f -T -- "$tmp" postmortem.log || rm -f -- "$tmp"
+    printf '%s\n' "$rc" | put exit_code
     case $rc in
         0) what="no finding at or above $POSTMORTEM_FAIL_ON" ;;
         1) what="findings at or above $POSTMORTEM_FAIL_ON" ;;
-        2) what="nothing readable in $job_dir (see postmortem.log)" ;;
-        124 | 137) what="stopped after ${POSTMORTEM_TIMEOUT}s (raise POSTMORTEM_TIMEOUT)" ;;
+        2) what="nothing readable in $job_dir, or the report could not be written (see postmortem.log)" ;;
+        3) what="partial report: a rule failed (see postmortem.log)" ;;
+        124 | 137 | 143) what="stopped after ${POSTMORTEM_TIMEOUT}s (raise POSTMORTEM_TIMEOUT)" ;;
         *) what="postmortem failed (see postmortem.log)" ;;
     esac
     log "job $job_id: exit $rc, $what, $(($(date +%s) - started))s, report in $out"
