@@ -3,7 +3,7 @@
 Built from the ``topology`` matrix cells and the ``topo_nics`` NIC legend (``parsers.hwtools``),
 each input's node from the store's attribution. Shared by the transports view (which hops are
 slower than they should be) and the transport rules (N010, N013), so that the two never judge a
-hop differently (``formats/hardware.md`` section 4).
+hop differently (``docs/formats/hardware.md`` section 4).
 """
 
 from __future__ import annotations

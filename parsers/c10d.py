@@ -208,7 +208,7 @@ def _join_wrapped(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.Series]:
 
 def _last_error(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     """PyTorch's NCCL error text ends with ``Last error:`` and, on the next line, NCCL's last WARN
-    message (``ncclGetLastError``, formats/pytorch-failures.md 4.1): (line_no of the ``Last
+    message (``ncclGetLastError``, docs/formats/pytorch-failures.md 4.1): (line_no of the ``Last
     error:`` line, the carried text as ``detail``, ``next_line``). The carried line is consumed."""
     marker = pl.col("text").str.contains(r"(?:^|\s)Last error:\s*$")
     nxt = pl.col("text").shift(-1)

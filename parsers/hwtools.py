@@ -27,7 +27,7 @@ logs never lose lines to it:
   port; a CA whose port block was cut off keeps one row with a null port);
 * ``ibdev2netdev`` (``mlx5_0 port 1 ==> ibp26s0 (Down)``) -> ``nic_ports`` (source
   ``ibdev2netdev``, ``netdev``, ``state`` = the network interface's Up/Down, which is not the IB
-  port's state: formats/hardware.md section 6);
+  port's state: docs/formats/hardware.md section 6);
 * ``ibwarn: [pid] func: text`` / ``ibpanic: [pid] func: text`` lines of infiniband-diags ->
   ``events`` (kind ``ibwarn`` / ``ibpanic``, ``detail`` = the text, ``device`` = a quoted device);
 * ``iblinkinfo`` link lines -> ``ib_links``;

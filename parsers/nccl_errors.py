@@ -1,10 +1,10 @@
 """What NCCL's stated errors mean: one entry per WARN or error text, with its cause and its fix.
 
 The data beside the line catalogue (``parsers.nccl_catalogue``): each ``Cause`` names an
-error NCCL states -- in a ``NCCL WARN`` line (``formats/nccl.md`` sections 3.2, 3.10-3.13) or
+error NCCL states -- in a ``NCCL WARN`` line (``docs/formats/nccl.md`` sections 3.2, 3.10-3.13) or
 in the text PyTorch wraps around NCCL's result (``NCCL error in: ..., unhandled system
 error, NCCL version X`` / ``ncclSystemError: ...`` / ``Last error:`` + the last WARN text,
-``formats/pytorch-failures.md`` section 4.1) -- with:
+``docs/formats/pytorch-failures.md`` section 4.1) -- with:
 
 ``name``         a stable id (``duplicate_rank``), the finding's ``details.cause``;
 ``error_class``  the coarse class other rules key on (``events.error_class`` of WARN rows);

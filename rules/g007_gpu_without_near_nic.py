@@ -2,7 +2,7 @@
 
 What it detects
     In ``nvidia-smi topo -m`` of a node, the GPUs whose row shows no NIC at ``PIX`` or ``PXB``
-    (same PCIe switch) while other GPUs of the same node have one (formats/hardware.md section
+    (same PCIe switch) while other GPUs of the same node have one (docs/formats/hardware.md section
     4: "GPU without a PIX/PXB NIC when other GPUs have one"); also the NICs that are ``SYS`` from
     every GPU (on the other CPU socket from all of them).
 

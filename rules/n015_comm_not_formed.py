@@ -2,7 +2,7 @@
 
 What it detects
     From NCCL's init lines (``comm ... rank R nranks N ... commId 0x... - Init START/COMPLETE``,
-    formats/nccl.md 3.5): (1) the processes of one job formed several separate communicators
+    docs/formats/nccl.md 3.5): (1) the processes of one job formed several separate communicators
     of the same size with different commIds, each process in exactly one of them and no
     communicator spanning them -- a 16-rank nccl-tests or training run that became two 8-rank
     jobs (each node its own rendezvous: a per-node MASTER_ADDR/MASTER_PORT or NCCL_COMM_ID, an

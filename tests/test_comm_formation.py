@@ -1,5 +1,5 @@
 """Communicators that did not form as expected (issue 22, bullet 6): N015 on hand-written NCCL
-init lines in the shapes of formats/nccl.md 3.5 (2.21 ``ncclCommInitRank comm ... commId ...``)."""
+init lines in the shapes of docs/formats/nccl.md 3.5 (2.21 ``ncclCommInitRank comm ... commId ...``)."""
 from __future__ import annotations
 
 from pathlib import Path

@@ -1,7 +1,7 @@
 """Every error NCCL states reaches the verdict (issue 22, bullets 1-2): the catalogue of NCCL
 errors (``parsers/nccl_errors.py``), the ``nccl_errors`` table (WARN lines and NCCL errors
-wrapped by PyTorch) and N020. Hand-written runs in the shapes of ``formats/nccl.md`` and
-``formats/pytorch-failures.md``, and the real excerpts."""
+wrapped by PyTorch) and N020. Hand-written runs in the shapes of ``docs/formats/nccl.md`` and
+``docs/formats/pytorch-failures.md``, and the real excerpts."""
 from __future__ import annotations
 
 from pathlib import Path
