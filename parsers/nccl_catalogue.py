@@ -181,6 +181,8 @@ KINDS: list[Kind] = [
           "NET/Plugin: Could not find: libnccl-net.so. Using internal network plugin.", "NET/Plugin: Could not find: libnccl-net.so.",
           "Using non-device net plugin version 0", "Plugin Path : /opt/hpcx/nccl_rdma_sharp_plugin/lib/libnccl-net.so",
           "P2P plugin IBext_v8", "TUNER/Plugin: Using internal tuner plugin.", "PROFILER/Plugin: Could not find: libnccl-profiler.so.")),
+    Kind("ibverbs_missing", "nccl_net", r"^Failed to open libibverbs\.so\b", "2.4-2.30",
+         ("Failed to open libibverbs.so[.1]",)),   # no verbs library: NCCL uses sockets (nccl_errors says why)
     Kind("ofi", "nccl_net", r"^NET/(?P<which>OFI|FastSocket|gIB|FasTrak)\b ?:? ?(?P<detail>.*)$", "plugins",
          ("NET/OFI Initializing aws-ofi-nccl 1.11.0-aws", "NET/FastSocket plugin initialized")),
 

@@ -520,6 +520,7 @@ CASES = [
     ("2.10", I("NCCL_NET_GDR_LEVEL set by environment to PHB"), "nccl_env", {"key": "NCCL_NET_GDR_LEVEL", "value": "PHB"}),
     ("2.12", I("NET/IB : No device found."), "nccl_lines", {"kind": "ib_no_device"}),
     ("2.12", I("NET/IB : No device found."), "nccl_net", {"kind": "ib_no_device"}),
+    ("2.16", I("Failed to open libibverbs.so[.1]"), "nccl_lines", {"kind": "ibverbs_missing"}),
     ("2.22", I("NET/IB : Made virtual device [4] name=mlx5_0+mlx5_1 speed=400000 ndevs=2"), "nccl_net",
      {"index": 4, "name": "mlx5_0+mlx5_1"}),
     ("2.22", I("NET/IB: [1] mlx5_1:uverbs1:1/RoCE provider=Mlx5 speed=200000 context=0x55d0c0a1b2c0 pciPath=/sys/devices/pci0000:17/0000:17:00.0 ar=0"),
