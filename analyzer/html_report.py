@@ -11,10 +11,12 @@ as text.
 
 from __future__ import annotations
 
+import re
+
 from analyzer import html_pictures as pictures
 from analyzer.html_pictures import e
-from analyzer.render import (action_items, finding_details, input_files, outcome_lines, rank_count, rule_error_lines,
-                             time_span, upper_first)
+from analyzer.render import (action_items, clip, finding_details, input_files, outcome_lines, rank_count,
+                             rule_error_lines, time_span, upper_first)
 
 SEVERITY_COLOURS = {"error": "#c62828", "warning": "#ef6c00", "info": "#546e7a"}
 STATUS_COLOURS = {"culprit": "#c62828", "no-single-culprit": "#ef6c00", "inconclusive": "#ef6c00",
@@ -82,6 +84,12 @@ def _actions(report: dict) -> list[str]:
     return ["<h2>Actions</h2>", "<ul>" + "".join(items) + "</ul>"] if items else []
 
 
+def _with_code(text: str) -> str:
+    """A rule's suggestion: the commands it quotes in backticks as ``<code>``, all of it escaped."""
+    parts = re.split(r"`([^`]+)`", text or "")
+    return "".join(f"<code>{e(part)}</code>" if i % 2 else e(part) for i, part in enumerate(parts))
+
+
 def _findings(findings: list[dict]) -> list[str]:
     out = ["<h2>Findings</h2>"] if findings else []
     for f in findings:
@@ -97,12 +105,12 @@ def _findings(findings: list[dict]) -> list[str]:
         for ev in f["evidence"]:
             note = f" &mdash; {e(ev['note'])}" if ev.get("note") else ""
             out.append(f"<div class=muted><code>{e(ev['path'])}:{e(ev['line'])}</code>{note}</div>"
-                       f"<pre>{e(ev['text'][:600])}</pre>")
+                       f"<pre>{e(clip(ev['text'], 600))}</pre>")
         if f.get("caused_by"):
             links = ", ".join(f'<a href="#{e(c)}">{e(c)}</a>' for c in f["caused_by"])
             out.append(f"<p>Caused by {links}</p>")
         if f.get("suggestion"):
-            out.append(f"<p><b>Do:</b> {e(f['suggestion'])}</p>")
+            out.append(f"<p><b>Do:</b> {_with_code(f['suggestion'])}</p>")
         out.append("</div>")
     return out
 

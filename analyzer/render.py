@@ -28,6 +28,28 @@ def md_code(text: str | None) -> str:
     return f"`{body}`"
 
 
+def clip(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, with an ellipsis when something was cut."""
+    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
+
+
+def md_code_block(lines: list[str], indent: str = "", limit: int = 200) -> list[str]:
+    """Log lines as a fenced code block (shown as written, never markup): each line made safe and
+    cut with an ellipsis; the fence is longer than any run of backticks inside, so no line can
+    close it."""
+    body = [clip(safe(line).replace("\n", " "), limit) for line in lines]
+    longest = max((len(run) for line in body for run in re.findall(r"`+", line)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return [f"{indent}{fence}text"] + [f"{indent}{line}" for line in body] + [f"{indent}{fence}"]
+
+
+def md_with_code(text: str) -> str:
+    """Prose with commands in backticks (rules' suggestions): the backticked parts become code
+    spans, the rest is escaped prose."""
+    parts = re.split(r"`([^`]+)`", text or "")
+    return "".join(md_code(part) if i % 2 else _md_text(part) for i, part in enumerate(parts))
+
+
 def upper_first(text: str) -> str:
     """``text`` with its first letter in upper case, the rest as is (labels can quote log text)."""
     return text[:1].upper() + text[1:]
@@ -206,11 +228,11 @@ def text_report(report: dict) -> str:
                 out += [f"    {label}: {safe(line)}" for line in lines]
             else:
                 out.append(f"    {label}:")
-                out += [f"      {safe(line)[:200]}" for line in lines]
+                out += [f"      {clip(safe(line), 200)}" for line in lines]
         for e in f["evidence"]:
             note = f" ({e['note']})" if e.get("note") else ""
             out.append(f"    evidence {e['path']}:{e['line']}{note}")
-            out.append(f"      {safe(e['text'])[:240]}")
+            out.append(f"      {clip(safe(e['text']), 240)}")
         if f.get("caused_by"):
             out.append(f"    caused by: {', '.join(f['caused_by'])}")
         if f.get("suggestion"):
@@ -305,13 +327,12 @@ def markdown_report(report: dict) -> str:
                 out += [f"- {_md_text(upper_first(label))}: {_md_text(line)}" for line in lines]
             else:
                 out.append(f"- {_md_text(upper_first(label))}:")
-                # Escaped prose, not code spans: a code span would keep markup such as <script> as is.
-                out += [f"  - {_md_text(line[:200])}" for line in lines]
+                out += ["", *md_code_block(lines, indent="  "), ""]
         for e in f["evidence"]:
             where = md_code(f"{e['path']}:{e['line']}")
-            out.append(f"- {where} {md_code(e['text'][:300])}")
+            out.append(f"- {where} {md_code(clip(e['text'], 300))}")
         if f.get("suggestion"):
-            out.append(f"- **Do:** {_md_text(f['suggestion'])}")
+            out.append(f"- **Do:** {md_with_code(f['suggestion'])}")
         out.append("")
     if report["missing_evidence"]:
         out.append("## Evidence gaps")

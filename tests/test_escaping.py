@@ -110,7 +110,7 @@ def test_markdown_report_as_a_viewer_renders_it(crafted):
         html = renderer.render(md)
         parsed = _parse(html)
         tags = {t for t, _ in parsed.tags}
-        assert tags <= {"h1", "h2", "h3", "p", "ul", "li", "code", "strong", "a"}, tags
+        assert tags <= {"h1", "h2", "h3", "p", "ul", "li", "code", "pre", "strong", "a"}, tags
         # links: only the ones linkify makes of a URL that is shown as it is written (never javascript:)
         for tag, attrs in parsed.tags:
             assert not [k for k in attrs if k.startswith("on")]
