@@ -319,9 +319,9 @@ def test_the_report_folder_inside_the_job_folder_is_not_read_back(tmp_path):
 
     (tmp_path / "rank0.log").write_bytes(GOOD)
     (tmp_path / "postmortem").mkdir()
-    (tmp_path / "postmortem" / "report.md").write_text("# an earlier report\n")
+    (tmp_path / "postmortem" / "report.txt").write_text("an earlier report\n")
     items, _ = discover([tmp_path], exclude={tmp_path / "postmortem"})
     assert [i.display for i in items] == ["rank0.log"]
     # --out naming the job folder itself (or a folder above it) excludes nothing
     items, _ = discover([tmp_path / "postmortem"], exclude={tmp_path})
-    assert [i.display for i in items] == ["report.md"]
+    assert [i.display for i in items] == ["report.txt"]
