@@ -17,7 +17,11 @@ What to do
 
 Known false positives
     All-gather/reduce-scatter NumelOut legitimately differs from NumelIn; only NumelIn and
-    OpType are compared. With two ranks there is no majority: the finding is inconclusive.
+    OpType are compared, and only OpType for all-to-all and scatter (uneven splits, a scatter's
+    non-root ranks). COALESCED work counts as a collective only when shaped like a coalesced
+    all-gather or reduce-scatter (NumelOut a whole multiple of NumelIn, or the reverse).
+    With as many ranks on each side (two ranks, or only a few ranks' logs kept) there is no
+    majority: the finding names the mismatch and no culprit.
 """
 
 from __future__ import annotations
@@ -36,7 +40,10 @@ SEVERITY = "error"
 def check(ctx: Context) -> list[Finding]:
     findings = []
     for state in pg_states(ctx):
-        if not state.mismatched or len(state.mismatched) >= len(state.waiting) / 2:
+        if not state.mismatched:
+            continue
+        if len(state.mismatched) >= len(state.waiting) / 2:
+            findings.append(_no_majority(ctx, state))
             continue
         snap = state.snapshot.filter(pl.col("rank").is_in(state.mismatched))
         seen = ", ".join(f"rank {r}: {op} NumelIn={n}"
@@ -60,6 +67,25 @@ def check(ctx: Context) -> list[Finding]:
                      "numel_in": state.majority_numel}))
     findings += _fingerprints(ctx)
     return findings
+
+
+def _no_majority(ctx: Context, state) -> Finding:
+    """Ranks at one SeqNum with different descriptors and no side larger than the other (often
+    only a few ranks' logs were kept): a mismatch, with no culprit to name."""
+    snap = state.snapshot.filter(pl.col("rank").is_in(state.waiting))
+    seen = "; ".join(f"rank {r}: {op} NumelIn={n}" for r, op, n in snap.select("rank", "op", "numel_in").iter_rows())
+    evidence = [ctx.evidence(ref["input_id"], ref["line_no"], note="this rank's descriptor")
+                for ref in snap["timeout_ref"].drop_nulls().to_list()[:4]]
+    return Finding(
+        CODE, NAME, SEVERITY, 0.5,
+        f"ranks of {state.key} disagree on the collective at SeqNum {state.wait_seq}",
+        f"{seen}: the same sequence number with different sizes or ops is a collective mismatch (a rank-dependent "
+        "code path or shape, not the network); with no majority the logs do not say which side took the wrong path",
+        evidence=evidence, category="desync", culprit=False,
+        suggestion="Find why these ranks built different tensors for this collective (an uneven shard or split, a "
+                   "rank-dependent model branch); TORCH_DISTRIBUTED_DEBUG=DETAIL names the mismatch at its first "
+                   "occurrence.",
+        details={"process_group": state.key, "seq": state.wait_seq})
 
 
 def _fingerprints(ctx: Context) -> list[Finding]:

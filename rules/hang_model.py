@@ -19,6 +19,8 @@ sequence numbers with collectives, and coalesced groups were numbered differentl
 
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass, field
 
 import polars as pl
@@ -126,16 +128,35 @@ def _named_timeouts(c: pl.DataFrame, p: pl.DataFrame) -> pl.DataFrame:
     group whose status line the same rank printed for the same sequence (``failure detected by
     watchdog at work sequence id: N`` in ``[PG ID 2 ...]``)."""
     if c.is_empty() or p.is_empty() or "failing_seq" not in p.columns:
-        return c
+        return _peer_groups(c)
     named = (p.filter(~pl.col("pg_assumed") & pl.col("failing_seq").is_not_null() & pl.col("rank").is_not_null())
              .group_by("rank", "failing_seq").agg(_pg=pl.col("pg").unique().first(), _n=pl.col("pg").n_unique())
              .filter(pl.col("_n") == 1).drop("_n"))
     if named.is_empty():
-        return c
+        return _peer_groups(c)
     c = c.join(named, left_on=["rank", "seq"], right_on=["rank", "failing_seq"], how="left")
     fix = pl.col("pg_assumed") & pl.col("_pg").is_not_null()
-    return c.with_columns(pg=pl.when(fix).then(pl.col("_pg")).otherwise(pl.col("pg")),
-                          pg_assumed=pl.when(fix).then(pl.lit(False)).otherwise(pl.col("pg_assumed"))).drop("_pg")
+    return _peer_groups(c.with_columns(pg=pl.when(fix).then(pl.col("_pg")).otherwise(pl.col("pg")),
+                                       pg_assumed=pl.when(fix).then(pl.lit(False)).otherwise(pl.col("pg_assumed")))
+                        .drop("_pg"))
+
+
+def _peer_groups(c: pl.DataFrame) -> pl.DataFrame:
+    """A watchdog line still without a group, from a rank that named no group at all, joins the
+    one named group whose other ranks timed out in the same SeqNum and op: PyTorch 2.x prints
+    ``[Rank 1] Watchdog caught ...`` with no group, and a rank whose follow-up lines were not
+    kept would otherwise sit alone in the default group. It stays marked as assumed."""
+    if c.is_empty() or not {"pg_assumed", "seq", "op"} <= set(c.columns):
+        return c
+    named_ranks = set(c.filter(~pl.col("pg_assumed"))["rank"].to_list())
+    peers = (c.filter(~pl.col("pg_assumed") & pl.col("seq").is_not_null())
+             .group_by("seq", "op").agg(_pg=pl.col("pg").unique().first(), _n=pl.col("pg").n_unique())
+             .filter(pl.col("_n") == 1).drop("_n"))
+    if peers.is_empty():
+        return c
+    c = c.join(peers, on=["seq", "op"], how="left")
+    fix = pl.col("pg_assumed") & pl.col("_pg").is_not_null() & ~pl.col("rank").is_in(list(named_ranks))
+    return c.with_columns(pg=pl.when(fix).then(pl.col("_pg")).otherwise(pl.col("pg"))).drop("_pg")
 
 
 def snapshots(ctx: Context) -> pl.DataFrame:
@@ -173,7 +194,7 @@ def snapshots(ctx: Context) -> pl.DataFrame:
         return pl.DataFrame()
     snap = parts[0] if len(parts) == 1 else parts[0].join(parts[1], on=["pg", "rank"], how="full", coalesce=True)
     for column, dtype in {"enqueued": pl.Int64, "completed": pl.Int64, "failing_seq": pl.Int64,
-                          "timeout_seq": pl.Int64, "op": pl.String, "numel_in": pl.Int64,
+                          "timeout_seq": pl.Int64, "op": pl.String, "numel_in": pl.Int64, "numel_out": pl.Int64,
                           "rank_confidence": pl.String, "rank_confidence_c": pl.String, "node": pl.String,
                           "node_c": pl.String, "pg_assumed": pl.Boolean, "pg_assumed_c": pl.Boolean,
                           "timeout_ms": pl.Int64, "ran_for_ms": pl.Int64}.items():
@@ -210,6 +231,20 @@ def pg_states(ctx: Context) -> list[PGState]:
     return states
 
 
+def _gather_shaped() -> pl.Expr:
+    """A COALESCED work whose NumelOut is a whole multiple (2 or more) of its NumelIn, or the
+    reverse: coalesced all-gathers and reduce-scatters (FSDP's, Lightning's), collectives every
+    rank must issue alike; coalesced sends and receives (batch_isend_irecv) stay P2P."""
+    n_in, n_out = pl.col("numel_in"), pl.col("numel_out")
+    big, small = pl.max_horizontal(n_in, n_out), pl.min_horizontal(n_in, n_out)
+    return ((pl.col("op") == "COALESCED") & (small > 0) & (big >= 2 * small) & (big % small == 0)).fill_null(False)
+
+
+# Ops whose NumelIn may differ between ranks by design: uneven all-to-all splits, and a scatter's
+# non-root ranks (no input). Only their op is compared.
+SIZE_FREE_OPS = r"ALLTOALL|(?<!REDUCE_)SCATTER"
+
+
 def _classify(pg: str, rows: pl.DataFrame, world: int | None, seen: list[int]) -> PGState:
     """``seen``: every rank any line is attributed to (at any confidence). Without a stated
     world size, the default group's members are at least those ranks."""
@@ -222,7 +257,7 @@ def _classify(pg: str, rows: pl.DataFrame, world: int | None, seen: list[int]) -
     state = PGState(pg, members, known, rows, size_stated=known and world is not None)
     ops = set(rows["op"].drop_nulls().to_list())
     state.has_p2p = bool(ops & P2P_OPS)
-    collective_rows = rows.filter(~pl.col("op").is_in(list(P2P_OPS)) | pl.col("op").is_null())
+    collective_rows = rows.filter(~pl.col("op").is_in(list(P2P_OPS)) | pl.col("op").is_null() | _gather_shaped())
     waiting = collective_rows.filter(pl.col("wait_seq").is_not_null())
     state.timed_out = sorted(collective_rows.filter(pl.col("timeout_seq").is_not_null())["rank"].to_list())
     if waiting.is_empty():
@@ -234,8 +269,9 @@ def _classify(pg: str, rows: pl.DataFrame, world: int | None, seen: list[int]) -
     state.majority_numel = _mode(at_k["numel_in"].to_list())
     if state.majority_op is not None:
         other_op = pl.col("op").is_not_null() & (pl.col("op") != state.majority_op)
+        sized = state.majority_numel is not None and not re.search(SIZE_FREE_OPS, state.majority_op)
         other_size = (pl.col("numel_in").is_not_null() & (pl.col("numel_in") != state.majority_numel)
-                      if state.majority_numel is not None else pl.lit(False))
+                      if sized else pl.lit(False))
         odd = at_k.filter(other_op | other_size)
         state.mismatched = sorted(odd["rank"].to_list())
     behind = rows.filter(

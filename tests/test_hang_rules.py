@@ -21,8 +21,10 @@ RULE_FIXTURES = {
                        "test_guessed_rank_mapping_is_inconclusive", "test_a_wait_cycle_is_inconclusive",
                        "test_slow_solo_work_is_not_called_a_desync", "test_healthy_run_has_no_hang_finding",
                        "test_conditional_save_is_not_blamed_on_the_waiting_rank"]},
-    "H002": {"fires": ["test_desync_blames_the_minority", "test_shape_mismatch_with_two_ranks_blames_neither"],
-             "quiet": ["test_rank_that_never_entered_is_named", "test_healthy_run_has_no_hang_finding"]},
+    "H002": {"fires": ["test_desync_blames_the_minority", "test_shape_mismatch_with_two_ranks_blames_neither",
+                       "test_coalesced_all_gather_sizes_that_differ_are_a_mismatch"],
+             "quiet": ["test_rank_that_never_entered_is_named", "test_healthy_run_has_no_hang_finding",
+                       "test_uneven_all_to_all_and_coalesced_sends_are_not_a_mismatch"]},
     "H003": {"fires": ["test_all_stuck_names_no_single_culprit"],
              "quiet": ["test_rank_that_never_entered_is_named", "test_healthy_run_has_no_hang_finding"]},
     "H004": {"fires": ["test_rank_that_never_entered_is_named"],
@@ -415,3 +417,39 @@ def test_shape_mismatch_with_two_ranks_blames_neither(real_logs):
     h002 = _finding(report, "H002")
     assert h002 and not h002["culprit"] and "code path" in h002["message"]
     assert report["verdict"]["status"] == "inconclusive"
+
+
+def test_coalesced_all_gather_sizes_that_differ_are_a_mismatch(real_logs):
+    """diffsynth#458: two ranks time out in one coalesced all-gather (SeqNum 610, NumelOut 8x
+    NumelIn) with different sizes; rank 1's line names no group, rank 7's follow-up lines do. The
+    thread's cause is a sharding bug (mismatched shard shapes): named, with no side blamed."""
+    report = _report(real_logs / "training" / "diffsynth-issue-458-lightning-step0-allgather-timeout.log")
+    h002 = _finding(report, "H002")
+    assert h002 and not h002["culprit"] and h002["details"]["seq"] == 610
+    assert "rank 1: COALESCED NumelIn=56320" in h002["message"] and "rank 7: COALESCED NumelIn=107520" in h002["message"]
+    assert report["verdict"]["status"] == "inconclusive" and not report["verdict"]["culprit"]["ranks"]
+
+
+def _timeouts(tmp_path, op, sizes, numel_out=None):
+    folder = tmp_path / f"{op.lower()}-{numel_out}"
+    folder.mkdir()
+    for rank, numel in enumerate(sizes):
+        out = numel_out if numel_out is not None else numel
+        (folder / f"rank{rank}.log").write_text(
+            f"[rank{rank}]:[E0724 09:32:57.0000{rank:02d} ProcessGroupNCCL.cpp:616] {_pg(0, 0, 'default_pg', rank)} "
+            f"Watchdog caught collective operation timeout: WorkNCCL(SeqNum=42, OpType={op}, NumelIn={numel}, "
+            f"NumelOut={out}, Timeout(ms)=600000) ran for 600007 milliseconds before timing out.\n")
+    return folder
+
+
+def test_uneven_all_to_all_and_coalesced_sends_are_not_a_mismatch(tmp_path):
+    # all_to_all_single with uneven splits: each rank's NumelIn differs by design
+    report = _report(_timeouts(tmp_path, "ALLTOALL_BASE", [100, 100, 300, 100]))
+    assert not _finding(report, "H002")
+    # batch_isend_irecv: COALESCED work with NumelIn == NumelOut is point-to-point
+    report = _report(_timeouts(tmp_path, "COALESCED", [64, 64, 128, 64]))
+    assert not _finding(report, "H002")
+    # the same shape as a coalesced all-gather (NumelOut = 4 x NumelIn): rank 2 is the minority
+    report = _report(_timeouts(tmp_path, "COALESCED", [64, 64, 128, 64], numel_out=256))
+    h002 = _finding(report, "H002")
+    assert h002 and h002["culprit"] and h002["ranks"] == [2]
