@@ -37,7 +37,7 @@ def accelerator(ctx: Context, place: str | None, names: list[str] | None = None)
     if not names:
         gpus = placed(ctx, ctx.table("gpus"))
         if not gpus.is_empty() and "name" in gpus.columns:
-            here = gpus.filter(pl.col("place") == place)
+            here = gpus.filter(pl.col("place") == place) if place is not None else gpus.head(0)
             names = (here if not here.is_empty() else gpus)["name"].drop_nulls().to_list()
     if not names:
         return None

@@ -120,3 +120,76 @@ def test_h2d_below_pcie_fires(tmp_path):
 def test_healthy_h2d_is_quiet(tmp_path):
     report = _run(tmp_path, {"hw/gpu-a/bandwidthTest.txt": BT_NEW_GB, "hw/gpu-b/bandwidthTest.txt": BT_OLD_MB})
     assert not _codes(report, "L006")
+
+
+# -- N016 ---------------------------------------------------------------------------------------
+
+RULE_FIXTURES["N016"] = {
+    "fires": ["test_simple_only_on_every_node_fires", "test_ring_forced_at_128_ranks_fires",
+              "test_ll128_disabled_on_hopper_is_info"],
+    "quiet": ["test_forced_setting_with_a_stated_workaround_is_quiet", "test_ring_at_16_ranks_is_quiet",
+              "test_no_forced_setting_is_quiet"],
+}
+
+
+def _sbatch(*exports: str) -> str:
+    return "#!/bin/bash\n#SBATCH --nodes=16\n#SBATCH --gpus-per-node=8\n\nexport NCCL_DEBUG=INFO\n" + \
+        "".join(e + "\n" for e in exports) + "srun torchrun train.py\n"
+
+
+def _init_line(nranks: int) -> str:
+    return (f"h20-node-01:1234:1300 [0] NCCL INFO comm 0x5581c0 rank 0 nranks {nranks} cudaDev 0 nvmlDev 0 "
+            "busId 18000 commId 0x9f928dc519724ce3 - Init COMPLETE\n")
+
+
+def test_simple_only_on_every_node_fires(tmp_path_factory):
+    from bench.generator import RunSpec, generate_run
+    out = tmp_path_factory.mktemp("simple")
+    generate_run(out, RunSpec(scenario="healthy", nodes=2, gpus_per_node=2, pyspy=False, iterations_before_hang=3,
+                              config_files=True, nccl_env={"NCCL_PROTO": "Simple"}))
+    report = build_report(analyze([out]))
+    [f] = _codes(report, "N016")
+    assert f["severity"] == "warning" and f["nodes"] == ["h20-node-01", "h20-node-02"]
+    assert "only the Simple protocol" in f["message"] and "(every node)" in f["title"]
+
+
+def test_ring_forced_at_128_ranks_fires(tmp_path):
+    report = _run(tmp_path, {"job.sbatch": _sbatch("export NCCL_ALGO=Ring"), "logs/rank0.log": _init_line(128)})
+    [f] = _codes(report, "N016")
+    assert f["details"]["world"] == 128 and "2x127 steps" in f["message"]
+
+
+def test_ll128_disabled_on_hopper_is_info(tmp_path):
+    report = _run(tmp_path, {"job.sbatch": _sbatch("export NCCL_PROTO=^LL128"),
+                             "hw/h20-node-01/nvidia-smi-topo.txt": topo_matrix(2),
+                             "hw/h20-node-01/p2p.txt": _p2p_text(2, lambda i, j: 376.0)})
+    [f] = _codes(report, "N016")
+    assert f["severity"] == "info" and "LL128" in f["message"]
+
+
+def test_forced_setting_with_a_stated_workaround_is_quiet(tmp_path):
+    report = _run(tmp_path, {"job.sbatch": _sbatch("# workaround: LL128 hang on this driver, NVIDIA/nccl issue #1234",
+                                                   "export NCCL_PROTO=Simple",
+                                                   "export NCCL_ALGO=Ring  # WAR for a tree hang at 128 ranks"),
+                             "logs/rank0.log": _init_line(128)})
+    assert not _codes(report, "N016")
+
+
+def test_ring_at_16_ranks_is_quiet(tmp_path):
+    report = _run(tmp_path, {"job.sbatch": _sbatch("export NCCL_ALGO=Ring"), "logs/rank0.log": _init_line(16)})
+    assert not _codes(report, "N016")
+
+
+def test_no_forced_setting_is_quiet(tmp_path):
+    report = _run(tmp_path, {"job.sbatch": _sbatch("export NCCL_ALGO=^NVLS"), "logs/rank0.log": _init_line(128)})
+    assert not _codes(report, "N016")
+
+
+def test_allowed_sets():
+    from rules.n016_forced_algo_proto import ALGOS, PROTOS, allowed
+    assert allowed("Simple", PROTOS) == {"simple"}
+    assert allowed("^LL,LL128", PROTOS) == {"simple"}
+    assert allowed("^ll128", PROTOS) == {"ll", "simple"}
+    assert allowed("allreduce:ring;broadcast:tree", ALGOS) == {"ring"}
+    assert allowed("broadcast:tree", ALGOS) is None
+    assert allowed("^CollNet", ALGOS) == ALGOS - {"collnetdirect", "collnetchain"}
