@@ -193,3 +193,26 @@ def test_allowed_sets():
     assert allowed("allreduce:ring;broadcast:tree", ALGOS) == {"ring"}
     assert allowed("broadcast:tree", ALGOS) is None
     assert allowed("^CollNet", ALGOS) == ALGOS - {"collnetdirect", "collnetchain"}
+
+
+# -- postmortem hw ------------------------------------------------------------------------------
+
+def test_hw_command_shows_the_link_measurements(tmp_path, capsys):
+    from analyzer.cli import main
+    from tests.test_linkbench import LAT_CURRENT
+    for rel, text in {"hw/gpu-a/p2p.txt": _p2p_text(4, lambda i, j: 41.0 if (i, j) == (1, 2) else 376.0),
+                      "hw/gpu-a/bw.txt": _perftest("Send BW Test", _bw_rows(78.4)) + _perftest("Send Latency Test",
+                                                                                                LAT_CURRENT),
+                      "hw/gpu-a/bandwidthTest.txt": BT_NEW_GB}.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    assert main(["hw", str(tmp_path), "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "P2P=enabled writes GB/s: min 41, median 376, max 376 (worst GPU1->GPU2)" in out
+    assert "H2D pinned: 55.2 GB/s at 32000000 B" in out
+    assert "mlx5_0 Send BW Test (client side, link Ethernet, MTU 4096, GID index 3): best average 78.4 Gb/s" in out
+    assert "Send Latency Test" in out and "1.79 us at 2 B" in out
+    assert main(["hw", str(tmp_path), "--quiet", "--format", "json"]) == 0
+    import json
+    parsed = json.loads(capsys.readouterr().out)["parsed"]
+    assert parsed["perftest"][0]["best_avg_gbit"] == 78.4 and parsed["host_device"] and parsed["p2p"]
