@@ -82,6 +82,7 @@ SAMPLE_LINES = [
     "   CPU     0      1",
     "     0   2.71   1.91",
     # perftest
+    "$ ib_send_bw -d mlx5_0 -x 3 -a -F --report_gbits h20-node-02",
     "************************************",
     "* Waiting for client to connect... *",
     "---------------------------------------------------------------------------------------",
@@ -130,6 +131,7 @@ _EMPTY = {name: pl.DataFrame(schema=schema) for name, schema in TABLES.items()}
 
 _BT_MARK = r"\[CUDA Bandwidth Test\]|^\s*(?:Host to Device|Device to Host|Device to Device) Bandwidth, \d+ Device|^bandwidthTest-"
 _P2P_MARK = r"\[P2P \(Peer-to-Peer\) GPU Bandwidth Latency Test\]|P2P=(?:Enabled|Disabled) (?:Bandwidth|Latency)|P2P Connectivity Matrix"
+_PT_CMD = r"^\s*(?:\$\s+|#\s+)?(?:\S*/)?ib_(?:send|write|read|atomic)_(?:bw|lat)(?:\s.*)?$"
 _PT_MARK = r"(?:BW|Latency) Test\s*$|BW average\[|t_typical\[usec\]|t_avg\[usec\]|Waiting for client to connect"
 
 
@@ -343,7 +345,10 @@ def _perftest(df: pl.DataFrame, tables: dict, used: list) -> None:
     inside = pl.col("_run").is_not_null()
     warn = d.filter(t.str.contains(_PT_WARN)).select("line_no", run="_run", key=pl.lit("warning"),
                                                       value=t.str.strip_chars())
-    tables["perftest_params"] = conform(pl.concat([params, warn]), PERF_PARAMS_SCHEMA).sort("line_no")
+    # the command line a wrapper script echoed (``$ ib_send_bw -d mlx5_0 ...``): it belongs to the next run
+    cmd = d.filter(t.str.contains(_PT_CMD)).select("line_no", run=pl.lit(None, dtype=pl.UInt32), key=pl.lit("command"),
+                                                   value=t.str.replace(r"^\s*(?:\$|#)?\s*", ""))
+    tables["perftest_params"] = conform(pl.concat([params, warn, cmd]), PERF_PARAMS_SCHEMA).sort("line_no")
     facts = params.filter(pl.col("key").is_in(list(_PARAMS))).with_columns(
         col=pl.col("key").replace_strict(_PARAMS, default=None))
     if not facts.is_empty():
@@ -385,4 +390,5 @@ def _perftest(df: pl.DataFrame, tables: dict, used: list) -> None:
         results = results.join(titles, on="run", how="left").join(wide, on="run", how="left")
     tables["perftest_results"] = conform(results, PERF_RESULTS_SCHEMA).sort("line_no")
     other = d.filter(inside & (title | addr | head) | t.str.contains(_PT_SEP))
-    used += [results.select("line_no"), params.select("line_no"), warn.select("line_no"), other.select("line_no")]
+    used += [results.select("line_no"), params.select("line_no"), warn.select("line_no"), cmd.select("line_no"),
+             other.select("line_no")]

@@ -84,18 +84,18 @@ def _finding(ctx: Context, b: dict, rate: float, basis: str, port: dict | None) 
     roce = layer.startswith("eth")
     hints = []
     if roce:
-        hints.append("on RoCE this is usually PFC/ECN not configured end to end (pause frames or CNPs missing), the wrong "
+        hints.append("On RoCE this is usually PFC/ECN not configured end to end (pause frames or CNPs missing), the wrong "
                      "GID index (RoCE v1 vs v2) or a traffic class not mapped to the lossless priority")
     else:
-        hints.append("on InfiniBand this is usually a port trained at a lower width or speed, switch congestion or "
+        hints.append("On InfiniBand this is usually a port trained at a lower width or speed, switch congestion or "
                      "symbol errors")
     if b["mtu"] and b["mtu"] < 4096:
         hints.append(f"the run used MTU {b['mtu']} (4096 is usual for RDMA)")
     hints.append("on both: the NIC's PCIe width/speed and the NUMA node the test ran on")
     gid = f", GID index {b['gid_index']}" if b["gid_index"] is not None else ""
-    per = "per direction (bidirectional run, half the reported sum)" if b["bidirectional"] else ""
+    per = " per direction (bidirectional run, half the reported sum)" if b["bidirectional"] else ""
     msg = (f"{b['test'] or b['verb']} on {b['device'] or '?'} ({b['place'] or '?'}, {b['side'] or '?'} side"
-           f"{gid}, MTU {b['mtu'] or '?'}, link {b['link_type'] or '?'}) averaged {b['per_dir']:.1f} Gb/s {per} at "
+           f"{gid}, MTU {b['mtu'] or '?'}, link {b['link_type'] or '?'}) averaged {b['per_dir']:.1f} Gb/s{per} at "
            f"{b['size_bytes']} B: {100 * b['per_dir'] / rate:.0f}% of the {rate:g} Gb/s line rate ({basis}); "
            f"healthy RDMA reaches 90-97%. " + "; ".join(hints) + ".")
     node = b.get("node")
