@@ -18,6 +18,7 @@ Why it matters
     takes a few, and a 512-rank ring needs about a thousand steps per all-reduce where a tree needs
     about twenty. Small-message collectives (MoE all-to-all headers, gradient buckets tails, barriers)
     slow down, and the job is merely slow, never failing.
+    A value set on some nodes only is a mismatch, E001's finding, and is left to it.
 
 What to do
     Remove the variable and compare step time and an ``all_reduce_perf -b 8 -e 128M -f 2`` run with
@@ -79,6 +80,7 @@ def check(ctx: Context) -> list[Finding]:
         return []
     world, nodes = _scale(ctx)
     acc = lm.accelerator(ctx, None)
+    reporting = _reporting_nodes(ctx)
     out = []
     for key in ("NCCL_PROTO", "NCCL_ALGO"):
         by_value: dict[str, list[dict]] = {}
@@ -86,6 +88,10 @@ def check(ctx: Context) -> list[Finding]:
             by_value.setdefault(s["value"].strip().casefold(), []).append(s)
         for _v, rows in sorted(by_value.items()):
             if _explained(ctx, rows):
+                continue
+            # set on some nodes only: a mismatch, E001's finding (and the likelier cause of trouble)
+            on = {r["node"] for r in rows if r["node"]}
+            if not any(r["node"] is None for r in rows) and on and reporting - on:
                 continue
             f = _judge(ctx, key, rows, world, nodes, acc)
             if f:
@@ -110,6 +116,14 @@ def _settings(ctx: Context) -> dict[str, list[dict]]:
             out.setdefault(r["key"], []).append({"node": None, "value": r["value"], "input_id": r["input_id"],
                                                  "line_no": r["line_no"], "source": r["source"] or "job script"})
     return out
+
+
+def _reporting_nodes(ctx: Context) -> set[str]:
+    """Nodes whose settings the inputs show (an env dump, or NCCL's echo lines)."""
+    env = ctx.table("env_nodes")
+    if env.is_empty() or "node" not in env.columns:
+        return set()
+    return {n for n in env["node"].drop_nulls().unique().to_list() if n != "?"}
 
 
 def _scale(ctx: Context) -> tuple[int | None, int | None]:

@@ -216,3 +216,12 @@ def test_hw_command_shows_the_link_measurements(tmp_path, capsys):
     import json
     parsed = json.loads(capsys.readouterr().out)["parsed"]
     assert parsed["perftest"][0]["best_avg_gbit"] == 78.4 and parsed["host_device"] and parsed["p2p"]
+
+
+def test_setting_on_one_node_only_is_left_to_e001(tmp_path):
+    """env-mismatch: NCCL_PROTO=Simple on h20-node-02 only is a mismatch (E001), not N016's."""
+    report = build_report(analyze([Path(__file__).resolve().parents[1] / "sample_logs" / "env-mismatch"]))
+    assert not _codes(report, "N016") and _codes(report, "E001")
+
+
+RULE_FIXTURES["N016"]["quiet"].append("test_setting_on_one_node_only_is_left_to_e001")
