@@ -328,6 +328,9 @@ def _perftest(df: pl.DataFrame, tables: dict, used: list) -> None:
         # where in a run a line is: "head" (key: value block), "addr", "table"
         _phase=_ff(pl.when(title).then(pl.lit("head")).when(addr).then(pl.lit("addr")).when(head).then(pl.lit("table"))),
         _hdr=_ff(pl.when(title).then(pl.lit(None, dtype=pl.String)).when(head).then(t.str.extract(_PT_HEAD, 1))),
+        # a result table is its header and the rows right under it (warnings may interleave)
+        _tbl=_ff(pl.when(head).then(pl.col("line_no")).when(~(t.str.contains(_PT_LAT_ROW) | t.str.contains(_PT_WARN)))
+                 .then(pl.lit(0, dtype=pl.UInt32))).fill_null(0),
         _banner=_ff(pl.when(banner).then(pl.col("line_no"))).fill_null(0),
     )
     titles = d.filter(title).with_columns(_g=t.str.extract_groups(_PT_TITLE)).select(
@@ -359,7 +362,7 @@ def _perftest(df: pl.DataFrame, tables: dict, used: list) -> None:
         if c not in wide.columns:
             wide = wide.with_columns(pl.lit(None, dtype=pl.String).alias(c))
     wide = wide.with_columns(mtu=pl.col("mtu").str.extract(r"^(\d+)", 1))
-    in_table = inside & (pl.col("_phase") == "table") & pl.col("_hdr").is_not_null()
+    in_table = inside & (pl.col("_phase") == "table") & pl.col("_hdr").is_not_null() & (pl.col("_tbl") > 0)
     bw_hdr = pl.col("_hdr").str.contains(r"BW average\[")
     bwp = t.str.extract_groups(_PT_BW_ROW)
     bw = d.filter(in_table & bw_hdr & t.str.contains(_PT_BW_ROW)).with_columns(_p=bwp).select(

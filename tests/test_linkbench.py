@@ -303,3 +303,14 @@ def test_ordinary_logs_give_nothing():
     lines, result = parse("step 10 loss 2.3\n 2       1000          1.76\nDevice: mlx5_0\n")
     assert all(f.is_empty() for f in result.tables.values())
     assert result.consumed.len() == 0
+
+
+def test_tool_outputs_concatenated_stay_apart():
+    """A p2p matrix after a perftest table is not perftest rows; every tool keeps its own rows."""
+    from bench.rungen.config_files import ib_send_bw
+    text = ib_send_bw("a", "b", 1) + _p2p_text(4, lambda i, j: 376.0) + BT_SHMOO + ib_send_bw("a", "b", 2)
+    lines, result = parse(text)
+    assert unconsumed(lines, result) == []
+    assert result.tables["perftest_results"].height == 46
+    assert result.tables["cuda_bandwidth"].height == 4
+    assert result.tables["p2p_matrix"].filter(pl.col("matrix") == "bandwidth").height == 5 * 16
