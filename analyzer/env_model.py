@@ -109,7 +109,7 @@ def nccl_echo_nodes(nccl_env: pl.DataFrame | None) -> pl.DataFrame:
 
 
 HW_TABLES = ("topology", "gpus", "gpu_query", "nic_ports", "ib_links", "bench_results", "bench_runs",
-             "packages", "job_config")
+             "packages", "job_config", "cuda_bandwidth", "p2p_matrix", "perftest_results", "perftest_params")
 
 
 def hw_nodes(tables: dict[str, pl.DataFrame], known: set[str], inputs: pl.DataFrame | None) -> dict[str, pl.DataFrame]:

@@ -4,7 +4,8 @@ The parsed facts of a run's hardware inputs (``parsers.hwtools``, ``parsers.heal
 (name, bus id, memory, affinity, MIG mode), the ``nvidia-smi topo -m`` matrix per node (GPU
 rows with their links, the NIC legend, GPUs without a near NIC), NIC ports with state, physical
 state, rate and link layer (ibstat, ibv_devinfo, ibdev2netdev), iblinkinfo links,
-nccl-tests results, infiniband-diags' own warnings; and the prices the hardware model derives
+nccl-tests results, CUDA samples' bandwidthTest and p2pBandwidthLatencyTest, perftest's ib_*_bw /
+ib_*_lat (``parsers.linkbench``), infiniband-diags' own warnings; and the prices the hardware model derives
 from them: per port rate the bandwidth one NCCL hop over it can carry, per NVLink count the
 tier, per GPU its nearest NIC. ``view`` returns a JSON-ready dict; ``render_text`` prints it.
 """
@@ -46,6 +47,9 @@ def view(run, acc: dict | None = None) -> dict:
         "ib_links": _pick(links, ["node", "device", "port", "width", "lane_gbps", "rate_gbps", "state", "physical_state",
                                   "peer"]),
         "nccl_tests": _bench(bench),
+        "p2p": _p2p(_table(run, "p2p_matrix")),
+        "host_device": _host_device(_table(run, "cuda_bandwidth")),
+        "perftest": _perftest(_table(run, "perftest_results")),
         "tool_messages": _pick(events.filter(pl.col("kind").is_in(["ibpanic", "ibwarn", "iberror"]))
                                if not events.is_empty() and "kind" in events.columns else pl.DataFrame(),
                                ["node", "kind", "detail", "device"]),
@@ -82,6 +86,68 @@ def _bench(bench: pl.DataFrame) -> list[dict]:
     return bench.group_by("op", maintain_order=True).agg(
         sizes=pl.len(), max_size_bytes=pl.col("size_bytes").max(), peak_busbw_gbs=pl.col("oop_busbw_gbs").max(),
         busbw_at_largest=pl.col("oop_busbw_gbs").sort_by("size_bytes").last()).to_dicts()
+
+
+def _place(frame: pl.DataFrame) -> pl.Expr:
+    return pl.col("node") if "node" in frame.columns else pl.lit(None, dtype=pl.String)
+
+
+def _p2p(m: pl.DataFrame) -> list[dict]:
+    """p2pBandwidthLatencyTest per node and run: the off-diagonal cells of each matrix (min, median,
+    max, the slowest pair) and the pairs without P2P access."""
+    if m.is_empty() or "matrix" not in m.columns:
+        return []
+    m = m.with_columns(_node=_place(m), _label=pl.concat_str([
+        pl.col("matrix"), pl.lit(" "), pl.col("direction").fill_null(""), pl.lit(" P2P="), pl.col("p2p").fill_null(""),
+        pl.lit(" "), pl.col("method").fill_null(""), pl.lit(" "), pl.col("side").fill_null(""), pl.lit(" "),
+        pl.col("unit").fill_null("")]).str.replace_all(r"\s+", " ").str.strip_chars())
+    off = m.filter((pl.col("src") != pl.col("dst")) & pl.col("matrix").is_in(["bandwidth", "latency"]))
+    out = []
+    for (node, run), rows in m.group_by("_node", "run", maintain_order=True):
+        cells = off.filter((pl.col("_node").eq_missing(node)) & (pl.col("run") == run))
+        matrices = []
+        for (label,), c in cells.group_by("_label", maintain_order=True):
+            worst = c.sort("value", descending=c["matrix"][0] == "latency").row(0, named=True)
+            matrices.append({"matrix": label, "min": c["value"].min(), "median": c["value"].median(),
+                             "max": c["value"].max(), "worst_pair": f"GPU{worst['src']}->GPU{worst['dst']}"})
+        no_p2p = rows.filter(pl.col("matrix").is_in(["access", "connectivity"]) & (pl.col("value") == 0)
+                             & (pl.col("src") != pl.col("dst")))
+        out.append({"node": node, "gpus": int(rows["src"].n_unique()), "matrices": matrices,
+                    "no_p2p": sorted({f"GPU{r['src']}->GPU{r['dst']}" for r in no_p2p.iter_rows(named=True)})})
+    return out
+
+
+def _host_device(bw: pl.DataFrame) -> list[dict]:
+    """bandwidthTest per node, device, direction and memory: the best rate and at which size."""
+    if bw.is_empty() or "gbyte_s" not in bw.columns:
+        return []
+    bw = bw.with_columns(_node=_place(bw))
+    out = bw.sort("gbyte_s", descending=True).group_by("_node", "device", "direction", "memory", maintain_order=True).agg(
+        device_name=pl.col("device_name").first(), best_gbyte_s=pl.col("gbyte_s").first(),
+        at_bytes=pl.col("size_bytes").first(), sizes=pl.len(), mode=pl.col("mode").first())
+    return out.rename({"_node": "node"}).sort("node", "device", "direction", "memory", nulls_last=True).to_dicts()
+
+
+def _perftest(res: pl.DataFrame) -> list[dict]:
+    """perftest per node, device and run: bandwidth runs' best average (Gb/s), latency runs' typical."""
+    if res.is_empty() or "kind" not in res.columns:
+        return []
+    res = res.with_columns(_node=_place(res))
+    out = []
+    for (_node, _input, _run), rows in res.group_by("_node", "input_id", "run", maintain_order=True):
+        first = rows.row(0, named=True)
+        item = {k: first.get(k) for k in ("test", "device", "side", "link_type", "mtu", "gid_index", "bidirectional")}
+        item["node"] = _node
+        item["sizes"] = rows.height
+        if first["kind"] == "bw":
+            best = rows.sort("bw_avg_gbit", descending=True, nulls_last=True).row(0, named=True)
+            item.update(best_avg_gbit=best["bw_avg_gbit"], at_bytes=best["size_bytes"], unit=best["unit"])
+        else:
+            typical = rows.sort("size_bytes").row(0, named=True)
+            item.update(t_typical_us=typical.get("t_typical_us"), t_avg_us=typical.get("t_avg_us"),
+                        at_bytes=typical["size_bytes"])
+        out.append(item)
+    return out
 
 
 def _prices(v: dict, acc: dict | None) -> list[dict]:
@@ -177,6 +243,34 @@ def render_text(v: dict) -> str:
             out.append(f"  {b['op'] or '?'}: {b['sizes']} sizes up to {_v(b['max_size_bytes'])} B, peak busbw "
                        f"{peak} GB/s, {last} GB/s at the largest")
         out.append("")
+    if v["p2p"]:
+        out.append("p2pBandwidthLatencyTest (GPU pairs, off-diagonal cells):")
+        for p in v["p2p"][:32]:
+            out.append(f"  {_at(p)}{p['gpus']} GPUs" + (f", no P2P: {', '.join(p['no_p2p'][:16])}" if p["no_p2p"] else ""))
+            for mtx in p["matrices"]:
+                out.append(f"    {mtx['matrix']}: min {mtx['min']:g}, median {mtx['median']:g}, max {mtx['max']:g} "
+                           f"(worst {mtx['worst_pair']})")
+        out.append("")
+    if v["host_device"]:
+        out.append("bandwidthTest (host <-> device):")
+        for b in v["host_device"][:64]:
+            out.append(f"  {_at(b)}GPU {_v(b.get('device'))} {b.get('device_name') or ''} {_v(b['direction'])} "
+                       f"{b.get('memory') or '?'}: {b['best_gbyte_s']:g} GB/s at {_v(b['at_bytes'])} B "
+                       f"({b['sizes']} sizes, {b.get('mode') or '?'} mode)")
+        out.append("")
+    if v["perftest"]:
+        out.append("perftest:")
+        for p in v["perftest"][:64]:
+            head = (f"  {_at(p)}{p.get('device') or '?'} {p.get('test') or '?'} ({p.get('side') or '?'} side, link "
+                    f"{p.get('link_type') or '?'}, MTU {_v(p.get('mtu'))}, GID index {_v(p.get('gid_index'))})")
+            if p.get("best_avg_gbit") is not None:
+                per = " (both directions summed)" if p.get("bidirectional") else ""
+                out.append(f"{head}: best average {p['best_avg_gbit']:.1f} Gb/s{per} at {_v(p['at_bytes'])} B, "
+                           f"{p['sizes']} sizes")
+            else:
+                lat = p.get("t_typical_us") if p.get("t_typical_us") is not None else p.get("t_avg_us")
+                out.append(f"{head}: {_v(lat)} us at {_v(p['at_bytes'])} B, {p['sizes']} sizes")
+        out.append("")
     if v["tool_messages"]:
         out.append("tool messages:")
         out += [f"  {m['kind']}: {_v(m.get('detail'))}" for m in v["tool_messages"][:20]]
@@ -188,5 +282,6 @@ def render_text(v: dict) -> str:
             out.append(f"  {p['what']}: {bw} ({p['basis']})")
         out.append("")
     if not out:
-        return "No hardware tool output parsed (nvidia-smi, topo -m, ibstat, ibv_devinfo, ibdev2netdev, iblinkinfo).\n"
+        return ("No hardware tool output parsed (nvidia-smi, topo -m, ibstat, ibv_devinfo, ibdev2netdev, iblinkinfo, "
+                "bandwidthTest, p2pBandwidthLatencyTest, perftest).\n")
     return "\n".join(out)

@@ -104,6 +104,8 @@ class RunSpec:
     framework: str = "megatron"             # "megatron" | "deepspeed" | "hf" | "torchtitan" | "lightning"
     # Config and hardware-tool files (bench/rungen/config_files.py); off keeps the samples byte-identical.
     config_files: bool = False              # collect_env, pip freeze, sbatch, topo -m, nvidia-smi csv, nccl-tests
+    perftest: bool = False                  # with config_files: hw/<host>/ib_send_bw.txt of every node (mlx5_0 to a peer)
+    slow_nic_node: int | None = None        # with perftest: node whose ib_send_bw runs at a fifth of line rate
     missing_node: int | None = None         # scenario "missing-node": index of the node whose agent never starts
     # Per-node configuration drift (bench/rungen/node_config.py); empty keeps the samples byte-identical.
     node_env: dict[int, dict[str, str]] = field(default_factory=dict)   # node -> variables only that node has
@@ -294,6 +296,10 @@ _HELP = {
                     "the culprit rank's node); the other agents end with RendezvousTimeoutError",
     "config_files": "also write config/ (collect_env, pip freeze, the sbatch script) and hw/ (nvidia-smi topo -m "
                     "and --query-gpu csv per node, an all_reduce_perf run)",
+    "perftest": "with --config-files: also write hw/<host>/ib_send_bw.txt, perftest's ib_send_bw --report_gbits "
+                "client run on mlx5_0 of every node against the next node",
+    "slow_nic_node": "with --perftest: index of the node whose ib_send_bw averages a fifth of the 400 Gb/s line rate "
+                     "(RoCE without PFC/ECN on its switch port)",
     "scenario": "story of the run: deadlock (one rank never enters the collective the others wait in), "
                 "healthy (trains to the end), all-stuck (everyone waits: a network fault), desync-op / "
                 "desync-size (the culprit runs another op / another size at the same SeqNum), crash (the culprit "
@@ -408,7 +414,7 @@ def build_parser() -> argparse.ArgumentParser:
         if f.name == "hosts":
             parser.add_argument(flag, type=lambda s: s.split(","), default=None, help=_HELP[f.name])
         elif f.name in ("culprit", "nccl_shm_node", "skew_node", "flap_node", "flap_nic", "missing_node",
-                        "slow_rank", "nan_from_iteration"):
+                        "slow_rank", "nan_from_iteration", "slow_nic_node"):
             parser.add_argument(flag, type=int, default=None, help=_HELP[f.name])
         elif f.name == "node_fault":
             parser.add_argument(flag, default=None, choices=NODE_FAULTS, help=_HELP[f.name])

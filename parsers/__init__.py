@@ -8,7 +8,7 @@ Recorder dumps (``flight_recorder``), nsys SQLite exports (``nsys``), Kineto tra
 (``kineto``), environment dumps (``ENV_PARSERS``).
 """
 
-from parsers import (c10d, config, deepspeed, envdump, health, hf_trainer, hwtools, kernel, megatron, nccl,
+from parsers import (c10d, config, deepspeed, envdump, health, hf_trainer, hwtools, kernel, linkbench, megatron, nccl,
                      nccl_inspector, nccl_ras, pyspy, scheduler, titan_lightning, torch_errors, torchrun)
 
 LOG_PARSERS = [
@@ -17,6 +17,7 @@ LOG_PARSERS = [
     torch_errors,                                      # OOM sizes, CUDA faults, tracebacks, faulthandler, gloo
     deepspeed, hf_trainer, titan_lightning,            # other training frameworks
     hwtools, config,                                   # nvidia-smi/topo, nccl-tests, ibstat; sbatch, collect_env
+    linkbench,                                         # bandwidthTest, p2pBandwidthLatencyTest, perftest ib_*_bw/lat
     kernel, health, scheduler,                         # node evidence: kernel logs, GPU/NIC health, Slurm/K8s
 ]
 # Parsers run once over all log inputs at once (analyzer.ingest), in LOG_PARSERS order: they make
@@ -27,7 +28,7 @@ LOG_PARSERS = [
 # scheduler), tool output whose tables number their rows by line (hwtools, config, nccl_ras) or
 # whose records span lines (nccl_inspector).
 # tests/test_batched_parsing.py holds the batched ones to the per-file result.
-PER_FILE = (nccl_ras, nccl_inspector, hwtools, config, kernel, health, scheduler)
+PER_FILE = (nccl_ras, nccl_inspector, hwtools, linkbench, config, kernel, health, scheduler)
 BATCHED = [m for m in LOG_PARSERS if m not in PER_FILE]
 ENV_PARSERS = [envdump]
 ALL_PARSERS = LOG_PARSERS + ENV_PARSERS

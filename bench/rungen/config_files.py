@@ -9,7 +9,9 @@ Written under ``OUT/config/`` and ``OUT/hw/``, in the formats of ``docs/formats/
 * ``hw/<host>/nvidia-smi-topo.txt``  ``nvidia-smi topo -m`` (current generation: NIC columns,
   three affinity columns, legend and NIC legend) of every node;
 * ``hw/<host>/nvidia-smi.csv``  ``nvidia-smi --query-gpu=... --format=csv`` of every node;
-* ``hw/nccl-tests/all_reduce_perf.txt``  an ``all_reduce_perf`` run over all ranks before the job.
+* ``hw/nccl-tests/all_reduce_perf.txt``  an ``all_reduce_perf`` run over all ranks before the job;
+* ``hw/<host>/ib_send_bw.txt``  (``perftest``) perftest's ``ib_send_bw -d mlx5_0 -x 3 -a --report_gbits``
+  client side against the next node (hardware.md section 10), a fifth of line rate on ``slow_nic_node``.
 
 Everything is derived from the spec and the cluster: no random draws, so the rest of the run
 is byte-identical with or without these files.
@@ -47,6 +49,10 @@ def write_config_files(out: Path, spec, cluster: Cluster, era: Era) -> list[Path
         put(f"hw/{host}/ibstat.txt", ibstat(host))
         put(f"hw/{host}/ibv_devinfo.txt", ibv_devinfo())
     put("hw/nccl-tests/all_reduce_perf.txt", nccl_tests(spec, cluster))
+    if getattr(spec, "perftest", False):
+        for i, host in enumerate(cluster.hosts):
+            peer = cluster.hosts[(i + 1) % len(cluster.hosts)]
+            put(f"hw/{host}/ib_send_bw.txt", ib_send_bw(host, peer, i, slow=spec.slow_nic_node == i))
     return written
 
 
@@ -279,4 +285,36 @@ def nccl_tests(spec, cluster: Cluster) -> str:
         lines.append(f"{size:12d}  {size // 4:12d}     float     sum      -1  {rows[0]}  {rows[1]}")
         size *= 2
     lines += ["# Out of bounds values : 0 OK", f"# Avg bus bandwidth    : {total / count:.4f} ", "#"]
+    return "\n".join(lines) + "\n"
+
+
+def ib_send_bw(host: str, peer: str, index: int, slow: bool = False) -> str:
+    """perftest ``ib_send_bw -d mlx5_0 -x 3 -a --report_gbits PEER`` (client side), in the shape of the
+    outputs posted in linux-rdma/perftest issues: header block, addresses, one row per size 2 B .. 8 MB.
+    A healthy 400G RoCE port reaches about 390 Gb/s; ``slow`` caps it at a fifth of line rate."""
+    sep = "-" * 87
+    ip = f"10.12.{index // 250}.{index % 250 + 11}"
+    peer_ip = f"10.12.{(index + 1) // 250}.{(index + 1) % 250 + 11}"
+    lines = [f"$ ib_send_bw -d mlx5_0 -x 3 -a -F --report_gbits {peer}", sep,
+             "                    Send BW Test",
+             " Dual-port       : OFF\t\tDevice         : mlx5_0",
+             " Number of qps   : 1\t\tTransport type : IB",
+             " Connection type : RC\t\tUsing SRQ      : OFF",
+             " PCIe relax order: ON", " ibv_wr* API     : ON", " TX depth        : 128", " RX depth        : 512",
+             " CQ Moderation   : 100", " Mtu             : 4096[B]", " Link type       : Ethernet",
+             " GID index       : 3", " Max inline data : 0[B]", " rdma_cm QPs\t : OFF", " Data ex. method : Ethernet",
+             sep,
+             f" local address: LID 0000 QPN 0x{0x108 + index:04x} PSN 0x{0x63ad7d + 97 * index:06x} ",
+             " GID: 00:00:00:00:00:00:00:00:00:00:255:255:" + ":".join(f"{int(x):02d}" for x in ip.split(".")),
+             f" remote address: LID 0000 QPN 0x{0x76 + index:04x} PSN 0x{0xf3810c - 89 * index:06x} ",
+             " GID: 00:00:00:00:00:00:00:00:00:00:255:255:" + ":".join(f"{int(x):02d}" for x in peer_ip.split(".")),
+             sep, " #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]"]
+    cap = 78.6 if slow else 391.2
+    for k in range(1, 24):
+        size = 1 << k
+        avg = round(min(cap, cap * size / (size + 4096)), 2)
+        peak = round(avg * 1.004, 2) if size >= 1024 else 0.0
+        rate = avg * 1e9 / 8 / size / 1e6
+        lines.append(f" {size:<7d}    1000           {peak:<7.2f}            {avg:<7.2f}\t\t   {rate:.6f}")
+    lines.append(sep)
     return "\n".join(lines) + "\n"
