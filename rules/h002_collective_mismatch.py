@@ -106,7 +106,7 @@ def _fingerprints(ctx: Context) -> list[Finding]:
         # Undecided is still an error (the job failed on it), but it names no culprit.
         out.append(Finding(
             CODE, NAME, SEVERITY, 0.8 if decided else 0.3,
-            f"collective fingerprints differ at SequenceNumber {seq}",
+            f"collective mismatch at SequenceNumber {seq}: the ranks' fingerprints differ",
             f"{minority['op']} with {minority['numel_in']} elements on rank(s) {rank_ranges(minority['ranks'])} vs "
             f"{majority['op']} with {majority['numel_in']} elements on rank(s) {rank_ranges(majority['ranks'])}"
             + ("" if decided else "; with as many ranks on each side there is no majority to blame: one side took "
