@@ -208,3 +208,45 @@ def test_snapshot_deadlock_evidence_selected(snap_compare, sample_store):
 
 def test_snapshot_deadlock_at_80x24(snap_compare, sample_store):
     assert snap_compare(app_of(sample_store(DEADLOCK)), terminal_size=(80, 24))
+
+
+def _evidence_pane_lines(app) -> list[str]:
+    """The evidence list's rendered lines, as the screen shows them (from a screenshot)."""
+    from tests.tui_helpers import svg_screen_lines
+
+    region = app.screen.query_one(EvidenceList).region
+    screen = svg_screen_lines(app.export_screenshot())
+    return [(screen[y] if y < len(screen) else "")[region.x:region.right].rstrip()
+            for y in range(region.y, region.bottom)]
+
+
+def test_an_evidence_path_line_never_wraps_inside_itself(sample_store):
+    """At 120 and 80 columns each evidence line's `path:line` is on one screen line, whole (the
+    path cut from the left with …); no screen line ends inside one: at 120 columns the pane once
+    showed `…/stderr.log:77` then `1 · rank 17`, which reads as line 77."""
+    import re
+
+    from tui.screens.verdict import path_line
+
+    for size in ((120, 40), (80, 24), (100, 30)):
+        app = app_of(sample_store(DEADLOCK))
+
+        async def steps(pilot):
+            await pilot.press("e")   # the evidence list scrolls: look at each line in turn
+            seen = []
+            for _ in range(3):
+                await pilot.pause()
+                seen += _evidence_pane_lines(app)
+                await pilot.press("down")
+            return seen, app.screen.query_one(EvidenceList).prompt_width
+        lines, width = drive(app, steps, size=size)
+        evidence = sorted_findings(app.session.report)[0]["evidence"]
+        wanted = {f"{e['path']}:{e['line']}" for e in evidence}
+        for e in evidence:
+            unit = path_line(e["path"], e["line"], width)
+            assert len(unit) <= width and unit.endswith(f":{e['line']}")
+            assert any(re.search(re.escape(unit) + r"(\s|$)", line) for line in lines), (size, unit, lines)
+        for line in lines:
+            for m in re.finditer(r"(…?[\w./-]+\.(?:log|txt|out)):(\d+)", line):
+                token = m.group(0).lstrip("…")
+                assert any(w.endswith(token) for w in wanted), (size, m.group(0), line)

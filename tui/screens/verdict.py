@@ -198,9 +198,11 @@ def _detail_lines(label: str, lines: list[str]) -> Text:
     return out
 
 
-def evidence_prompt(e: dict) -> Text:
-    """An evidence line: where (path:line, rank, node, note), then the line as it stands."""
-    where_parts = [f"{e.get('path')}:{e.get('line')}"]
+def evidence_prompt(e: dict, width: int = 0) -> Text:
+    """An evidence line: where (path:line, rank, node, note), then the line as it stands.
+    ``path:line`` is one unit that never wraps (a fold inside it once read ``stderr.log:77`` /
+    ``1 · rank 17`` as line 77): past ``width`` columns the path is cut from the left."""
+    where_parts = [path_line(str(e.get("path")), e.get("line"), width)]
     if e.get("rank") is not None:
         where_parts.append(f"rank {e['rank']}")
     if e.get("node"):
@@ -211,6 +213,20 @@ def evidence_prompt(e: dict) -> Text:
     text = str(e.get("text") or "")
     out.append_text(plain("\n" + (text[:400] + "…" if len(text) > 400 else text)))
     return out
+
+
+def path_line(path: str, line, width: int = 0) -> str:
+    """``path:line`` in at most ``width`` columns (0: any): the path shortened from the left to
+    ``…/tail`` (from a ``/`` where one is kept), ``:line`` always whole."""
+    suffix = f":{line}"
+    if width <= 0 or len(path) + len(suffix) <= width:
+        return path + suffix
+    keep = max(width - len(suffix) - 1, 1)
+    tail = path[-keep:]
+    cut = tail.find("/", 1)
+    if 0 < cut < len(tail) - 1:
+        tail = tail[cut:]   # "…/attempt_0/1/stderr.log" rather than "…_0/1/stderr.log"
+    return "…" + tail + suffix
 
 
 def findings_heading(findings: list[dict]) -> Text:
@@ -233,6 +249,12 @@ class EvidenceList(OptionList):
     """The selected finding's evidence lines; Enter opens one in the Logs screen."""
 
     BINDINGS = [Binding("enter", "select", "Open")]
+
+    @property
+    def prompt_width(self) -> int:
+        """The columns a prompt is wrapped to (0 before the first layout)."""
+        padding = self.get_component_styles("option-list--option").padding.width
+        return max(self.scrollable_content_region.width - self._get_left_gutter_width() - padding, 0)
 
 
 class VerdictScreen(BaseScreen):
@@ -301,6 +323,13 @@ class VerdictScreen(BaseScreen):
 
     def on_resize(self) -> None:
         self._fill_table()
+        # the evidence pane's width changed with the screen's: path:line shortened to the new one
+        self.call_after_refresh(self._refit_evidence)
+
+    def _refit_evidence(self) -> None:
+        evidence = self.query_one("#evidence", EvidenceList)
+        if evidence.prompt_width != getattr(self, "_evidence_width", None):
+            self._fill_evidence(self.current_finding)
 
     # --- the findings table --------------------------------------------------------------------
 
@@ -367,12 +396,23 @@ class VerdictScreen(BaseScreen):
         lines = f.get("evidence") or []
         heading.update(plain(f"Evidence ({len(lines)}) · Enter opens the line in Logs" if lines
                              else "No evidence lines"))
+        self._fill_evidence(f)
+
+    def _fill_evidence(self, f: dict | None) -> None:
+        """The evidence lines as options, ``path:line`` fitted to the pane's width (the
+        highlighted line kept)."""
+        evidence = self.query_one("#evidence", EvidenceList)
+        highlighted = evidence.highlighted
+        evidence.clear_options()
+        self._evidence_width = width = evidence.prompt_width
+        lines = (f or {}).get("evidence") or []
         options: list[Option | None] = []
         for i, e in enumerate(lines):
-            options += [None, Option(evidence_prompt(e), id=str(i))] if i else [Option(evidence_prompt(e), id=str(i))]
+            option = Option(evidence_prompt(e, width), id=str(i))
+            options += [None, option] if i else [option]
         evidence.add_options(options)
         if lines:
-            evidence.highlighted = 0
+            evidence.highlighted = min(highlighted or 0, len(lines) - 1)
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
         event.stop()
