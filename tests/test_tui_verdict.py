@@ -250,3 +250,58 @@ def test_an_evidence_path_line_never_wraps_inside_itself(sample_store):
             for m in re.finditer(r"(…?[\w./-]+\.(?:log|txt|out)):(\d+)", line):
                 token = m.group(0).lstrip("…")
                 assert any(w.endswith(token) for w in wanted), (size, m.group(0), line)
+
+
+def test_s_shows_the_culprits_whole_stack_and_is_named_on_screen(sample_store):
+    """One key, named in the footer and in the headline's hint: `s` selects the culprit finding
+    and scrolls its details to the py-spy stack (from any finding, at 120 and 80 columns). A run
+    without a culprit stack does not offer the key."""
+    from tests.tui_helpers import svg_screen_lines
+
+    for size in ((120, 40), (80, 24)):
+        app = app_of(sample_store(DEADLOCK))
+
+        async def steps(pilot):
+            await pilot.press("down")          # on P001: s goes back to the culprit's finding
+            await pilot.press("s")
+            await pilot.pause()
+            screen = app.screen
+            box = screen.query_one("#finding-scroll")
+            shot = svg_screen_lines(app.export_screenshot())
+            top = shot[box.region.y][box.region.x:box.region.right].strip()
+            below = shot[box.region.y + 1][box.region.x:box.region.right].strip()
+            return (shot[-1], shown(screen, "#verdict-head"), screen.query_one(FindingsTable).cursor_row,
+                    box.has_focus, top, below)
+        footer, head, row, focused, top, below = drive(app, steps, size=size)
+        assert " s Stack " in footer and "(innermost frame; s: the whole stack)" in head
+        assert row == 0 and focused, size
+        assert top == "culprit's main thread (py-spy, innermost first):", (size, top)
+        assert below == "_init_group (torch/optim/adam.py:168)", (size, below)
+
+    app = app_of(sample_store("healthy-40r"))
+
+    async def healthy(pilot):
+        await pilot.press("s")
+        return svg_screen_lines(app.export_screenshot())[-1], app.focused
+    footer, focused = drive(app, healthy)
+    assert "Stack" not in footer and isinstance(focused, FindingsTable)
+
+
+def test_py_spy_stacks_carry_the_rank_their_pid_maps_to(sample_store):
+    """stacks.rank is filled for every py-spy dump whose pid `ranks` maps (the culprit's own
+    dump, pid 413928, is rank 17), so the Logs rank filter keeps the culprit's stack."""
+    import duckdb
+
+    con = duckdb.connect(str(sample_store(DEADLOCK)), read_only=True)
+    try:
+        unmapped = con.execute("""SELECT count(*) FROM stacks s JOIN inputs i USING (input_id)
+                                  WHERE i.path LIKE 'pyspy/%' AND s.rank IS NULL""").fetchone()[0]
+        culprit = con.execute("SELECT DISTINCT rank FROM stacks WHERE pid = 413928").fetchall()
+        agree = con.execute("""SELECT count(*) FROM (SELECT DISTINCT s.pid, s.node, s.rank FROM stacks s
+                               JOIN ranks r ON r.pid = s.pid AND r.node = s.node WHERE s.rank IS DISTINCT FROM r.rank)
+                            """).fetchone()[0]
+        culprit_lines = con.execute(f"SELECT count(*) FROM lines l JOIN inputs i USING (input_id) "
+                                    f"WHERE i.path = '{PYSPY}' AND l.rank = 17").fetchone()[0]
+    finally:
+        con.close()
+    assert unmapped == 0 and culprit == [(17,)] and agree == 0 and culprit_lines > 0

@@ -17,6 +17,7 @@ from datetime import datetime
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
+from textual.geometry import Region
 from textual.containers import Container, Vertical, VerticalScroll
 from textual.widgets import DataTable, OptionList, Static
 from textual.widgets.option_list import Option
@@ -38,6 +39,7 @@ STATUS_STYLE = {
     "undetermined": "bold white on red3",
     "unknown": "bold black on grey70",
 }
+STACK_HEADING = "culprit's main thread (py-spy"   # analyzer.render.finding_details' label
 SEGMENT_STYLE = {"t": "", "b": "bold", "c": "underline"}  # action_items: plain, label, value to copy
 
 
@@ -89,7 +91,7 @@ def verdict_text(report: dict) -> Text:
     if frame:
         out.append("\nCulprit's stack ", style="bold")
         out.append_text(plain(frame, "bold"))
-        out.append_text(plain("  (innermost frame; tab: the finding's details, the whole stack)", "dim"))
+        out.append_text(plain("  (innermost frame; s: the whole stack)", "dim"))
     out.append("\n")
     out.append_text(plain(v.get("sentence")))
     return out
@@ -97,11 +99,18 @@ def verdict_text(report: dict) -> Text:
 
 def culprit_frame(report: dict) -> str:
     """The innermost frame of the culprit's main thread (py-spy), when a culprit finding has it."""
-    for f in report.get("findings", []):
-        stack = ((f.get("details") or {}).get("culprit_did_instead") or {}).get("py_spy_main_thread") or []
-        if f.get("culprit") and stack:
-            return str(stack[0])
-    return ""
+    f = culprit_stack_finding(report.get("findings", []))
+    return str(culprit_stack(f)[0]) if f else ""
+
+
+def culprit_stack(f: dict) -> list:
+    """The culprit's py-spy main thread a finding carries, innermost first ([] when none)."""
+    return ((f.get("details") or {}).get("culprit_did_instead") or {}).get("py_spy_main_thread") or []
+
+
+def culprit_stack_finding(findings: list[dict]) -> dict | None:
+    """The first culprit finding with the culprit's py-spy stack (what ``s`` shows)."""
+    return next((f for f in findings if f.get("culprit") and culprit_stack(f)), None)
 
 
 def actions_text(report: dict) -> Text:
@@ -265,11 +274,14 @@ class VerdictScreen(BaseScreen):
             "details and evidence lines show below the list; Enter on a finding or an evidence "
             "line opens that line in the Logs screen. `e` moves to the evidence lines, `f` or Escape "
             "back to the findings, `v` shows the verdict whole (again: back to the findings), `c` "
-            "goes to the finding that causes the selected one.")
+            "goes to the finding that causes the selected one, `s` shows the culprit's py-spy stack whole "
+            "(when the run has one: the headline names its innermost frame).")
     BINDINGS = [
         Binding("enter", "open_evidence", "Open"),
         Binding("e", "focus_evidence", "Evidence", show=False),
         Binding("v", "toggle_verdict", "Verdict"),
+        # shown only when the run has the culprit's py-spy stack (check_action)
+        Binding("s", "show_stack", "Stack", tooltip="The culprit's py-spy stack, whole, in the finding's details"),
         Binding("f,escape", "focus_findings", "Back to the findings list", show=False),
         Binding("c", "goto_cause", "Go to the finding that causes this one", show=False),
     ]
@@ -286,7 +298,7 @@ class VerdictScreen(BaseScreen):
     VerdictScreen #findings { height: auto; max-height: 100%; }
     VerdictScreen #detail { height: 1fr; border-top: solid $primary; layout: horizontal; }
     VerdictScreen.-narrow #detail { layout: vertical; }
-    VerdictScreen #finding-scroll { width: 1fr; height: 1fr; padding: 0 1; }
+    VerdictScreen #finding-scroll { width: 1fr; height: 1fr; padding: 0 1; scrollbar-gutter: stable; }
     VerdictScreen #evidence-pane { width: 1fr; height: 1fr; border-left: solid $primary; padding-left: 1; }
     VerdictScreen.-narrow #evidence-pane { width: 100%; height: auto; max-height: 50%; border-left: none; }
     VerdictScreen #evidence-heading { height: 1; color: $text-muted; }
@@ -449,6 +461,32 @@ class VerdictScreen(BaseScreen):
         self.set_class(full, "-verdict-full")
         target = self.query_one("#verdict") if full else self.query_one("#findings")
         self.call_after_refresh(target.focus)  # a widget just shown again can take focus only once laid out
+
+    def check_action(self, action: str, parameters: tuple) -> bool | None:
+        if action == "show_stack":
+            return culprit_stack_finding(self.findings) is not None   # False: not in the footer
+        return True
+
+    def action_show_stack(self) -> None:
+        """Select the finding with the culprit's stack and scroll its details to the stack."""
+        f = culprit_stack_finding(self.findings)
+        if f is None:
+            return
+        self.set_class(False, "-verdict-full")
+        self.query_one("#findings", FindingsTable).move_cursor(row=self.findings.index(f))
+        self.show_finding(self.findings.index(f))
+        self.call_after_refresh(self._scroll_to_stack)
+
+    def _scroll_to_stack(self) -> None:
+        """The details' wrapped line that heads the stack, at the top of the pane, which takes
+        the focus so that the arrows and page keys scroll it on. (The pane keeps its scrollbar's
+        gutter, so the text drawn now wraps as it will once the scrollbar shows.)"""
+        box = self.query_one("#finding-scroll", VerticalScroll)
+        text = self.query_one("#finding-text", Static)
+        lines = text.render_lines(Region(0, 0, *text.size))   # as drawn: Textual's own wrapping
+        row = next((i for i, line in enumerate(lines) if line.text.lstrip().startswith(STACK_HEADING)), 0)
+        box.scroll_to(y=row, animate=False, immediate=True)
+        box.focus()
 
     def action_goto_cause(self) -> None:
         f = self.current_finding
