@@ -210,6 +210,40 @@ def test_snapshot_deadlock_at_80x24(snap_compare, sample_store):
     assert snap_compare(app_of(sample_store(DEADLOCK)), terminal_size=(80, 24))
 
 
+def test_snapshot_deadlock_stack_shown(snap_compare, sample_store):
+    """`s`: the details at the culprit's stack, the focused details marked by a bar at their left."""
+    assert snap_compare(app_of(sample_store(DEADLOCK)), press=["s"], terminal_size=(120, 40))
+
+
+def test_the_focused_pane_is_marked(sample_store):
+    """Focus between the panes is visible: the findings' or the evidence's heading is drawn in
+    the focused cursor's colours while its pane has the focus, the details get a bar at their
+    left; the other panes are drawn plain."""
+    app = app_of(sample_store(DEADLOCK))
+
+    def looks(screen):
+        def background(selector):
+            return screen.query_one(selector).styles.background
+        return (background("#findings-heading"), background("#evidence-heading"),
+                screen.query_one("#finding-scroll").styles.border_left[0])
+
+    async def steps(pilot):
+        screen = app.screen
+        seen = {"findings": looks(screen)}
+        await pilot.press("e")
+        await pilot.pause()
+        seen["evidence"] = looks(screen)
+        await pilot.press("s")
+        await pilot.pause()
+        seen["details"] = looks(screen)
+        return seen, screen.styles.background
+    seen, plain_bg = drive(app, steps)
+    findings, evidence, details = seen["findings"], seen["evidence"], seen["details"]
+    assert findings[0] != findings[1] and findings[0].a > 0 and findings[2] == "blank"
+    assert evidence[1] == findings[0] and evidence[0] == findings[1] and evidence[2] == "blank"
+    assert details[0] == details[1] == findings[1] and details[2] == "tall"
+
+
 def _evidence_pane_lines(app) -> list[str]:
     """The evidence list's rendered lines, as the screen shows them (from a screenshot)."""
     from tests.tui_helpers import svg_screen_lines

@@ -298,12 +298,19 @@ class VerdictScreen(BaseScreen):
     VerdictScreen #findings { height: auto; max-height: 100%; }
     VerdictScreen #detail { height: 1fr; border-top: solid $primary; layout: horizontal; }
     VerdictScreen.-narrow #detail { layout: vertical; }
-    VerdictScreen #finding-scroll { width: 1fr; height: 1fr; padding: 0 1; scrollbar-gutter: stable; }
+    VerdictScreen #finding-scroll { width: 1fr; height: 1fr; padding: 0 1 0 0; scrollbar-gutter: stable;
+                                    border-left: blank; }
     VerdictScreen #evidence-pane { width: 1fr; height: 1fr; border-left: solid $primary; padding-left: 1; }
     VerdictScreen.-narrow #evidence-pane { width: 100%; height: auto; max-height: 50%; border-left: none; }
     VerdictScreen #evidence-heading { height: 1; color: $text-muted; }
     VerdictScreen #evidence { height: auto; max-height: 100%; scrollbar-gutter: stable; }
     VerdictScreen.-verdict-full #verdict { max-height: 100%; height: 1fr; }
+    /* The pane with the focus stands out (the cursor colours of a focused table): its heading
+       reversed, or a bar at its left (the details, which have no heading). A blank border keeps the place. */
+    VerdictScreen #findings-pane:focus-within #findings-heading,
+    VerdictScreen #evidence-pane:focus-within #evidence-heading {
+        background: $block-cursor-background; color: $block-cursor-foreground; text-style: bold; }
+    VerdictScreen #finding-scroll:focus { border-left: tall $block-cursor-background; }
     VerdictScreen.-verdict-full #findings-pane, VerdictScreen.-verdict-full #detail { display: none; }
     """
 
