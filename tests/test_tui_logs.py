@@ -395,3 +395,42 @@ def test_h_goes_to_the_hangs_start_and_f_to_the_first_failure_line(sample_store)
         return before, s.view.cursor
     before, after = drive(app, no_failure)
     assert before == after and said == ["No failure in this run: no rank logged a timeout or an error"]
+
+
+def test_while_a_search_runs_the_status_says_searching_not_a_count(sample_store, con, monkeypatch):
+    """The status bar once read "0 matches · working…" while the search ran; now it says
+    "searching…" until the worker is done, then the count."""
+    import threading
+
+    from textual.widgets import Input
+
+    release = threading.Event()
+    search = LogData.search
+
+    def slow_search(self, pattern):
+        if pattern:
+            release.wait(10)
+        return search(self, pattern)
+    monkeypatch.setattr(LogData, "search", slow_search)
+    app = app_of(sample_store(DEADLOCK), start="logs")
+
+    def status(s) -> str:
+        return str(s.query_one("#logs-status").render())
+
+    async def steps(pilot):
+        s = await idle(pilot)
+        await pilot.press("slash")
+        await pilot.pause()
+        s.query_one("#logs-prompt-input", Input).value = "Traceback"
+        before = s._seq
+        await pilot.press("enter")
+        await pilot.pause(0.2)
+        running = status(s)
+        release.set()
+        s = await idle(pilot, before)
+        return running, status(s), s.data.state.hits
+    running, done, hits = drive(app, steps)
+    assert "search /Traceback/ searching…" in running
+    assert "match" not in running and "working" not in running
+    assert hits == count(con, "text LIKE '%Traceback%'") > 2
+    assert f"search /Traceback/ {hits} matches" in done and "searching" not in done

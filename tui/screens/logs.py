@@ -473,10 +473,13 @@ not interpreted, control characters show as `\\xNN`, tabs are expanded, long lin
         if state.filters.active:
             first.append((" · " + state.filters.describe(), ""))
         first.append((f" · by {state.order}", muted))
-        if self.want.search:
+        if self.want.search and self._busy:
+            # the count is the old search's (or the old filters') until the worker is done
+            first += [(f" · search /{self.want.search}/ ", ""), ("searching…", "italic")]
+        elif self.want.search:
             first.append((f" · search /{self.want.search}/ {state.hits:,} match"
                           + ("" if state.hits == 1 else "es"), ""))
-        if self._busy:
+        elif self._busy:
             first.append((" · working…", "italic"))
         row = self._cursor_row()
         second = [("", "")]
