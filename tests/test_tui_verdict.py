@@ -229,6 +229,7 @@ def test_the_focused_pane_is_marked(sample_store):
 
     async def steps(pilot):
         screen = app.screen
+        await pilot.pause(0.1)   # the table's focus is styled on the next refresh
         seen = {"findings": looks(screen)}
         await pilot.press("e")
         await pilot.pause()
@@ -302,8 +303,9 @@ def test_s_shows_the_culprits_whole_stack_and_is_named_on_screen(sample_store):
             screen = app.screen
             box = screen.query_one("#finding-scroll")
             shot = svg_screen_lines(app.export_screenshot())
-            top = shot[box.region.y][box.region.x:box.region.right].strip()
-            below = shot[box.region.y + 1][box.region.x:box.region.right].strip()
+            inside = box.content_region   # inside the bar that marks the focused pane
+            top = shot[inside.y][inside.x:inside.right].strip()
+            below = shot[inside.y + 1][inside.x:inside.right].strip()
             return (shot[-1], shown(screen, "#verdict-head"), screen.query_one(FindingsTable).cursor_row,
                     box.has_focus, top, below)
         footer, head, row, focused, top, below = drive(app, steps, size=size)

@@ -306,9 +306,10 @@ class VerdictScreen(BaseScreen):
     VerdictScreen #evidence { height: auto; max-height: 100%; scrollbar-gutter: stable; }
     VerdictScreen.-verdict-full #verdict { max-height: 100%; height: 1fr; }
     /* The pane with the focus stands out (the cursor colours of a focused table): its heading
-       reversed, or a bar at its left (the details, which have no heading). A blank border keeps the place. */
-    VerdictScreen #findings-pane:focus-within #findings-heading,
-    VerdictScreen #evidence-pane:focus-within #evidence-heading {
+       reversed (class -focused, set by _mark_focused_pane), or a bar at its left (the details,
+       which have no heading). A blank border keeps the place. */
+    VerdictScreen #findings-pane.-focused #findings-heading,
+    VerdictScreen #evidence-pane.-focused #evidence-heading {
         background: $block-cursor-background; color: $block-cursor-foreground; text-style: bold; }
     VerdictScreen #finding-scroll:focus { border-left: tall $block-cursor-background; }
     VerdictScreen.-verdict-full #findings-pane, VerdictScreen.-verdict-full #detail { display: none; }
@@ -339,6 +340,20 @@ class VerdictScreen(BaseScreen):
         table = self.query_one("#findings", FindingsTable)
         table.focus()
         self.show_finding(0)
+
+    def on_descendant_focus(self) -> None:
+        self._mark_focused_pane()
+
+    def on_descendant_blur(self) -> None:
+        self._mark_focused_pane()
+
+    def _mark_focused_pane(self) -> None:
+        """Class the findings and evidence panes by whether their list has the focus (Textual 8
+        restyles a heading under a ``:focus-within`` pane only when the pane has such a rule of
+        its own, so the class is set here)."""
+        focused = self.focused
+        for pane, inner in (("#findings-pane", "#findings"), ("#evidence-pane", "#evidence")):
+            self.query_one(pane).set_class(focused is not None and focused.id == inner[1:], "-focused")
 
     def on_resize(self) -> None:
         self._fill_table()
