@@ -341,3 +341,20 @@ def test_py_spy_stacks_carry_the_rank_their_pid_maps_to(sample_store):
     finally:
         con.close()
     assert unmapped == 0 and culprit == [(17,)] and agree == 0 and culprit_lines > 0
+
+
+def test_evidence_path_lines_are_refitted_when_the_pane_is_resized(sample_store):
+    """Cut to the 120-column pane, whole again at 80 columns (the list, full width there, is laid
+    out after the screen: it refits on its own resize)."""
+    app = app_of(sample_store(DEADLOCK))
+    full = "logs/h20-node-03/4242_tnfzdf19/attempt_0/1/stderr.log:771"
+
+    async def steps(pilot):
+        await pilot.pause()
+        wide = _evidence_pane_lines(app)
+        await pilot.resize_terminal(80, 24)
+        await pilot.pause(0.2)
+        return wide, _evidence_pane_lines(app)
+    wide, narrow = drive(app, steps)
+    assert any(line.startswith("…/h20-node-03/4242_tnfzdf19/attempt_0/1/stderr.log:771") for line in wide)
+    assert any(line.startswith(full + " ") for line in narrow), narrow

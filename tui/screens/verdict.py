@@ -18,6 +18,7 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.geometry import Region
+from textual.message import Message
 from textual.containers import Container, Vertical, VerticalScroll
 from textual.widgets import DataTable, OptionList, Static
 from textual.widgets.option_list import Option
@@ -259,6 +260,13 @@ class EvidenceList(OptionList):
 
     BINDINGS = [Binding("enter", "select", "Open")]
 
+    class Resized(Message):
+        """The list's width may have changed: the screen refits its path:line units."""
+
+    def on_resize(self) -> None:
+        # its own resize, not the screen's: the list is laid out after the screen is
+        self.post_message(self.Resized())
+
     @property
     def prompt_width(self) -> int:
         """The columns a prompt is wrapped to (0 before the first layout)."""
@@ -357,10 +365,12 @@ class VerdictScreen(BaseScreen):
 
     def on_resize(self) -> None:
         self._fill_table()
-        # the evidence pane's width changed with the screen's: path:line shortened to the new one
-        self.call_after_refresh(self._refit_evidence)
+
+    def on_evidence_list_resized(self) -> None:
+        self._refit_evidence()
 
     def _refit_evidence(self) -> None:
+        """path:line shortened to the evidence list's new width (when it changed)."""
         evidence = self.query_one("#evidence", EvidenceList)
         if evidence.prompt_width != getattr(self, "_evidence_width", None):
             self._fill_evidence(self.current_finding)
