@@ -194,7 +194,7 @@ not interpreted, control characters show as `\\xNN`, tabs are expanded, long lin
         Binding("slash", "ask('search')", "Search"),
         Binding("f", "ask('regex')", "Filter"),
         Binding("colon", "ask('goto')", "Goto"),
-        Binding("H", "moment('hang')", "Hang start",
+        Binding("H", "moment('hang')", "Hang",
                 tooltip="Go to the hang's start: the first line at the last step or counter advance (in time order)"),
         Binding("F", "moment('failure')", "1st failure", tooltip="Go to the first timeout or error line"),
         Binding("n", "hit(1)", "Next match", show=False),

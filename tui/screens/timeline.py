@@ -347,7 +347,7 @@ fall in one column the first of that list is shown. The panel lists the marks un
         Binding("n", "jump(1)", "Next"),
         Binding("colon", "goto", "Go to", tooltip="Go to a time (09:21), rank 17 or node NAME"),
         Binding("c", "collapse_all", "Collapse"),
-        Binding("H", "moment('hang')", "Hang start",
+        Binding("H", "moment('hang')", "Hang",
                 tooltip="Go to the hang's start: the last step or counter advance before the job stood still"),
         Binding("F", "moment('failure')", "1st failure", tooltip="Go to the first timeout or error (its rank's lane)"),
         Binding("minus", "zoom(0.5)", "Zoom out around the cursor", show=False),
