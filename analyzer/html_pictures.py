@@ -202,10 +202,13 @@ STATE_NAME = {1: "nothing in flight", 2: "waiting in a collective", 3: "collecti
 
 
 class _Mark:
-    __slots__ = ("ts", "rank", "node", "kind", "text")
+    """A timestamped row; ``line`` is its (input_id, line_no) where the row has one (the TUI
+    opens it)."""
+    __slots__ = ("ts", "rank", "node", "kind", "text", "line")
 
-    def __init__(self, ts, rank, node, kind, text):
+    def __init__(self, ts, rank, node, kind, text, line=None):
         self.ts, self.rank, self.node, self.kind, self.text = ts, rank, node, kind, text
+        self.line = line if line and None not in line else None
 
 
 def _event_kind(kind: str | None, level: str | None) -> str | None:
@@ -228,20 +231,24 @@ def _marks(run) -> list[_Mark]:
         rows = frame(run, f"SELECT {col(run, 'events', 'rank', 'BIGINT')} AS rank, {col(run, 'events', 'node')} AS node, "
                           f"ts, {col(run, 'events', 'kind')} AS kind, {col(run, 'events', 'level')} AS level, "
                           f"coalesce({col(run, 'events', 'message')}, {col(run, 'events', 'detail')}, "
-                          f"{col(run, 'events', 'kind')}) AS text FROM events "
+                          f"{col(run, 'events', 'kind')}) AS text, {col(run, 'events', 'input_id', 'BIGINT')} AS input_id, "
+                          f"{col(run, 'events', 'line_no', 'BIGINT')} AS line_no FROM events "
                           f"WHERE ts IS NOT NULL AND coalesce({col(run, 'events', 'kind')}, '') NOT IN ({noise})")
         for r in rows.iter_rows(named=True):
             kind = _event_kind(r["kind"], r["level"])
             if kind:
-                out.append(_Mark(r["ts"], r["rank"], r["node"], kind, f"{r['kind']}: {r['text']}"))
+                out.append(_Mark(r["ts"], r["rank"], r["node"], kind, f"{r['kind']}: {r['text']}",
+                                 (r["input_id"], r["line_no"])))
     if timed(run, "exits", "time"):
         rows = frame(run, f"SELECT {col(run, 'exits', 'rank', 'BIGINT')} AS rank, {col(run, 'exits', 'node')} AS node, "
                           f"time AS ts, {col(run, 'exits', 'exitcode', 'BIGINT')} AS code, "
-                          f"{col(run, 'exits', 'signal')} AS signal FROM exits WHERE time IS NOT NULL")
+                          f"{col(run, 'exits', 'signal')} AS signal, {col(run, 'exits', 'input_id', 'BIGINT')} AS input_id, "
+                          f"{col(run, 'exits', 'line_no', 'BIGINT')} AS line_no FROM exits WHERE time IS NOT NULL")
         for r in rows.iter_rows(named=True):
             if r["code"] not in (None, 0):
                 sig = f" ({r['signal']})" if r["signal"] else ""
-                out.append(_Mark(r["ts"], r["rank"], r["node"], "error", f"process exit code {r['code']}{sig}"))
+                out.append(_Mark(r["ts"], r["rank"], r["node"], "error", f"process exit code {r['code']}{sig}",
+                                 (r["input_id"], r["line_no"])))
     for table in ("agent", "slurm"):
         if not timed(run, table):
             continue
@@ -346,26 +353,44 @@ def _first(marks: list[_Mark], kinds: tuple[str, ...]) -> _Mark | None:
     return min(found, key=lambda m: (m.ts, m.rank if m.rank is not None else -1)) if found else None
 
 
-def timeline(run, report: dict) -> str | None:
-    """The per-rank picture around the hang's start or the first failure (see the module doc)."""
+class Moments:
+    """The times the per-rank picture centres on, also the TUI's go-to keys (Timeline and Logs):
+    ``first_failure``, the first timeout or error of a rank (a ``_Mark``, or None);
+    ``hang_start``, the last sign of progress before the job stood still (None when it did not:
+    no stall longer than two minutes or three steps before the first failure or the end of the
+    logs); ``last_step`` (time, iteration) at or before then; ``last_advance``, the last c10d
+    status line whose completed counter had moved; ``step_s``, the median step time; ``end``
+    and ``first_log``, the logs' bounds."""
+
+    def __init__(self, first_failure, hang_start, last_step, last_advance, step_s, end, first_log):
+        self.first_failure, self.hang_start, self.last_step = first_failure, hang_start, last_step
+        self.last_advance, self.step_s, self.end, self.first_log = last_advance, step_s, end, first_log
+
+    @property
+    def anchor(self) -> datetime:
+        """Where the picture centres: the hang's start, else the first failure, else the last step."""
+        fail_ts = self.first_failure.ts if self.first_failure else None
+        return self.hang_start or fail_ts or (self.last_step[0] if self.last_step else self.end)
+
+
+def moments(run, marks: list[_Mark] | None = None, steps: list | None = None) -> Moments | None:
+    """The run's ``Moments`` (None when nothing has a time); ``marks`` and ``steps`` when the
+    caller has read them already (``_marks``, ``_steps_times``)."""
     from analyzer.timeline import log_bounds
 
-    marks = _marks(run)
-    nodes_ev = _node_events(run)
-    steps = _steps_times(run)
+    marks = _marks(run) if marks is None else marks
+    steps = _steps_times(run) if steps is None else steps
     if not marks and not steps:
         return None
     first_info, end_info = log_bounds(run)
-    end = end_info["ts"] if end_info else max(m.ts for m in marks)
-    first_log = first_info["ts"] if first_info else None
+    end = end_info["ts"] if end_info else max([m.ts for m in marks] + [t for t, _ in steps])
     first_fail = _first(marks, ("timeout", "error"))
-    fail_ts = first_fail.ts if first_fail else None
     step_times = [t for t, _ in steps]
     step_s = None
     if len(step_times) >= 3:
         gaps = sorted((b - a).total_seconds() for a, b in zip(step_times, step_times[1:]))
         step_s = gaps[len(gaps) // 2] or None
-    until = fail_ts or end
+    until = first_fail.ts if first_fail else end
     before = [s for s in steps if s[0] <= until]
     last_step = before[-1] if before else None
     # the hang began when the last sign of progress was seen: the last step, or later the last
@@ -374,7 +399,25 @@ def timeline(run, report: dict) -> str | None:
     start = max([t for t in (last_step[0] if last_step else None, moved) if t is not None], default=None)
     stall = (until - start).total_seconds() if start else 0.0
     hung = start is not None and stall > max(120.0, 3 * (step_s or 0))
-    anchor = start if hung else fail_ts or (last_step[0] if last_step else end)
+    return Moments(first_fail, start if hung else None, last_step, moved, step_s, end,
+                   first_info["ts"] if first_info else None)
+
+
+def timeline(run, report: dict) -> str | None:
+    """The per-rank picture around the hang's start or the first failure (see the module doc)."""
+    marks = _marks(run)
+    nodes_ev = _node_events(run)
+    steps = _steps_times(run)
+    at = moments(run, marks, steps)
+    if at is None:
+        return None
+    end, first_log, first_fail, step_s, last_step = at.end, at.first_log, at.first_failure, at.step_s, at.last_step
+    fail_ts = first_fail.ts if first_fail else None
+    hung = at.hang_start is not None
+    anchor = at.anchor
+    step_times = [t for t, _ in steps]
+    until, start, moved = fail_ts or end, at.hang_start, at.last_advance
+    stall = (until - start).total_seconds() if hung else 0.0
     reach = timedelta(minutes=30)
     faults = [m for m in nodes_ev if _NODE_MAJOR.match(m.kind)
               and anchor - reach <= m.ts <= (fail_ts or anchor) + timedelta(minutes=5)]

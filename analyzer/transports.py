@@ -304,13 +304,19 @@ def render_text(v: dict, all_hops: bool = False) -> str:
     out += _render_hosts(v["processes"])
     if v["p2p_refusals"]:
         out.append("P2P refused by NCCL (why intra-node hops fell back):")
-        seen: dict[tuple, int] = {}
-        for r in v["p2p_refusals"]:
-            key = (r.get("host"), r.get("message"))
-            seen[key] = seen.get(key, 0) + 1
         out += [f"  {host or '?'}: {message or '?'}" + (f" (x{n})" if n > 1 else "")
-                for (host, message), n in list(seen.items())[:20]]
+                for host, message, n in refusal_groups(v["p2p_refusals"])[:20]]
     return "\n".join(out) + "\n"
+
+
+def refusal_groups(refusals: list[dict]) -> list[tuple[str | None, str | None, int]]:
+    """NCCL's own reasons (``view``'s ``p2p_refusals``) as (host, message, times said), in the
+    order first said: every rank of a pair repeats the line."""
+    seen: dict[tuple, int] = {}
+    for r in refusals:
+        key = (r.get("host"), r.get("message"))
+        seen[key] = seen.get(key, 0) + 1
+    return [(host, message, n) for (host, message), n in seen.items()]
 
 
 def _render_comm(c: dict, procs: dict, all_hops: bool) -> list[str]:

@@ -108,7 +108,8 @@ def test_data_orders_by_time_keeping_each_file_in_order(con):
         (PARTITION BY input_id ORDER BY vpos) AS before FROM pm_view) WHERE line_no <= before""").fetchone()[0]
     assert swapped == 0  # a file's lines never swap places
     times = [data.row(p).path for p in (0, data.state.count - 1)]
-    assert times[0] == "config/collect_env.txt"  # no time: first (the sample's README.md is not evidence)
+    # no time: first (the sample's README.md is not evidence since issue 24, so a config file)
+    assert times[0] == "config/collect_env.txt"
     by_file = data.apply(Filters(), "file")
     first = data.row(0)
     assert by_file.order == "file" and (first.path, first.line_no) == \
@@ -350,3 +351,86 @@ def test_goto_a_time_a_rank_and_a_node(sample_store):
     assert "node_logs" in xid.path or "kern" in xid.path or "dmesg" in xid.path
     assert rank.rank == 21
     assert node.node == "h20-node-02"
+
+
+def test_h_goes_to_the_hangs_start_and_f_to_the_first_failure_line(sample_store):
+    """gpu-fell-off-bus: `F` selects rank 21's watchdog timeout (its own line, as evidence is
+    opened), `H` the first line at the last step before the stall (09:21:14); the deadlock has no
+    rank error, and `F` says so instead of doing nothing."""
+    app = app_of(sample_store("gpu-fell-off-bus"), start="logs")
+    said: list[str] = []
+    app.notify = lambda message, **_: said.append(str(message))  # type: ignore[method-assign]
+
+    async def wait_for_note(pilot, n):
+        for _ in range(400):
+            await pilot.pause(0.02)
+            if len(said) >= n:
+                return await idle(pilot)
+        raise AssertionError(f"no notification after {said}")
+
+    async def steps(pilot):
+        s = await idle(pilot)
+        await pilot.press("F")
+        s = await wait_for_note(pilot, 1)
+        failure = s.data.row(s.view.cursor)
+        await pilot.press("H")
+        s = await wait_for_note(pilot, 2)
+        return failure, s.data.row(s.view.cursor)
+    failure, hang = drive(app, steps)
+    assert (failure.path, failure.line_no, failure.rank) == ("logs/h20-node-03/4242_g1w_2vy6/attempt_0/5/stderr.log", 1, 21)
+    assert "Watchdog caught collective operation timeout" in failure.text
+    assert "09:21:14" in hang.text
+    assert said == ["First failure 09:32:57: a timeout of rank 21",
+                    "Hang's start 09:21:14: the last step, then no progress"]
+
+    app = app_of(sample_store(DEADLOCK), start="logs")
+    said.clear()
+    app.notify = lambda message, **_: said.append(str(message))  # type: ignore[method-assign]
+
+    async def no_failure(pilot):
+        s = await idle(pilot)
+        before = s.view.cursor
+        await pilot.press("F")
+        await wait_for_note(pilot, 1)
+        return before, s.view.cursor
+    before, after = drive(app, no_failure)
+    assert before == after and said == ["No failure in this run: no rank logged a timeout or an error"]
+
+
+def test_while_a_search_runs_the_status_says_searching_not_a_count(sample_store, con, monkeypatch):
+    """The status bar once read "0 matches · working…" while the search ran; now it says
+    "searching…" until the worker is done, then the count."""
+    import threading
+
+    from textual.widgets import Input
+
+    release = threading.Event()
+    search = LogData.search
+
+    def slow_search(self, pattern):
+        if pattern:
+            release.wait(10)
+        return search(self, pattern)
+    monkeypatch.setattr(LogData, "search", slow_search)
+    app = app_of(sample_store(DEADLOCK), start="logs")
+
+    def status(s) -> str:
+        return str(s.query_one("#logs-status").render())
+
+    async def steps(pilot):
+        s = await idle(pilot)
+        await pilot.press("slash")
+        await pilot.pause()
+        s.query_one("#logs-prompt-input", Input).value = "Traceback"
+        before = s._seq
+        await pilot.press("enter")
+        await pilot.pause(0.2)
+        running = status(s)
+        release.set()
+        s = await idle(pilot, before)
+        return running, status(s), s.data.state.hits
+    running, done, hits = drive(app, steps)
+    assert "search /Traceback/ searching…" in running
+    assert "match" not in running and "working" not in running
+    assert hits == count(con, "text LIKE '%Traceback%'") > 2
+    assert f"search /Traceback/ {hits} matches" in done and "searching" not in done

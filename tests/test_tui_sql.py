@@ -334,3 +334,43 @@ def test_snapshot_after_a_query(snap_compare, sample_store, monkeypatch):
         await run_sql(pilot, "SELECT rank, node, pid, local_rank, bus_id, source\nFROM ranks ORDER BY rank")
         await _settle(pilot)
     assert snap_compare(app_of(sample_store(SAMPLE), start="sql"), terminal_size=(120, 40), run_before=run_before)
+
+
+def test_sidebar_labels_that_do_not_fit_end_in_an_ellipsis_keeping_the_count():
+    from tui.screens.sql import fit_label
+
+    assert fit_label("bench_results", " 11", 0) == ("bench_results", " 11")
+    assert fit_label("bench_results", " 11", 16) == ("bench_results", " 11")
+    assert fit_label("bench_results", " 11", 15) == ("bench_resul…", " 11")
+    assert fit_label("nccl_connections", " 1,234,567", 9) == ("nccl_con…", "")
+
+
+def test_the_sidebar_cuts_with_an_ellipsis_never_silently(sample_store):
+    """At 80x24 the sidebar is 24 columns: a table whose name and row count do not fit shows
+    `bench_resul… 11` (the count whole), never `bench_results 1` cut at the edge; at 120x40 the
+    same label is whole."""
+    from tests.tui_helpers import svg_screen_lines
+
+    for size in ((80, 24), (120, 40)):
+        app = app_of(sample_store(SAMPLE), start="sql")
+
+        async def steps(pilot):
+            await pilot.pause()
+            side = app.screen.query_one("#sql-side")
+            tables = {n.data[1]: n for n in side.root.children[1].children}
+            shot = svg_screen_lines(app.export_screenshot())
+            rows = [shot[y][side.region.x:side.region.right] for y in range(side.region.y, side.region.bottom)]
+            return {n: t.label.plain for n, t in tables.items()}, rows
+        labels, rows = drive(app, steps, size=size)
+        # the label, without the scrollbar's thumb drawn at the right
+        shown = [row.split("▶ ", 1)[1].split("▕")[0].rstrip(" ▁▂▃▄▅▆▇█") for row in rows if "▶ " in row]
+        assert len(shown) >= 5, rows
+        cut = 0
+        for text in shown:
+            name = next(n for n in labels if text.startswith(n + " ") or ("…" in text and n.startswith(text.split("…")[0])))
+            whole = labels[name]
+            if text != whole:   # cut: the name ends in …, the count after it is whole
+                head, _, count = text.partition("…")
+                assert whole.startswith(head) and whole.endswith(count) and count.strip(), (size, text, whole)
+                cut += 1
+        assert (cut > 0) == (size == (80, 24)), (size, shown)

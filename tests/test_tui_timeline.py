@@ -212,6 +212,62 @@ def test_log_text_under_the_cursor_is_shown_literally(sample_store):
     assert not any("link" in str(s.style) for s in spans)
 
 
+def _notes(app) -> list[str]:
+    """Record what the app notifies (run_test turns the toasts off)."""
+    said: list[str] = []
+    app.notify = lambda message, **_: said.append(str(message))  # type: ignore[method-assign]
+    return said
+
+
+def test_h_goes_to_the_hangs_start_and_f_to_the_first_failure(sample_store):
+    """gpu-fell-off-bus: the last step 09:21:14, then rank 21's watchdog timeout at 09:32:57 (the
+    moments the HTML report's picture centres on, analyzer.html_pictures.moments)."""
+    app = app_of(sample_store("gpu-fell-off-bus"), start="timeline")
+    said = _notes(app)
+
+    async def steps(pilot):
+        screen = await _wait_loaded(pilot)
+        lanes = screen.lanes
+        await pilot.press("H")
+        hang = td.clock_text(lanes.data, lanes.cursor_t, True)
+        await pilot.press("F")
+        row = lanes.rows[lanes.selected]
+        marks = [(m.kind, m.rank, m.line_no) for _, m in lanes.marks_under_cursor(False)]
+        return hang, (row.kind, row.rank), marks, str(screen.panel_text())
+    hang, row, marks, panel = drive(app, steps)
+    assert hang.startswith("09:21:14")
+    assert row == ("rank", 21) and ("timeout", 21, 1) in marks
+    assert "stderr.log:1" in panel
+    assert said == ["Hang's start 09:21:14: the last step, then no progress",
+                    "First failure 09:32:57: a timeout of rank 21"]
+
+
+def test_without_a_failure_or_a_hang_f_and_h_say_so(sample_store):
+    """The deadlock has a hang (collectives last completed 09:23:53) but no rank logged an error;
+    the healthy run has neither. Nothing moves where there is nothing to go to."""
+    results = {}
+    for sample in (DEADLOCK, "healthy-40r"):
+        app = app_of(sample_store(sample), start="timeline")
+        said = _notes(app)
+
+        async def steps(pilot):
+            screen = await _wait_loaded(pilot)
+            lanes = screen.lanes
+            before = lanes.cursor_t
+            await pilot.press("F")
+            after_f = lanes.cursor_t
+            await pilot.press("H")
+            return before, after_f, td.clock_text(lanes.data, lanes.cursor_t, True)
+        results[sample] = drive(app, steps), said
+    (before, after_f, hang), said = results[DEADLOCK]
+    assert after_f == before and hang.startswith("09:23:53")
+    assert said == ["No failure in this run: no rank logged a timeout or an error",
+                    "Hang's start 09:23:53: collectives last completed, then no progress"]
+    (before, after_f, _), said = results["healthy-40r"]
+    assert said == ["No failure in this run: no rank logged a timeout or an error",
+                    "No hang in this run: progress did not stop before the first failure or the end of the logs"]
+
+
 def _wait_before_snapshot(presses=()):
     async def run_before(pilot):
         await _wait_loaded(pilot)

@@ -107,6 +107,48 @@ def test_slow_ring_opened_with_3_shows_the_shm_hops_marked(sample_store):
     assert "rank 16 h20-node-03 GPU0 (0000:18:00.0) → rank 17 h20-node-03 GPU1 (0000:2a:00.0)" in detail
 
 
+def test_nccls_own_reasons_are_quoted_as_postmortem_transports_prints_them(sample_store):
+    """slow-ring's h20-node-03 logs "P2P is disabled between connected GPUs 0 and 1" (and 1-2 ...
+    7-0): the summary quotes the first of them and counts the rest, each SHM hop's line quotes
+    the one for its two GPUs, word for word as `postmortem transports` prints them (the view's
+    p2p_refusals, grouped by analyzer.transports.refusal_groups); NVLink hops and a healthy run
+    quote none."""
+    from analyzer.transports import render_text
+
+    def p2p(a, b):
+        return (f"P2P is disabled between connected GPUs {a} and {b}. "
+                "You can repress this message with NCCL_IGNORE_DISABLED_P2P=1.")
+    v = tr.load(open_store(sample_store("slow-ring")).run)
+    world = v["communicators"][0]
+    cli = render_text(v)
+    for a in range(8):
+        assert f"h20-node-03: {p2p(a, (a + 1) % 8)}" in cli   # what the CLI prints, the TUI quotes
+    hop = next(h for h in world["hops"] if (h["src_rank"], h["dst_rank"]) == (16, 17))
+    assert tr.nccl_reasons(hop, v) == [p2p(0, 1)]
+    assert tr.nccl_reasons(next(h for h in world["hops"] if h["tier"] == "NVLink"), v) == []
+    summary = [text for text, kind in tr.summary_lines(world, v) if text.startswith("NCCL said")]
+    assert summary == [f"NCCL said on h20-node-03: {p2p(0, 1)} (x2)",
+                       "NCCL said 6 more like it (each hop's own: the line under the hops)"]   # 7-0 is no hop of this ring
+    healthy = tr.load(open_store(sample_store("healthy-40r")).run)
+    assert not any(text.startswith("NCCL said") for c in healthy["communicators"]
+                   for text, _ in tr.summary_lines(c, healthy))
+
+    app = app_of(sample_store("slow-ring"), start="transports")
+
+    async def steps(pilot):
+        await loaded(pilot)
+        screen = app.screen
+        first = screen.query_one("#detail", Static).visual.plain
+        await pilot.press("down")   # 17→18: GPUs 1 and 2
+        second = screen.query_one("#detail", Static).visual.plain
+        return screen.query_one("#summary", Static).visual.plain, first, second
+    summary, first, second = drive(app, steps)
+    assert f"NCCL said on h20-node-03: {p2p(0, 1)}" in summary
+    assert first.startswith("✗ SHM between GPUs of one host where P2P (NVLink) is expected: "
+                            f"NCCL said: {p2p(0, 1)} rank 16 h20-node-03 GPU0")
+    assert f"NCCL said: {p2p(1, 2)} rank 17" in second
+
+
 def test_sockets_sample_shows_the_socket_hops_marked(sample_store):
     app = app_of(sample_store("slow-ring-sockets"), start="transports")
 

@@ -208,3 +208,153 @@ def test_snapshot_deadlock_evidence_selected(snap_compare, sample_store):
 
 def test_snapshot_deadlock_at_80x24(snap_compare, sample_store):
     assert snap_compare(app_of(sample_store(DEADLOCK)), terminal_size=(80, 24))
+
+
+def test_snapshot_deadlock_stack_shown(snap_compare, sample_store):
+    """`s`: the details at the culprit's stack, the focused details marked by a bar at their left."""
+    assert snap_compare(app_of(sample_store(DEADLOCK)), press=["s"], terminal_size=(120, 40))
+
+
+def test_the_focused_pane_is_marked(sample_store):
+    """Focus between the panes is visible: the findings' or the evidence's heading is drawn in
+    the focused cursor's colours while its pane has the focus, the details get a bar at their
+    left; the other panes are drawn plain."""
+    app = app_of(sample_store(DEADLOCK))
+
+    def looks(screen):
+        def background(selector):
+            return screen.query_one(selector).styles.background
+        return (background("#findings-heading"), background("#evidence-heading"),
+                screen.query_one("#finding-scroll").styles.border_left[0])
+
+    async def steps(pilot):
+        screen = app.screen
+        await pilot.pause(0.1)   # the table's focus is styled on the next refresh
+        seen = {"findings": looks(screen)}
+        await pilot.press("e")
+        await pilot.pause()
+        seen["evidence"] = looks(screen)
+        await pilot.press("s")
+        await pilot.pause()
+        seen["details"] = looks(screen)
+        return seen, screen.styles.background
+    seen, plain_bg = drive(app, steps)
+    findings, evidence, details = seen["findings"], seen["evidence"], seen["details"]
+    assert findings[0] != findings[1] and findings[0].a > 0 and findings[2] == "blank"
+    assert evidence[1] == findings[0] and evidence[0] == findings[1] and evidence[2] == "blank"
+    assert details[0] == details[1] == findings[1] and details[2] == "tall"
+
+
+def _evidence_pane_lines(app) -> list[str]:
+    """The evidence list's rendered lines, as the screen shows them (from a screenshot)."""
+    from tests.tui_helpers import svg_screen_lines
+
+    region = app.screen.query_one(EvidenceList).region
+    screen = svg_screen_lines(app.export_screenshot())
+    return [(screen[y] if y < len(screen) else "")[region.x:region.right].rstrip()
+            for y in range(region.y, region.bottom)]
+
+
+def test_an_evidence_path_line_never_wraps_inside_itself(sample_store):
+    """At 120 and 80 columns each evidence line's `path:line` is on one screen line, whole (the
+    path cut from the left with …); no screen line ends inside one: at 120 columns the pane once
+    showed `…/stderr.log:77` then `1 · rank 17`, which reads as line 77."""
+    import re
+
+    from tui.screens.verdict import path_line
+
+    for size in ((120, 40), (80, 24), (100, 30)):
+        app = app_of(sample_store(DEADLOCK))
+
+        async def steps(pilot):
+            await pilot.press("e")   # the evidence list scrolls: look at each line in turn
+            seen = []
+            for _ in range(3):
+                await pilot.pause()
+                seen += _evidence_pane_lines(app)
+                await pilot.press("down")
+            return seen, app.screen.query_one(EvidenceList).prompt_width
+        lines, width = drive(app, steps, size=size)
+        evidence = sorted_findings(app.session.report)[0]["evidence"]
+        wanted = {f"{e['path']}:{e['line']}" for e in evidence}
+        for e in evidence:
+            unit = path_line(e["path"], e["line"], width)
+            assert len(unit) <= width and unit.endswith(f":{e['line']}")
+            assert any(re.search(re.escape(unit) + r"(\s|$)", line) for line in lines), (size, unit, lines)
+        for line in lines:
+            for m in re.finditer(r"(…?[\w./-]+\.(?:log|txt|out)):(\d+)", line):
+                token = m.group(0).lstrip("…")
+                assert any(w.endswith(token) for w in wanted), (size, m.group(0), line)
+
+
+def test_s_shows_the_culprits_whole_stack_and_is_named_on_screen(sample_store):
+    """One key, named in the footer and in the headline's hint: `s` selects the culprit finding
+    and scrolls its details to the py-spy stack (from any finding, at 120 and 80 columns). A run
+    without a culprit stack does not offer the key."""
+    from tests.tui_helpers import svg_screen_lines
+
+    for size in ((120, 40), (80, 24)):
+        app = app_of(sample_store(DEADLOCK))
+
+        async def steps(pilot):
+            await pilot.press("down")          # on P001: s goes back to the culprit's finding
+            await pilot.press("s")
+            await pilot.pause()
+            screen = app.screen
+            box = screen.query_one("#finding-scroll")
+            shot = svg_screen_lines(app.export_screenshot())
+            inside = box.content_region   # inside the bar that marks the focused pane
+            top = shot[inside.y][inside.x:inside.right].strip()
+            below = shot[inside.y + 1][inside.x:inside.right].strip()
+            return (shot[-1], shown(screen, "#verdict-head"), screen.query_one(FindingsTable).cursor_row,
+                    box.has_focus, top, below)
+        footer, head, row, focused, top, below = drive(app, steps, size=size)
+        assert " s Stack " in footer and "(innermost frame; s: the whole stack)" in head
+        assert row == 0 and focused, size
+        assert top == "culprit's main thread (py-spy, innermost first):", (size, top)
+        assert below == "_init_group (torch/optim/adam.py:168)", (size, below)
+
+    app = app_of(sample_store("healthy-40r"))
+
+    async def healthy(pilot):
+        await pilot.press("s")
+        return svg_screen_lines(app.export_screenshot())[-1], app.focused
+    footer, focused = drive(app, healthy)
+    assert "Stack" not in footer and isinstance(focused, FindingsTable)
+
+
+def test_py_spy_stacks_carry_the_rank_their_pid_maps_to(sample_store):
+    """stacks.rank is filled for every py-spy dump whose pid `ranks` maps (the culprit's own
+    dump, pid 413928, is rank 17), so the Logs rank filter keeps the culprit's stack."""
+    import duckdb
+
+    con = duckdb.connect(str(sample_store(DEADLOCK)), read_only=True)
+    try:
+        unmapped = con.execute("""SELECT count(*) FROM stacks s JOIN inputs i USING (input_id)
+                                  WHERE i.path LIKE 'pyspy/%' AND s.rank IS NULL""").fetchone()[0]
+        culprit = con.execute("SELECT DISTINCT rank FROM stacks WHERE pid = 413928").fetchall()
+        agree = con.execute("""SELECT count(*) FROM (SELECT DISTINCT s.pid, s.node, s.rank FROM stacks s
+                               JOIN ranks r ON r.pid = s.pid AND r.node = s.node WHERE s.rank IS DISTINCT FROM r.rank)
+                            """).fetchone()[0]
+        culprit_lines = con.execute(f"SELECT count(*) FROM lines l JOIN inputs i USING (input_id) "
+                                    f"WHERE i.path = '{PYSPY}' AND l.rank = 17").fetchone()[0]
+    finally:
+        con.close()
+    assert unmapped == 0 and culprit == [(17,)] and agree == 0 and culprit_lines > 0
+
+
+def test_evidence_path_lines_are_refitted_when_the_pane_is_resized(sample_store):
+    """Cut to the 120-column pane, whole again at 80 columns (the list, full width there, is laid
+    out after the screen: it refits on its own resize)."""
+    app = app_of(sample_store(DEADLOCK))
+    full = "logs/h20-node-03/4242_tnfzdf19/attempt_0/1/stderr.log:771"
+
+    async def steps(pilot):
+        await pilot.pause()
+        wide = _evidence_pane_lines(app)
+        await pilot.resize_terminal(80, 24)
+        await pilot.pause(0.2)
+        return wide, _evidence_pane_lines(app)
+    wide, narrow = drive(app, steps)
+    assert any(line.startswith("…/h20-node-03/4242_tnfzdf19/attempt_0/1/stderr.log:771") for line in wide)
+    assert any(line.startswith(full + " ") for line in narrow), narrow

@@ -10,14 +10,20 @@ because one DuckDB connection must not be used by two threads at once.
 from __future__ import annotations
 
 import io
+import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import duckdb
 import polars as pl
 
 from analyzer.pipeline import Run
+
+
+# What the Timeline and Logs screens say when asked for a moment (``moment_of``) the run lacks.
+NO_MOMENT = {"hang": "No hang in this run: progress did not stop before the first failure or the end of the logs",
+             "failure": "No failure in this run: no rank logged a timeout or an error"}
 
 
 class StoreError(Exception):
@@ -29,6 +35,8 @@ class Session:
     run: Run
     report: dict
     title: str
+    _moments: list = field(default_factory=list, repr=False)   # [Moments | None] once read
+    _moments_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def frame(self, sql: str, params: list | None = None) -> pl.DataFrame:
         return self.run.frame(sql, params)
@@ -39,6 +47,21 @@ class Session:
     def cursor(self) -> duckdb.DuckDBPyConnection:
         """A connection for one worker thread over the same database."""
         return self.run.con.cursor()
+
+    def moments(self):
+        """The hang's start and the first failure (``analyzer.html_pictures.Moments``, what the
+        HTML report's per-rank picture centres on, or None when nothing has a time): read once,
+        on a cursor of its own, because the Timeline and Logs screens ask from worker threads."""
+        from analyzer.html_pictures import moments
+
+        with self._moments_lock:
+            if not self._moments:
+                con = self.cursor()
+                try:
+                    self._moments.append(moments(Run(con, info=dict(self.run.info), db_path=self.run.db_path)))
+                finally:
+                    con.close()
+            return self._moments[0]
 
     @property
     def culprit_ranks(self) -> list[int]:
@@ -110,3 +133,22 @@ class _LineStream(io.TextIOBase):
 
     def flush(self) -> None:
         pass
+
+
+def moment_of(moments, which: str) -> tuple | None:
+    """(time as logged, (input_id, line_no) or None, rank or None, words for the notification) of
+    the hang's start or the first failure in ``moments`` (``analyzer.html_pictures.Moments``);
+    None when the run has none. The Timeline and Logs screens go to them (keys H and F)."""
+    if moments is None:
+        return None
+    if which == "hang":
+        if moments.hang_start is None:
+            return None
+        how = "the last step" if moments.last_step and moments.last_step[0] == moments.hang_start \
+            else "collectives last completed"
+        return moments.hang_start, None, None, f"Hang's start {moments.hang_start:%H:%M:%S}: {how}, then no progress"
+    fail = moments.first_failure
+    if fail is None:
+        return None
+    who = f"rank {fail.rank}" if fail.rank is not None else fail.node or "the job"
+    return fail.ts, fail.line, fail.rank, f"First failure {fail.ts:%H:%M:%S}: a {fail.kind} of {who}"

@@ -196,6 +196,18 @@ class TimelineData:
     def wall(self, t: float) -> datetime:
         return datetime(1970, 1, 1) + timedelta(microseconds=self.origin_us + t * 1e6)
 
+    def seconds(self, wall: datetime, line: tuple[int, int] | None = None, rank: int | None = None) -> float:
+        """``wall`` (a time as logged) on this axis: the time of the mark drawn for log ``line``
+        (input_id, line_no) where a lane has one, its node's clock offset already taken off
+        (``rank``'s lane is looked at first); else ``wall`` as it stands."""
+        if line is not None:
+            lanes = [self.rank_lanes[rank]] if rank in self.rank_lanes else []
+            for lane in lanes + self.all_lanes():
+                mark = next((m for m in lane.marks if (m.input_id, m.line_no) == line), None)
+                if mark is not None:
+                    return mark.t
+        return (wall - self.wall(0)).total_seconds()
+
     def rows(self, collapsed: set[str] | None = None) -> list[Row]:
         """The rows in screen order: the job lane (when it has marks), the culprits pinned at
         the top, then each node's lane followed by its ranks (none when collapsed)."""

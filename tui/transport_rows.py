@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from analyzer.nccl_model import TIER_ORDER
-from analyzer.transports import _channels, _nic_span, _via, view
+from analyzer.transports import _channels, _nic_span, _via, refusal_groups, view
 
 OFF_TIER, SLOWEST, NORMAL = "off-tier", "slowest", ""
 MARK = {OFF_TIER: "✗", SLOWEST: "▼", NORMAL: ""}  # reads without colour
@@ -172,6 +172,24 @@ def why_off_tier(h: dict) -> str:
     return "network without GPUDirect RDMA where it is possible"
 
 
+def nccl_reasons(h: dict, v: dict) -> list[str]:
+    """What NCCL itself said about this hop (``view``'s ``p2p_refusals``: "P2P is disabled between
+    connected GPUs 0 and 1", on the hop's host, naming its two GPUs), each said once."""
+    pair = {f"{h['src_gpu']}-{h['dst_gpu']}", f"{h['dst_gpu']}-{h['src_gpu']}"}
+    mine = [r for r in v.get("p2p_refusals") or [] if r.get("host") == h["src_host"] == h["dst_host"]
+            and r.get("detail") in pair]
+    return [message for _, message, _ in refusal_groups(mine) if message]
+
+
+def comm_reasons(comm: dict, v: dict) -> list[tuple[str, str, int]]:
+    """NCCL's reasons said on the communicator's hosts about a pair of GPUs one of its hops
+    joins: (host, message, times said)."""
+    pairs = {(h["src_host"], f"{a}-{b}") for h in comm["hops"] if h["src_host"] == h["dst_host"]
+             for a, b in ((h["src_gpu"], h["dst_gpu"]), (h["dst_gpu"], h["src_gpu"]))}
+    mine = [r for r in v.get("p2p_refusals") or [] if (r.get("host"), r.get("detail")) in pairs]
+    return [(host or "?", message, n) for host, message, n in refusal_groups(mine) if message]
+
+
 def hop_detail(h: dict) -> str:
     """Everything known about one hop, for the line under the table."""
     def end(host, gpu, pci):
@@ -250,6 +268,7 @@ def summary_lines(comm: dict, v: dict) -> list[tuple[str, str]]:
         whys = sorted({why_off_tier(h) for h in comm["attention"]})
         lines.append((f"{MARK[OFF_TIER]} {len(comm['attention'])} hops off their expected tier: {'; '.join(whys)}",
                       OFF_TIER))
+    lines += _reason_lines(comm_reasons(comm, v))
     lines += _slowest_line(comm)
     if comm["tiers"]:
         lines.append(("tiers: " + " · ".join(_tier_text(t) for t in comm["tiers"]), ""))
@@ -258,6 +277,15 @@ def summary_lines(comm: dict, v: dict) -> list[tuple[str, str]]:
         lines.append((network, ""))
     lines.append((f"hosts: {', '.join(comm['hosts']) if comm['hosts'] else 'unknown'}", ""))
     lines += [(text, "") for text in algo_lines(comm)]
+    return lines
+
+
+def _reason_lines(reasons: list[tuple[str, str, int]], most: int = 1) -> list[tuple[str, str]]:
+    """'NCCL said on HOST: MESSAGE (xN)', the first ``most``, then how many more."""
+    lines = [(f"NCCL said on {host}: {message}" + (f" (x{n})" if n > 1 else ""), OFF_TIER)
+             for host, message, n in reasons[:most]]
+    if len(reasons) > most:
+        lines.append((f"NCCL said {len(reasons) - most} more like it (each hop's own: the line under the hops)", OFF_TIER))
     return lines
 
 

@@ -32,6 +32,7 @@ from textual.widgets import Input, Label, Static
 from tui.log_data import (DEBUG, ERROR, LEVELS, WARN, Filters, LogData, LogRow, display_text, parse_nodes,
                           parse_ranks, python_regex, source_label)
 from tui.screens.base import BaseScreen
+from tui.session import NO_MOMENT, moment_of
 from tui.text import join, plain
 
 LEVEL_MARK = {ERROR: "E", WARN: "W", DEBUG: "D"}
@@ -193,6 +194,9 @@ not interpreted, control characters show as `\\xNN`, tabs are expanded, long lin
         Binding("slash", "ask('search')", "Search"),
         Binding("f", "ask('regex')", "Filter"),
         Binding("colon", "ask('goto')", "Goto"),
+        Binding("H", "moment('hang')", "Hang",
+                tooltip="Go to the hang's start: the first line at the last step or counter advance (in time order)"),
+        Binding("F", "moment('failure')", "1st failure", tooltip="Go to the first timeout or error line"),
         Binding("n", "hit(1)", "Next match", show=False),
         Binding("N", "hit(-1)", "Previous match", show=False),
         Binding("r", "ask('ranks')", "Filter by rank (0-7,12)", show=False),
@@ -402,6 +406,32 @@ not interpreted, control characters show as `\\xNN`, tabs are expanded, long lin
         elif self.want.search:
             self._request(search="", keep=self._cursor_key())
 
+    def action_moment(self, which: str) -> None:
+        self._find_moment(which)
+
+    @work(thread=True, group="moments")
+    def _find_moment(self, which: str) -> None:
+        """Read the run's moments (once per session, off the UI thread), then go there."""
+        found = moment_of(self.session.moments(), which)
+        self.app.call_from_thread(self._go_to_moment, which, found)
+
+    def _go_to_moment(self, which: str, found: tuple | None) -> None:
+        """The first failure's own line (filters that hide it cleared, as for evidence); the
+        hang's start as a time: the first line at or after it, in time order."""
+        if found is None:
+            self.notify(NO_MOMENT[which], timeout=4, markup=False)
+            return
+        wall, line, _rank, words = found
+        try:
+            if line is not None:
+                self._request(goto=(self.data.path_of(line[0]), line[1]))
+            else:
+                self._jump("time", f"{wall:%Y-%m-%d %H:%M:%S.%f}")
+        except ValueError as exc:
+            self.notify(str(exc), severity="error", timeout=5, markup=False)
+            return
+        self.notify(words, timeout=4, markup=False)
+
     def action_hit(self, direction: int) -> None:
         if not self.want.search:
             self.notify("no search: press / first", timeout=3)
@@ -443,10 +473,13 @@ not interpreted, control characters show as `\\xNN`, tabs are expanded, long lin
         if state.filters.active:
             first.append((" · " + state.filters.describe(), ""))
         first.append((f" · by {state.order}", muted))
-        if self.want.search:
+        if self.want.search and self._busy:
+            # the count is the old search's (or the old filters') until the worker is done
+            first += [(f" · search /{self.want.search}/ ", ""), ("searching…", "italic")]
+        elif self.want.search:
             first.append((f" · search /{self.want.search}/ {state.hits:,} match"
                           + ("" if state.hits == 1 else "es"), ""))
-        if self._busy:
+        elif self._busy:
             first.append((" · working…", "italic"))
         row = self._cursor_row()
         second = [("", "")]

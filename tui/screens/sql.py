@@ -22,6 +22,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.widgets import DataTable, Static, TextArea, Tree
+from textual.widgets._tree import TOGGLE_STYLE
 from textual.worker import get_current_worker
 
 from tui.screens.base import BaseScreen, Table
@@ -327,6 +328,54 @@ class QueryHistory:
         return self.draft if target == len(self.queries) else self.queries[target]
 
 
+def fit_label(name: str, extra: str, width: int) -> tuple[str, str]:
+    """``name`` and its ``extra`` (a row count, a column's type) in ``width`` cells (0: any): the
+    name cut with an ellipsis first, so the count stays whole; when even the count does not fit,
+    both cut, the ellipsis at the end. Never cut silently."""
+    if width <= 0 or len(name) + len(extra) <= width:
+        return name, extra
+    if len(extra) + 2 <= width:
+        return name[:width - len(extra) - 1] + "…", extra
+    return (name + extra)[:max(width - 1, 0)] + "…", ""
+
+
+class SideTree(Tree):
+    """The sidebar: labels of a name and a dim extra (row count, column type) fitted to the
+    sidebar's width with an ellipsis (``fit_label``), where a Tree would crop them at its edge."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.parts: dict[int, tuple[str, str, str]] = {}   # node id -> (name, extra, name's style)
+
+    def add_fitted(self, parent, name: str, extra: str, style: str, data, leaf: bool = True):
+        label = plain(name, style)   # the name's style is the label's own (a dimmed example)
+        label.append_text(plain(extra, "dim"))
+        node = parent.add_leaf(label, data=data) if leaf else parent.add(label, data=data)
+        self.parts[node.id] = (name, extra, style)
+        return node
+
+    def render_label(self, node, base_style, style) -> Text:
+        """Tree.render_label (the toggle icon, then the label) on the fitted label; the node's own
+        label is left whole (setting it here would repaint the tree again)."""
+        parts = self.parts.get(node.id)
+        width = self.scrollable_content_region.width
+        if parts is None or width <= 0:
+            return super().render_label(node, base_style, style)
+        icon = (self.ICON_NODE_EXPANDED if node.is_expanded else self.ICON_NODE) if node.allow_expand else ""
+        name, extra, name_style = parts
+        name, extra = fit_label(name, extra, width - self._guides(node) - len(icon))
+        label = Text.assemble(plain(name, name_style), plain(extra, "dim"))
+        label.stylize(style)
+        return Text.assemble((icon, base_style + TOGGLE_STYLE), label)
+
+    def _guides(self, node) -> int:
+        """The columns of tree guides left of ``node``'s label (the root is not shown)."""
+        depth, parent = 0, node.parent
+        while parent is not None and parent is not self.root:
+            depth, parent = depth + 1, parent.parent
+        return depth * self.guide_depth
+
+
 class SqlScreen(BaseScreen):
     TITLE_NAME = "SQL"
     HELP = (
@@ -375,7 +424,7 @@ class SqlScreen(BaseScreen):
 
     def compose_body(self) -> ComposeResult:
         with Horizontal():
-            yield Tree(plain("store"), id="sql-side")
+            yield SideTree(plain("store"), id="sql-side")
             with Vertical(id="sql-main"):
                 yield QueryBox("", soft_wrap=True, tab_behavior="focus", id="sql-box",
                                placeholder="SELECT … (ctrl+r runs; escape leaves the box)")
@@ -394,21 +443,18 @@ class SqlScreen(BaseScreen):
     # -- sidebar ------------------------------------------------------------------------------
 
     def _fill_sidebar(self) -> None:
-        tree = self.query_one(Tree)
+        tree = self.query_one(SideTree)
         tree.show_root = False
         tree.auto_expand = False
         con = self.session.run.con
         examples = tree.root.add(plain("Examples", "bold"), expand=True)
         for title, sql in EXAMPLES:
-            style = "" if example_answers(con, sql) else "dim"
-            examples.add_leaf(plain(title, style), data=("example", sql))
+            tree.add_fitted(examples, title, "", "" if example_answers(con, sql) else "dim", ("example", sql))
         tables = tree.root.add(plain("Tables", "bold"), expand=True)
         for info in table_catalogue(con):
-            label = Text.assemble(plain(info.name), plain(f" {info.rows:,}", "dim"))
-            node = tables.add(label, data=("table", info.name))
+            node = tree.add_fitted(tables, info.name, f" {info.rows:,}", "", ("table", info.name), leaf=False)
             for column, dtype in info.columns:
-                node.add_leaf(Text.assemble(plain(column), plain(" " + dtype.lower(), "dim")),
-                              data=("column", column))
+                tree.add_fitted(node, column, " " + dtype.lower(), "", ("column", column))
 
     @on(Tree.NodeSelected, "#sql-side")
     def _picked(self, event: Tree.NodeSelected) -> None:

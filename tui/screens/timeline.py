@@ -26,6 +26,7 @@ from textual.widgets import Static
 
 from tui import timeline_data as td
 from tui.log_data import time_target
+from tui.session import NO_MOMENT, moment_of
 from tui.screens.base import AskScreen, BaseScreen
 from tui.text import join, plain
 
@@ -346,6 +347,9 @@ fall in one column the first of that list is shown. The panel lists the marks un
         Binding("n", "jump(1)", "Next"),
         Binding("colon", "goto", "Go to", tooltip="Go to a time (09:21), rank 17 or node NAME"),
         Binding("c", "collapse_all", "Collapse"),
+        Binding("H", "moment('hang')", "Hang",
+                tooltip="Go to the hang's start: the last step or counter advance before the job stood still"),
+        Binding("F", "moment('failure')", "1st failure", tooltip="Go to the first timeout or error (its rank's lane)"),
         Binding("minus", "zoom(0.5)", "Zoom out around the cursor", show=False),
         Binding("0", "fit", "Fit the whole run", show=False),
         Binding("left", "cursor(-1)", "Cursor one column left", show=False),
@@ -376,6 +380,7 @@ fall in one column the first of that list is shown. The panel lists the marks un
         super().__init__(*args, **kwargs)
         self.panel_every_lane = False
         self.loaded = False
+        self.moments = None    # analyzer.html_pictures.Moments, read with the lanes
         self._legend_theme: str | None = None
 
     @property
@@ -393,9 +398,10 @@ fall in one column the first of that list is shown. The panel lists the marks un
     def on_mount(self) -> None:
         self.watch(self.app, "theme", lambda _: self.call_after_refresh(self._refresh_aux), init=False)
         culprits = (self.session.culprit_ranks, self.session.culprit_nodes)
-        self.load_view(lambda run, _report: td.load(run.con, *culprits), self._loaded)
+        self.load_view(lambda run, _report: (td.load(run.con, *culprits), self.session.moments()), self._loaded)
 
-    def _loaded(self, data: td.TimelineData) -> None:
+    def _loaded(self, loaded: tuple) -> None:
+        data, self.moments = loaded
         self.lanes.set_data(data)
         self.loaded = True
         self.call_after_refresh(self._refresh_aux)
@@ -435,6 +441,25 @@ fall in one column the first of that list is shown. The panel lists the marks un
                 self.notify(str(exc), severity="error", timeout=5)
                 return
             lanes.goto_time((at - data.wall(0)).total_seconds())
+        self._after()
+
+    def action_moment(self, which: str) -> None:
+        """The hang's start (cursor there, lane kept) or the first failure (cursor there, its
+        rank's lane selected); a notification says which, or that the run has none."""
+        if not self.loaded:
+            return
+        lanes, data = self.lanes, self.lanes.data
+        found = moment_of(self.moments, which)
+        if found is None:
+            self.notify(NO_MOMENT[which], timeout=4, markup=False)
+            return
+        wall, line, rank, words = found
+        lanes.goto_time(data.seconds(wall, line, rank))
+        index = next((i for i, r in enumerate(lanes.rows) if r.kind == "rank" and r.rank == rank), None) \
+            if rank is not None else None
+        if index is not None:
+            lanes.select_row(index)
+        self.notify(words, timeout=4, markup=False)   # a node's name is not markup
         self._after()
 
     def action_zoom(self, factor: float) -> None:
@@ -580,3 +605,4 @@ fall in one column the first of that list is shown. The panel lists the marks un
         text = Text("\n").join(lines)
         text.no_wrap, text.overflow = True, "ellipsis"     # one line per mark; o/Enter opens the line
         return text
+

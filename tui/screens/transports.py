@@ -35,6 +35,8 @@ line under it tells all about the highlighted hop (PCI bus ids, each side's GPUD
 why it is priced so). `✗` (bold red) marks hops off their expected tier, as the report's
 findings do: SHM or the network between GPUs of one host where P2P is possible, TCP sockets
 between hosts, a side without GPUDirect RDMA where it is possible. `▼` marks the slowest tier.
+Where NCCL said why a hop fell back ("P2P is disabled between connected GPUs 0 and 1", the
+lines `postmortem transports` lists), the summary and the hop's line quote it.
 Hops that are the same on several channels are one row (`ch 00-07`). The matrix shows, per
 pair of nodes (rows send, columns receive, the diagonal is intra-node), the tiers used.
 Keys: `c` / `C` next / previous communicator (or move in its table: `tab` focuses it), `f` only
@@ -52,7 +54,7 @@ channel, `enter` the NCCL line that declared the hop, in Logs.
     VERTICAL_BREAKPOINTS = [(0, "-short"), (34, "-tall")]
     DEFAULT_CSS = """
     TransportsScreen #comms { height: auto; max-height: 7; }
-    TransportsScreen #summary { height: auto; max-height: 9; padding: 0 1; background: $boost; }
+    TransportsScreen #summary { height: auto; max-height: 12; padding: 0 1; background: $boost; overflow-y: auto; }
     TransportsScreen #views { height: 1fr; }
     TransportsScreen #hops, TransportsScreen #matrix { height: 1fr; }
     TransportsScreen #foot { height: auto; }
@@ -194,7 +196,9 @@ channel, `enter` the NCCL line that declared the hop, in Logs.
             return
         row = self.rows[index]
         why = plain(f"{tr.MARK[row.mark]} {row.why}: ", OFF_STYLE) if row.why else plain("")
-        detail.update(join(why, (tr.hop_detail(row.hop), "")))
+        # NCCL's own words first: the detail is cut at 3 lines on a small terminal
+        said = "".join(f"NCCL said: {message} " for message in tr.nccl_reasons(row.hop, self.view))
+        detail.update(join(why, (said, OFF_STYLE), (tr.hop_detail(row.hop), "")))
 
     # -- events and actions ---------------------------------------------------------------------------
 

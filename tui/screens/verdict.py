@@ -17,6 +17,8 @@ from datetime import datetime
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
+from textual.geometry import Region
+from textual.message import Message
 from textual.containers import Container, Vertical, VerticalScroll
 from textual.widgets import DataTable, OptionList, Static
 from textual.widgets.option_list import Option
@@ -38,6 +40,7 @@ STATUS_STYLE = {
     "undetermined": "bold white on red3",
     "unknown": "bold black on grey70",
 }
+STACK_HEADING = "culprit's main thread (py-spy"   # analyzer.render.finding_details' label
 SEGMENT_STYLE = {"t": "", "b": "bold", "c": "underline"}  # action_items: plain, label, value to copy
 
 
@@ -89,7 +92,7 @@ def verdict_text(report: dict) -> Text:
     if frame:
         out.append("\nCulprit's stack ", style="bold")
         out.append_text(plain(frame, "bold"))
-        out.append_text(plain("  (innermost frame; tab: the finding's details, the whole stack)", "dim"))
+        out.append_text(plain("  (innermost frame; s: the whole stack)", "dim"))
     out.append("\n")
     out.append_text(plain(v.get("sentence")))
     return out
@@ -97,11 +100,18 @@ def verdict_text(report: dict) -> Text:
 
 def culprit_frame(report: dict) -> str:
     """The innermost frame of the culprit's main thread (py-spy), when a culprit finding has it."""
-    for f in report.get("findings", []):
-        stack = ((f.get("details") or {}).get("culprit_did_instead") or {}).get("py_spy_main_thread") or []
-        if f.get("culprit") and stack:
-            return str(stack[0])
-    return ""
+    f = culprit_stack_finding(report.get("findings", []))
+    return str(culprit_stack(f)[0]) if f else ""
+
+
+def culprit_stack(f: dict) -> list:
+    """The culprit's py-spy main thread a finding carries, innermost first ([] when none)."""
+    return ((f.get("details") or {}).get("culprit_did_instead") or {}).get("py_spy_main_thread") or []
+
+
+def culprit_stack_finding(findings: list[dict]) -> dict | None:
+    """The first culprit finding with the culprit's py-spy stack (what ``s`` shows)."""
+    return next((f for f in findings if f.get("culprit") and culprit_stack(f)), None)
 
 
 def actions_text(report: dict) -> Text:
@@ -198,9 +208,11 @@ def _detail_lines(label: str, lines: list[str]) -> Text:
     return out
 
 
-def evidence_prompt(e: dict) -> Text:
-    """An evidence line: where (path:line, rank, node, note), then the line as it stands."""
-    where_parts = [f"{e.get('path')}:{e.get('line')}"]
+def evidence_prompt(e: dict, width: int = 0) -> Text:
+    """An evidence line: where (path:line, rank, node, note), then the line as it stands.
+    ``path:line`` is one unit that never wraps (a fold inside it once read ``stderr.log:77`` /
+    ``1 · rank 17`` as line 77): past ``width`` columns the path is cut from the left."""
+    where_parts = [path_line(str(e.get("path")), e.get("line"), width)]
     if e.get("rank") is not None:
         where_parts.append(f"rank {e['rank']}")
     if e.get("node"):
@@ -211,6 +223,20 @@ def evidence_prompt(e: dict) -> Text:
     text = str(e.get("text") or "")
     out.append_text(plain("\n" + (text[:400] + "…" if len(text) > 400 else text)))
     return out
+
+
+def path_line(path: str, line, width: int = 0) -> str:
+    """``path:line`` in at most ``width`` columns (0: any): the path shortened from the left to
+    ``…/tail`` (from a ``/`` where one is kept), ``:line`` always whole."""
+    suffix = f":{line}"
+    if width <= 0 or len(path) + len(suffix) <= width:
+        return path + suffix
+    keep = max(width - len(suffix) - 1, 1)
+    tail = path[-keep:]
+    cut = tail.find("/", 1)
+    if 0 < cut < len(tail) - 1:
+        tail = tail[cut:]   # "…/attempt_0/1/stderr.log" rather than "…_0/1/stderr.log"
+    return "…" + tail + suffix
 
 
 def findings_heading(findings: list[dict]) -> Text:
@@ -234,6 +260,19 @@ class EvidenceList(OptionList):
 
     BINDINGS = [Binding("enter", "select", "Open")]
 
+    class Resized(Message):
+        """The list's width may have changed: the screen refits its path:line units."""
+
+    def on_resize(self) -> None:
+        # its own resize, not the screen's: the list is laid out after the screen is
+        self.post_message(self.Resized())
+
+    @property
+    def prompt_width(self) -> int:
+        """The columns a prompt is wrapped to (0 before the first layout)."""
+        padding = self.get_component_styles("option-list--option").padding.width
+        return max(self.scrollable_content_region.width - self._get_left_gutter_width() - padding, 0)
+
 
 class VerdictScreen(BaseScreen):
     TITLE_NAME = "Verdict"
@@ -243,11 +282,14 @@ class VerdictScreen(BaseScreen):
             "details and evidence lines show below the list; Enter on a finding or an evidence "
             "line opens that line in the Logs screen. `e` moves to the evidence lines, `f` or Escape "
             "back to the findings, `v` shows the verdict whole (again: back to the findings), `c` "
-            "goes to the finding that causes the selected one.")
+            "goes to the finding that causes the selected one, `s` shows the culprit's py-spy stack whole "
+            "(when the run has one: the headline names its innermost frame).")
     BINDINGS = [
         Binding("enter", "open_evidence", "Open"),
         Binding("e", "focus_evidence", "Evidence", show=False),
         Binding("v", "toggle_verdict", "Verdict"),
+        # shown only when the run has the culprit's py-spy stack (check_action)
+        Binding("s", "show_stack", "Stack", tooltip="The culprit's py-spy stack, whole, in the finding's details"),
         Binding("f,escape", "focus_findings", "Back to the findings list", show=False),
         Binding("c", "goto_cause", "Go to the finding that causes this one", show=False),
     ]
@@ -264,12 +306,20 @@ class VerdictScreen(BaseScreen):
     VerdictScreen #findings { height: auto; max-height: 100%; }
     VerdictScreen #detail { height: 1fr; border-top: solid $primary; layout: horizontal; }
     VerdictScreen.-narrow #detail { layout: vertical; }
-    VerdictScreen #finding-scroll { width: 1fr; height: 1fr; padding: 0 1; }
+    VerdictScreen #finding-scroll { width: 1fr; height: 1fr; padding: 0 1 0 0; scrollbar-gutter: stable;
+                                    border-left: blank; }
     VerdictScreen #evidence-pane { width: 1fr; height: 1fr; border-left: solid $primary; padding-left: 1; }
     VerdictScreen.-narrow #evidence-pane { width: 100%; height: auto; max-height: 50%; border-left: none; }
     VerdictScreen #evidence-heading { height: 1; color: $text-muted; }
     VerdictScreen #evidence { height: auto; max-height: 100%; scrollbar-gutter: stable; }
     VerdictScreen.-verdict-full #verdict { max-height: 100%; height: 1fr; }
+    /* The pane with the focus stands out (the cursor colours of a focused table): its heading
+       reversed (class -focused, set by _mark_focused_pane), or a bar at its left (the details,
+       which have no heading). A blank border keeps the place. */
+    VerdictScreen #findings-pane.-focused #findings-heading,
+    VerdictScreen #evidence-pane.-focused #evidence-heading {
+        background: $block-cursor-background; color: $block-cursor-foreground; text-style: bold; }
+    VerdictScreen #finding-scroll:focus { border-left: tall $block-cursor-background; }
     VerdictScreen.-verdict-full #findings-pane, VerdictScreen.-verdict-full #detail { display: none; }
     """
 
@@ -299,8 +349,31 @@ class VerdictScreen(BaseScreen):
         table.focus()
         self.show_finding(0)
 
+    def on_descendant_focus(self) -> None:
+        self._mark_focused_pane()
+
+    def on_descendant_blur(self) -> None:
+        self._mark_focused_pane()
+
+    def _mark_focused_pane(self) -> None:
+        """Class the findings and evidence panes by whether their list has the focus (Textual 8
+        restyles a heading under a ``:focus-within`` pane only when the pane has such a rule of
+        its own, so the class is set here)."""
+        focused = self.focused
+        for pane, inner in (("#findings-pane", "#findings"), ("#evidence-pane", "#evidence")):
+            self.query_one(pane).set_class(focused is not None and focused.id == inner[1:], "-focused")
+
     def on_resize(self) -> None:
         self._fill_table()
+
+    def on_evidence_list_resized(self) -> None:
+        self._refit_evidence()
+
+    def _refit_evidence(self) -> None:
+        """path:line shortened to the evidence list's new width (when it changed)."""
+        evidence = self.query_one("#evidence", EvidenceList)
+        if evidence.prompt_width != getattr(self, "_evidence_width", None):
+            self._fill_evidence(self.current_finding)
 
     # --- the findings table --------------------------------------------------------------------
 
@@ -367,12 +440,23 @@ class VerdictScreen(BaseScreen):
         lines = f.get("evidence") or []
         heading.update(plain(f"Evidence ({len(lines)}) · Enter opens the line in Logs" if lines
                              else "No evidence lines"))
+        self._fill_evidence(f)
+
+    def _fill_evidence(self, f: dict | None) -> None:
+        """The evidence lines as options, ``path:line`` fitted to the pane's width (the
+        highlighted line kept)."""
+        evidence = self.query_one("#evidence", EvidenceList)
+        highlighted = evidence.highlighted
+        evidence.clear_options()
+        self._evidence_width = width = evidence.prompt_width
+        lines = (f or {}).get("evidence") or []
         options: list[Option | None] = []
         for i, e in enumerate(lines):
-            options += [None, Option(evidence_prompt(e), id=str(i))] if i else [Option(evidence_prompt(e), id=str(i))]
+            option = Option(evidence_prompt(e, width), id=str(i))
+            options += [None, option] if i else [option]
         evidence.add_options(options)
         if lines:
-            evidence.highlighted = 0
+            evidence.highlighted = min(highlighted or 0, len(lines) - 1)
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
         event.stop()
@@ -409,6 +493,32 @@ class VerdictScreen(BaseScreen):
         self.set_class(full, "-verdict-full")
         target = self.query_one("#verdict") if full else self.query_one("#findings")
         self.call_after_refresh(target.focus)  # a widget just shown again can take focus only once laid out
+
+    def check_action(self, action: str, parameters: tuple) -> bool | None:
+        if action == "show_stack":
+            return culprit_stack_finding(self.findings) is not None   # False: not in the footer
+        return True
+
+    def action_show_stack(self) -> None:
+        """Select the finding with the culprit's stack and scroll its details to the stack."""
+        f = culprit_stack_finding(self.findings)
+        if f is None:
+            return
+        self.set_class(False, "-verdict-full")
+        self.query_one("#findings", FindingsTable).move_cursor(row=self.findings.index(f))
+        self.show_finding(self.findings.index(f))
+        self.call_after_refresh(self._scroll_to_stack)
+
+    def _scroll_to_stack(self) -> None:
+        """The details' wrapped line that heads the stack, at the top of the pane, which takes
+        the focus so that the arrows and page keys scroll it on. (The pane keeps its scrollbar's
+        gutter, so the text drawn now wraps as it will once the scrollbar shows.)"""
+        box = self.query_one("#finding-scroll", VerticalScroll)
+        text = self.query_one("#finding-text", Static)
+        lines = text.render_lines(Region(0, 0, *text.size))   # as drawn: Textual's own wrapping
+        row = next((i for i, line in enumerate(lines) if line.text.lstrip().startswith(STACK_HEADING)), 0)
+        box.scroll_to(y=row, animate=False, immediate=True)
+        box.focus()
 
     def action_goto_cause(self) -> None:
         f = self.current_finding
