@@ -313,3 +313,36 @@ def test_snapshot_slow_ring_matrix(snap_compare, sample_store):
         await pilot.pause()
     assert snap_compare(app_of(sample_store("slow-ring"), start="transports"), terminal_size=(120, 40),
                         run_before=matrix)
+
+
+def test_measured_links_are_shown_beside_the_hops_with_the_slow_nic_marked(sample_store):
+    """slow-nic-forced-proto: perftest on every node, h20-node-03's ib_send_bw at a fifth of line
+    rate (L005). `b` shows the measurements, the slow one marked ✗ with the finding; `b` again
+    goes back to the hops."""
+    store = sample_store("slow-nic-forced-proto")
+    session = open_store(store)
+    rows = tr.measured_rows(session.run, session.report)
+    slow = [r for r in rows if r.finding]
+    assert slow and {r.node for r in slow} == {"h20-node-03"} and all(r.finding.startswith("L005") for r in slow)
+    assert {r.node for r in rows if r.tool.startswith("perftest")} >= {"h20-node-01", "h20-node-02", "h20-node-04"}
+    app = app_of(store, start="transports")
+
+    async def steps(pilot):
+        await loaded(pilot)
+        await pilot.press("b")
+        await settle(pilot, lambda a: a.screen.measured is not None)
+        screen = app.screen
+        table = screen.query_one("#measured", DataTable)
+        shown = [[str(c) for c in table.get_row_at(i)] for i in range(table.row_count)]
+        current = screen.query_one("#views", ContentSwitcher).current
+        target = next(i for i, row in enumerate(shown) if row[0] == "✗")
+        table.move_cursor(row=target)
+        await pilot.pause()
+        detail = screen.query_one("#detail", Static).visual.plain
+        await pilot.press("b")
+        return current, shown, detail, screen.query_one("#views", ContentSwitcher).current
+    current, shown, detail, back = drive(app, steps)
+    assert current == "measured" and back == "hops"
+    assert [row for row in shown if row[0] == "✗"] and all(row[1] == "h20-node-03" for row in shown if row[0] == "✗")
+    assert "Gb/s" in " ".join(row[4] for row in shown)
+    assert detail.startswith("L005 ")

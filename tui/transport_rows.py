@@ -342,3 +342,55 @@ def algo_lines(comm: dict) -> list[str]:
     if not comm["tuning"]:
         out.append("algo/proto: no TUNING decision lines (NCCL_DEBUG_SUBSYS=INIT,TUNING prints them)")
     return out
+
+
+# -- measured links: the tools engineers run rung by rung (issue 28) ------------------------------
+
+# Findings that judge a measurement, by the tool their rows come from.
+MEASURE_CODES = {"p2p": "L004", "perftest": "L005", "host_device": "L006"}
+
+
+@dataclass
+class MeasuredRow:
+    node: str
+    tool: str           # p2pBandwidthLatencyTest | perftest ib_send_bw | bandwidthTest
+    what: str           # the matrix, the NIC and side, the device and direction
+    measured: str
+    finding: str = ""   # the title of the finding that judges it slow, if any
+
+
+def _num(value) -> str:
+    return "?" if value is None else f"{value:,.1f}" if isinstance(value, float) else str(value)
+
+
+def measured_rows(run, report: dict | None) -> list[MeasuredRow]:
+    """What ``postmortem hw`` prints of p2pBandwidthLatencyTest, bandwidthTest and perftest, one
+    row per node and measurement, each marked with the L004-L006 finding on its node."""
+    from analyzer import hw_view
+
+    v = hw_view.view(run)
+    judged: dict[tuple[str, str], str] = {}
+    for f in (report or {}).get("findings", []):
+        for node in f.get("nodes") or []:
+            judged.setdefault((f["code"], node), f"{f['code']} {f['title']}")
+    rows = []
+    for p in v["p2p"]:
+        for m in p["matrices"]:
+            rows.append(MeasuredRow(p["node"] or "?", "p2pBandwidthLatencyTest", m["matrix"],
+                                    f"{_num(m['min'])} / {_num(m['median'])} / {_num(m['max'])} (min/median/max; "
+                                    f"slowest {m['worst_pair']})", judged.get(("L004", p["node"]), "")))
+        if p["no_p2p"]:
+            rows.append(MeasuredRow(p["node"] or "?", "p2pBandwidthLatencyTest", "pairs without P2P",
+                                    ", ".join(p["no_p2p"][:8]), judged.get(("L004", p["node"]), "")))
+    for t in v["perftest"]:
+        side = f" ({t['side']})" if t.get("side") else ""
+        what = f"{t.get('device') or '?'}{side}, {t.get('link_type') or 'link ?'}"
+        value = (f"{_num(t['best_avg_gbit'])} Gb/s best average" if t.get("best_avg_gbit") is not None
+                 else f"{_num(t.get('t_typical_us'))} us typical")
+        rows.append(MeasuredRow(t["node"] or "?", f"perftest {t.get('test') or ''}".strip(), what, value,
+                                judged.get(("L005", t["node"]), "")))
+    for b in v["host_device"]:
+        what = f"GPU {_num(b.get('device'))} {b.get('direction') or ''} {b.get('memory') or ''}".strip()
+        rows.append(MeasuredRow(b["node"] or "?", "bandwidthTest", what, f"{_num(b['best_gbyte_s'])} GB/s best",
+                                judged.get(("L006", b["node"]), "")))
+    return rows

@@ -4,7 +4,9 @@ The data is ``analyzer.transports.view`` (what ``postmortem transports`` prints)
 ``tui.transport_rows``. Hops off their expected tier (the view's ``attention``: SHM between
 GPUs of one host, sockets where RDMA exists, NET without GDR) are marked ``✗`` in bold red,
 the communicator's slowest tier ``▼`` in orange, so both read without colour too. ``m`` swaps
-the hop list for a node-by-node matrix of the tiers used; ``f`` keeps only hops off NVLink.
+the hop list for a node-by-node matrix of the tiers used; ``f`` keeps only hops off NVLink;
+``b`` for the links as the tools measured them (``tui.transport_rows.measured_rows``: what
+``postmortem hw`` prints of p2pBandwidthLatencyTest, bandwidthTest and perftest).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ OFF_STYLE = "bold red"  # reads on dark and light themes
 SLOW_STYLE = "bold dark_orange3"  # dark_orange is weak on the light theme
 ROW_STYLE = {tr.OFF_TIER: OFF_STYLE, tr.SLOWEST: SLOW_STYLE, tr.NORMAL: ""}
 HOP_COLUMNS = ("", "ch", "ranks", "tier", "GB/s", "transport", "hosts", "GPUs", "NIC", "phase")
+MEASURED_COLUMNS = ("", "node", "tool", "what", "measured")
 
 
 class TransportsScreen(BaseScreen):
@@ -39,14 +42,20 @@ Where NCCL said why a hop fell back ("P2P is disabled between connected GPUs 0 a
 lines `postmortem transports` lists), the summary and the hop's line quote it.
 Hops that are the same on several channels are one row (`ch 00-07`). The matrix shows, per
 pair of nodes (rows send, columns receive, the diagonal is intra-node), the tiers used.
+`b` shows the links as the tools measured them, beside the hops: p2pBandwidthLatencyTest
+matrices, perftest (`ib_send_bw`, `ib_write_bw`, ...) per NIC, bandwidthTest per GPU, what
+`postmortem hw` prints; `✗` marks a measurement an L004-L006 finding calls slow.
 Keys: `c` / `C` next / previous communicator (or move in its table: `tab` focuses it), `f` only
-the hops off NVLink (again: all hops), `m` the node matrix (again: the hops), `o` one row per
-channel, `enter` the NCCL line that declared the hop, in Logs.
+the hops off NVLink (again: all hops), `m` the node matrix (again: the hops), `b` the measured
+links (again: the hops), `o` one row per channel, `enter` the NCCL line that declared the hop,
+in Logs.
 """
     BINDINGS = [
         Binding("c", "next_comm", "Comm", tooltip="Next communicator"),
         Binding("f", "toggle_off_nvlink", "Off-NVLink", tooltip="Only hops off NVLink, or all hops"),
         Binding("m", "toggle_matrix", "Matrix", tooltip="Node-by-node matrix of transports, or the hops"),
+        Binding("b", "toggle_measured", "Measured", tooltip="The links as perftest, bandwidthTest and "
+                "p2pBandwidthLatencyTest measured them, or the hops"),
         Binding("C", "previous_comm", "Previous communicator", show=False),
         Binding("o", "toggle_grouping", "Hops: one row per channel, or grouped over channels", show=False),
         Binding("enter", "open_evidence", "Open the highlighted hop's NCCL line in Logs", show=False),
@@ -75,6 +84,7 @@ channel, `enter` the NCCL line that declared the hop, in Logs.
         self.nodes: list[str] = []
         self.cells: dict[tuple[str, str], tr.MatrixCell] = {}
         self.matrix_of: int | None = None  # the communicator the matrix table shows
+        self.measured: list[tr.MeasuredRow] | None = None  # read when first shown
 
     def compose_body(self):
         yield Table(id="comms", cursor_type="row", cursor_foreground_priority="renderable")
@@ -82,6 +92,7 @@ channel, `enter` the NCCL line that declared the hop, in Logs.
         with ContentSwitcher(initial="hops", id="views"):
             yield Table(id="hops", cursor_type="row", cursor_foreground_priority="renderable")
             yield Table(id="matrix", cursor_type="cell", cursor_foreground_priority="renderable")
+            yield Table(id="measured", cursor_type="row", cursor_foreground_priority="renderable")
         with Vertical(id="foot"):
             yield Static(plain(""), id="legend")
             yield Static(plain(""), id="detail")
@@ -180,7 +191,10 @@ channel, `enter` the NCCL line that declared the hop, in Logs.
         table.move_cursor(row=first_off[0], column=first_off[1])
 
     def _show_legend(self) -> None:
-        if self._showing("matrix"):
+        if self._showing("measured"):
+            n = len(self.measured or [])
+            text = f"{n} measurement(s) · ✗ a finding calls it slow · b: back to the hops"
+        elif self._showing("matrix"):
             text = "rows send, columns receive · ✗ off NVLink/RDMA where it exists"
         else:
             hops = sum(r.count for r in self.rows)
@@ -248,18 +262,64 @@ channel, `enter` the NCCL line that declared the hop, in Logs.
             self.grouped = not self.grouped
             self._fill_hops(first_marked=True)
 
-    def action_toggle_matrix(self) -> None:
+    def action_toggle_measured(self) -> None:
         views = self.query_one("#views", ContentSwitcher)
-        views.current = "hops" if views.current == "matrix" else "matrix"
-        if views.current == "matrix" and self.comm:
-            self._fill_matrix()
-        self.query_one(f"#{views.current}", DataTable).focus()
-        self._show_legend()
-        if views.current == "hops":
-            self._show_hop_detail(self.query_one("#hops", DataTable).cursor_row)
+        if views.current == "measured":
+            self._switch("hops")
+            return
+        self._switch("measured")
+        if self.measured is None:
+            self.query_one("#detail", Static).update(plain("Reading the measurements…"))
+            self.load_view(tr.measured_rows, self._measured_loaded, self._measured_failed)
         else:
+            self._show_measured_detail(self.query_one("#measured", DataTable).cursor_row)
+
+    def _measured_loaded(self, rows: list) -> None:
+        self.measured = rows
+        table = self.query_one("#measured", DataTable)
+        table.clear(columns=True)
+        table.add_columns(*(plain(c) for c in MEASURED_COLUMNS))
+        for r in rows:
+            style = OFF_STYLE if r.finding else ""
+            table.add_row(cell(tr.MARK[tr.OFF_TIER] if r.finding else "·", style), cell(r.node), cell(r.tool),
+                          cell(r.what), cell(r.measured, style))
+        self._show_legend()
+        self._show_measured_detail(table.cursor_row)
+
+    def _measured_failed(self, why: str) -> None:
+        self.measured = []
+        self.query_one("#detail", Static).update(plain(f"Cannot read the measurements: {why}", OFF_STYLE))
+
+    def _show_measured_detail(self, index: int) -> None:
+        detail = self.query_one("#detail", Static)
+        rows = self.measured or []
+        if not rows:
+            detail.update(plain("No p2pBandwidthLatencyTest, bandwidthTest or perftest output in the inputs."))
+        elif 0 <= index < len(rows):
+            r = rows[index]
+            detail.update(plain(r.finding or f"{r.tool} on {r.node}: no finding calls it slow", OFF_STYLE if r.finding
+                                else ""))
+
+    @on(DataTable.RowHighlighted, "#measured")
+    def _measured_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        if self._showing("measured"):
+            self._show_measured_detail(event.cursor_row)
+
+    def _switch(self, view: str) -> None:
+        self.query_one("#views", ContentSwitcher).current = view
+        if view == "matrix" and self.comm:
+            self._fill_matrix()
+        self.query_one(f"#{view}", DataTable).focus()
+        self._show_legend()
+        if view == "hops":
+            self._show_hop_detail(self.query_one("#hops", DataTable).cursor_row)
+        elif view == "matrix":
             at = self.query_one("#matrix", DataTable).cursor_coordinate
             self._show_cell_detail(at.row, at.column)
+
+    def action_toggle_matrix(self) -> None:
+        views = self.query_one("#views", ContentSwitcher)
+        self._switch("hops" if views.current == "matrix" else "matrix")
 
     def action_open_evidence(self) -> None:
         """Enter on a hop: the NCCL line that declared it, in the Logs screen."""
