@@ -48,4 +48,8 @@ def test_rules_and_explain():
 def test_markdown_escapes_log_text(tmp_path):
     folder = write_scenario(tmp_path / "run", culprit=2, culprit_last_line="<script>alert(1)</script> `x` \x1b[31m")
     md = _cli("report", str(folder), "--format", "md").stdout
-    assert "<script>" not in md and "\x1b" not in md
+    assert "\x1b" not in md
+    # log text is either escaped prose or inside a code block: rendered, it is text, never a tag
+    from markdown_it import MarkdownIt
+    html = MarkdownIt("commonmark").render(md)
+    assert "<script" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
