@@ -10,7 +10,7 @@ random. A job that includes a lemon node fails, in addition, with probability ``
 of a fault on that node (a GPU Xid on its GPU 3, or a link flap on its NIC port), whatever its
 other nodes.
 
-    python -m bench.fleet_generator OUT --jobs 5000 --nodes 500 --lemons 3 [--seed 7]
+    python -m bench.fleet_generator OUT --jobs 5000 --nodes 500 --lemons 3 [--seed 7] [--busy 10]
 
 writes OUT/job-<id>/report.json and OUT/truth.json (the lemon nodes).
 """
@@ -231,10 +231,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--first-id", type=int, default=100000)
     p.add_argument("--start", default="2026-07-01", help="the first day (YYYY-MM-DD)")
     p.add_argument("--days", type=int, default=42)
+    p.add_argument("--busy", default="", help="comma list of node indices picked 20 times as often (e.g. 10)")
     a = p.parse_args(argv)
     truth = generate_fleet(a.out, FleetSpec(jobs=a.jobs, nodes=a.nodes, lemons=a.lemons, seed=a.seed,
                                             first_id=a.first_id, start=datetime.fromisoformat(a.start),
-                                            days=a.days))
+                                            days=a.days, busy=[int(b) for b in a.busy.split(",") if b.strip()]))
     print(json.dumps(truth))
     return 0
 

@@ -347,3 +347,14 @@ def test_help_lists_the_exit_codes(capsys):
         main(["fleet", "--help"])
     out = capsys.readouterr().out
     assert exit_.value.code == 0 and "exit codes: 0 no node" in out and "--drain-threshold" in out
+
+
+def test_docs_describe_every_field(lemon_fleet, capsys):
+    folder, _ = lemon_fleet
+    _, v = _view(folder, capsys)
+    doc = (ROOT / "docs" / "fleet.md").read_text()
+    flagged = next(n for n in v["nodes"] if n["flagged"])
+    keys = [*v, *v["summary"], *v["test"], *v["drain"], *flagged, *flagged["evidence"][0], *v["gpus"][0],
+            *v["categories"], *v["codes"][0], *v["same_cause"][0], *v["ingest"], *v["timings"]]
+    missing = sorted({k for k in keys if f"`{k}`" not in doc})
+    assert not missing, f"not in docs/fleet.md: {missing}"
