@@ -195,12 +195,16 @@ _JOB_PREFIX = re.compile(r"^(?:job=|job[-_](?=\d))", re.I)
 
 _HEX = re.compile(r"0x[0-9a-fA-F]+")
 _BUS = re.compile(r"\b[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]\b")
-_NUM = re.compile(r"\d+(?:\.\d+)?")
+_NUM = re.compile(r"(?<![\w.-])\d+(?:\.\d+)?(?![\w-])")
+
+
+_IP = re.compile(r"(?<![\w.])\d{1,3}(?:\.\d{1,3}){3}(?![\w.])")
 
 
 def template(text: str | None) -> str:
-    """A finding title with its numbers folded: 'Xid 79 on gpu-3 GPU 5' -> 'Xid N on gpu-N GPU N'."""
-    t = _BUS.sub("BUS", text or "")
+    """A finding title with its numbers folded, names kept: 'Xid 79 on gpu-03 GPU 5 (0000:ab:00.0)'
+    -> 'Xid N on gpu-03 GPU N (BUS)'; digits inside a name (gpu-03, mlx5_1) stay."""
+    t = _IP.sub("IP", _BUS.sub("BUS", text or ""))
     t = _HEX.sub("0xX", t)
     return _NUM.sub("N", t)
 

@@ -214,6 +214,7 @@ table{border-collapse:collapse;font-size:13px}td,th{border:1px solid var(--rule)
 .legend span{display:inline-block;margin-right:14px}.sw{display:inline-block;width:10px;height:10px;margin-right:4px}
 svg.pic .dot{fill:var(--idle);fill-opacity:.7}svg.pic .dot.flagged{fill:var(--bad);fill-opacity:1}
 svg.pic .exp{stroke:var(--axis);stroke-width:1.2;stroke-dasharray:5 4;fill:none}
+svg.pic .flagline{stroke:var(--bad);stroke-width:1.2;stroke-dasharray:2 3;fill:none}
 """ + "".join(f"svg.pic .c-{i}{{fill:{c}}}.sw.c-{i}{{background:{c}}}" for i, c in enumerate(
     ("#c62828", "#1565c0", "#6a1b9a", "#ef6c00", "#2e7d32", "#00838f", "#ad1457", "#5d4037", "#546e7a", "#9e9d24")))
 
@@ -246,16 +247,43 @@ def scatter(v: dict) -> str | None:
     rate = v["test"]["node_rate"]
     x_end = min(xmax, ymax / rate) if rate > 0 else xmax
     parts.append(f'<line class="exp" x1="{f1(x(0))}" y1="{f1(y(0))}" x2="{f1(x(x_end))}" y2="{f1(y(x_end * rate))}"/>')
+    line = [(n, k) for n, k in flag_line(v, xmax) if k <= ymax]    # it ends where it leaves the picture
+    if len(line) > 1:
+        pts_line = " ".join(f"{f1(x(n))},{f1(y(k))}" for n, k in line)
+        parts.append(f'<polyline class="flagline" points="{pts_line}"/>')
     parts.append(text(w - right, h - 6, "jobs run", 11, "end", "muted"))
-    parts.append(text(14, top + 4, "culprit jobs", 11, "start", "muted", ' transform="rotate(90 14 20)"'))
+    parts.append(text(left + 6, top + 10, "culprit jobs", 11, "start", "muted"))
     for n, k, flagged, node in sorted(pts, key=lambda p: p[2]):
         cls = "dot flagged" if flagged else "dot"
         parts.append(f'<circle class="{cls}" cx="{f1(x(n))}" cy="{f1(y(k))}" r="{4 if flagged else 2.6}">'
                      f"<title>{e(node)}: {k} of {n} jobs</title></circle>")
-        if flagged:
-            parts.append(text(x(n) + 7, y(k) + 4, fit(node, 11, 180), 11, "start", "bad"))
+    last = -1e9   # flagged nodes' labels, top to bottom, at least a line apart
+    for n, k, _, node in sorted((p for p in pts if p[2]), key=lambda p: -p[1]):
+        ly = max(y(k) + 4, last + 13)
+        last = ly
+        parts.append(text(x(n) + 7, ly, fit(node, 11, 180), 11, "start", "bad"))
     parts.append("</svg>")
     return "".join(parts)
+
+
+def flag_line(v: dict, xmax: float, points: int = 60) -> list[tuple[float, int]]:
+    """Under Bonferroni: for jobs run n, the fewest culprit jobs that get a node flagged (the
+    threshold does not depend on the other nodes); empty under Benjamini-Hochberg."""
+    from analyzer.fleet import binom_sf
+
+    t = v["test"]
+    rate, m = t["node_rate"], t["nodes_tested"]
+    if t["correction"] != "Bonferroni" or not 0 < rate < 1 or not m:
+        return []
+    out = []
+    for i in range(1, points + 1):
+        n = max(1, round(xmax * i / points))
+        k = max(t["min_culprit_jobs"], int(n * rate))
+        while k <= n and binom_sf(k, n, rate) * m >= t["alpha"]:
+            k += 1
+        if k <= n:
+            out.append((n, k))
+    return out
 
 
 def bars(v: dict) -> tuple[str, list[str]] | None:
@@ -316,7 +344,8 @@ def html_fleet(v: dict) -> str:
     if pic:
         parts += [pic, '<p class="legend"><span><i class="sw" style="background:var(--idle)"></i>node</span>'
                        '<span><i class="sw" style="background:var(--bad)"></i>flagged</span>'
-                       '<span class="muted">dashed: the fleet\'s expected culprit jobs</span></p>']
+                       '<span class="muted">dashed grey: the culprit jobs the fleet\'s rate expects; dotted red: '
+                       'the fewest that get a node flagged</span></p>']
     nodes = v["nodes"]
     parts.append(_html_table(NODE_HEAD[:7] + ["", "culprit codes"], [
         [f"<code>{e(r['node'])}</code>", *(e(c) for c in _node_cells(r)[1:7]),

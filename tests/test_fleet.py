@@ -163,6 +163,7 @@ def test_every_format_renders_and_html_draws_both_pictures(lemon_fleet, tmp_path
     page = (out / "fleet.html").read_text()
     assert page.count("<svg") == 2 and "nodes by culprit jobs against jobs run" in page
     assert page.count('class="dot flagged"') == 3 and "failed jobs per day by category" in page
+    assert page.count('class="flagline"') == 1                          # Bonferroni: the flag threshold drawn
     assert json.loads((out / "fleet.json").read_text())["drain"]["nodes"] == truth["lemons"]
     # a second run replaces its own files
     assert main(["fleet", str(folder), "--format", "text,md,json,html", "--out", str(out), "--quiet"]) == 1
@@ -242,6 +243,13 @@ def test_an_uncommitted_batch_is_ignored(tmp_path, capsys):
 ])
 def test_job_ids(path, report, expected):
     assert fleet.job_id_of(path, report) == expected
+
+
+def test_title_templates_fold_numbers_and_keep_names():
+    assert fleet.template("Xid 79 (GPU has fallen off the bus) on gpu-node-0126 GPU 3 (0000:5d:00.0), rank 35") == \
+        "Xid N (GPU has fallen off the bus) on gpu-node-0126 GPU N (BUS), rank N"
+    assert fleet.template("errors point at h20-node-03 (mlx5_1 (2 link down)) from 10.0.0.12") == \
+        "errors point at h20-node-03 (mlx5_1 (N link down)) from IP"
 
 
 def test_generated_reports_are_valid_reports():
