@@ -346,7 +346,8 @@ def _gpu_label(g: dict) -> str:
 def _schemas():
     import pyarrow as pa
 
-    s, i64, f64, b, ts, ls = pa.string(), pa.int64(), pa.float64(), pa.bool_(), pa.timestamp("us"), pa.list_(pa.string())
+    s, i64, f64, b = pa.string(), pa.int64(), pa.float64(), pa.bool_()
+    ts, ls = pa.timestamp("us"), pa.list_(pa.string())
     return {
         "jobs": pa.schema([("job_id", s), ("source", s), ("size", i64), ("mtime_ns", i64), ("outcome", s),
                            ("status", s), ("category", s), ("confidence", f64), ("sentence", s), ("lead_code", s),
@@ -628,7 +629,8 @@ def fleet_view(store: FleetStore, alpha: float = 0.01, min_jobs: int = 3, correc
     breakdown: dict[str, dict] = {}
     for node, cat, code, n in con.execute("""
             SELECT key, coalesce(category, 'none'), coalesce(code, '?'), count(DISTINCT job_id)
-            FROM implicated WHERE kind = 'node' AND role = 'culprit' GROUP BY ALL ORDER BY 1, 4 DESC, 2, 3""").fetchall():
+            FROM implicated WHERE kind = 'node' AND role = 'culprit'
+            GROUP BY ALL ORDER BY 1, 4 DESC, 2, 3""").fetchall():
         b = breakdown.setdefault(node, {"categories": {}, "codes": {}})
         b["categories"][cat] = b["categories"].get(cat, 0) + n
         b["codes"][code] = b["codes"].get(code, 0) + n

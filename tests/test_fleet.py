@@ -211,7 +211,8 @@ def test_the_store_is_incremental(tmp_path, capsys):
     assert json.loads(out)["summary"] == fourth["summary"]
     # and plain DuckDB reads the same files (the README's query)
     glob = str(store / "table=jobs" / "*" / "*.parquet")
-    n = duckdb.connect().execute(f"SELECT count(DISTINCT job_id) FROM read_parquet('{glob}', hive_partitioning = true)").fetchone()
+    n = duckdb.connect().execute(f"SELECT count(DISTINCT job_id) FROM read_parquet('{glob}', "
+                                 "hive_partitioning = true)").fetchone()
     assert n[0] == 400
 
 
