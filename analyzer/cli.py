@@ -848,7 +848,8 @@ examples:
   duckdb -c "SELECT node, count(*) FROM (SELECT unnest(nodes) AS node FROM
              read_parquet('/data/fleet/table=jobs/*/*.parquet', hive_partitioning=true)) GROUP BY node"
 
-Reads postmortem.report/1 JSON files (report.json, *.report.json; recursively). A node is
+Reads postmortem.report/1 JSON files (report.json, *.report.json; recursively) and the report
+table of postmortem export parquet folders (job=<id>/table=report/). A node is
 flagged when its culprit jobs, against the jobs it ran, beat the fleet's rate in a one-sided
 binomial test (corrected for the number of nodes: --correction) below --drain-threshold, and
 it was the culprit of at least --min-jobs jobs. docs/fleet.md has the JSON schema
@@ -863,8 +864,9 @@ def _fleet_parser(sub) -> None:
                                    "ran, with a binomial test against the fleet's rate; failure categories per day "
                                    "and week, the most frequent finding codes, jobs with the same cause.",
                        epilog=FLEET_EXAMPLES + "\n" + _CODES["fleet"], formatter_class=_Formatter)
-    f.add_argument("paths", nargs="*", metavar="PATH", help="folders searched recursively for report.json and "
-                                                             "*.report.json, or report files")
+    f.add_argument("paths", nargs="*", metavar="PATH", help="folders searched recursively for report.json, "
+                                                             "*.report.json and Parquet exports' report tables, "
+                                                             "or report files")
     f.add_argument("--store", metavar="DIR", help="keep the fleet as Parquet here (one file per table and ingest "
                                                   "batch) and add to it; without PATH, the store alone is ranked")
     f.add_argument("--format", default="text", help="comma list of text, md, json, html (default: text)")

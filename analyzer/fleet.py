@@ -4,7 +4,9 @@ Core only (no Textual, no rules): ``postmortem fleet`` (analyzer.cli) and the re
 (``analyzer.fleet_render``) sit on top of it.
 
 Reading. ``scan`` finds the reports under the PATHs (``report.json`` and ``*.report.json``,
-recursively; a file named on the command line is read whatever its name). Each report becomes
+recursively, and the ``report`` table of ``postmortem export parquet`` exports,
+``job=<id>/table=report/part-0.parquet``; a file named on the command line is read whatever its
+name). Each report becomes
 rows of four tables (``report_rows``):
 
 * ``jobs`` -- one row per job: id, outcome, verdict status/category/confidence/sentence, the
@@ -17,7 +19,7 @@ rows of four tables (``report_rows``):
 * ``files`` -- one row per report file read: path, size, mtime, job id, status.
 
 The job id is the report's own (``job_id`` / ``job`` / ``run.job_id`` when a report carries
-one), else the report's folder name (``job=`` of a hive layout and ``job-``/``job_`` before a
+one), else the report's folder name (``table=...`` folders skipped, ``job=`` of a hive layout and ``job-``/``job_`` before a
 number stripped: ``job-4242/`` is job 4242; a generic output
 folder such as ``postmortem/`` gives its parent's name), else the file's stem.
 
@@ -136,8 +138,12 @@ class Scan:
     messages: list[str] = field(default_factory=list)
 
 
-def _is_report_name(name: str) -> bool:
-    return name == "report.json" or name.endswith(".report.json")
+def _is_report_name(name: str, folder: str = "") -> bool:
+    """report.json, *.report.json, or the report table of a Parquet export
+    (``job=<id>/table=report/part-0.parquet``)."""
+    if name == "report.json" or name.endswith(".report.json"):
+        return True
+    return name.endswith(".parquet") and os.path.basename(folder) == "table=report"
 
 
 def scan(paths) -> Scan:
@@ -153,7 +159,7 @@ def scan(paths) -> Scan:
             candidates = []
             for folder, dirs, names in os.walk(p):
                 dirs.sort()
-                candidates += [os.path.join(folder, n) for n in sorted(names) if _is_report_name(n)]
+                candidates += [os.path.join(folder, n) for n in sorted(names) if _is_report_name(n, folder)]
         else:
             out.messages.append(f"{given}: no such file or folder")
             continue
@@ -178,13 +184,13 @@ def job_id_of(path: str, report: dict) -> str:
         if isinstance(value, (str, int)) and str(value).strip():
             return str(value).strip()
     p = Path(path)
-    if p.name != "report.json":
+    if p.name != "report.json" and not p.name.endswith(".parquet"):
         stem = p.name.removesuffix(".json").removesuffix(".report")
         if stem:
             return stem
     folders = [f for f in reversed(p.parent.parts) if f not in ("/", "")]
     for i, name in enumerate(folders):
-        if name.lower() in GENERIC_DIRS and i + 1 < len(folders):
+        if (name.lower() in GENERIC_DIRS or name.startswith("table=")) and i + 1 < len(folders):
             continue
         return _JOB_PREFIX.sub("", name)
     return p.stem
@@ -378,8 +384,7 @@ def read_reports(files: list[tuple[str, int, int]], messages_limit: int = 20) ->
     for path, size, mtime in files:
         status = "ok"
         try:
-            with open(path, "rb") as handle:
-                report = json.loads(handle.read())
+            report = _read_parquet_report(path) if path.endswith(".parquet") else _read_json(path)
             if not isinstance(report, dict) or not str(report.get("schema", "")).startswith(REPORT_SCHEMA):
                 status = "not a postmortem report (no schema postmortem.report/N)"
         except (OSError, ValueError) as exc:
@@ -410,6 +415,25 @@ def read_reports(files: list[tuple[str, int, int]], messages_limit: int = 20) ->
     if batch.skipped > len(batch.messages):
         batch.messages.append(f"... and {batch.skipped - len(batch.messages)} more report file(s) not read")
     return batch
+
+
+def _read_json(path: str):
+    with open(path, "rb") as handle:
+        return json.loads(handle.read())
+
+
+def _read_parquet_report(path: str):
+    """The report a Parquet export carries (its ``report`` table: ``schema``, ``json``)."""
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(path, columns=["schema", "json"])
+    except Exception as exc:  # noqa: BLE001 -- pyarrow raises its own types for a damaged file
+        raise ValueError(f"not a readable report table: {exc}") from None
+    for schema, text in zip(table.column("schema").to_pylist(), table.column("json").to_pylist()):
+        if str(schema or "").startswith(REPORT_SCHEMA) and text:
+            return json.loads(text)
+    return None
 
 
 def _arrow(batch: Batch) -> dict:

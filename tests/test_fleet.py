@@ -367,3 +367,19 @@ def test_docs_describe_every_field(lemon_fleet, capsys):
             *v["categories"], *v["codes"][0], *v["same_cause"][0], *v["ingest"], *v["timings"]]
     missing = sorted({k for k in keys if f"`{k}`" not in doc})
     assert not missing, f"not in docs/fleet.md: {missing}"
+
+
+def test_parquet_exports_are_read_too(sample_store, tmp_path, capsys):
+    """``postmortem export parquet`` writes the report as its ``report`` table: a folder of exports
+    is a fleet as well (job id from ``job=<id>``)."""
+    assert main(["export", "parquet", "--db", str(sample_store("ib-link-flap")), "--out", str(tmp_path / "pm")]) == 0
+    capsys.readouterr()
+    code, v = _view(tmp_path / "pm", capsys, "--min-jobs", "1")
+    assert code == 0 and v["summary"]["jobs"] == 1
+    assert [(n["node"], n["culprit_jobs"]) for n in v["nodes"]] == [("h20-node-03", 1)]
+    assert [n["key"] for n in v["nics"]] == ["h20-node-03:ens13f0np0"]
+    job_dir = next((tmp_path / "pm").iterdir()).name
+    assert v["same_cause"] == [] and job_dir.startswith("job=")
+    store = fleet.FleetStore()
+    fleet.ingest(store, [tmp_path / "pm"])
+    assert store.connect().execute("SELECT job_id FROM jobs").fetchall() == [(job_dir.removeprefix("job="),)]
