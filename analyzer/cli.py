@@ -33,6 +33,7 @@ examples:
   postmortem export perfetto --db job.duckdb --out trace.json   timeline of the last 30 min for ui.perfetto.dev
   postmortem export parquet --db job.duckdb --out /data/pm      every table as Parquet, one folder per job
   postmortem diff good-job/ bad-job/                       what changed: settings, versions, nodes, transports
+  postmortem fleet /data/reports --store /data/fleet        recurring culprit nodes/GPUs/NICs over many report.json
   postmortem rules                                         list rule codes
   postmortem explain H001                                  what a rule detects and why
 
@@ -65,6 +66,8 @@ _CODES = {
     "tui": "exit codes: 0 closed normally; 2 bad usage, no terminal, or the run could not be opened; "
            "4 internal error",
     "explain": "exit codes: 0 shown; 2 no such rule",
+    "fleet": "exit codes: 0 no node, GPU or NIC fails more often than chance; 1 some do (the drain list); 2 bad "
+             "usage, no report readable or an output/store that cannot be written; 4 internal error",
     "export": "exit codes: 0 written; 2 bad usage, no such store or the output cannot be written; "
               "4 internal error",
 }
@@ -181,6 +184,7 @@ def _parser() -> argparse.ArgumentParser:
     hw.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
     _export_parser(sub)
+    _fleet_parser(sub)
 
     d = sub.add_parser("diff", help="did two runs of a job end differently, and what changed that could explain it",
                        description="Compare a good run with a failed one, starting from the outcomes: each run's "
@@ -283,7 +287,7 @@ def _run(argv: list[str] | None) -> int:
         return USAGE
     return {"report": _report, "ingest": _ingest, "query": _query, "transports": _transports,
             "hw": _hw, "rules": _rules, "explain": _explain, "export": _export,
-            "diff": _diff, "tui": _tui}[args.command](args)
+            "diff": _diff, "tui": _tui, "fleet": _fleet}[args.command](args)
 
 
 def _internal_error(exc: BaseException) -> int:
@@ -417,7 +421,9 @@ def _ready_for(path: Path, what: str, roots=()) -> bool:
 # How each of our outputs starts: an existing file in an input folder that does not is taken for
 # an input of the run and never replaced.
 _OWN_HEADS = {"report.txt": (b"OUTCOME: ",), "report.md": (b"# postmortem report",),
-              "report.json": (b'{\n  "schema": "postmortem.report/',), "report.html": (b"<!DOCTYPE html>",)}
+              "report.json": (b'{\n  "schema": "postmortem.report/',), "report.html": (b"<!DOCTYPE html>",),
+              "fleet.txt": (b"FLEET: ",), "fleet.md": (b"# postmortem fleet",),
+              "fleet.json": (b'{\n  "schema": "postmortem.fleet/',)}
 
 
 def _not_ours(path: Path, what: str) -> str | None:
@@ -830,6 +836,109 @@ def _export_parser(sub) -> None:
     pq.add_argument("--replace", action="store_true",
                     help="overwrite OUT/job=<id> even when another store wrote it")
     x.set_defaults(export_parser=x)
+
+
+FLEET_EXAMPLES = """\
+examples:
+  postmortem fleet /data/reports                           every report.json under it, read now (in memory)
+  postmortem fleet /data/reports/2026-07-25 --store /data/fleet   add a day's reports to the Parquet store, then
+                                                           rank the whole store (files already in are not re-read)
+  postmortem fleet --store /data/fleet --format md,json,html --out /data/fleet-view
+  postmortem fleet /data/reports --drain-threshold 0.001 --min-jobs 5 || file-drain-ticket
+  duckdb -c "SELECT node, count(*) FROM (SELECT unnest(nodes) AS node FROM
+             read_parquet('/data/fleet/table=jobs/*/*.parquet', hive_partitioning=true)) GROUP BY node"
+
+Reads postmortem.report/1 JSON files (report.json, *.report.json; recursively) and the report
+table of postmortem export parquet folders (job=<id>/table=report/). A node is
+flagged when its culprit jobs, against the jobs it ran, beat the fleet's rate in a one-sided
+binomial test (corrected for the number of nodes: --correction) below --drain-threshold, and
+it was the culprit of at least --min-jobs jobs. docs/fleet.md has the JSON schema
+(postmortem.fleet/1) and the store's layout.
+"""
+
+
+def _fleet_parser(sub) -> None:
+    f = sub.add_parser("fleet", help="across many jobs' reports: nodes, GPUs and NICs that keep being the culprit",
+                       description="Rank the nodes, GPUs (serial, else uuid, else node + bus id) and NICs named by "
+                                   "many jobs' reports by how often they were the culprit against how often they "
+                                   "ran, with a binomial test against the fleet's rate; failure categories per day "
+                                   "and week, the most frequent finding codes, jobs with the same cause.",
+                       epilog=FLEET_EXAMPLES + "\n" + _CODES["fleet"], formatter_class=_Formatter)
+    f.add_argument("paths", nargs="*", metavar="PATH", help="folders searched recursively for report.json, "
+                                                             "*.report.json and Parquet exports' report tables, "
+                                                             "or report files")
+    f.add_argument("--store", metavar="DIR", help="keep the fleet as Parquet here (one file per table and ingest "
+                                                  "batch) and add to it; without PATH, the store alone is ranked")
+    f.add_argument("--format", default="text", help="comma list of text, md, json, html (default: text)")
+    f.add_argument("--out", help="write here instead of stdout: a file for one format, a folder of fleet.<ext> "
+                                 "for several")
+    f.add_argument("--drain-threshold", type=float, default=0.01, metavar="ALPHA",
+                   help="flag when the corrected p-value is below this (default 0.01)")
+    f.add_argument("--min-jobs", type=int, default=3, metavar="N",
+                   help="and the node was the culprit of at least N jobs (default 3)")
+    f.add_argument("--correction", default="bonferroni", choices=["bonferroni", "bh"],
+                   help="multiple-comparison correction: bonferroni (default) or bh (Benjamini-Hochberg)")
+    f.add_argument("--quiet", action="store_true", help="no progress and no 'wrote' lines on stderr")
+
+
+def _fleet(args) -> int:
+    from analyzer import fleet
+    from analyzer.fleet_render import FILES, RENDERERS
+    from analyzer.report import VERSION
+
+    formats = [f.strip() for f in args.format.split(",") if f.strip()]
+    unknown = [f for f in formats if f not in RENDERERS]
+    if unknown or not formats:
+        print(f"postmortem: unknown format(s) {', '.join(unknown) or '(none)'}; use text, md, json, html",
+              file=sys.stderr)
+        return USAGE
+    if not args.paths and not args.store:
+        print("postmortem fleet: give PATH... (report folders or files), --store DIR, or both", file=sys.stderr)
+        return USAGE
+    if not 0 < args.drain_threshold < 1 or args.min_jobs < 1:
+        print("postmortem fleet: --drain-threshold must be between 0 and 1 and --min-jobs at least 1",
+              file=sys.stderr)
+        return USAGE
+    if args.store and not args.paths and not Path(args.store).is_dir():
+        print(f"postmortem: {_safe(args.store)}: no such fleet store", file=sys.stderr)
+        return USAGE
+    paths = None
+    if args.out:
+        target = Path(args.out)
+        as_folder = len(formats) > 1 or target.is_dir() or args.out.endswith(("/", os.sep))
+        if as_folder and target.exists() and not target.is_dir():
+            print(f"postmortem: --out {_safe(args.out)} is a file; several formats need a folder", file=sys.stderr)
+            return USAGE
+        paths = {f: target / FILES[f] for f in formats} if as_folder else {formats[0]: target}
+        if not all(_ready_for(path, "the fleet view", args.paths) for path in paths.values()):
+            return USAGE
+    store = fleet.FleetStore(args.store)
+    if args.store:
+        Path(args.store).mkdir(parents=True, exist_ok=True)
+    done = fleet.ingest(store, args.paths) if args.paths else fleet.Ingest()
+    for message in done.messages:
+        print(f"postmortem: {_safe(message)}", file=sys.stderr)
+    view = fleet.fleet_view(store, alpha=args.drain_threshold, min_jobs=args.min_jobs, correction=args.correction)
+    if not view["summary"]["jobs"]:
+        print("postmortem: nothing readable: no postmortem report (report.json) found"
+              + (f" in {', '.join(_safe(p) for p in args.paths)}" if args.paths else ""), file=sys.stderr)
+        return USAGE
+    view = {"schema": view.pop("schema"), "generator": f"postmortem {VERSION}", **view,
+            "ingest": {"store": args.store, "files_seen": done.files_seen, "new_files": done.new_files,
+                       "already_in_store": done.reused_files, "read": done.read, "not_reports": done.skipped,
+                       "batch": done.batch},
+            "messages": done.messages}
+    view["timings"] = {**done.timings, **view["timings"]}
+    texts = {f: RENDERERS[f](view) for f in formats}
+    if paths is None:
+        for f in formats:
+            sys.stdout.write(texts[f])
+    elif not _write_reports(paths, texts, quiet=args.quiet or len(paths) == 1, roots=args.paths):
+        return USAGE
+    if not args.quiet:
+        print(f"postmortem: {view['summary']['jobs']} jobs; {done.new_files} report file(s) read now, "
+              f"{done.reused_files} already in the store", file=sys.stderr)
+    return FINDINGS if view["drain"]["nodes"] else OK
 
 
 def _export(args) -> int:

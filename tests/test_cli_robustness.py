@@ -34,7 +34,7 @@ def test_version_is_the_generator_version(capsys):
 
 
 @pytest.mark.parametrize("command", ["report", "ingest", "query", "transports", "hw", "diff", "tui", "explain",
-                                     "export", "export perfetto", "export parquet"])
+                                     "export", "export perfetto", "export parquet", "fleet"])
 def test_every_command_help_lists_its_exit_codes(command, capsys):
     with pytest.raises(SystemExit) as exit_:
         main([*command.split(), "--help"])
@@ -48,7 +48,7 @@ def test_top_level_help_documents_every_code(capsys):
     assert main([]) == 2  # no command: the help, as a usage error
     out = capsys.readouterr().out
     assert "exit codes:" in out and "3  the report was written but is partial" in out and "4  internal error" in out
-    assert set(_CODES) >= {"ingest", "query", "transports", "hw", "diff", "tui", "explain", "export"}
+    assert set(_CODES) >= {"ingest", "query", "transports", "hw", "diff", "tui", "explain", "export", "fleet"}
 
 
 @pytest.mark.parametrize("argv", [["bogus"], ["report"], ["report", "x", "--fail-on", "sometimes"],

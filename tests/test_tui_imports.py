@@ -74,6 +74,7 @@ HEADLESS = [
     ["hw", "H100"],
     ["export", "perfetto", "--db", "{tmp}/s.duckdb", "--out", "{tmp}/trace.json"],
     ["diff", str(SAMPLE), "{tmp}/s.duckdb", "--quiet"],
+    ["fleet", "{tmp}/out", "--store", "{tmp}/fleet", "--format", "text,json", "--quiet"],
     ["rules"],
     ["explain", "H001"],
 ]
