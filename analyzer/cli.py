@@ -15,6 +15,7 @@ import io
 import json
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 EXAMPLES = """\
@@ -915,7 +916,9 @@ def _fleet(args) -> int:
     store = fleet.FleetStore(args.store)
     if args.store:
         Path(args.store).mkdir(parents=True, exist_ok=True)
-    done = fleet.ingest(store, args.paths) if args.paths else fleet.Ingest()
+    with tempfile.TemporaryDirectory(prefix="postmortem-fleet-") as scratch:
+        inputs = _fleet_inputs(args.paths, scratch, args.quiet)
+        done = fleet.ingest(store, inputs) if inputs else fleet.Ingest()
     for message in done.messages:
         print(f"postmortem: {_safe(message)}", file=sys.stderr)
     view = fleet.fleet_view(store, alpha=args.drain_threshold, min_jobs=args.min_jobs, correction=args.correction)
@@ -939,6 +942,42 @@ def _fleet(args) -> int:
         print(f"postmortem: {view['summary']['jobs']} jobs; {done.new_files} report file(s) read now, "
               f"{done.reused_files} already in the store", file=sys.stderr)
     return FINDINGS if view["drain"]["nodes"] else OK
+
+
+def _fleet_inputs(paths: list[str], scratch: str, quiet: bool) -> list[str]:
+    """The PATHs for the fleet: report files and folders of reports as given; a folder with no
+    report in it is one job's log folder, reported on first (as ``postmortem report`` would,
+    with the cache) into ``scratch``, under the folder's own name (its job id)."""
+    from analyzer import fleet
+    from analyzer.pipeline import NothingReadable, analyze
+    from analyzer.report import build_report
+
+    out = []
+    for i, given in enumerate(paths):
+        folder = Path(given)
+        if not folder.is_dir() or fleet.scan([given]).files:
+            out.append(given)
+            continue
+        if not quiet:
+            print(f"postmortem: {_safe(given)}: no report in it; reporting on it as a job folder", file=sys.stderr)
+        try:
+            run = analyze([folder])
+            try:
+                report = build_report(run)
+            finally:
+                run.con.close()
+        except NothingReadable as exc:
+            print(f"postmortem: {_safe(given)}: {_safe(str(exc))}", file=sys.stderr)
+            continue
+        except Exception as exc:  # noqa: BLE001 -- one job folder that cannot be read costs only itself
+            print(f"postmortem: {_safe(given)}: not reported ({type(exc).__name__}: {_safe(str(exc))})",
+                  file=sys.stderr)
+            continue
+        target = Path(scratch) / str(i) / (folder.resolve().name or "job")
+        target.mkdir(parents=True)
+        (target / "report.json").write_text(json.dumps(report, default=str), encoding="utf-8")
+        out.append(str(target / "report.json"))
+    return out
 
 
 def _export(args) -> int:

@@ -285,6 +285,21 @@ def test_real_reports_of_the_samples(tmp_path, capsys):
     assert {"G001", "H001"} <= {c["code"] for c in v["codes"]}
 
 
+def test_job_folders_of_raw_logs_are_reported_on_first(tmp_path, capsys):
+    """A PATH with no report in it is one job's log folder: reported on first (with the cache),
+    its folder name as the job id; one that cannot be read costs only itself."""
+    (tmp_path / "empty-job").mkdir()
+    code, out, err = _run(["fleet", str(ROOT / "sample_logs" / "gpu-fell-off-bus"),
+                           str(ROOT / "sample_logs" / "silent-deadlock-40r"), str(tmp_path / "empty-job"),
+                           "--format", "json", "--min-jobs", "1", "--store", str(tmp_path / "store")], capsys)
+    v = json.loads(out)
+    assert code == 0 and v["summary"]["jobs"] == 2 and v["summary"]["jobs_with_culprit"] == 2
+    assert {n["node"]: n["culprit_jobs"] for n in v["nodes"]} == {"h20-node-02": 1, "h20-node-03": 1}
+    assert "reporting on it as a job folder" in err and "empty-job" in err
+    ids = duckdb.sql(f"SELECT job_id FROM read_parquet('{tmp_path / 'store'}/table=jobs/*/*.parquet')").fetchall()
+    assert sorted(i for i, in ids) == ["gpu-fell-off-bus", "silent-deadlock-40r"]
+
+
 # -- hostile names -------------------------------------------------------------------------------
 
 HOSTILE = ["<script>alert(1)</script>", "evil|node`x`*_[a](http://x)", "\x1b[31mred\x1b[0m-node"]
