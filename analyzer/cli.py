@@ -458,17 +458,19 @@ def _inside(path: Path, roots) -> bool:
 REPORT_FILES = {"text": "report.txt", "md": "report.md", "json": "report.json", "html": "report.html"}
 
 
-def _out_paths(out: str, formats: list[str], roots=()) -> dict[str, Path] | None:
-    """Where ``--out`` puts each format: a folder of report.<ext> files for several formats (or when
-    ``--out`` is an existing folder or ends in /), else the file itself. Folders are created with
-    their parents; None after saying on stderr why the place cannot be written."""
+def _out_paths(out: str, formats: list[str], roots=(), files: dict[str, str] | None = None,
+               what: str = "the report") -> dict[str, Path] | None:
+    """Where ``--out`` puts each format: a folder of ``files`` (report.<ext>) for several formats
+    (or when ``--out`` is an existing folder or ends in /), else the file itself. Folders are
+    created with their parents; None after saying on stderr why the place cannot be written."""
     target = Path(out)
     as_folder = len(formats) > 1 or target.is_dir() or out.endswith(("/", os.sep))
     if as_folder and target.exists() and not target.is_dir():
         print(f"postmortem: --out {_safe(out)} is a file; several formats need a folder", file=sys.stderr)
         return None
-    paths = {f: target / REPORT_FILES[f] for f in formats} if as_folder else {formats[0]: target}
-    if not all(_ready_for(path, "the report", roots) for path in paths.values()):
+    names = files or REPORT_FILES
+    paths = {f: target / names[f] for f in formats} if as_folder else {formats[0]: target}
+    if not all(_ready_for(path, what, roots) for path in paths.values()):
         return None
     return paths
 
@@ -903,16 +905,9 @@ def _fleet(args) -> int:
     if args.store and not args.paths and not Path(args.store).is_dir():
         print(f"postmortem: {_safe(args.store)}: no such fleet store", file=sys.stderr)
         return USAGE
-    paths = None
-    if args.out:
-        target = Path(args.out)
-        as_folder = len(formats) > 1 or target.is_dir() or args.out.endswith(("/", os.sep))
-        if as_folder and target.exists() and not target.is_dir():
-            print(f"postmortem: --out {_safe(args.out)} is a file; several formats need a folder", file=sys.stderr)
-            return USAGE
-        paths = {f: target / FILES[f] for f in formats} if as_folder else {formats[0]: target}
-        if not all(_ready_for(path, "the fleet view", args.paths) for path in paths.values()):
-            return USAGE
+    paths = _out_paths(args.out, formats, args.paths, FILES, "the fleet view") if args.out else None
+    if args.out and paths is None:
+        return USAGE
     store = fleet.FleetStore(args.store)
     if args.store:
         Path(args.store).mkdir(parents=True, exist_ok=True)
