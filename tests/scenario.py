@@ -59,3 +59,24 @@ def write_scenario(folder: Path, ranks: int = 4, culprit: int | None = 2, seq: i
                      f"work: {seq - 1}")
         path.write_text("\n".join(lines) + "\n")
     return folder
+
+
+def write_files(folder: Path, files: dict[str, list[str]]) -> Path:
+    """Hand-written inputs: each ``name -> lines`` as a file under ``folder`` (folders made)."""
+    for name, lines in files.items():
+        path = folder / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("\n".join(lines) + "\n")
+    return folder
+
+
+def report_of(folder: Path) -> dict:
+    """The report of one folder, as ``postmortem report`` builds it; the store is closed after."""
+    from analyzer.pipeline import analyze
+    from analyzer.report import build_report
+
+    run = analyze([folder])
+    try:
+        return build_report(run)
+    finally:
+        run.con.close()

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from analyzer.pipeline import analyze
 from analyzer.report import build_report
+from tests.scenario import write_files
 
 RULE_FIXTURES = {
     "N015": {"fires": ["test_two_8_rank_communicators_instead_of_one_16_rank_job",
@@ -21,14 +22,6 @@ def _init(host: str, pid: int, dev: int, rank: int, nranks: int, comm_id: str, c
     body = f"ncclCommInitRank comm {comm} rank {rank} nranks {nranks} cudaDev {dev} nvmlDev {dev} busId {dev + 1}8000 " \
            f"commId {comm_id}"
     return [f"{head} {body} - Init START"] + ([f"{head} {body} - Init COMPLETE"] if complete else [])
-
-
-def _write(folder: Path, files: dict[str, list[str]]) -> Path:
-    for name, lines in files.items():
-        path = folder / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("\n".join(lines) + "\n")
-    return folder
 
 
 def _n015(folder: Path) -> tuple[list[dict], dict]:
@@ -47,7 +40,7 @@ def test_two_8_rank_communicators_instead_of_one_16_rank_job(tmp_path):
         for d in range(8):
             files[f"{host}/rank{n * 8 + d}.log"] = ["NCCL version 2.21.5+cuda12.4"] * (d == 0) + \
                 _init(host, 3000 + 100 * n + d, d, d, 8, f"0x{0xa11 + n:x}")
-    found, _ = _n015(_write(tmp_path, files))
+    found, _ = _n015(write_files(tmp_path, files))
     split = [f for f in found if f["details"]["check"] == "split_job"]
     assert len(split) == 1
     f = split[0]
@@ -64,14 +57,14 @@ def test_subgroups_of_a_bigger_job_are_fine(tmp_path):
             pid = 3000 + 100 * n + d
             files[f"{host}/rank{n * 4 + d}.log"] = (_init(host, pid, d, n * 4 + d, 8, "0xfeed", comm=f"0x7e{pid:06x}")
                                                     + _init(host, pid, d, d, 4, f"0x{0xb00 + n:x}"))
-    found, _ = _n015(_write(tmp_path, files))
+    found, _ = _n015(write_files(tmp_path, files))
     assert not found
 
 
 def test_two_processes_with_one_rank(tmp_path):
     files = {f"h/rank{r}.log": _init("h", 4000 + r, r, r, 4, "0xdead") for r in range(4)}
     files["h/dup.log"] = _init("h", 4900, 3, 1, 4, "0xdead")     # a second process claims rank 1
-    found, _ = _n015(_write(tmp_path, files))
+    found, _ = _n015(write_files(tmp_path, files))
     dup = [f for f in found if f["details"]["check"] == "duplicate_rank"]
     assert len(dup) == 1 and dup[0]["severity"] == "error"
     assert dup[0]["details"]["duplicates"][0]["rank"] == 1 and dup[0]["details"]["duplicates"][0]["pids"] == [4001, 4900]
@@ -79,7 +72,7 @@ def test_two_processes_with_one_rank(tmp_path):
 
 def test_a_rank_that_never_completes_init(tmp_path):
     files = {f"h/rank{r}.log": _init("h", 4000 + r, r, r, 4, "0xbeef", complete=r != 2) for r in range(4)}
-    found, report = _n015(_write(tmp_path, files))
+    found, report = _n015(write_files(tmp_path, files))
     stuck = [f for f in found if f["details"]["check"] == "init_incomplete"]
     assert len(stuck) == 1 and stuck[0]["details"]["stuck"][0]["rank"] == 2
     assert stuck[0]["severity"] == "warning" and "a log cut before that line" in stuck[0]["message"]
@@ -87,7 +80,7 @@ def test_a_rank_that_never_completes_init(tmp_path):
     files["h/rank0.log"] += ["[rank0]:[E0724 09:12:11.5 ProcessGroupNCCL.cpp:632] [Rank 0] Watchdog caught collective "
                              "operation timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, "
                              "Timeout(ms)=600000) ran for 600081 milliseconds before timing out."]
-    found, report = _n015(_write(tmp_path / "hung", files))
+    found, report = _n015(write_files(tmp_path / "hung", files))
     stuck = [f for f in found if f["details"]["check"] == "init_incomplete"]
     assert stuck[0]["severity"] == "error"
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from analyzer.cli import main
 from analyzer.pipeline import analyze
-from analyzer.report import build_report
+from tests.scenario import report_of
 
 RULE_FIXTURES = {
     "G005": {"fires": ["test_seven_of_eight_ports_down_in_ibdev2netdev", "test_ibpanic_names_the_vanished_device",
@@ -31,14 +31,6 @@ def _write(folder: Path, files: dict[str, str]) -> Path:
     return folder
 
 
-def _report(folder: Path) -> dict:
-    run = analyze([folder])
-    try:
-        return build_report(run)
-    finally:
-        run.con.close()
-
-
 def _find(report: dict, code: str) -> list[dict]:
     return [f for f in report["findings"] if f["code"] == code]
 
@@ -50,7 +42,7 @@ def _ibdev2netdev(states: list[str]) -> str:
 def test_seven_of_eight_ports_down_in_ibdev2netdev(tmp_path):
     folder = _write(tmp_path, {"hw/gpu-07/ibdev2netdev.txt": _ibdev2netdev(["Up"] + ["Down"] * 7),
                                "hw/gpu-08/ibdev2netdev.txt": _ibdev2netdev(["Up"] * 8)})
-    found = _find(_report(folder), "G005")
+    found = _find(report_of(folder), "G005")
     assert len(found) == 1 and found[0]["severity"] == "warning" and found[0]["nodes"] == ["gpu-07"]
     assert "7 of 8 NIC port(s) on gpu-07" in found[0]["message"] and "interface ibp21s0" in found[0]["message"]
     assert "IP interface's" in found[0]["message"]
@@ -58,11 +50,11 @@ def test_seven_of_eight_ports_down_in_ibdev2netdev(tmp_path):
 
 def test_ports_all_up_are_quiet(tmp_path):
     folder = _write(tmp_path, {"hw/gpu-08/ibdev2netdev.txt": _ibdev2netdev(["Up"] * 8)})
-    assert not _find(_report(folder), "G005")
+    assert not _find(report_of(folder), "G005")
 
 
 def test_real_dual_port_card_with_one_port_down_is_information(real_logs):
-    found = _find(_report(real_logs / "hw" / "ibstat_rdma-core-847_mlx4-ib-2port-tabs-ibwarn.txt"), "G005")
+    found = _find(report_of(real_logs / "hw" / "ibstat_rdma-core-847_mlx4-ib-2port-tabs-ibwarn.txt"), "G005")
     assert [f["severity"] for f in found] == ["info"]
     assert "mlx4_0:1 Down/Disabled" in found[0]["message"] and "1 of 2" in found[0]["message"]
 
@@ -70,7 +62,7 @@ def test_real_dual_port_card_with_one_port_down_is_information(real_logs):
 def test_ibpanic_names_the_vanished_device(tmp_path):
     text = ("ibpanic: [4121] main: stat of IB device 'mlx5_3' failed: No such file or directory\n"
             "CA 'mlx5_0'\n\tCA type: MT4129\n\tPort 1:\n\t\tState: Active\n\t\tPhysical state: LinkUp\n\t\tRate: 400\n")
-    found = _find(_report(_write(tmp_path, {"hw/gpu-03/ibstat.txt": text})), "G005")
+    found = _find(report_of(_write(tmp_path, {"hw/gpu-03/ibstat.txt": text})), "G005")
     panic = [f for f in found if f["details"]["check"] == "ibpanic"]
     assert panic and panic[0]["details"]["devices"] == ["mlx5_3"] and panic[0]["nodes"] == ["gpu-03"]
 
@@ -91,13 +83,13 @@ def test_mig_mode_on_is_reported(tmp_path):
     folder = _write(tmp_path, {"node_logs/gpu-05/nvidia-smi-q.txt": _Q.format(mode="Enabled"),
                                "hw/gpu-06/nvidia-smi.csv": "index, name, mig.mode.current\n0, NVIDIA H100 80GB HBM3, "
                                                            "Enabled\n"})
-    f = _find(_report(folder), "G006")
+    f = _find(report_of(folder), "G006")
     assert len(f) == 1 and f[0]["nodes"] == ["gpu-05", "gpu-06"] and f[0]["details"]["count"] == 2
     assert "-mig 0" in f[0]["suggestion"]
 
 
 def test_mig_mode_off_is_quiet(tmp_path):
-    assert not _find(_report(_write(tmp_path, {"node_logs/gpu-05/nvidia-smi-q.txt": _Q.format(mode="Disabled")})), "G006")
+    assert not _find(report_of(_write(tmp_path, {"node_logs/gpu-05/nvidia-smi-q.txt": _Q.format(mode="Disabled")})), "G006")
 
 
 def _topo(nic_of: dict[int, str]) -> str:
@@ -114,13 +106,13 @@ def _topo(nic_of: dict[int, str]) -> str:
 
 def test_a_gpu_without_a_near_nic(tmp_path):
     folder = _write(tmp_path, {"hw/gpu-09/nvidia-smi-topo.txt": _topo({3: "SYS"})})
-    f = _find(_report(folder), "G007")
+    f = _find(report_of(folder), "G007")
     assert len(f) == 1 and f[0]["nodes"] == ["gpu-09"] and f[0]["details"]["gpus_without"] == ["GPU3"]
     assert f[0]["severity"] == "info"          # no inter-node NCCL hop in the inputs
 
 
 def test_every_gpu_with_its_nic_is_quiet(tmp_path):
-    assert not _find(_report(_write(tmp_path, {"hw/gpu-09/nvidia-smi-topo.txt": _topo({})})), "G007")
+    assert not _find(report_of(_write(tmp_path, {"hw/gpu-09/nvidia-smi-topo.txt": _topo({})})), "G007")
 
 
 def test_hw_command_prints_what_it_parsed(tmp_path, capsys, real_logs):

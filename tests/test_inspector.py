@@ -11,8 +11,8 @@ from pathlib import Path
 import polars as pl
 
 from analyzer.pipeline import analyze
-from analyzer.report import build_report
 from parsers import nccl_inspector
+from tests.scenario import report_of
 
 RULE_FIXTURES = {
     "L003": {"fires": ["test_inspector_busbw_far_below_the_nic_rate", "test_one_communicator_far_below_its_peers"],
@@ -63,14 +63,6 @@ def _hw(folder: Path, hosts: list[str], rate: int = 400) -> None:
             f"{i}, NVIDIA H100 80GB HBM3, 81559 MiB\n" for i in range(4)))
 
 
-def _report(folder: Path) -> dict:
-    run = analyze([folder])
-    try:
-        return build_report(run)
-    finally:
-        run.con.close()
-
-
 def _world(busbw: float) -> list[dict]:
     hosts = ["insp-a", "insp-b"]
     return [_record("0xabc1", r, 8, 2, hosts[r // 4], 7000 + r, sn, 64 * MIB, busbw) for sn in range(1, 7)
@@ -94,7 +86,7 @@ def test_records_parse_pretty_and_single_line_and_count_a_cut_one():
 def test_inspector_busbw_far_below_the_nic_rate(tmp_path):
     _write_records(tmp_path, _world(3.0))
     _hw(tmp_path, ["insp-a", "insp-b"])
-    report = _report(tmp_path)
+    report = report_of(tmp_path)
     l003 = [f for f in report["findings"] if f["code"] == "L003" and f["details"].get("check") != "peers"]
     assert l003 and l003[0]["details"]["source"] == "inspector" and l003[0]["nodes"] == ["insp-a", "insp-b"]
     assert l003[0]["details"]["median_busbw_gbs"] < 4
@@ -103,7 +95,7 @@ def test_inspector_busbw_far_below_the_nic_rate(tmp_path):
 def test_inspector_busbw_near_the_nic_rate_is_quiet(tmp_path):
     _write_records(tmp_path, _world(45.0), pretty=True)
     _hw(tmp_path, ["insp-a", "insp-b"])
-    assert not [f for f in _report(tmp_path)["findings"] if f["code"] == "L003"]
+    assert not [f for f in report_of(tmp_path)["findings"] if f["code"] == "L003"]
 
 
 def test_one_communicator_far_below_its_peers(tmp_path):
@@ -115,7 +107,7 @@ def test_one_communicator_far_below_its_peers(tmp_path):
         records += [_record(f"0xc0{c}", r, 4, 1, host, 8000 + 10 * c + r, sn, 128 * MIB, busbw, start_us=10**15 + sn * 10**6)
                     for sn in range(1, 7) for r in range(4)]
     _write_records(tmp_path, records)
-    report = _report(tmp_path)
+    report = report_of(tmp_path)
     peers = [f for f in report["findings"] if f["code"] == "L003" and f["details"].get("check") == "peers"]
     assert len(peers) == 1 and peers[0]["details"]["coll_key"] == "0xc03/seq"
     assert "its 3 peer communicator(s)" in peers[0]["message"]

@@ -9,9 +9,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from analyzer.pipeline import analyze
-from analyzer.report import build_report
 from parsers import nccl_errors
+from tests.scenario import report_of, write_files
 
 RULE_FIXTURES = {
     "N020": {"fires": ["test_duplicate_launch_names_the_rank_and_the_fix",
@@ -27,22 +26,6 @@ RULE_FIXTURES = {
                        "test_errors_another_rule_explains_are_left_to_it",
                        "test_harmless_warns_are_information_only"]},
 }
-
-
-def _write(folder: Path, files: dict[str, list[str]]) -> Path:
-    for name, lines in files.items():
-        path = folder / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("\n".join(lines) + "\n")
-    return folder
-
-
-def _report(folder: Path) -> dict:
-    run = analyze([folder])
-    try:
-        return build_report(run)
-    finally:
-        run.con.close()
 
 
 def _n020(report: dict, cause: str | None = None) -> list[dict]:
@@ -106,7 +89,7 @@ def test_duplicate_launch_names_the_rank_and_the_fix(tmp_path):
     files["n1/rank0.log"] += ["", "gpu-n1:4000:4031 [0] bootstrap.cc:256 NCCL WARN Bootstrap Root : rank 1 of 8 "
                               "ranks has already checked in",
                               "gpu-n1:4000:4031 [0] NCCL INFO bootstrap.cc:260 -> 3"]
-    report = _report(_write(tmp_path, files))
+    report = report_of(write_files(tmp_path, files))
     f = _n020(report, "duplicate_rank")
     assert len(f) == 1
     f = f[0]
@@ -134,12 +117,12 @@ def _shm_run(tmp_path: Path, with_warn: bool) -> Path:
              "[rank1]: Error: failed to extend /dev/shm/nccl-8bZ3Cd to 9637892 bytes"]
     files = {"node7/rank0.log": _rank_lines("node7", 0, 2, 0, []),
              "node7/rank1.log": _rank_lines("node7", 1, 2, 1, warn) + torch}
-    return _write(tmp_path, files)
+    return write_files(tmp_path, files)
 
 
 def test_shm_too_small_wrapped_by_pytorch_with_last_error(tmp_path):
     # Without NCCL_DEBUG: only PyTorch's text carries NCCL's words (Last error: + the next line).
-    report = _report(_shm_run(tmp_path / "wrapped", with_warn=False))
+    report = report_of(_shm_run(tmp_path / "wrapped", with_warn=False))
     f = _n020(report, "shm_too_small")
     assert len(f) == 1 and f[0]["severity"] == "error" and f[0]["nodes"] == ["node7"] and f[0]["ranks"] == [1]
     assert f[0]["culprit"] and "--shm-size" in f[0]["suggestion"]
@@ -148,7 +131,7 @@ def test_shm_too_small_wrapped_by_pytorch_with_last_error(tmp_path):
     assert not _n020(report, "unhandled_system_error")
     assert report["verdict"]["status"] == "culprit" and report["verdict"]["culprit"]["nodes"] == ["node7"]
     # With NCCL_DEBUG the WARN line says it too: still one finding, citing the WARN first.
-    report = _report(_shm_run(tmp_path / "warn", with_warn=True))
+    report = report_of(_shm_run(tmp_path / "warn", with_warn=True))
     f = _n020(report, "shm_too_small")
     assert len(f) == 1 and "NCCL WARN" in f[0]["evidence"][0]["text"]
 
@@ -158,7 +141,7 @@ def test_socket_ifname_matching_nothing_says_the_value(tmp_path):
     lines = [f"{head} NCCL INFO NCCL_SOCKET_IFNAME set by environment to ib0",
              "", f"{head} misc/socket.cc:602 NCCL WARN Bootstrap : no socket interface found",
              f"{head} NCCL INFO init.cc:1521 -> 2"]
-    report = _report(_write(tmp_path, {"gpu-a/rank0.log": lines}))
+    report = report_of(write_files(tmp_path, {"gpu-a/rank0.log": lines}))
     f = _n020(report, "no_socket_interface")[0]
     assert f["nodes"] == ["gpu-a"] and f["severity"] == "error"
     assert "NCCL_SOCKET_IFNAME is ib0" in f["message"] and "NCCL_SOCKET_IFNAME=ib0" in f["suggestion"]
@@ -169,7 +152,7 @@ def test_nvls_cuda_failure_points_at_the_fabric_manager(tmp_path):
              "HEAD NCCL INFO transport/nvls.cc:409 -> 1"]
     files = {f"h1/rank{r}.log": _rank_lines("h1", r, 8, r, extra if r == 2 else [], version="2.26.2")
              for r in range(8)}
-    report = _report(_write(tmp_path, files))
+    report = report_of(write_files(tmp_path, files))
     f = _n020(report, "nvls_cuda_failure")[0]
     assert "NCCL_NVLS_ENABLE=0" in f["suggestion"] and "Fabric Manager" in f["suggestion"]
     assert f["ranks"] == [2] and f["nodes"] == ["h1"] and f["gpus"][0]["cuda_dev"] == 2
@@ -186,7 +169,7 @@ def test_wrapped_connect_refused_decodes_the_errno(tmp_path):
              "device error. ",
              "[rank3]: Last error:",
              "[rank3]: socketStartConnect: Connect to 10.1.0.2<43215> failed : Connection refused"]
-    report = _report(_write(tmp_path, {"node3/rank3.log": lines}))
+    report = report_of(write_files(tmp_path, {"node3/rank3.log": lines}))
     f = _n020(report, "connect_failed")[0]
     assert f["details"]["errno"] == ["ECONNREFUSED"] and "ECONNREFUSED (111" in f["message"]
     assert f["details"]["peers"] == ["10.1.0.2<43215>"] and f["ranks"] == [3]
@@ -199,7 +182,7 @@ def test_remote_exited_alone_is_a_reaction_that_says_what_is_missing(tmp_path):
              "275, remote process exited or there was a network error, NCCL version 2.19.3",
              "[rank5]: ncclRemoteError: A call failed possibly due to a network error or a remote process exiting "
              "prematurely."]
-    report = _report(_write(tmp_path, {"node1/rank5.log": lines}))
+    report = report_of(write_files(tmp_path, {"node1/rank5.log": lines}))
     f = _n020(report, "remote_exited")
     assert f and f[0]["severity"] == "warning" and not f[0]["culprit"] and f[0]["category"] == "symptom"
     assert "cause is on the peer or outside these logs" in f[0]["message"]
@@ -207,7 +190,7 @@ def test_remote_exited_alone_is_a_reaction_that_says_what_is_missing(tmp_path):
 
 def test_an_unknown_warn_is_never_silent(tmp_path):
     lines = _rank_lines("h9", 0, 1, 0, ["", "HEAD misc/foo.cc:12 NCCL WARN Something new happened to widget 7"])
-    report = _report(_write(tmp_path, {"h9/rank0.log": lines}))
+    report = report_of(write_files(tmp_path, {"h9/rank0.log": lines}))
     f = _n020(report)
     assert len(f) == 1 and f[0]["severity"] == "warning" and f[0]["confidence"] <= 0.3
     assert f[0]["details"]["cause"] == "unknown" and "widget 7" in f[0]["message"]
@@ -218,7 +201,7 @@ def test_proxy_call_failure_is_listed_under_its_cause(tmp_path):
              "", "HEAD proxy.cc:1200 NCCL WARN Proxy Call to rank 1 failed (Connect)",
              "", "HEAD misc/socket.cc:46 NCCL WARN socketProgress: Connection closed by remote peer h2<4000>"]
     files = {"h2/rank0.log": _rank_lines("h2", 0, 2, 0, extra), "h2/rank1.log": _rank_lines("h2", 1, 2, 1, [])}
-    report = _report(_write(tmp_path, files))
+    report = report_of(write_files(tmp_path, files))
     assert [f["details"]["cause"] for f in _n020(report)] == ["shm_too_small"]
     f = _n020(report)[0]
     assert f["details"]["reactions"] == 2 and "reaction line(s)" in f["message"]
@@ -229,7 +212,7 @@ def test_a_healthy_single_node_run_has_no_nccl_error(tmp_path):
     from bench.generator import RunSpec, generate_run
 
     generate_run(tmp_path, RunSpec(nodes=1, gpus_per_node=4, scenario="healthy"))
-    report = _report(tmp_path)
+    report = report_of(tmp_path)
     assert not _n020(report)
 
 
@@ -237,14 +220,14 @@ def test_errors_another_rule_explains_are_left_to_it(real_logs):
     # nccl#1235: NCCL's out of memory is M001's; nccl-tests#185: ibv_modify_qp is N001's; the
     # socket reactions of both are not findings of their own.
     for stem, other in (("nccl-issue-1235", "M001"), ("nccl-tests-issue-185", "N001")):
-        report = _report(next((real_logs / "nccl").glob(stem + "*")))
+        report = report_of(next((real_logs / "nccl").glob(stem + "*")))
         assert any(f["code"] == other for f in report["findings"]), stem
         assert not _n020(report), (stem, [f["title"] for f in _n020(report)])
 
 
 def test_harmless_warns_are_information_only(tmp_path):
     lines = _rank_lines("h3", 0, 1, 0, ["", "HEAD misc/ibvwrap.cc:63 NCCL WARN Failed to open libibverbs.so[.1]"])
-    report = _report(_write(tmp_path, {"h3/rank0.log": lines}))
+    report = report_of(write_files(tmp_path, {"h3/rank0.log": lines}))
     assert all(f["severity"] == "info" for f in _n020(report))
     assert not [f for f in report["findings"] if f["severity"] == "error"]
 
@@ -255,7 +238,7 @@ def test_harmless_warns_are_information_only(tmp_path):
     ("nccl-issue-1920", "peer_closed", "connection reset"),
 ])
 def test_real_excerpts_name_the_stated_cause(real_logs, stem, cause, words):
-    report = _report(next((real_logs / "nccl").glob(stem + "*")))
+    report = report_of(next((real_logs / "nccl").glob(stem + "*")))
     f = _n020(report, cause)
     assert f and words in (f[0]["title"] + " " + f[0]["message"]).lower()
     assert report["verdict"]["status"] != "healthy"

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from analyzer.pipeline import analyze
-from analyzer.report import build_report
 from bench.rungen.ras import OPS, Comm, Job, Rank, json_report, text_report
+from tests.scenario import report_of
 
 RULE_FIXTURES = {
     "H010": {"fires": ["test_ranks_behind_the_majority_are_the_suspects", "test_minority_ahead_blames_nobody",
@@ -25,14 +24,6 @@ RULE_FIXTURES = {
 TIMEOUT = ("[rank0]:[E0724 09:12:11.5 ProcessGroupNCCL.cpp:632] [Rank 0] Watchdog caught collective operation "
            "timeout: WorkNCCL(SeqNum=640, OpType=ALLGATHER, NumelIn=1024, NumelOut=32768, Timeout(ms)=600000) ran "
            "for 600081 milliseconds before timing out.")
-
-
-def _report(folder: Path) -> dict:
-    run = analyze([folder])
-    try:
-        return build_report(run)
-    finally:
-        run.con.close()
 
 
 def _find(report: dict, code: str) -> list[dict]:
@@ -58,7 +49,7 @@ def _write(folder: Path, report: str, extra: list[str] = ()) -> Path:
 
 def test_ranks_behind_the_majority_are_the_suspects(tmp_path):
     job = _ring(lambda r: 639 if r in (12, 13) else 640)
-    report = _report(_write(tmp_path, text_report(job), [TIMEOUT]))
+    report = report_of(_write(tmp_path, text_report(job), [TIMEOUT]))
     h010 = _find(report, "H010")
     assert len(h010) == 1
     f = h010[0]
@@ -71,7 +62,7 @@ def test_ranks_behind_the_majority_are_the_suspects(tmp_path):
 
 def test_minority_ahead_blames_nobody(tmp_path):
     job = _ring(lambda r: 641 if r in (12, 27) else 640)
-    report = _report(_write(tmp_path, text_report(job)))
+    report = report_of(_write(tmp_path, text_report(job)))
     f = _find(report, "H010")[0]
     assert not f["culprit"] and not f["ranks"] and f["severity"] == "warning"
     assert f["details"]["side"] == "ahead" and f["details"]["ahead_comm_ranks"] == [12, 27]
@@ -92,7 +83,7 @@ def _trouble() -> Job:
 def test_missing_and_dead_processes_are_named_with_their_nodes(tmp_path):
     # NCCL's bootstrap line of the second node turns its address into a host name.
     extra = [TIMEOUT, "node-b:50004:50004 [0] NCCL INFO Bootstrap : Using eth0:10.8.0.2<0>"]
-    report = _report(_write(tmp_path, text_report(_trouble()), extra))
+    report = report_of(_write(tmp_path, text_report(_trouble()), extra))
     n021 = _find(report, "N021")
     assert len(n021) == 1 and n021[0]["severity"] == "error"
     f = n021[0]
@@ -107,19 +98,19 @@ def test_missing_and_dead_processes_are_named_with_their_nodes(tmp_path):
 
 
 def test_the_json_report_feeds_the_same_rules(tmp_path):
-    report = _report(_write(tmp_path, json_report(_trouble()), [TIMEOUT]))
+    report = report_of(_write(tmp_path, json_report(_trouble()), [TIMEOUT]))
     f = _find(report, "N021")
     assert f and f[0]["details"]["comm_ranks"] == [5, 9]
     assert {x["details"]["check"] for x in _find(report, "N022")} >= {"errors"}
 
 
 def test_healthy_report_is_quiet(tmp_path):
-    report = _report(_write(tmp_path, text_report(_ring(lambda r: 640))))
+    report = report_of(_write(tmp_path, text_report(_ring(lambda r: 640))))
     assert not {"H010", "N021", "N022"} & {f["code"] for f in report["findings"]}
 
 
 def test_real_1730_ras_ok_but_watchdog_timeout(real_logs):
-    report = _report(next((real_logs / "nccl").glob("nccl-issue-1730-*")))
+    report = report_of(next((real_logs / "nccl").glob("nccl-issue-1730-*")))
     n022 = _find(report, "N022")
     assert [f["details"]["check"] for f in n022] == ["ok_but_timeout"] and n022[0]["severity"] == "info"
     assert "no proof of health" in n022[0]["message"] and "SeqNum 2398459" in n022[0]["message"]
@@ -130,7 +121,7 @@ def test_real_1730_ras_ok_but_watchdog_timeout(real_logs):
 def test_json_counts_name_the_ranks_behind(tmp_path):
     # ncclras -f json (2.28.7+) gives raw counts per rank: the same conclusion as the text.
     job = _ring(lambda r: 639 if r in (12, 13) else 640)
-    f = _find(_report(_write(tmp_path, json_report(job), [TIMEOUT])), "H010")[0]
+    f = _find(report_of(_write(tmp_path, json_report(job), [TIMEOUT])), "H010")[0]
     assert f["culprit"] and f["ranks"] == [12, 13] and f["details"]["side"] == "behind"
 
 
@@ -139,5 +130,5 @@ def test_a_malformed_report_is_not_evidence(tmp_path):
     text = text_report(_ring(lambda r: 640)).replace(
         "Errors\n======\n", "Errors\n======\n\n#0-0 (fa93daea854b060b) INCOMPLETE\n"
         "  Missing communicator data from 255 ranks\n  The missing ranks: 4294967295,2147483647\n")
-    f = _find(_report(_write(tmp_path, text, [TIMEOUT])), "N021")
+    f = _find(report_of(_write(tmp_path, text, [TIMEOUT])), "N021")
     assert f and not f[0]["culprit"] and "malformed" in f[0]["message"] and not f[0]["ranks"]

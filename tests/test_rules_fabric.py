@@ -9,6 +9,7 @@ import pytest
 from analyzer.pipeline import analyze
 from analyzer.report import build_report
 from bench.generator import RunSpec, generate_run
+from tests.scenario import write_files
 
 RULE_FIXTURES = {
     "N001": {"fires": ["test_flapping_nic_is_voted_and_joined_with_the_kernel_log",
@@ -119,14 +120,6 @@ def test_healthy_generated_run_has_no_fabric_finding(healthy_report):
 
 # -- hand-written runs ------------------------------------------------------------------------------
 
-def _write(folder: Path, files: dict[str, list[str]]) -> Path:
-    for name, lines in files.items():
-        path = folder / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("\n".join(lines) + "\n")
-    return folder
-
-
 def _rank_file(host: str, ip: str, rank: int, nranks: int, extra: list[str], ifname: str = "eth0") -> list[str]:
     pid = 5000 + rank
     head = f"{host}:{pid}:{pid} [0] NCCL INFO"
@@ -160,7 +153,7 @@ def test_three_nodes_shared_endpoint_wins_in_the_2_18_wording(tmp_path):
         "n3/rank2.log": _rank_file("n3", ips["n3"], 2, 3,
                                    [_ib("10.9.9.9", "10.30.0.3", "10.30.0.2", direction="Recv")]),
     }
-    report = _report(_write(tmp_path, files))
+    report = _report(write_files(tmp_path, files))
     n001 = _find(report, "N001")[0]
     assert n001["culprit"] and n001["nodes"] == ["n2"] and n001["category"] == "network"
     assert n001["details"]["votes"] == {"n1": 1, "n2": 2, "n3": 1}
@@ -179,7 +172,7 @@ def _two_nodes(tmp_path: Path, flap_on: str | None) -> Path:
             journal += [f"2026-07-24T09:12:01+0000 {host} kernel: mlx5_core 0000:1f:00.0 ens12f0np0: Link down",
                         f"2026-07-24T09:12:04+0000 {host} kernel: mlx5_core 0000:1f:00.0 ens12f0np0: Link up"]
         files[f"node_logs/{host}/journal-kernel.txt"] = journal
-    return _write(tmp_path, files)
+    return write_files(tmp_path, files)
 
 
 def test_one_pair_of_two_nodes_is_not_a_culprit(tmp_path):
@@ -207,7 +200,7 @@ def test_flush_and_errors_after_the_abort_do_not_vote(tmp_path):
         "n3/rank2.log": _rank_file("n3", "10.0.0.3", 2, 3,
                                    [timeout.format(r=2), _ib("10.0.0.2", "10.30.0.3", "10.30.0.2")]),
     }
-    report = _report(_write(tmp_path, files))
+    report = _report(write_files(tmp_path, files))
     n001 = _find(report, "N001")
     assert len(n001) == 1 and not n001[0]["culprit"] and n001[0]["category"] == "symptom"
     assert n001[0]["severity"] == "info"
@@ -216,21 +209,21 @@ def test_flush_and_errors_after_the_abort_do_not_vote(tmp_path):
 def test_same_docker_address_on_two_hosts(tmp_path):
     files = {f"{h}/rank{r}.log": _rank_file(h, "172.17.0.2", r, 2, [], ifname="docker0")
              for r, h in enumerate(("hostA", "hostB"))}
-    report = _report(_write(tmp_path, files))
+    report = _report(write_files(tmp_path, files))
     dup = [f for f in _find(report, "N002") if f["details"]["check"] == "duplicate"]
     assert len(dup) == 1 and dup[0]["nodes"] == ["hostA", "hostB"] and "172.17.0.2" in dup[0]["title"]
 
 
 def test_pod_eth0_everywhere_on_one_network_is_fine(tmp_path):
     files = {f"pod-{r}/rank{r}.log": _rank_file(f"pod-{r}", f"10.244.{r}.7", r, 3, []) for r in range(3)}
-    report = _report(_write(tmp_path, files))
+    report = _report(write_files(tmp_path, files))
     assert not _find(report, "N002")
 
 
 def test_loopback_on_one_node_and_single_node_socket_list_are_fine(tmp_path, real_logs):
     files = {f"box/rank{r}.log": _rank_file("box", "127.0.0.1", r, 2, [], ifname="lo")[:1] for r in range(2)}
     files["box/rank0.log"] += ["box:5000:5007 [0] NCCL INFO Channel 00 : 0[18000] -> 1[2a000] via SHM/direct/direct"]
-    assert not _find(_report(_write(tmp_path, files)), "N002")
+    assert not _find(_report(write_files(tmp_path, files)), "N002")
     assert not _find(_report(_real(real_logs, "nccl-issue-300-")), "N002")     # lo on one node
     # single-node TP: lxcbr0 / tailscale0 in the socket list are reported (issue 22), but only as
     # information: the excerpt does not show the job leave its host
@@ -243,7 +236,7 @@ def test_socket_list_over_a_docker_bridge_between_hosts_is_a_warning(tmp_path):
         f"n{r}:{5000 + r}:{5007 + r} [0] NCCL INFO NET/Socket : Using [0]eth0:10.0.0.{r + 1}<0> "
         f"[1]docker0:172.17.0.1<0> [2]veth12ab:fe80::1%veth12ab<0>",
         f"n{r}:{5000 + r}:{5007 + r} [0] NCCL INFO Using network Socket"]) for r in range(2)}
-    found = [f for f in _find(_report(_write(tmp_path, files)), "N002") if f["details"]["check"] == "socket_list"]
+    found = [f for f in _find(_report(write_files(tmp_path, files)), "N002") if f["details"]["check"] == "socket_list"]
     assert len(found) == 1 and found[0]["severity"] == "warning" and found[0]["nodes"] == ["n0", "n1"]
     assert "docker0" in found[0]["message"] and "veth12ab" in found[0]["message"]
 
@@ -251,7 +244,7 @@ def test_socket_list_over_a_docker_bridge_between_hosts_is_a_warning(tmp_path):
 def test_bootstrap_on_virbr0_of_every_host_is_reported(tmp_path):
     files = {f"v{r}/rank{r}.log": _rank_file(f"v{r}", f"192.168.122.{r + 1}", r, 2, [], ifname="virbr0")
              for r in range(2)}
-    found = [f for f in _find(_report(_write(tmp_path, files)), "N002") if f["details"]["check"] == "virtual"]
+    found = [f for f in _find(_report(write_files(tmp_path, files)), "N002") if f["details"]["check"] == "virtual"]
     assert found and "virbr0" in found[0]["title"] and found[0]["nodes"] == ["v0", "v1"]
 
 

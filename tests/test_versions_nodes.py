@@ -7,14 +7,7 @@ from pathlib import Path
 from analyzer.pipeline import analyze
 from analyzer.report import build_report
 from analyzer.transports import bandwidth_map, render_text, view
-
-
-def _write(folder: Path, files: dict[str, list[str]]) -> Path:
-    for name, lines in files.items():
-        path = folder / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("\n".join(lines) + "\n")
-    return folder
+from tests.scenario import write_files
 
 
 def test_a_printed_version_wins_over_line_shapes(tmp_path):
@@ -27,7 +20,7 @@ def test_a_printed_version_wins_over_line_shapes(tmp_path):
                         "b:200:210 [0] NCCL INFO Channel 00 : 1[1b000] -> 0[1a000] [send] via NET/IB/0",
                         "b:200:210 [0] NCCL INFO Trees [0] -1/-1/-1->1->0 [1] 0/-1/-1->1->-1"],
     }
-    run = analyze([_write(tmp_path, files)])
+    run = analyze([write_files(tmp_path, files)])
     procs = {r["host"]: r for r in run.frame("SELECT * FROM nccl_processes").iter_rows(named=True)}
     assert procs["b"]["version"] == "2.14.3" and procs["a"]["version"] == "2.14.3"
     assert "line shapes say 2.8-2.11" in procs["b"]["version_source"]
@@ -44,6 +37,6 @@ def test_the_node_count_takes_every_host_source(tmp_path):
              for i in range(4)}
     files["h0/rank0.log"].append("h0:100:110 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/IB/0/GDRDMA")
     files["h1/rank1.log"].append("h1:101:111 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [receive] via NET/IB/0/GDRDMA")
-    run = analyze([_write(tmp_path, files)])
+    run = analyze([write_files(tmp_path, files)])
     assert bandwidth_map(run)["nodes"] == 4
     assert len(build_report(run)["run"]["nodes"]) == 4
