@@ -458,6 +458,17 @@ def _inside(path: Path, roots) -> bool:
 REPORT_FILES = {"text": "report.txt", "md": "report.md", "json": "report.json", "html": "report.html"}
 
 
+def _formats(text: str, known) -> list[str] | None:
+    """``--format text,md,...`` as a list; None after saying on stderr which are unknown."""
+    formats = [f.strip() for f in text.split(",") if f.strip()]
+    unknown = [f for f in formats if f not in known]
+    if unknown or not formats:
+        print(f"postmortem: unknown format(s) {', '.join(unknown) or '(none)'}; use text, md, json, html",
+              file=sys.stderr)
+        return None
+    return formats
+
+
 def _out_paths(out: str, formats: list[str], roots=(), files: dict[str, str] | None = None,
                what: str = "the report") -> dict[str, Path] | None:
     """Where ``--out`` puts each format: a folder of ``files`` (report.<ext>) for several formats
@@ -492,11 +503,8 @@ def _report(args) -> int:
     from analyzer.render import markdown_report, text_report
     from analyzer.report import build_report, to_json
 
-    formats = [f.strip() for f in args.format.split(",") if f.strip()]
-    unknown = [f for f in formats if f not in REPORT_FILES]
-    if unknown or not formats:
-        print(f"postmortem: unknown format(s) {', '.join(unknown) or '(none)'}; use text, md, json, html",
-              file=sys.stderr)
+    formats = _formats(args.format, REPORT_FILES)
+    if formats is None:
         return USAGE
     paths = _out_paths(args.out, formats, args.paths) if args.out else None
     if args.out and paths is None:
@@ -889,11 +897,8 @@ def _fleet(args) -> int:
     from analyzer.fleet_render import FILES, RENDERERS
     from analyzer.report import VERSION
 
-    formats = [f.strip() for f in args.format.split(",") if f.strip()]
-    unknown = [f for f in formats if f not in RENDERERS]
-    if unknown or not formats:
-        print(f"postmortem: unknown format(s) {', '.join(unknown) or '(none)'}; use text, md, json, html",
-              file=sys.stderr)
+    formats = _formats(args.format, RENDERERS)
+    if formats is None:
         return USAGE
     if not args.paths and not args.store:
         print("postmortem fleet: give PATH... (report folders or files), --store DIR, or both", file=sys.stderr)
