@@ -28,7 +28,7 @@ tries to leave the archive is a sign of a hostile or broken archive and the user
 Each member's display path (``inputs.path``) is ``<archive as given>!/<member name>``, e.g.
 ``job.tar.gz!/logs/rank3.log``, and its ``inputs.abs_path`` is the absolute archive path with the
 same suffix; ``read_member`` reads a line's evidence back from the archive itself, so evidence
-still resolves after the scratch directory is gone (``analyzer.store.line_text``).
+still resolves after the scratch directory is gone (``postmortem.analyzer.store.line_text``).
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from analyzer.discover import COMPRESSED, InputFile, display_name, is_documentation, path_text, real_path
+from postmortem.analyzer.discover import COMPRESSED, InputFile, display_name, is_documentation, path_text, real_path
 
 SEP = "!/"
 TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tbz", ".tar.xz", ".txz", ".tar.zst",
@@ -76,7 +76,7 @@ class ScratchFull(Exception):
 
 class Scratch:
     """A private temporary directory, made on first use and removed by ``cleanup`` (at the end of
-    the analysis, at exit, and on SIGTERM/SIGINT: ``analyzer.cli``). Everything written into it
+    the analysis, at exit, and on SIGTERM/SIGINT: ``postmortem.cli``). Everything written into it
     (archive members, decompressed and decoded copies) counts against one cap per run."""
 
     _live: list[Scratch] = []   # what a signal handler removes
@@ -101,7 +101,7 @@ class Scratch:
         return folder
 
     def new_file(self, name: str) -> Path:
-        """A path for a new file (decoded copies: ``analyzer.discover.materialize``)."""
+        """A path for a new file (decoded copies: ``postmortem.analyzer.discover.materialize``)."""
         self._count += 1
         return self._ensure() / f"d{self._count}_{_safe_base(name)}"
 
@@ -368,7 +368,7 @@ def _open_tar_stream(path: Path, raw) -> tarfile.TarFile:
     """A streaming (one pass, no seeks) tar reader. Compressed tars are decompressed by
     ``discover.Decompressed``, which reads every member of the stream: pbzip2 and bgzip write
     several, and tarfile's own decompression stops after the first, calling the rest damage."""
-    from analyzer.discover import Decompressed
+    from postmortem.analyzer.discover import Decompressed
 
     head = raw.read(6)
     raw.seek(0)
@@ -445,7 +445,7 @@ def split_address(address: str) -> tuple[Path, str] | None:
 def read_member(address: str) -> bytes:
     """The content of one archive member, decompressed when the member is a compressed file
     (``rank3.log.gz`` inside a tar). Raises ``FileNotFoundError`` when it is not there."""
-    from analyzer.store import readable
+    from postmortem.analyzer.store import readable
 
     return readable(address).read_bytes()
 
@@ -477,7 +477,7 @@ def _copy_members(archive: Path, wanted: str) -> dict[str, Path]:
     """Every regular member of ``archive`` copied into a new private folder (the last copy of a
     name wins, as when reading), as far as the cap of temporary copies allows; ``wanted`` is
     always copied."""
-    from analyzer.store import private_dir
+    from postmortem.analyzer.store import private_dir
 
     folder = private_dir() / f"members-{uuid.uuid4().hex[:12]}"
     folder.mkdir(parents=True, exist_ok=True)

@@ -5,7 +5,7 @@ desktop, a browser and the page cache) sizes every bound that memory depends on,
 memory is set by the budget and not by the size of the inputs (docs/security.md):
 
 * ``full_parse_bytes``: how many bytes of large logs are parsed line by line into the in-memory
-  models; past it, the middle of large logs is *skimmed* (``analyzer.ingest.plan_skim``): every
+  models; past it, the middle of large logs is *skimmed* (``postmortem.analyzer.ingest.plan_skim``): every
   line is kept in the store, but only the lines that look like failures go through the parsers;
 * ``whole_file_bytes``: the largest input read whole (a Kineto trace, a Flight Recorder dump);
 * ``db_memory``: DuckDB's own cap (``POSTMORTEM_DB_MEMORY`` overrides it);

@@ -6,11 +6,11 @@ is a row of ``lines``, ``nccl_lines`` and ``collectives``, and holding those row
 through attribution and the models would take tens of GB. Yet consecutive COLL lines of one
 process say the same about who wrote them: their attribution is their neighbour's.
 
-So each chunk of inputs (``analyzer.ingest._prepare``) cuts its whole, untorn COLL lines
+So each chunk of inputs (``postmortem.analyzer.ingest._prepare``) cuts its whole, untorn COLL lines
 into *runs*: consecutive lines of one input with the same launcher tags and NCCL
 ``host:pid [dev]``, broken by any other line. The first line of a run stays in the frames
-(with ``_w``, the run's length, so that majority votes in ``analyzer.identity`` weigh every
-line); the others are read by position (``parsers.nccl.coll_rows``) and written to a Parquet
+(with ``_w``, the run's length, so that majority votes in ``postmortem.analyzer.identity`` weigh every
+line); the others are read by position (``postmortem.parsers.nccl.coll_rows``) and written to a Parquet
 file per chunk, shown to the store as one ``_bulk`` view (``Sink``), with ``run_line``, their
 run's first line. Once the store is written, ``merge`` adds them to
 ``lines``, ``nccl_lines`` and ``collectives``: their own fields (offset, length, prefix,
@@ -28,9 +28,11 @@ import uuid
 import duckdb
 import polars as pl
 
-import parsers.nccl
-from analyzer import store
-from parsers.nccl import SCHEMAS as NCCL_SCHEMAS
+from postmortem import parsers
+
+import postmortem.parsers.nccl  # noqa: F401  (loads the submodule)
+from postmortem.analyzer import store
+from postmortem.parsers.nccl import SCHEMAS as NCCL_SCHEMAS
 
 # What makes two consecutive COLL lines one run: the launcher tags (the stream) and the NCCL
 # header's host, pid and [cudaDev].
@@ -56,7 +58,7 @@ SKIM = "_skim"
 def cut(lines: pl.DataFrame, is_coll: pl.Series, input_ids: list[int]):
     """Cut a chunk's enveloped lines (``_input``: the input's place in ``input_ids``) at the
     whole COLL trace lines ``is_coll`` marks, into runs. Returns the lines without the bulk (the
-    rest of every run), the bulk frame (``SCHEMA``, read by ``parsers.nccl.coll_rows`` alone),
+    rest of every run), the bulk frame (``SCHEMA``, read by ``postmortem.parsers.nccl.coll_rows`` alone),
     the first lines' ``_w`` (``input_id``, ``line_no``, ``_w``), which of ``lines`` were kept (a
     mask) and the bulk lines per input.
 
@@ -84,7 +86,7 @@ def cut(lines: pl.DataFrame, is_coll: pl.Series, input_ids: list[int]):
     return lines.filter(keep), frame, weights, keep, counts
 
 
-# -- skimmed lines (analyzer.ingest.plan_skim): the middle of a log too large for the budget ----
+# -- skimmed lines (postmortem.analyzer.ingest.plan_skim): the middle of a log too large for the budget ----
 
 # A line worth parsing wherever it is: what failures, warnings and the ends of jobs look like.
 FAILURE = (r"(?i)error|exception|traceback|warn|fatal|fail|abort|timeout|timed out|watchdog|killed|\bsig[a-z]*\b|"
@@ -154,7 +156,7 @@ class Sink:
         self.spool = str(store.private_dir() / f"bulk-{uuid.uuid4().hex[:12]}")
         self.files: list[str] = []
         self.skim_files: list[str] = []     # skimmed lines (``skim_cut``), for ``lines`` only
-        # (input_id, line_no): that input's rows from that line on are left out (analyzer.tails)
+        # (input_id, line_no): that input's rows from that line on are left out (postmortem.analyzer.tails)
         self.dropped: list[tuple[int, int]] = []
         self.old_files: list[str] = []      # files read with ``dropped`` applied (an old parse's)
 
@@ -222,7 +224,7 @@ def merge(con: duckdb.DuckDBPyConnection) -> None:
     ``lines`` is rebuilt in slices of its ``_ord`` range, each slice's rows and the bulk rows of
     its runs sorted together and appended in order: it is stored in file order (the TUI's Logs
     screen pages by rowid). ``nccl_lines`` and ``collectives`` get their bulk rows appended:
-    rules read COLL rows only through an aggregate (``rules.base.Context.coll_trace_ends``)."""
+    rules read COLL rows only through an aggregate (``postmortem.rules.base.Context.coll_trace_ends``)."""
     views = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables WHERE table_name IN "
                                        f"('{TABLE}', '{SKIM}')").fetchall()}
     parts = []

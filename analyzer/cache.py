@@ -13,7 +13,7 @@ a changed rule, runs the rules again.
 Where: ``$POSTMORTEM_CACHE_DIR``, else ``$XDG_CACHE_HOME/postmortem``, else
 ``~/.cache/postmortem``; the newest ``KEEP`` entries are kept. ``POSTMORTEM_CACHE=off`` (or
 ``--no-cache``) turns it off. A run whose logs only grew since (a live hang) re-parses just their
-tails (``analyzer.tails``).
+tails (``postmortem.analyzer.tails``).
 
 Safety (docs/security.md): the folder must be the invoking user's alone (made 0700; one that
 another user owns or can write turns the cache off); every entry carries a SHA-256 of its files,
@@ -37,8 +37,8 @@ from pathlib import Path
 
 import duckdb
 
-from analyzer import store
-from analyzer.discover import InputFile, path_text
+from postmortem.analyzer import store
+from postmortem.analyzer.discover import InputFile, path_text
 
 KEEP = 10
 _META = "_postmortem_cache"
@@ -111,18 +111,19 @@ def code_version() -> str:
     """A hash of the sources that decide what a store holds."""
     digest = hashlib.sha256()
     here = Path(__file__).resolve().parents[1]
-    for folder in ("parsers", "analyzer"):
-        for path in sorted((here / folder).glob("*.py")) + sorted((here / folder).glob("*.toml")):
-            digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    for folder in ("parsers", "analyzer"):   # the folders beside this one, in a checkout or installed
+        for path in sorted((here / folder).rglob("*.py")) + sorted((here / folder).rglob("*.toml")):
+            digest.update(str(path.relative_to(here)).encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:16]
 
 
 @cache
 def rules_version() -> str:
-    """A hash of the rules' sources (the report's code in ``analyzer/`` is in ``code_version``)."""
+    """A hash of the rules' sources (the report dict is built in ``rules/report.py``)."""
     digest = hashlib.sha256(code_version().encode())
-    for path in sorted((Path(__file__).resolve().parents[1] / "rules").glob("*.py")):
-        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    here = Path(__file__).resolve().parents[1]
+    for path in sorted((here / "rules").rglob("*.py")):
+        digest.update(str(path.relative_to(here)).encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:16]
 
 
@@ -215,7 +216,7 @@ def _in_memory_bytes(con) -> int:
 
 def _write_small(path: Path, text: str) -> None:
     """A small file written aside and renamed into place."""
-    from analyzer.safeio import write_file
+    from postmortem.analyzer.safeio import write_file
 
     write_file(path, text, what="cache entry")
 

@@ -1,13 +1,13 @@
 """Collectives from profiler timelines (nsys kernels, Kineto kernels) and their timing.
 
-Input: the ``kernels`` table (``parsers.nsys``, ``parsers.kineto``), one row per GPU kernel
+Input: the ``kernels`` table (``postmortem.parsers.nsys``, ``postmortem.parsers.kineto``), one row per GPU kernel
 with the NCCL collective decoded from its name or Kineto args and the global rank of the
 process that ran it.
 
 Output:
 
 * rows appended to ``collectives`` with ``kind`` = ``nsys_kernel`` / ``kineto_kernel``
-  (never a watchdog kind: ``rules.hang_model`` reads only watchdog/blocking-wait rows, and a
+  (never a watchdog kind: ``postmortem.rules.hang_model`` reads only watchdog/blocking-wait rows, and a
   completed kernel is not a timeout);
 * ``collective_timing``: one row per (collective instance, rank): ``coll_index`` (the k-th
   instance of that collective on its communicator), ``op``, ``rank``, ``start``/``end``,
@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from analyzer import hardware
+from postmortem.analyzer import hardware
 
 KINDS = {"nsys": "nsys_kernel", "kineto": "kineto_kernel", "inspector": "inspector_record"}
 
@@ -101,7 +101,7 @@ def build(tables: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:
         rank="rank", rank_source="rank_source", rank_confidence="rank_confidence",
         comm=pl.col("pg"), coll_index="coll_index", dtype="dtype", bytes="bytes", start="start", end="end",
         dur_ns="dur_ns", state=pl.lit("completed"),
-        # attribution columns every annotated table has (analyzer.pipeline._annotate)
+        # attribution columns every annotated table has (postmortem.analyzer.pipeline._annotate)
         node=pl.col("host"), node_source=pl.when(pl.col("host").is_not_null()).then(pl.lit("profile host name")),
         pid=pl.col("pid"), attempt=pl.lit(None, dtype=pl.Int64), attempt_source=pl.lit(None, dtype=pl.String),
     )
@@ -135,13 +135,13 @@ def extend_ranks(ranks: pl.DataFrame, tables: dict[str, pl.DataFrame]) -> pl.Dat
     return pl.concat([ranks, new], how="diagonal_relaxed").sort("rank")
 
 
-# Tables a profiler input produces without any log line (analyzer.pipeline accepts a run of
+# Tables a profiler input produces without any log line (postmortem.analyzer.pipeline accepts a run of
 # only such inputs).
 PROFILE_TABLES = ("kernels", "nvtx", "profile_processes", "profile_info")
 
 
 def empty_lines() -> pl.DataFrame:
     """An empty per-line frame with the envelope's columns, for runs with no log input."""
-    from parsers.lines import ENVELOPE_SCHEMA
+    from postmortem.parsers.lines import ENVELOPE_SCHEMA
 
     return pl.DataFrame(schema=dict(ENVELOPE_SCHEMA) | {"kind": pl.String, "input_id": pl.UInt32})

@@ -2,10 +2,10 @@
 
 Inputs are only ever opened for reading. Compressed files (.gz, .zst, .bz2, .xz) are read
 as they are; a truncated stream keeps what could be decompressed and says so. Binary files,
-Nsight Systems SQLite exports and Kineto JSON traces go to their readers (``analyzer.ingest``);
+Nsight Systems SQLite exports and Kineto JSON traces go to their readers (``postmortem.analyzer.ingest``);
 other SQLite databases are not logs: they are listed with a reason and skipped. Pickles and
 FR-shaped JSON are offered to the Flight Recorder reader (never ``pickle.load``; see
-``parsers.flight_recorder``).
+``postmortem.parsers.flight_recorder``).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ class InputFile:
     compression: str | None = None
     kind: str = "log"               # log | pyspy | env | flight_recorder | nsys | kineto | skipped
     problems: list[str] = field(default_factory=list)
-    source: str | None = None       # archive members: "<absolute archive path>!/<member>" (analyzer.archives);
+    source: str | None = None       # archive members: "<absolute archive path>!/<member>" (postmortem.analyzer.archives);
                                     # a decoded copy (``materialize``): the file it was decoded from
     line_end: bytes = b"\n"         # b"\r": a file with carriage returns and no newline (old Mac line ends)
     disk_size: int | None = None    # a decoded copy: the size of the file as stored (inputs.bytes)
@@ -59,7 +59,7 @@ def discover(paths: list[str | Path], exclude: set[Path] | None = None, scratch=
              progress=None, follow_symlinks: bool = False) -> tuple[list[InputFile], list[str]]:
     """Every readable file under ``paths`` (recursively, sorted), plus messages for bad paths.
 
-    Archives (``analyzer.archives``) are expanded in place of themselves: their members are
+    Archives (``postmortem.analyzer.archives``) are expanded in place of themselves: their members are
     copied into ``scratch`` (an ``archives.Scratch``; the caller removes it) and listed as
     ``archive!/member``. ``progress`` (a callable taking one status line) hears about long
     extractions. Documentation files (``is_documentation``) inside a folder or an archive are
@@ -70,7 +70,7 @@ def discover(paths: list[str | Path], exclude: set[Path] | None = None, scratch=
     is a file with several hard links owned by someone other than the root folder's owner when
     this process runs as root or as another user than that owner. ``follow_symlinks`` reads them
     (and follows links to folders, each real folder once)."""
-    from analyzer import archives
+    from postmortem.analyzer import archives
 
     exclude = {p.resolve() for p in (exclude or set())}
     found: list[InputFile] = []
@@ -727,7 +727,7 @@ def sniff(item: InputFile, data: bytes) -> str:
             raise InputError(f"{item.display}: only NUL bytes (a log truncated while its writer kept writing?); "
                              "skipped")
     if head.startswith(b"SQLite format 3\x00"):
-        # Uncompressed nsys exports never get here (analyzer.ingest routes them to parsers.nsys).
+        # Uncompressed nsys exports never get here (postmortem.analyzer.ingest routes them to parsers.nsys).
         raise InputError(f"{item.display}: SQLite database that is not a readable Nsight Systems export "
                          "(compressed, or no nsys tables); skipped")
     if item.path.name.endswith(("-journal", "-wal", "-shm")) and (head.startswith(_SQLITE_SIDE) or _looks_binary(head)):
@@ -743,7 +743,7 @@ def sniff(item: InputFile, data: bytes) -> str:
     # (before the Flight Recorder check: newer Kineto traces carry "pg_config" too).
     if head.lstrip()[:1] == b"{" and b'"traceEvents"' in data[:1 << 22]:
         return "kineto"
-    # Pickles and FR-shaped JSON go to the Flight Recorder reader (parsers.flight_recorder),
+    # Pickles and FR-shaped JSON go to the Flight Recorder reader (postmortem.parsers.flight_recorder),
     # which unpickles with a find_class that refuses every global and rejects anything that is
     # not FR-shaped with a message; plain pickle.load is never used.
     if _flight_recorder_shaped(item, head):

@@ -119,7 +119,7 @@ class Price:
 
 
 def price_hop(tier_label: str | None, acc: dict | None, nic_gbit: float | None = None) -> Price:
-    """What one NCCL hop can carry per direction, from the tier ``analyzer.nccl_model`` gave it."""
+    """What one NCCL hop can carry per direction, from the tier ``postmortem.analyzer.nccl_model`` gave it."""
     label = tier_label or ""
     if label in ("NVLink", "NVLink via GPU", "P2P", "NVLS"):
         if acc is None:

@@ -43,8 +43,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from analyzer.discover import path_hints
-from parsers.nccl import bus_id_to_pci
+from postmortem.analyzer.discover import path_hints
+from postmortem.parsers.nccl import bus_id_to_pci
 
 CONFIDENCE_ORDER = {"certain": 0, "derived": 1, "guessed": 2}
 
@@ -122,7 +122,7 @@ def _titan_inputs(lines: pl.DataFrame) -> list[int]:
 
 def resolve(lines: pl.DataFrame, tables: dict[str, pl.DataFrame], inputs: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, dict]:
     """Annotate every line with rank/node/pid/attempt (+ sources); build the ``ranks`` table.
-    ``lines`` may carry ``_w``, the number of lines a row stands for (``analyzer.bulk``)."""
+    ``lines`` may carry ``_w``, the number of lines a row stands for (``postmortem.analyzer.bulk``)."""
     lines = lines.with_columns(_w=pl.col("_w").fill_null(1) if "_w" in lines.columns else pl.lit(1, dtype=pl.UInt32))
     world = _world_size(tables)
     world_source = "stated in the logs" if world is not None else None
@@ -509,7 +509,7 @@ def _pids(df: pl.DataFrame, maps: pl.DataFrame, tables: dict[str, pl.DataFrame])
 
 def _weighted_mode(df: pl.DataFrame, by: str, value: pl.Expr, name: str) -> pl.DataFrame:
     """Per ``by``: the value most lines have (a row counts ``_w`` lines: the first line of a run
-    of COLL trace lines stands for the run, ``analyzer.bulk``); a tie goes to the smallest."""
+    of COLL trace lines stands for the run, ``postmortem.analyzer.bulk``); a tie goes to the smallest."""
     rows = df.select(by, _v=value, _n=pl.col("_w")).drop_nulls("_v")
     return (rows.group_by(by, "_v").agg(_n=pl.col("_n").sum())
             .sort([by, "_n", "_v"], descending=[False, True, False])

@@ -4,9 +4,9 @@ Inputs are cut into chunks of about ``CHUNK_BYTES`` (a large log into segments a
 starts); each chunk goes bytes -> envelope -> the per-file parsers, and a few consecutive
 chunks (a job) then go through the batched parsers together -> tables stamped with
 ``input_id``, in worker processes for large runs. A chunk's COLL trace bulk is written to a
-Parquet file the store reads at the end (``analyzer.bulk``); the rest is combined in input
+Parquet file the store reads at the end (``postmortem.analyzer.bulk``); the rest is combined in input
 order, so the result does not depend on how the run was cut or how many workers parsed it.
-Nothing here decides ranks or attempts (``analyzer.identity`` does, over all inputs at once).
+Nothing here decides ranks or attempts (``postmortem.analyzer.identity`` does, over all inputs at once).
 A file that cannot be read yields a message naming it and the reason; the others are still
 analysed.
 """
@@ -26,12 +26,12 @@ from pathlib import Path
 
 import polars as pl
 
-import parsers
-from analyzer import bulk
-from analyzer import budget
-from analyzer.discover import (SMALL_DECOMPRESSED, Capped, InputError, InputFile, capped_bytes, cut_message,
+from postmortem import parsers
+from postmortem.analyzer import bulk
+from postmortem.analyzer import budget
+from postmortem.analyzer.discover import (SMALL_DECOMPRESSED, Capped, InputError, InputFile, capped_bytes, cut_message,
                                decode_to, is_utf16, leading_nuls, max_decompressed, open_input, path_text, read_capped, sniff)
-from parsers.lines import envelope_frame, split_inputs
+from postmortem.parsers.lines import envelope_frame, split_inputs
 
 
 @dataclass
@@ -123,9 +123,9 @@ def read_input(input_id: int, item: InputFile, piece=None) -> tuple[FileResult, 
         return result, None
     if item.kind == "flight_recorder":
         # Flight Recorder dumps (pickle or JSON) are not line logs: their tables come whole
-        # from parsers.flight_recorder (a bounded reader, no unpickling); no `lines` rows.
+        # from postmortem.parsers.flight_recorder (a bounded reader, no unpickling); no `lines` rows.
         return _parse_flight_recorder(result, data), None
-    # PyTorch profiler / Kineto traces (issue 8): tables come whole from parsers.kineto.
+    # PyTorch profiler / Kineto traces (issue 8): tables come whole from postmortem.parsers.kineto.
     return _parse_kineto(result, data), None
 
 
@@ -276,7 +276,7 @@ def _read_whole(result: FileResult, name: str, label: str, read, refused: type[E
 
 def _parse_flight_recorder(result: FileResult, data: bytes) -> FileResult:
     """Flight Recorder dumps, pickle (safe unpickler) or JSON."""
-    from parsers import flight_recorder
+    from postmortem.parsers import flight_recorder
 
     def read():
         parsed, problems = flight_recorder.parse_dump(data, result.item.display)
@@ -295,7 +295,7 @@ def _is_sqlite(item: InputFile) -> bool:
 
 def _parse_nsys(result: FileResult) -> FileResult:
     """Issue 8: an nsys export -> kernels, nvtx, memcpy, gpu_memory, gpus, profile_* tables."""
-    from parsers import nsys
+    from postmortem.parsers import nsys
 
     item = result.item
     ok, why = nsys.is_nsys_export(item.path)
@@ -310,7 +310,7 @@ def _parse_nsys(result: FileResult) -> FileResult:
 
 def _parse_kineto(result: FileResult, data: bytes) -> FileResult:
     """Issue 8: a Kineto trace -> kernels, cpu_ops, profile_* tables."""
-    from parsers import kineto
+    from postmortem.parsers import kineto
 
     return _read_whole(result, kineto.NAME, "Kineto", lambda: kineto.read(data, result.item.display),
                        kineto.KinetoError)
@@ -375,7 +375,7 @@ def _batch_parse(module, combined: pl.DataFrame, texts: list[FileResult], batche
 
 def _env_dumps(results: list[FileResult], others: pl.DataFrame, gates: dict[str, set[int]] | None) -> set[int]:
     """Which of a chunk's text inputs (by ``_input``, their index in ``results``) are env dumps:
-    one ``parsers.envdump.env_dump_inputs`` over the logs that pass its gate."""
+    one ``postmortem.parsers.envdump.env_dump_inputs`` over the logs that pass its gate."""
     candidates = [i for i, r in enumerate(results) if r.item.kind == "log"
                   and (gates is None or r.input_id in gates[parsers.envdump.NAME])]
     if not candidates:
@@ -416,7 +416,7 @@ def _unbatch(frame: pl.DataFrame, mapping: pl.DataFrame, more: tuple[str, ...] =
 
 
 def _assign_kinds(lines: pl.DataFrame, claims: list[pl.DataFrame]) -> pl.DataFrame:
-    """``kind``: the first parser in ``parsers.ALL_PARSERS`` order that understood the line
+    """``kind``: the first parser in ``postmortem.parsers.ALL_PARSERS`` order that understood the line
     (whether it ran per file or batched), else "blank" for a blank line (NCCL puts one before
     every WARN: understood), else null (unparsed)."""
     priority = {m.NAME: i for i, m in enumerate(parsers.ALL_PARSERS)}
@@ -442,7 +442,7 @@ USE_FILE_GATES = True
 
 def file_gates(input_ids: list[int], frame: pl.DataFrame) -> dict[str, set[int]]:
     """Per gated parser (and the env-dump check): the inputs with a line it could start from.
-    ``frame``: ``parsers.lines.envelope_frame`` of a chunk, whose ``_input`` indexes ``input_ids``."""
+    ``frame``: ``postmortem.parsers.lines.envelope_frame`` of a chunk, whose ``_input`` indexes ``input_ids``."""
     modules = [m for m in (*parsers.LOG_PARSERS, parsers.envdump)
                if m not in parsers.BATCHED and hasattr(m, "file_gate")]
     hits = frame.group_by("_input").agg([m.file_gate(pl.col("text")).any().alias(m.NAME) for m in modules])
@@ -487,7 +487,7 @@ class ChunkResult:
     lines: pl.DataFrame | None
     tables: dict[str, pl.DataFrame]
     errors: list[str | None]        # per piece: why it was skipped, or None
-    # COLL trace lines past the first of each run (``analyzer.bulk``), for the store, not the
+    # COLL trace lines past the first of each run (``postmortem.analyzer.bulk``), for the store, not the
     # models: the Parquet files they were written to, and how many each input had.
     bulk_files: list[str] = field(default_factory=list)
     bulk_counts: dict[int, int] = field(default_factory=dict)
@@ -528,7 +528,7 @@ def skim_enabled() -> bool:
 
 def plan_skim(pieces: list[Piece], full_bytes: int | None = None) -> list[Piece]:
     """Which segments of large logs are parsed in full: memory bounded by the budget, not by the
-    inputs (``analyzer.budget.full_parse_bytes``, a twentieth of ``POSTMORTEM_MEMORY``).
+    inputs (``postmortem.analyzer.budget.full_parse_bytes``, a twentieth of ``POSTMORTEM_MEMORY``).
 
     When the bytes the models would hold (a segment's size less its COLL trace lines, which go
     to the store by position: ``_coll_share``) pass ``full_bytes``, the segments of logs cut into
@@ -688,7 +688,7 @@ def parse_chunks(chunks: list[list[Piece]], spool: str | None = None, batch_byte
 
     A batched parser costs about as much for one chunk's lines of a COLL-traced run (a
     twentieth of them are left beside the bulk) as for four chunks'. ``spool``: a folder
-    (``analyzer.bulk.Sink``); COLL trace lines past the first of each run are written there,
+    (``postmortem.analyzer.bulk.Sink``); COLL trace lines past the first of each run are written there,
     to ``ChunkResult.bulk_files``, instead of going through the parsers and the models."""
     limit = batch_bytes or CHUNK_BYTES
     done: list[ChunkResult] = []
@@ -720,7 +720,7 @@ class _Prepared:
 def _prepare(pieces: list[Piece], spool: str | None) -> _Prepared:
     """Whole-file readers, the envelope of all text pieces at once, the COLL cut, the gated
     per-file parsers. The text of understood NCCL INFO lines is dropped later (``_finish``; it
-    is read back by offset, see ``analyzer.store``): in a COLL-traced run they are nearly all
+    is read back by offset, see ``postmortem.analyzer.store``): in a COLL-traced run they are nearly all
     the bytes."""
     prepared = _Prepared([])
     pending: list[tuple[FileResult, bytes, Piece]] = []
@@ -738,7 +738,7 @@ def _prepare(pieces: list[Piece], spool: str | None) -> _Prepared:
     # Whole NCCL INFO lines (half the lines of an init log; COLL trace lines, nearly every
     # line of a COLL-traced log) mean nothing to the parsers but NCCL's: the others read
     # ``others``. With a ``spool`` only the first line of each run of COLL lines is parsed;
-    # the rest are read by position (``analyzer.bulk``).
+    # the rest are read by position (``postmortem.analyzer.bulk``).
     marks = combined.lazy().select(info=parsers.nccl.is_plain_info(pl.col("text")),   # lazy: the INFO
                                    coll=parsers.nccl.is_plain_coll(pl.col("text"))).collect()  # test once
     info, coll = marks["info"], marks["coll"]
@@ -878,7 +878,7 @@ def plan_jobs(chunks: list[list[Piece]], workers: int, groupable=None) -> list[l
 
 def mostly_coll(chunk: list[Piece]) -> bool:
     """Whether most lines in the middle of the chunk's largest piece are COLL trace lines (the
-    chunk will keep a small part of its lines, ``analyzer.bulk``): a guess from ``SAMPLE_BYTES``
+    chunk will keep a small part of its lines, ``postmortem.analyzer.bulk``): a guess from ``SAMPLE_BYTES``
     of it. A wrong guess costs time or memory, never a different result."""
     piece = max(chunk, key=lambda p: p.size)
     if piece.item.compression is not None:
@@ -919,7 +919,7 @@ def parse_all(items: list[InputFile], progress: bool | Progress = False, workers
     worker (``worker_count``), else here. Jobs come back in order, so the result is the same
     either way (tests/test_scale_ingest.py).
     ``progress``: a ``Progress`` (or True for a new one) shows files, bytes and rate.
-    ``sink``: an ``analyzer.bulk.Sink``, which gets each chunk's COLL trace bulk as a file, and
+    ``sink``: an ``postmortem.analyzer.bulk.Sink``, which gets each chunk's COLL trace bulk as a file, and
     stages them all at the end; without one every line stays in the result.
     """
     meter = progress if isinstance(progress, Progress) else Progress(bool(progress))
@@ -1052,7 +1052,7 @@ def _stop(pool) -> None:
         pass
     # A worker killed while sending its result leaves the pool's manager thread waiting for the
     # rest of the message, and the interpreter would join that thread at exit for ever:
-    # ``analyzer.cli.entry`` ends the process without that join once a pool was stopped.
+    # ``postmortem.cli.entry`` ends the process without that join once a pool was stopped.
     global POOL_STOPPED
     POOL_STOPPED = True
     for process in processes:
@@ -1223,7 +1223,7 @@ def _combine_chunk(ids: list[int], results: list[FileResult], batched: Batched) 
 
 def _drop_nccl_info_text(lines: pl.DataFrame, nccl_lines: pl.DataFrame | None) -> pl.DataFrame:
     """Understood NCCL INFO lines keep no text: the store reads it back by offset
-    (``analyzer.store``); lines the NCCL parser did not understand keep theirs."""
+    (``postmortem.analyzer.store``); lines the NCCL parser did not understand keep theirs."""
     if nccl_lines is None or nccl_lines.is_empty():
         return lines
     info = nccl_lines.filter((pl.col("level") == "INFO") & pl.col("kind").is_not_null()).select(
@@ -1257,7 +1257,7 @@ def _packed(item: InputFile) -> str | None:
     """The compression of an input parsed from its decoded copy (``discover.materialize``)."""
     if item.disk_size is None or not item.source:
         return None
-    from analyzer.discover import COMPRESSED
+    from postmortem.analyzer.discover import COMPRESSED
 
     return COMPRESSED.get(Path(item.source).suffix.lower())
 

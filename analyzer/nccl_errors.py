@@ -2,15 +2,15 @@
 
 ``nccl_errors`` holds one row per stated error, whatever carried it:
 
-* an ``NCCL WARN`` line (``events`` kind ``nccl_warn``, classified by ``parsers.nccl``);
-* the NCCL text inside a PyTorch error (``parsers.c10d``): ``NCCL error in: FILE:LINE, <result
+* an ``NCCL WARN`` line (``events`` kind ``nccl_warn``, classified by ``postmortem.parsers.nccl``);
+* the NCCL text inside a PyTorch error (``postmortem.parsers.c10d``): ``NCCL error in: FILE:LINE, <result
   string>, NCCL version X`` (a ``DistBackendError``, a ``terminate called ... what():``, the
   watchdog's ``NCCL watchdog thread terminated with exception: NCCL error: ...``), the
   ``ncclSystemError: ...`` / ``ncclRemoteError: ...`` interpretation line, and the text on the
   line after ``Last error:`` (NCCL's last WARN message), and ``NCCL communicator was aborted
   on rank R. Original reason for failure was: ...``.
 
-Each row gets the catalogue's reading (``parsers.nccl_errors``: ``cause``, ``error_class``,
+Each row gets the catalogue's reading (``postmortem.parsers.nccl_errors``: ``cause``, ``error_class``,
 ``role``, ``location`` (the catalogue's ``where``), ``category``, ``meaning``, ``action``), the fields its text states
 (``peer_rank``, ``peer``, ``errno_text`` / ``errno_name`` / ``errno``, ``result_code`` /
 ``result``, ``bytes``) and where it was printed (``rank``, ``node``, ``host``, ``pid``,
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from parsers import nccl_errors as catalogue
+from postmortem.parsers import nccl_errors as catalogue
 
 SCHEMA = {"input_id": pl.UInt32, "line_no": pl.UInt32, "attempt": pl.Int64, "ts": pl.Datetime("us"),
           "rank": pl.Int64, "node": pl.String, "host": pl.String, "pid": pl.Int64, "cuda_dev": pl.Int64,

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from parsers.nccl import bus_id_to_pci, fingerprints
+from postmortem.parsers.nccl import bus_id_to_pci, fingerprints
 
 # How fast a tier is, roughly, for ordering and "slowest hop" questions (lower = faster).
 # The hardware model (bandwidth per tier) prices them; here only the order matters.

@@ -1,7 +1,7 @@
 """Node evidence joined to the run: which node each kernel/health row belongs to, which physical
 GPU an Xid names, the scheduler's expected nodes, and per-node clocks.
 
-Called from ``analyzer.pipeline`` after ``nccl_model.build``. Produces (or replaces):
+Called from ``postmortem.analyzer.pipeline`` after ``nccl_model.build``. Produces (or replaces):
 
 ``node_events``   the kernel parser's rows plus ``node`` (``node_source``), ``gpu_index``,
                   ``cuda_dev``, ``uuid``/``serial`` (filled from the GPU join), ``global_rank``,
@@ -12,7 +12,7 @@ Called from ``analyzer.pipeline`` after ``nccl_model.build``. Produces (or repla
                   ``local_rank``, ``sources`` (which inputs named it: nvidia-smi, kernel, NCCL, ranks)
 ``job_nodes``     the scheduler's expected nodes with ``has_logs`` (any input line attributed to
                   the node) and ``ranks_seen``
-``node_clocks``   see ``analyzer.clocks``
+``node_clocks``   see ``postmortem.analyzer.clocks``
 
 Joins are explicit and keyed on the PCI address ``0000:2a:00.0`` (NCCL's ``busId 2a000``, the
 Xid's ``PCI:0000:2a:00``, nvidia-smi's ``00000000:2A:00.0``) plus the node's short host name.
@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from analyzer import clocks
-from analyzer.ranges import rank_ranges
+from postmortem.analyzer import clocks
+from postmortem.analyzer.ranges import rank_ranges
 
 GPU_IDENTITY_SCHEMA = {"node": pl.String, "pci": pl.String, "gpu_index": pl.Int64, "cuda_dev": pl.Int64,
                        "uuid": pl.String, "serial": pl.String, "product": pl.String, "global_rank": pl.Int64,

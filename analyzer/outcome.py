@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass
 
 import polars as pl
 
-from parsers import nccl_errors
+from postmortem.parsers import nccl_errors
 
 SCHEDULER_FAILED = ("FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL",
                     "DEADLINE", "OOMKilled", "Error")
@@ -253,7 +253,7 @@ def caught_errors(run, attempt, ev: pl.DataFrame | None = None, finished: set | 
     rank printed a line of its own (a training line or the script's own print, not an error
     line) later in the same input, the job reached its last step and no launcher or
     scheduler failure was recorded, or the traceback ended a thread, not the process. Columns input_id, line_no, exc_line_no: crash rules drop
-    these lines too (``rules.crash_model``)."""
+    these lines too (``postmortem.rules.crash_model``)."""
     if ev is None:
         kinds = ", ".join(f"'{k}'" for k in MAYBE_CAUGHT)
         ev = _rows(run, "events", attempt, f"kind IN ({kinds})", (*_WHERE, "kind", "exc_line_no")) \
@@ -476,7 +476,7 @@ def _last_steps(run, attempt) -> dict:
 
 
 def _text(row: dict, cache: dict) -> str:
-    from analyzer.store import line_text
+    from postmortem.analyzer.store import line_text
 
     if row.get("abs_path") is None or row.get("offset") is None:
         return ""

@@ -15,11 +15,11 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
-from analyzer import (bulk, cache, collective_timing, env_model, identity, nccl_errors, nccl_model, node_model, store,
+from postmortem.analyzer import (bulk, cache, collective_timing, env_model, identity, nccl_errors, nccl_model, node_model, store,
                       tails, timeline)
-from analyzer.archives import Scratch
-from analyzer.discover import discover, materialize
-from analyzer.ingest import SEGMENT_BYTES, Progress, parse_all
+from postmortem.analyzer.archives import Scratch
+from postmortem.analyzer.discover import discover, materialize
+from postmortem.analyzer.ingest import SEGMENT_BYTES, Progress, parse_all
 
 LINE_COLUMNS = ["input_id", "line_no", "offset", "length", "kind", "rank", "rank_source", "rank_confidence",
                 "node", "node_source", "pid", "attempt", "attempt_source", "prefix", "ext_ts", "srun_task",
@@ -54,9 +54,9 @@ def analyze(paths: list[str | Path], db_path: str | Path | None = None, progress
             follow_symlinks: bool = False) -> Run:
     """``exclude``: files or folders not to read (the report's own --out folder).
     ``progress_stream``: where progress lines go instead of stderr (the TUI's loading screen).
-    ``use_cache``: reuse (and keep) the parsed run in ``analyzer.cache`` (default: on unless
+    ``use_cache``: reuse (and keep) the parsed run in ``postmortem.analyzer.cache`` (default: on unless
     ``POSTMORTEM_CACHE=off``). ``follow_symlinks``: read links that lead out of the input
-    folders (``analyzer.discover``)."""
+    folders (``postmortem.analyzer.discover``)."""
     started = time.perf_counter()
     exclude = {Path(p) for p in exclude or []} | ({Path(db_path)} if db_path else set())
     meter = Progress(progress or progress_stream is not None, stream=progress_stream)
@@ -88,7 +88,7 @@ def analyze(paths: list[str | Path], db_path: str | Path | None = None, progress
                     time.perf_counter() - started, 3)}, db_path=str(db_path) if db_path else None,
                            cache_key=run_key)
             # A large run gets its store on disk from the start. Its COLL trace bulk is kept
-            # out of memory: files the store reads at the end (analyzer.bulk).
+            # out of memory: files the store reads at the end (postmortem.analyzer.bulk).
             spill = sum(i.size for i in items) >= store.SPILL_BYTES
             sink = bulk.Sink(lambda: store.connect(db_path, spill=spill))
             # A live hang's logs grow between two analyses: parse only what they gained.
@@ -193,7 +193,7 @@ def _annotate(tables: dict[str, pl.DataFrame], by_line: ByLine) -> dict[str, pl.
         if "line_no" not in frame.columns or "input_id" not in frame.columns:
             out[name] = frame
             continue
-        # Flight Recorder rows (parsers.flight_recorder) state their own rank (from the dump's file
+        # Flight Recorder rows (postmortem.parsers.flight_recorder) state their own rank (from the dump's file
         # name; a dump has no lines to attribute): they keep it, every other row takes attribution's.
         own = [c for c in ("rank", "rank_source", "rank_confidence") if c in frame.columns] \
             if "parser" in frame.columns and (frame["parser"] == "flight_recorder").any() else []
@@ -254,7 +254,7 @@ def _fill_attempts(tables: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:
 
 
 def _lines_table(lines: pl.DataFrame, by_line: ByLine) -> pl.DataFrame:
-    """The per-line index (understood NCCL INFO lines carry no text: ``analyzer.ingest``
+    """The per-line index (understood NCCL INFO lines carry no text: ``postmortem.analyzer.ingest``
     dropped it, the store reads it back by offset)."""
     df = by_line.attach(lines, [c for c in by_line.rows.columns if c not in ("input_id", "line_no")], suffix="_attr")
     if df["attempt"].null_count() == len(df):

@@ -1,6 +1,6 @@
 """Re-parse only the new tail of a growing log (a live hang): the parse cache.
 
-The store cache (``analyzer.cache``) answers only when no input changed. A job that is still
+The store cache (``postmortem.analyzer.cache``) answers only when no input changed. A job that is still
 hanging keeps appending to a few of its logs (watchdog lines, periodic work updates) while the
 engineer runs ``postmortem`` again and again. So after every parse the parse-level result is
 kept too, one entry per set of input paths: the frames ``parse_all`` gave (``lines``, every
@@ -15,7 +15,7 @@ the rules then run over the whole run as always. Logs that per-file parsers read
 scheduler records, tool output: their state is the whole file) are parsed again whole.
 
 Limits: a record longer than ``BACK_OFF`` lines that spans the old end is read in two parts;
-the launcher-prefix decisions of ``parsers.lines`` (pdsh host tags, ``[N]`` rank tags) are taken
+the launcher-prefix decisions of ``postmortem.parsers.lines`` (pdsh host tags, ``[N]`` rank tags) are taken
 on the tail alone. tests/test_tails.py holds the result to a full parse.
 """
 
@@ -33,10 +33,10 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
-import parsers
-from analyzer import bulk, store
-from analyzer.discover import InputFile, open_input, path_text
-from analyzer.ingest import ChunkResult, Parsed, Piece, _combine, parse_chunk
+from postmortem import parsers
+from postmortem.analyzer import bulk, store
+from postmortem.analyzer.discover import InputFile, open_input, path_text
+from postmortem.analyzer.ingest import ChunkResult, Parsed, Piece, _combine, parse_chunk
 
 BACK_OFF = 2000
 _PER_FILE = {m.NAME for m in parsers.PER_FILE} | {m.NAME for m in parsers.ENV_PARSERS}

@@ -1,6 +1,6 @@
 """What ``nvidia-smi topo -m`` says about each node: the link between two GPUs, between a GPU and a NIC.
 
-Built from the ``topology`` matrix cells and the ``topo_nics`` NIC legend (``parsers.hwtools``),
+Built from the ``topology`` matrix cells and the ``topo_nics`` NIC legend (``postmortem.parsers.hwtools``),
 each input's node from the store's attribution. Shared by the transports view (which hops are
 slower than they should be) and the transport rules (N010, N013), so that the two never judge a
 hop differently (``docs/formats/hardware.md`` section 4).

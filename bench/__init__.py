@@ -1,1 +1,1 @@
-"""Benchmarks and the run generator (``bench.generator``) that writes realistic job folders."""
+"""Benchmarks and the run generator (``postmortem.generator``) that writes realistic job folders."""

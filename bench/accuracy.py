@@ -158,8 +158,8 @@ def _cause_named(case: Case, report: dict) -> bool | None:
 
 
 def run_case(case: Case) -> dict:
-    from analyzer.pipeline import analyze
-    from analyzer.report import build_report
+    from postmortem.analyzer.pipeline import analyze
+    from postmortem.rules.report import build_report
 
     run = analyze([case.path], use_cache=False)
     try:

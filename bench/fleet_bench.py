@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from analyzer import fleet
+from postmortem import fleet
 from bench.fleet_generator import FleetSpec, generate_fleet
 
 

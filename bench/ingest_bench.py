@@ -3,7 +3,7 @@
     python -m bench.ingest_bench --ranks 8,64 [--coll] [--nsys] [--iterations 40] [--repeats 1]
                                  [--json FILE] [--keep DIR] [--compare OLD.json] [--no-baseline]
 
-For each size, generates a deadlock run with ``bench.generator`` (8 GPUs per node, watchdog
+For each size, generates a deadlock run with ``postmortem.generator`` (8 GPUs per node, watchdog
 timeouts, periodic c10d work updates during a 30-minute hang, py-spy dumps; ``--coll`` adds
 ``COLL`` to ``NCCL_DEBUG_SUBSYS`` and writes the COLL line of every collective of every iteration
 (``RunSpec.coll_trace``: ~18 kB per rank per iteration, 1,024 ranks x ~105 iterations is ~2 GB),
@@ -11,8 +11,8 @@ timeouts, periodic c10d work updates during a 30-minute hang, py-spy dumps; ``--
 reads every file once so that the page cache is warm, then measures in the same run:
 
 * the scan floor: ``LC_ALL=C grep -rc "" DIR`` (the best of three);
-* our ingest, ``analyzer.pipeline.analyze([DIR])`` (in-memory store), and then, separately,
-  ``analyzer.report.build_report(run)`` ("time to report"), both in one child Python process
+* our ingest, ``postmortem.analyzer.pipeline.analyze([DIR])`` (in-memory store), and then, separately,
+  ``postmortem.rules.report.build_report(run)`` ("time to report"), both in one child Python process
   run under ``/usr/bin/time -v``: its peak RSS is the peak of ingest + report (plus the
   interpreter and imports; the import time is measured and left out of the times);
 * ``bench.lineparser_baseline`` (per-line ``re.match`` + row dicts + DuckDB), in its own child
@@ -53,8 +53,8 @@ COMPARED = ("ingest_s", "report_s", "grep_s", "baseline_s", "peak_rss_mib", "pea
 # -- the run ---------------------------------------------------------------------------------------
 
 def spec_for(ranks: int, iterations: int, coll: bool, nsys: bool):
-    from bench.generator import RunSpec
-    from bench.rungen.nccl import NcclVersion
+    from postmortem.generator import RunSpec
+    from postmortem.generator.rungen.nccl import NcclVersion
 
     gpus = GPUS_PER_NODE if ranks >= GPUS_PER_NODE else ranks
     if ranks % gpus:
@@ -79,7 +79,7 @@ def generate(out: Path, spec) -> tuple[float, bool]:
     """Write the run into ``out`` unless the same spec is there already; (seconds, reused)."""
     from dataclasses import asdict
 
-    from bench.generator import generate_run
+    from postmortem.generator import generate_run
 
     stamp = out.parent / (out.name + ".spec.json")   # outside the run: no reader sees it
     wanted = json.dumps(asdict(spec), sort_keys=True, default=str)
@@ -177,21 +177,21 @@ def child_main(mode: str, run_dir: str, result_file: str) -> int:
     if mode == "ingest":
         os.environ["POSTMORTEM_CACHE"] = "on"
         os.environ["POSTMORTEM_CACHE_DIR"] = tempfile.mkdtemp(prefix="ingest_bench_cache_")
-        from analyzer.pipeline import analyze
-        from analyzer.report import build_report
+        from postmortem.analyzer.pipeline import analyze
+        from postmortem.rules.report import build_report
     else:
         from bench.lineparser_baseline import parse
     import_s = time.perf_counter() - t
     out: dict = {"import_s": round(import_s, 4)}
     if mode == "ingest":
-        from analyzer import ingest
-        from analyzer.discover import discover
+        from postmortem.analyzer import ingest
+        from postmortem.analyzer.discover import discover
 
         out["workers"] = ingest.worker_count(discover([run_dir])[0])
         t = time.perf_counter()
         run = analyze([run_dir])
         out["ingest_s"] = time.perf_counter() - t
-        # Worker processes (analyzer.ingest) run beside this one: the largest one's peak.
+        # Worker processes (postmortem.analyzer.ingest) run beside this one: the largest one's peak.
         out["worker_maxrss_mib"] = round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1)
         t = time.perf_counter()
         report = build_report(run)
@@ -203,7 +203,7 @@ def child_main(mode: str, run_dir: str, result_file: str) -> int:
         out["findings"] = len(report.get("findings", []))
         out["stage_timings"] = {k: v for k, v in (run.timings or {}).items() if isinstance(v, (int, float))}
         run.con.close()
-        # The same report again with the cache the first one left (analyzer.cache), in a
+        # The same report again with the cache the first one left (postmortem.analyzer.cache), in a
         # private cache folder: the time a user waits the second time (TUI after the report).
         t = time.perf_counter()
         again = analyze([run_dir])

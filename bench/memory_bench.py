@@ -34,7 +34,7 @@ import zipfile
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from analyzer.budget import memory, parse_size
+from postmortem.analyzer.budget import memory, parse_size
 
 CASES = ("plain", "coll", "no-newline", "zip")
 BLOCK_LINES = 4000
@@ -198,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
                     writer(target, size)
                 out = folder / "report.json"
                 row = {"case": case, "size": text.strip(), "bytes": size, "file_bytes": target.stat().st_size,
-                       **measure([sys.executable, "-m", "analyzer.cli", "report", str(target), "--format", "json",
+                       **measure([sys.executable, "-m", "postmortem.cli", "report", str(target), "--format", "json",
                                   "--out", str(out), "--no-cache", "--quiet"], env)}
                 row["budget_mib"] = budget >> 20
                 row["under_budget"] = row["peak_rss_mib"] <= row["budget_mib"]

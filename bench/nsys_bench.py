@@ -2,10 +2,10 @@
 
     python -m bench.nsys_bench [--kernels 1000000] [--keep PATH]
 
-Generates one rank's export with ``bench.rungen.nsys`` (rows made inside SQLite), then runs
-``parsers.nsys.read`` and, for scale, a plain ``SELECT count(*)`` scan and a straightforward
+Generates one rank's export with ``postmortem.generator.rungen.nsys`` (rows made inside SQLite), then runs
+``postmortem.parsers.nsys.read`` and, for scale, a plain ``SELECT count(*)`` scan and a straightforward
 ``fetchall()`` of the kernel table into Python tuples, measured in the same run. Prints
-kernels/s and the peak RSS of the process. ``parsers.nsys`` holds no row as a Python object:
+kernels/s and the peak RSS of the process. ``postmortem.parsers.nsys`` holds no row as a Python object:
 sqlite3 returns one string per column per chunk (``tests/test_nsys_kineto.py`` checks the code
 path at 50k kernels; no test asserts a wall-clock time).
 """
@@ -19,8 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.rungen.nsys import write_nsys_export
-from parsers import nsys
+from postmortem.generator.rungen.nsys import write_nsys_export
+from postmortem.parsers import nsys
 
 
 def generate(path: str | Path, kernels: int = 1_000_000) -> Path:

@@ -44,7 +44,7 @@ def _cli(argv: list[str]) -> str:
     try:
         from postmortem.cli import main
     except ImportError:   # before the namespace move
-        from analyzer.cli import main
+        from postmortem.cli import main
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):

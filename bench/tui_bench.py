@@ -3,7 +3,7 @@
     python -m bench.tui_bench [--ranks 1024] [--iterations 10] [--repeats 10] [--keep DIR] [--json FILE]
     python -m bench.tui_bench --db STORE      (the UI part alone, on a store kept with --keep)
 
-Generates a deadlock run with ``bench.generator`` (``--ranks`` / 8 nodes x 8 GPUs, periodic
+Generates a deadlock run with ``postmortem.generator`` (``--ranks`` / 8 nodes x 8 GPUs, periodic
 c10d work updates during a 30-minute hang, fewer training iterations than the samples so that
 the 2-core CI machine writes it in reasonable time), ingests it into a store (``analyze`` +
 ``build_report``, as ``postmortem ingest`` does), then opens ``PostmortemApp`` headless at
@@ -44,7 +44,7 @@ KEYS = [  # (what, key); the first is bound to nothing: the cost of a press and 
 
 
 def generate(out: Path, ranks: int, iterations: int) -> dict:
-    from bench.generator import RunSpec, generate_run
+    from postmortem.generator import RunSpec, generate_run
 
     nodes = max(1, ranks // GPUS_PER_NODE)
     spec = RunSpec(nodes=nodes, gpus_per_node=GPUS_PER_NODE, scenario="deadlock", culprit=ranks // 2 + 1,
@@ -56,8 +56,8 @@ def generate(out: Path, ranks: int, iterations: int) -> dict:
 
 
 def ingest(run_dir: Path, db: Path) -> None:
-    from analyzer.pipeline import analyze
-    from analyzer.report import build_report
+    from postmortem.analyzer.pipeline import analyze
+    from postmortem.rules.report import build_report
 
     run = analyze([run_dir], db_path=db)
     build_report(run)
@@ -70,8 +70,8 @@ def _stats(samples: list[float]) -> dict:
 
 
 async def _drive(db: Path, repeats: int) -> dict:
-    from tui.app import PostmortemApp
-    from tui.session import open_store
+    from postmortem.tui.app import PostmortemApp
+    from postmortem.tui.session import open_store
 
     out: dict = {}
     t = time.perf_counter()

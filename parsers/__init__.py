@@ -1,14 +1,14 @@
-"""Format parsers: bytes/lines in, Polars frames out. See ``parsers.base`` for the contract.
+"""Format parsers: bytes/lines in, Polars frames out. See ``postmortem.parsers.base`` for the contract.
 
 ``LOG_PARSERS`` run on every text log (each filters its own lines by literal first, so a
 file interleaving NCCL, PyTorch and framework output is classified line by line). The order
 decides which parser's name a line gets in ``lines.kind`` when two understand it.
-Whole-file inputs have their own readers, chosen by ``analyzer.discover.sniff``: Flight
+Whole-file inputs have their own readers, chosen by ``postmortem.analyzer.discover.sniff``: Flight
 Recorder dumps (``flight_recorder``), nsys SQLite exports (``nsys``), Kineto traces
 (``kineto``), environment dumps (``ENV_PARSERS``).
 """
 
-from parsers import (c10d, config, deepspeed, envdump, health, hf_trainer, hwtools, kernel, linkbench, megatron, nccl,
+from postmortem.parsers import (c10d, config, deepspeed, envdump, health, hf_trainer, hwtools, kernel, linkbench, megatron, nccl,
                      nccl_inspector, nccl_ras, pyspy, scheduler, titan_lightning, torch_errors, torchrun)
 
 LOG_PARSERS = [
@@ -20,10 +20,10 @@ LOG_PARSERS = [
     linkbench,                                         # bandwidthTest, p2pBandwidthLatencyTest, perftest ib_*_bw/lat
     kernel, health, scheduler,                         # node evidence: kernel logs, GPU/NIC health, Slurm/K8s
 ]
-# Parsers run once over all log inputs at once (analyzer.ingest), in LOG_PARSERS order: they make
+# Parsers run once over all log inputs at once (postmortem.analyzer.ingest), in LOG_PARSERS order: they make
 # many small Polars calls, which per file would cost more than the parsing (a job folder holds
 # hundreds of small per-rank files). They follow multi-line blocks per stream
-# (parsers.lines.with_stream, whose key includes the input), so files never bleed into each
+# (postmortem.parsers.lines.with_stream, whose key includes the input), so files never bleed into each
 # other. Parsers that keep file-level state run per file: node evidence (kernel, health,
 # scheduler), tool output whose tables number their rows by line (hwtools, config, nccl_ras) or
 # whose records span lines (nccl_inspector).

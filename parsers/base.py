@@ -6,11 +6,11 @@ A parser is a module with
 * ``SAMPLE_LINES`` -- message texts (after the envelope is peeled) it must understand; the
   test suite feeds them through ``parse`` and checks every one is consumed;
 * ``parse(lines: pl.DataFrame) -> ParseResult`` -- takes the envelope frame of one input
-  (``parsers.lines.envelope``: ``line_no``, ``text`` and the prefix columns) and returns
+  (``postmortem.parsers.lines.envelope``: ``line_no``, ``text`` and the prefix columns) and returns
   tables keyed by name plus the ``line_no`` values it understood.
 
 Parsers never decide global ranks, nodes or attempts: they report what a line says (a PG
-rank, an NCCL communicator rank, a pid) with its ``line_no``; ``analyzer.identity`` joins
+rank, an NCCL communicator rank, a pid) with its ``line_no``; ``postmortem.analyzer.identity`` joins
 that to the envelope's prefixes and the input's path. Rows of every table carry
 ``line_no`` so a finding can always cite its line.
 
@@ -57,7 +57,7 @@ GLOG = (
 def glog_timestamp(mmdd: pl.Expr, hms: pl.Expr, frac: pl.Expr) -> pl.Expr:
     """A glog ``MMDD HH:MM:SS.frac`` as a Datetime in the placeholder year 2000.
 
-    glog never prints the year; ``analyzer.timeline`` replaces the placeholder with a year
+    glog never prints the year; ``postmortem.analyzer.timeline`` replaces the placeholder with a year
     taken from the run's other clocks and records how it did so. The fraction is cut to
     microseconds (c10's nine digits come from a monotonic clock in some builds, so the
     sub-second part is approximate anyway).

@@ -27,7 +27,7 @@ global ranks. Messages handled, into tables:
   ncclUniqueId store errors, Python tracebacks and exception lines; DETAIL's 2023+ diff lines
   (``fingerprint_diff``), DDP's model check (``ddp_model_mismatch``), the failed collective's
   stack (``failed_collective_stack``) and the watchdog-stuck follow-ups (GIL, C++ stack dump).
-  ``parsers.torch_errors`` adds the multi-line and normalised views (one event per traceback,
+  ``postmortem.parsers.torch_errors`` adds the multi-line and normalised views (one event per traceback,
   OOM sizes in MiB, CUDA fault classes, faulthandler, Gloo, rendezvous, signals).
 * ``settings``: the HeartbeatMonitor / PGNCCL Watchdog / ProcessGroupNCCL environment banners.
 
@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from parsers.base import GLOG, ParseResult, conform, consumed_of, glog_timestamp, to_int
+from postmortem.parsers.base import GLOG, ParseResult, conform, consumed_of, glog_timestamp, to_int
 
 NAME = "c10d"
 

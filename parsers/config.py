@@ -26,16 +26,16 @@ Line kinds handled:
   Options after the program are the program's and are not recorded.
 
 Tables: ``job_config`` (line_no, key, value, source), ``packages`` (line_no, name, version,
-source), ``gpus`` (collect_env's GPU list, the ``parsers.hwtools`` schema).
+source), ``gpus`` (collect_env's GPU list, the ``postmortem.parsers.hwtools`` schema).
 """
 
 from __future__ import annotations
 
 import polars as pl
 
-from parsers.base import ParseResult, conform, consumed_of
-from parsers.hwtools import GPUS_SCHEMA
-from parsers.lines import with_stream
+from postmortem.parsers.base import ParseResult, conform, consumed_of
+from postmortem.parsers.hwtools import GPUS_SCHEMA
+from postmortem.parsers.lines import with_stream
 
 NAME = "config"
 
@@ -130,7 +130,7 @@ _LAUNCH = r"\b(?:srun|torchrun|torch\.distributed\.(?:run|launch)|deepspeed|acce
 
 
 def file_gate(text: pl.Expr) -> pl.Expr:
-    """A line this parser could start from: an input with none gives nothing (analyzer.ingest
+    """A line this parser could start from: an input with none gives nothing (postmortem.analyzer.ingest
     skips the parser there; tests/test_batched_parsing.py holds the skip to the full run)."""
     text = text.fill_null("")
     return (text.str.contains(_COLLECT_START) | text.str.contains(_PIP_LINE)

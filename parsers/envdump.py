@@ -23,8 +23,8 @@ Line kinds handled:
 ``looks_like_env_dump`` is for discovery: true when most non-empty lines of the input (its
 first 5000 lines) are ``KEY=VALUE`` lines with an upper-case key, or when the input is one
 ``NCCL_*=value`` line under ``#`` comments (an ``/etc/nccl.conf`` or ``~/.nccl.conf`` copy; NCCL
-reads the same ``KEY=VALUE`` lines there, ``analyzer.env_model`` tells them apart by file name);
-never for a batch script (``#!``/``#SBATCH`` lines: ``parsers.config`` reads those). The analyzer calls
+reads the same ``KEY=VALUE`` lines there, ``postmortem.analyzer.env_model`` tells them apart by file name);
+never for a batch script (``#!``/``#SBATCH`` lines: ``postmortem.parsers.config`` reads those). The analyzer calls
 ``parse`` only for files classified that way; in an ordinary log this parser is not used.
 """
 
@@ -32,8 +32,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from parsers.base import ParseResult, consumed_of
-from parsers.lines import with_stream
+from postmortem.parsers.base import ParseResult, consumed_of
+from postmortem.parsers.lines import with_stream
 
 NAME = "envdump"
 
@@ -140,7 +140,7 @@ def _classify(lines: pl.DataFrame) -> pl.DataFrame:
 
 
 def file_gate(text: pl.Expr) -> pl.Expr:
-    """An input with no upper-case ``KEY=VALUE`` line is not an env dump (analyzer.ingest asks
+    """An input with no upper-case ``KEY=VALUE`` line is not an env dump (postmortem.analyzer.ingest asks
     ``looks_like_env_dump`` only where some line passes)."""
     return text.fill_null("").str.contains(_UPPER_KV)
 

@@ -37,7 +37,7 @@ Tables (rows carry ``rank`` from the file name, ``rank_source``, ``rank_confiden
   id/guid/desc, pg_rank, peer, fr_version);
 * ``progress`` -- kind ``flight_recorder``: per PG id from ``pg_status``
   (last_enqueued / last_started / last_completed);
-* ``stacks`` -- the entries' frames, the shape ``parsers.pyspy`` uses plus ``source``,
+* ``stacks`` -- the entries' frames, the shape ``postmortem.parsers.pyspy`` uses plus ``source``,
   ``rank`` and ``record_id``;
 * ``pg_ranks`` -- from ``pg_config``: pg_guid, pg_desc, group_rank -> global_rank, group_size;
 * ``fr_dumps`` -- one row per dump: version, library version, entry count, first/last
@@ -56,7 +56,7 @@ from datetime import UTC, datetime
 
 import polars as pl
 
-from parsers.base import ParseResult
+from postmortem.parsers.base import ParseResult
 
 NAME = "flight_recorder"
 SAMPLE_LINES: list[str] = []   # not a line format: read whole files with ``parse_dump``

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from parsers.base import ParseResult, consumed_of, to_int
+from postmortem.parsers.base import ParseResult, consumed_of, to_int
 
 NAME = "health"
 
@@ -302,7 +302,7 @@ def _nics(df: pl.DataFrame) -> pl.DataFrame:
 
 
 def file_gate(text: pl.Expr) -> pl.Expr:
-    """A line this parser could start from: an input with none gives nothing (analyzer.ingest
+    """A line this parser could start from: an input with none gives nothing (postmortem.analyzer.ingest
     skips the parser there; tests/test_batched_parsing.py holds the skip to the full run)."""
     text = text.fill_null("")
     return text.str.contains_any(_GATE) | text.str.contains(_NVSMI_HEAD) | text.str.contains(_CSV_HEAD)

@@ -28,12 +28,12 @@ from __future__ import annotations
 
 import polars as pl
 
-from parsers import trainlog
-from parsers.base import ParseResult, consumed_of, to_int
-from parsers.lines import with_stream
+from postmortem.parsers import trainlog
+from postmortem.parsers.base import ParseResult, consumed_of, to_int
+from postmortem.parsers.lines import with_stream
 
 NAME = "hf_trainer"
-# Batched over every log input (analyzer.ingest): its many small passes would cost more per file.
+# Batched over every log input (postmortem.analyzer.ingest): its many small passes would cost more per file.
 BATCH_LITERAL = ""
 
 SAMPLE_LINES = [

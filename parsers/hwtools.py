@@ -42,8 +42,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from parsers.base import ParseResult, conform, consumed_of, to_int
-from parsers.lines import with_stream
+from postmortem.parsers.base import ParseResult, conform, consumed_of, to_int
+from postmortem.parsers.lines import with_stream
 
 NAME = "hwtools"
 
@@ -187,7 +187,7 @@ _ROW_HINT = r"^\s*(?:\[\d+\])?\s*\d+\s+\d+\s+[a-z]"
 
 
 def file_gate(text: pl.Expr) -> pl.Expr:
-    """A line this parser could start from: an input with none gives nothing (analyzer.ingest
+    """A line this parser could start from: an input with none gives nothing (postmortem.analyzer.ingest
     skips the parser there; tests/test_batched_parsing.py holds the skip to the full run)."""
     # the five tool families parse looks for first
     return (text.str.contains("GPU0", literal=True) | text.str.contains("Legend:", literal=True)

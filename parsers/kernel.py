@@ -14,8 +14,8 @@ Headers (any of them, or none: a bare message pasted from a bug report is still 
     Jul 24 08:01:02 host kernel: [  123.45] msg      kern.log with the printk time kept
 
 ``ts`` is UTC where the line carries a zone (short-iso), otherwise the time as printed (year
-2000 placeholder where no year is printed: ``analyzer.timeline`` fixes it), and ``ts_zone``
-says which (``UTC``, ``local`` or ``local-no-year``). ``analyzer.clocks`` turns them into
+2000 placeholder where no year is printed: ``postmortem.analyzer.timeline`` fixes it), and ``ts_zone``
+says which (``UTC``, ``local`` or ``local-no-year``). ``postmortem.analyzer.clocks`` turns them into
 cross-node ``ts_utc``.
 
 Messages (``kind``):
@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from parsers.base import ParseResult, consumed_of, to_int
+from postmortem.parsers.base import ParseResult, consumed_of, to_int
 
 NAME = "kernel"
 
@@ -203,7 +203,7 @@ def _headers(df: pl.DataFrame) -> pl.DataFrame:
     df = df.with_columns(_h=h).unnest("_h")
     month = pl.col("mon").replace_strict(_MONTHS, default=None, return_dtype=pl.Int64)
     tmonth = pl.col("tmon").replace_strict(_MONTHS, default=None, return_dtype=pl.Int64)
-    # journal / syslog: no year (placeholder 2000, analyzer.timeline fixes it), no zone
+    # journal / syslog: no year (placeholder 2000, postmortem.analyzer.timeline fixes it), no zone
     syslog = pl.concat_str([pl.lit("2000-"), month.cast(pl.String).str.pad_start(2, "0"), pl.lit("-"),
                             pl.col("day").str.pad_start(2, "0"), pl.lit(" "), pl.col("hms")])
     dmesg_t = pl.concat_str([pl.col("tyear"), pl.lit("-"), tmonth.cast(pl.String).str.pad_start(2, "0"), pl.lit("-"),
@@ -324,7 +324,7 @@ def _classify(df: pl.DataFrame) -> pl.DataFrame:
 
 
 def file_gate(text: pl.Expr) -> pl.Expr:
-    """A line this parser could start from: an input with none gives nothing (analyzer.ingest
+    """A line this parser could start from: an input with none gives nothing (postmortem.analyzer.ingest
     skips the parser there; tests/test_batched_parsing.py holds the skip to the full run)."""
     # its literals, AER's per-bit lines (gated by "pcieport" among others), journalctl's markers
     text = text.fill_null("")

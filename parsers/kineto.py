@@ -9,7 +9,7 @@ Format reference: ``docs/formats/nsys-and-traces.md`` section 8.
   parts are converted separately, so epoch-us values (~1.7e15) keep ns exactness.
 * **Rank.** ``distributedInfo.rank`` (certain); missing -> the file name's ``rank<N>`` (derived).
 * **NCCL kernels** (``cat == "kernel"``, ``pid`` = device, ``tid`` = stream): the name's
-  family as for nsys (``parsers.nsys.kernel_fields``) plus Kineto's args copied from
+  family as for nsys (``postmortem.parsers.nsys.kernel_fields``) plus Kineto's args copied from
   ``record_param_comms``: ``Collective name``, ``In/Out msg nelems``, ``dtype``, ``Group size``,
   ``Process Group Name/Description/Ranks``, ``Seq`` where present. Older traces have no
   such args: collective and type then come from the kernel name, the group size from
@@ -33,7 +33,7 @@ from pathlib import Path
 
 import polars as pl
 
-from parsers.nsys import KERNEL_SCHEMA, TYPE_BYTES, kernel_fields
+from postmortem.parsers.nsys import KERNEL_SCHEMA, TYPE_BYTES, kernel_fields
 
 NAME = "kineto"
 

@@ -32,7 +32,7 @@ Output columns (``ENVELOPE_SCHEMA``):
 ``mpi_rank``  Open MPI ``--tag-output`` rank
 ``local_rank`` torchrun ``[<role>N]:`` number (a local rank) for roles other than ``rank``; for
               a custom template ``[<role>N|M]:`` the first number N (the template decides
-              whether it is the local or the global rank: ``analyzer.identity`` reads N and M
+              whether it is the local or the global rank: ``postmortem.analyzer.identity`` reads N and M
               from ``prefix``)
 ``rank_tag``  ``[rankN]:`` number: c10d's global rank, or torchtitan's local rank (the
               identity resolver decides which, from the rest of the file)
@@ -410,7 +410,7 @@ def with_stream(lines: pl.DataFrame) -> pl.DataFrame:
     """``line_no``, ``text``, plus ``_stream`` (the launcher-prefix identity of a line: lines of
     one process in an interleaved file share it) and ``_seq`` (the row's position within its
     stream), so multi-line blocks can be followed per process."""
-    # ``input_id`` is there when a batched parser sees many inputs at once (analyzer.ingest):
+    # ``input_id`` is there when a batched parser sees many inputs at once (postmortem.analyzer.ingest):
     # lines of different inputs are never one stream.
     cols = [c for c in ("input_id", *STREAM_COLUMNS) if c in lines.columns]
     if cols:

@@ -38,8 +38,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from parsers.base import ParseResult, conform, consumed_of, to_int
-from parsers.lines import with_stream
+from postmortem.parsers.base import ParseResult, conform, consumed_of, to_int
+from postmortem.parsers.lines import with_stream
 
 NAME = "linkbench"
 
@@ -136,7 +136,7 @@ _PT_MARK = r"(?:BW|Latency) Test\s*$|BW average\[|t_typical\[usec\]|t_avg\[usec\
 
 
 def file_gate(text: pl.Expr) -> pl.Expr:
-    """A line this parser could start from (analyzer.ingest skips the parser on inputs with none)."""
+    """A line this parser could start from (postmortem.analyzer.ingest skips the parser on inputs with none)."""
     return (text.str.contains(_BT_MARK) | text.str.contains(_P2P_MARK) | text.str.contains(_PT_MARK)).fill_null(False)
 
 

@@ -48,7 +48,7 @@ with size P`` / 2020 ``> initializing model parallel with size M``, and the date
 ``[after dataloaders are built] datetime: 2022-10-31 08:35:51`` (key ``datetime:<label>``,
 value the timestamp).
 
-Added for issue 4 (shared shapes in ``parsers.trainlog``):
+Added for issue 4 (shared shapes in ``postmortem.parsers.trainlog``):
 
 ``iterations`` also from NeMo 2 / nemo_run ``Training epoch E, iteration I/N | lr: ... |
 max_memory_reserved: <bytes> | reduced_train_loss: ... | train_step_timing in s: ...``
@@ -76,12 +76,12 @@ from __future__ import annotations
 
 import polars as pl
 
-from parsers import trainlog
-from parsers.base import ParseResult, consumed_of, to_int
-from parsers.lines import with_stream
+from postmortem.parsers import trainlog
+from postmortem.parsers.base import ParseResult, consumed_of, to_int
+from postmortem.parsers.lines import with_stream
 
 NAME = "megatron"
-# Batched over every log input (analyzer.ingest): its many small passes would cost more per file.
+# Batched over every log input (postmortem.analyzer.ingest): its many small passes would cost more per file.
 BATCH_LITERAL = ""
 
 SAMPLE_LINES = [

@@ -1,7 +1,7 @@
 """NCCL_DEBUG output, every line kind of NCCL 2.4 to 2.30.
 
 Reference: ``docs/formats/nccl.md``. The line prefix (section 1, after the launcher prefixes of
-section 2 are peeled by ``parsers.lines``)::
+section 2 are peeled by ``postmortem.parsers.lines``)::
 
     host:pid:tid [cudaDev] NCCL INFO <msg>
     host:pid:tid [cudaDev] file:line NCCL WARN <msg>                (2.30: file:line (func))
@@ -9,7 +9,7 @@ section 2 are peeled by ``parsers.lines``)::
     host:pid:tid [dev] 2311.904785 func:line NCCL TRACE <msg>       (TRACE builds)
     host [dev] NCCL INFO <msg>                                      (pid/tid redacted by users)
 
-The message kinds and their tables are in ``parsers.nccl_catalogue``; this module takes the
+The message kinds and their tables are in ``postmortem.parsers.nccl_catalogue``; this module takes the
 prefix off, classifies every message (first matching kind wins), and shapes the rows:
 connections get their transport decoded and their phase (ring, tree, p2p) from the
 ``Connected all rings/trees`` markers of the same thread; ring order lines become rank lists;
@@ -27,9 +27,9 @@ import re
 
 import polars as pl
 
-from parsers.base import ParseResult, conform, consumed_of, to_int
-from parsers import nccl_errors
-from parsers.nccl_catalogue import DATATYPE_BYTES, DATATYPES, FINGERPRINTS, KINDS, RED_OPS, RESULT_CODES
+from postmortem.parsers.base import ParseResult, conform, consumed_of, to_int
+from postmortem.parsers import nccl_errors
+from postmortem.parsers.nccl_catalogue import DATATYPE_BYTES, DATATYPES, FINGERPRINTS, KINDS, RED_OPS, RESULT_CODES
 
 NAME = "nccl"
 # Inputs without this text hold no NCCL line (torn fragments come with whole lines).
@@ -158,7 +158,7 @@ _COLL_LINE = "NCCL INFO " + _COLL_SHAPE.removeprefix("^")
 
 def is_plain_info(text: pl.Expr) -> pl.Expr:
     """A whole, untorn NCCL INFO line (`host:pid:tid [dev] NCCL INFO msg`): NCCL's own, a line
-    only this parser reads (``analyzer.ingest`` keeps such lines from the other parsers, whose
+    only this parser reads (``postmortem.analyzer.ingest`` keeps such lines from the other parsers, whose
     literal tests would otherwise match NCCL's words: `GPU 0`, `Name:`)."""
     return (text.str.count_matches("NCCL ", literal=True) == 1) & text.str.contains(_PLAIN_INFO)
 
@@ -288,7 +288,7 @@ def _coll_fields(traced: pl.DataFrame) -> pl.DataFrame:
 
 def coll_rows(lines: pl.DataFrame) -> pl.DataFrame:
     """Lines that ``is_plain_coll`` holds (``line_no``, ``text``) -> their ``collectives`` rows,
-    in the same order, exactly as ``parse`` makes them (``analyzer.bulk`` reads the COLL trace
+    in the same order, exactly as ``parse`` makes them (``postmortem.analyzer.bulk`` reads the COLL trace
     bulk with this, without the rest of the parser).
 
     The shape is known, so the whole line is split once: the plain header's four tokens
@@ -367,7 +367,7 @@ def _phase(conns: pl.DataFrame, markers: pl.DataFrame, sources: pl.DataFrame | N
     belonged to. A thread that stopped before its marker (an init hang) still followed the
     order: no rings marker yet -> ring hop; rings marker but no trees marker -> tree hop.
     Releases before 2.8 print no markers at all: the phase stays null here and the analyzer
-    decides it from the ring order (``analyzer.nccl_model``)."""
+    decides it from the ring order (``postmortem.analyzer.nccl_model``)."""
     key = ["host", "pid", "tid"]
     if sources is not None and not markers.is_empty():
         # A marker counts only in its own input: two files may hold threads with the same
@@ -657,7 +657,7 @@ def _info_events(df: pl.DataFrame | None) -> pl.DataFrame:
 
 
 def _warn_events(prefixed: pl.DataFrame) -> pl.DataFrame:
-    """Every WARN line is an event: ``error_class`` (coarse) and ``cause`` (``parsers.nccl_errors``)
+    """Every WARN line is an event: ``error_class`` (coarse) and ``cause`` (``postmortem.parsers.nccl_errors``)
     from its text and NCCL's ``file:line``, with the peer rank, peer address, errno and NCCL
     result code the text states."""
     warns = prefixed.filter(pl.col("level") == "WARN")
@@ -693,7 +693,7 @@ def _fragments(lines: pl.DataFrame, prefixed: pl.DataFrame) -> pl.DataFrame:
 
 def _shapes(prefixed: pl.DataFrame, kinds: pl.DataFrame) -> pl.DataFrame:
     """Each process's distinct message shapes (numbers folded, lengths kept), first line of
-    each, for version fingerprinting over all inputs at once (``analyzer.nccl_model``). COLL
+    each, for version fingerprinting over all inputs at once (``postmortem.analyzer.nccl_model``). COLL
     trace lines are left out: they are the bulk and fingerprint nothing."""
     df = prefixed.join(kinds, on="line_no", how="left").filter(pl.col("kind").fill_null("") != "coll")
     shape = pl.col("msg").str.replace_all(r"0x[0-9a-fA-F]+", "0x0").str.replace_all(r"\d", "0")

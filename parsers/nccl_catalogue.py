@@ -2,7 +2,7 @@
 
 This is the lnav-style format definition of NCCL's own output (``docs/formats/nccl.md`` section 3,
 with the corrections of 3.14.7). Each ``Kind`` matches the *message* part of a line, after
-the ``host:pid:tid [dev] NCCL INFO`` prefix (``parsers.nccl``) has been taken off; its named
+the ``host:pid:tid [dev] NCCL INFO`` prefix (``postmortem.parsers.nccl``) has been taken off; its named
 groups become columns of ``table``. Kinds are tried in order and the first match wins, so a
 specific shape must come before a looser one. ``samples`` are message texts written from the
 format strings of the reference (not copied from logs); ``tests/test_nccl_catalogue.py`` checks
@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from parsers.nccl_errors import warn_classes
+from postmortem.parsers.nccl_errors import warn_classes
 
 
 @dataclass(frozen=True)
@@ -129,7 +129,7 @@ KINDS: list[Kind] = [
           "init.cc:1800 (ncclCommInitRankFunc) -> 5")),
 
     # -- section 3.1 --------------------------------------------------------------------------------
-    # Rows come from parsers.nccl._versions, which reads this INFO form and the bare line alike.
+    # Rows come from postmortem.parsers.nccl._versions, which reads this INFO form and the bare line alike.
     Kind("version", None, r"^NCCL version (?P<version>\d+\.\d+\.\d+[^+\s]*)\+cuda(?P<cuda>[\w.]+)", "2.22-2.30 (INFO)",
          ("NCCL version 2.25.1+cuda12.2",)),
     Kind("cuda_driver", "nccl_info", r"^cudaDriverVersion (?P<value>\d+)$", "2.13-2.30", ("cudaDriverVersion 12020",)),
@@ -339,7 +339,7 @@ KINDS_BY_NAME = {k.name: k for k in KINDS}
 
 # -- WARN lines: every one is an event; the class says what kind of failure it reports ---------
 # (class, pattern on the message, what it usually means), first match wins: the coarse view of
-# ``parsers.nccl_errors.CAUSES``, which holds each error's cause, fix and samples.
+# ``postmortem.parsers.nccl_errors.CAUSES``, which holds each error's cause, fix and samples.
 WARN_CLASSES: list[tuple[str, str, str]] = warn_classes()
 
 # ncclResult_t (section 3.10).
@@ -366,7 +366,7 @@ def algorithm_name(algo_id: int, minor: int | None) -> str:
 # -- version fingerprints (section 4 and 3.14.6): message shapes only some releases print ------
 # (evidence, pattern on the message, first minor, last minor); 2.X is written as minor X.
 # Applied by the analyzer once over every process's distinct message shapes
-# (``analyzer.nccl_model``), which intersects the ranges a process shows.
+# (``postmortem.analyzer.nccl_model``), which intersects the ranges a process shows.
 FINGERPRINTS: list[tuple[str, str, int, int]] = [
     ("2.4 NET ring line without device ids", r"^Ring \d+ : \d+ -> \d+ \[(?:send|receive)\] via NET/", 4, 4),
     ("`Ring NN : a[dev] -> b[dev]` connection line", r"^Ring \d+ : \d+\[[0-9a-fA-F]+\] -> \d+\[[0-9a-fA-F]+\] via ", 4, 6),

@@ -1,6 +1,6 @@
 """What NCCL's stated errors mean: one entry per WARN or error text, with its cause and its fix.
 
-The data beside the line catalogue (``parsers.nccl_catalogue``): each ``Cause`` names an
+The data beside the line catalogue (``postmortem.parsers.nccl_catalogue``): each ``Cause`` names an
 error NCCL states -- in a ``NCCL WARN`` line (``docs/formats/nccl.md`` sections 3.2, 3.10-3.13) or
 in the text PyTorch wraps around NCCL's result (``NCCL error in: ..., unhandled system
 error, NCCL version X`` / ``ncclSystemError: ...`` / ``Last error:`` + the last WARN text,
@@ -454,5 +454,5 @@ def fields(message: pl.Expr) -> dict[str, pl.Expr]:
 
 
 def warn_classes() -> list[tuple[str, str, str]]:
-    """(error class, pattern, meaning) per entry: the shape ``parsers.nccl`` classifies WARN rows with."""
+    """(error class, pattern, meaning) per entry: the shape ``postmortem.parsers.nccl`` classifies WARN rows with."""
     return [(c.error_class, c.pattern, c.meaning) for c in CAUSES]

@@ -28,7 +28,7 @@ Tables:
 ``kernels`` -- the same records in the profile timeline's shape (``source`` ``inspector``,
   ``op`` from ``coll``, ``seq`` = ``coll_sn``, ``pg`` = the communicator id, ``group_size`` =
   ``n_ranks``, ``bytes`` = the bytes the Inspector's own algbw stands for), so
-  ``analyzer.collective_timing`` prices them like nsys and Kineto kernels and the busbw and
+  ``postmortem.analyzer.collective_timing`` prices them like nsys and Kineto kernels and the busbw and
   straggler rules read them; ``rank`` is the communicator rank (global only for the job-wide
   communicator, whose ``profile_processes`` row maps it: ``derived``).
 
@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from parsers.base import ParseResult, conform, consumed_of
+from postmortem.parsers.base import ParseResult, conform, consumed_of
 
 NAME = "nccl_inspector"
 
@@ -185,13 +185,13 @@ def _decode(objs: pl.DataFrame) -> pl.DataFrame:
     ).filter(pl.col("coll").is_not_null())
 
 
-# Inspector's collective names -> the op vocabulary of profile kernels (parsers.nsys.COLLECTIVE_OP).
+# Inspector's collective names -> the op vocabulary of profile kernels (postmortem.parsers.nsys.COLLECTIVE_OP).
 _OPS = {"AllReduce": "allreduce", "AllGather": "allgather", "ReduceScatter": "reduce_scatter",
         "Broadcast": "broadcast", "Reduce": "reduce", "AlltoAll": "alltoall", "Send": "sendrecv", "Recv": "sendrecv"}
 
 
 def _kernels(records: pl.DataFrame) -> pl.DataFrame:
-    from parsers.nsys import KERNEL_SCHEMA
+    from postmortem.parsers.nsys import KERNEL_SCHEMA
 
     dur = (pl.col("exec_time_us") * 1000).round(0).cast(pl.Int64)
     world = records["n_ranks"].max()

@@ -49,7 +49,7 @@ Text report, every literal the client has printed (2.24 -> 2.30)::
 A report is a run of such lines (blank lines, underlines, section words and the bare numbers
 of the summary table count only inside a run that has at least one distinctive line); it
 starts at the version line (or at the run's first line, for a paste without it). Runs are
-followed per launcher-prefix stream (``parsers.lines.with_stream``).
+followed per launcher-prefix stream (``postmortem.parsers.lines.with_stream``).
 
 JSON report (2.28.7+, ``ncclras -f json``): a JSON document (pretty-printed over many lines, or
 on one line) whose top level has ``nccl_version``; parsed with :mod:`json`. A truncated
@@ -120,8 +120,8 @@ import re
 
 import polars as pl
 
-from parsers.base import ParseResult, conform, consumed_of, to_int
-from parsers.lines import with_stream
+from postmortem.parsers.base import ParseResult, conform, consumed_of, to_int
+from postmortem.parsers.lines import with_stream
 
 NAME = "nccl_ras"
 
@@ -1016,7 +1016,7 @@ def _empty_tables() -> dict[str, pl.DataFrame]:
 
 
 def file_gate(text: pl.Expr) -> pl.Expr:
-    """A line this parser could start from: an input with none gives nothing (analyzer.ingest
+    """A line this parser could start from: an input with none gives nothing (postmortem.analyzer.ingest
     skips the parser there; tests/test_batched_parsing.py holds the skip to the full run)."""
     # RAS INFO lines, JSON reports, text reports (parse's three parts)
     text = text.fill_null("")

@@ -3,7 +3,7 @@
 Line kinds handled (py-spy 0.3.x and 0.4.x print the same shapes):
 
 * ``Process <pid>: <command line>`` -- starts a dump (``dump_index`` counts these, from 0, in
-  input order; ``dump_line`` is its line, so ``analyzer.identity`` can give the whole dump
+  input order; ``dump_line`` is its line, so ``postmortem.analyzer.identity`` can give the whole dump
   the rank of that pid); only when the next line of its stream is py-spy's
   ``Python v3.11.8 (<interpreter path>)``, so a log line ``Process 12: started`` is not a dump;
 * ``Thread <tid> (idle|active|active+gil|gil): "<name>"`` -- ``tid`` as printed: decimal (the
@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import polars as pl
 
-from parsers.lines import with_stream
+from postmortem.parsers.lines import with_stream
 
-from parsers.base import ParseResult, consumed_of, to_int
+from postmortem.parsers.base import ParseResult, consumed_of, to_int
 
 NAME = "pyspy"
 
@@ -93,7 +93,7 @@ def _empty() -> pl.DataFrame:
 
 
 def file_gate(text: pl.Expr) -> pl.Expr:
-    """A line this parser could start from: an input with none gives nothing (analyzer.ingest
+    """A line this parser could start from: an input with none gives nothing (postmortem.analyzer.ingest
     skips the parser there; tests/test_batched_parsing.py holds the skip to the full run)."""
     return text.str.contains("Thread ", literal=True)
 
@@ -106,7 +106,7 @@ def parse(lines: pl.DataFrame) -> ParseResult:
     if not lines.select(file_gate(t).any()).item():
         return ParseResult(tables={"stacks": _empty()})
     df = with_stream(lines)
-    # Many inputs at once (analyzer.ingest): dumps are numbered per input, as for one input.
+    # Many inputs at once (postmortem.analyzer.ingest): dumps are numbered per input, as for one input.
     df = df.with_columns(_input=lines["input_id"] if "input_id" in lines.columns else pl.lit(0))
     cand = df.filter(
         t.str.contains("Thread ", literal=True)

@@ -26,7 +26,7 @@ import re
 
 import polars as pl
 
-from parsers.base import ParseResult, consumed_of, to_int
+from postmortem.parsers.base import ParseResult, consumed_of, to_int
 
 NAME = "scheduler"
 
@@ -392,7 +392,7 @@ _GATE = ["JobID", "JobId=", "JOBID", "Pod"]
 
 
 def file_gate(text: pl.Expr) -> pl.Expr:
-    """A line this parser could start from: an input with none gives nothing (analyzer.ingest
+    """A line this parser could start from: an input with none gives nothing (postmortem.analyzer.ingest
     skips the parser there; tests/test_batched_parsing.py holds the skip to the full run)."""
     text = text.fill_null("")
     return text.str.contains_any(_GATE) | text.str.starts_with("Name:")

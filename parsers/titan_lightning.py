@@ -36,19 +36,19 @@ Lightning:
 ``iterations``  the ``Epoch E: pct%|bar| n/total [elapsed<eta, rate, loss=..., v_num=0]`` bar:
                 ``iteration`` = batch index n within the epoch, ``epoch``, ``lm_loss`` from the
                 postfix ``loss=`` / ``train_loss=`` / ``reduced_train_loss=`` (the bar itself is
-                also a ``train_progress`` row, from ``parsers.hf_trainer``).
+                also a ``train_progress`` row, from ``postmortem.parsers.hf_trainer``).
 """
 
 from __future__ import annotations
 
 import polars as pl
 
-from parsers import trainlog
-from parsers.base import ParseResult, consumed_of, to_int
-from parsers.lines import with_stream
+from postmortem.parsers import trainlog
+from postmortem.parsers.base import ParseResult, consumed_of, to_int
+from postmortem.parsers.lines import with_stream
 
 NAME = "titan_lightning"
-# Batched over every log input (analyzer.ingest): its many small passes would cost more per file.
+# Batched over every log input (postmortem.analyzer.ingest): its many small passes would cost more per file.
 BATCH_LITERAL = ""
 
 SAMPLE_LINES = [

@@ -2,7 +2,7 @@
 faulthandler dumps, Gloo errors, rendezvous / TCPStore errors, fatal signals.
 
 References: ``docs/formats/pytorch-failures.md`` sections 5-7 and ``docs/formats/training-logs.md``
-section 7 (OOM text by version). ``parsers.c10d`` already classifies many of these lines one
+section 7 (OOM text by version). ``postmortem.parsers.c10d`` already classifies many of these lines one
 by one (``exception``, ``traceback``, ``cuda_error`` events); this parser adds what needs more
 than one line or a normalised value:
 
@@ -69,8 +69,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from parsers.base import GLOG, ParseResult, conform, consumed_of, glog_timestamp, to_int
-from parsers.lines import with_stream
+from postmortem.parsers.base import GLOG, ParseResult, conform, consumed_of, glog_timestamp, to_int
+from postmortem.parsers.lines import with_stream
 
 NAME = "torch_errors"
 # Columns that hold line numbers besides ``line_no`` (a traceback's exception line; a stack's

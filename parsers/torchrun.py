@@ -81,9 +81,9 @@ from __future__ import annotations
 
 import polars as pl
 
-from parsers.lines import with_stream
+from postmortem.parsers.lines import with_stream
 
-from parsers.base import GLOG, ParseResult, consumed_of, glog_timestamp, to_int
+from postmortem.parsers.base import GLOG, ParseResult, consumed_of, glog_timestamp, to_int
 
 NAME = "torchrun"
 
@@ -196,7 +196,7 @@ AGENT_SCHEMA = {
 # and often no traceback: ``sys.exit(3)``, ``os._exit``) or the signal's name; ``reported_rank``,
 # ``reported_local_rank``, ``reported_pid`` are what the summary names (the line is the agent's, so
 # its own attribution has no rank; ``rank`` stays the attribution's, as on every event; the
-# names follow ``parsers.trainlog``'s ``reported_rank``).
+# names follow ``postmortem.parsers.trainlog``'s ``reported_rank``).
 EVENTS_SCHEMA = {
     "line_no": pl.UInt32,
     "kind": pl.String,

@@ -1,7 +1,7 @@
 """Shared table shapes and helpers of the training-framework parsers (``docs/formats/training-logs.md``).
 
-Not a parser (no ``parse``): ``parsers.megatron``, ``parsers.deepspeed``, ``parsers.hf_trainer``
-and ``parsers.titan_lightning`` all write the same four tables, so a query can ask "last
+Not a parser (no ``parse``): ``postmortem.parsers.megatron``, ``postmortem.parsers.deepspeed``, ``postmortem.parsers.hf_trainer``
+and ``postmortem.parsers.titan_lightning`` all write the same four tables, so a query can ask "last
 iteration" or "peak memory" without knowing the framework:
 
 ``iterations``  one row per training (or validation) step line: framework, step, loss, lr, ...;

@@ -12,8 +12,8 @@ from dataclasses import asdict, dataclass, field
 
 import polars as pl
 
-from analyzer.pipeline import Run
-from analyzer.store import line_text
+from postmortem.analyzer.pipeline import Run
+from postmortem.analyzer.store import line_text
 
 SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
 
@@ -62,7 +62,7 @@ def with_columns(frame: pl.DataFrame, **dtypes) -> pl.DataFrame:
     return frame.with_columns(missing) if missing else frame
 
 
-# NCCL's COLL trace rows in ``collectives`` (parsers.nccl)
+# NCCL's COLL trace rows in ``collectives`` (postmortem.parsers.nccl)
 COLL_TRACE = "nccl_coll"
 _THIS_ATTEMPT = "attempt = ? OR attempt IS NULL"
 
@@ -76,8 +76,8 @@ class Context:
         self._cache: dict = {}
         self._text_cache: dict = {}
         self.shared: dict = {}
-        self.rule_errors: list[dict] = []  # rules that raised (analyzer.report.rule_error)
-        self.findings: list[Finding] = []  # the findings of the rules that ran before (analyzer.report.run_rules)
+        self.rule_errors: list[dict] = []  # rules that raised (postmortem.rules.report.rule_error)
+        self.findings: list[Finding] = []  # the findings of the rules that ran before (postmortem.rules.report.run_rules)
 
     def frame(self, sql: str, params: list | None = None) -> pl.DataFrame:
         return self.run.frame(sql, params)
@@ -140,9 +140,9 @@ class Context:
 
     @property
     def outcome(self) -> dict:
-        """The job's outcome in this attempt (``analyzer.outcome.job_outcome``), read once."""
+        """The job's outcome in this attempt (``postmortem.analyzer.outcome.job_outcome``), read once."""
         if "outcome" not in self._cache:
-            from analyzer.outcome import job_outcome
+            from postmortem.analyzer.outcome import job_outcome
 
             self._cache["outcome"] = job_outcome(self.run, self.attempt)
         return self._cache["outcome"]

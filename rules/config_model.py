@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from rules.base import Context, Evidence
+from postmortem.rules.base import Context, Evidence
 
 ECHO, DUMP = "NCCL INFO", "env dump"
 UNSET = "<unset>"

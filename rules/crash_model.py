@@ -26,7 +26,7 @@ from datetime import datetime, timedelta
 
 import polars as pl
 
-from rules.base import Context, with_columns
+from postmortem.rules.base import Context, with_columns
 
 SIGNAL_NAMES = {1: "SIGHUP", 2: "SIGINT", 4: "SIGILL", 6: "SIGABRT", 7: "SIGBUS", 8: "SIGFPE", 9: "SIGKILL",
                 11: "SIGSEGV", 13: "SIGPIPE", 15: "SIGTERM"}
@@ -129,7 +129,7 @@ def node_clock(ctx: Context, node: str | None) -> tuple[float, float, str]:
 
 
 def _node_clocks(ctx: Context) -> dict[str, tuple[float, float, str]]:
-    """``node_clock`` of every node in ``node_clocks``, read once per context (rules ask it
+    """``node_clock`` of every node in ``node_clocks``, read once per context (postmortem.rules ask it
     per failure and per rank: 20,000 times in a 10,000-rank run)."""
     if "node_clocks" not in ctx.shared:
         clocks = ctx.table("node_clocks")
@@ -207,10 +207,10 @@ def watchdog_ranks(ctx: Context) -> set[int]:
 
 
 def caught_lines(ctx: Context) -> set[tuple[int, int]]:
-    """(input_id, line_no) of errors the job ran past (``analyzer.outcome.caught_errors``): a
+    """(input_id, line_no) of errors the job ran past (``postmortem.analyzer.outcome.caught_errors``): a
     caught traceback's header and exception lines."""
     if "caught_lines" not in ctx.shared:
-        from analyzer.outcome import caught_errors
+        from postmortem.analyzer.outcome import caught_errors
 
         rows = caught_errors(ctx.run, ctx.attempt)
         ctx.shared["caught_lines"] = {(i, ln) for i, a, b in rows.iter_rows() for ln in (a, b) if ln is not None}

@@ -34,8 +34,8 @@ Known false positives
 
 from __future__ import annotations
 
-from rules.base import Context, Finding
-from rules.config_model import UNSET, Mismatch, mismatch_confidence, mismatch_evidence, ranks_on, setting_mismatches
+from postmortem.rules.base import Context, Finding
+from postmortem.rules.config_model import UNSET, Mismatch, mismatch_confidence, mismatch_evidence, ranks_on, setting_mismatches
 
 CODE = "E001"
 NAME = "must-match-setting-differs"

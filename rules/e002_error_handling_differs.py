@@ -22,9 +22,9 @@ Known false positives
 
 from __future__ import annotations
 
-from rules.base import Context, Finding
-from rules.config_model import mismatch_confidence, mismatch_evidence, setting_mismatches
-from rules.e001_must_match_setting_differs import ERROR_HANDLING, describe, suggestion
+from postmortem.rules.base import Context, Finding
+from postmortem.rules.config_model import mismatch_confidence, mismatch_evidence, setting_mismatches
+from postmortem.rules.e001_must_match_setting_differs import ERROR_HANDLING, describe, suggestion
 
 CODE = "E002"
 NAME = "error-handling-differs"

@@ -26,9 +26,9 @@ Known false positives
 
 from __future__ import annotations
 
-from rules.base import Context, Finding
-from rules.config_model import mismatch_confidence, mismatch_evidence, setting_mismatches
-from rules.e001_must_match_setting_differs import describe, suggestion
+from postmortem.rules.base import Context, Finding
+from postmortem.rules.config_model import mismatch_confidence, mismatch_evidence, setting_mismatches
+from postmortem.rules.e001_must_match_setting_differs import describe, suggestion
 
 CODE = "E003"
 NAME = "should-match-setting-differs"

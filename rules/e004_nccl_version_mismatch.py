@@ -31,8 +31,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from rules.base import Context, Finding
-from rules.config_model import NodeVersion, nccl_node_versions, ranks_on, version_split
+from postmortem.rules.base import Context, Finding
+from postmortem.rules.config_model import NodeVersion, nccl_node_versions, ranks_on, version_split
 
 CODE = "E004"
 NAME = "nccl-version-mismatch"

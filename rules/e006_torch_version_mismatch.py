@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from rules.base import Context, Finding
-from rules.config_model import majority_split
+from postmortem.rules.base import Context, Finding
+from postmortem.rules.config_model import majority_split
 
 CODE = "E006"
 NAME = "torch-version-mismatch"

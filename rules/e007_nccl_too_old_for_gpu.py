@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from rules.base import Context, Finding
+from postmortem.rules.base import Context, Finding
 
 CODE = "E007"
 NAME = "nccl-too-old-for-gpu"

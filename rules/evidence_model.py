@@ -1,6 +1,6 @@
 """Which kinds of evidence the inputs hold, and which settings the job already had, so that
 advice is checked against the data: an evidence gap or a "collect X next time" is given only
-when the inputs show it is not already satisfied. Shared by ``analyzer.report`` (the evidence
+when the inputs show it is not already satisfied. Shared by ``postmortem.rules.report`` (the evidence
 gaps) and the rules whose suggestions ask for evidence (H005, X000); not a rule itself.
 
 Settings are read from the per-node environment (``env_nodes``: env dumps, nccl.conf copies
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from rules.base import Context
+from postmortem.rules.base import Context
 
 # Flight Recorder: both spellings (TORCH_FR_* since PyTorch 2.7, TORCH_NCCL_* before and after).
 FR_BUFFER = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")

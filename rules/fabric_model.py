@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from rules.base import Context, with_columns
+from postmortem.rules.base import Context, with_columns
 
 # ibv_wc_status values NCCL prints (docs/formats/nccl.md 3.11).
 STATUS = {

@@ -40,10 +40,10 @@ from __future__ import annotations
 
 import polars as pl
 
-from analyzer import commands
-from rules.base import Context, Finding
-from rules.hang_model import analyse_hang
-from rules.hw_model import (attempt_start, first_error, fmt_s, gpu_descriptor, gpu_label, job_nodes, occurrences,
+from postmortem.analyzer import commands
+from postmortem.rules.base import Context, Finding
+from postmortem.rules.hang_model import analyse_hang
+from postmortem.rules.hw_model import (attempt_start, first_error, fmt_s, gpu_descriptor, gpu_label, job_nodes, occurrences,
                             offsets, order_against)
 
 CODE = "G001"
@@ -268,7 +268,7 @@ def _evidence(ctx: Context, rows: pl.DataFrame, occ: dict, first, lead) -> list:
 def _suggestion(node: str, gpu: dict, xid: int, severity: str) -> str:
     bus = gpu.get("bus_id", "?")
     idx = gpu.get("gpu_index", gpu.get("cuda_dev", "?"))
-    # log text never becomes a command: values of the wrong shape are placeholders (analyzer.commands)
+    # log text never becomes a command: values of the wrong shape are placeholders (postmortem.analyzer.commands)
     host, bus_arg = commands.shown(node, commands.host), commands.shown(bus, commands.bus_id)
     odd = "" if commands.host(node) else f" ({repr(str(node))[1:-1]} {commands.NOT_A_HOST})"
     if severity == "info":

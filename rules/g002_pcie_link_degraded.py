@@ -30,9 +30,9 @@ from collections import Counter
 
 import polars as pl
 
-from analyzer import commands
-from rules.base import Context, Finding, with_columns
-from rules.hw_model import gpu_descriptor, gpu_label, job_nodes
+from postmortem.analyzer import commands
+from postmortem.rules.base import Context, Finding, with_columns
+from postmortem.rules.hw_model import gpu_descriptor, gpu_label, job_nodes
 
 CODE = "G002"
 NAME = "pcie-link-degraded"

@@ -32,9 +32,9 @@ from collections import Counter
 
 import polars as pl
 
-from analyzer import commands
-from rules.base import Context, Finding, with_columns
-from rules.hw_model import job_nodes
+from postmortem.analyzer import commands
+from postmortem.rules.base import Context, Finding, with_columns
+from postmortem.rules.hw_model import job_nodes
 
 CODE = "G003"
 NAME = "nic-link-degraded"

@@ -28,9 +28,9 @@ from __future__ import annotations
 
 import polars as pl
 
-from analyzer import commands
-from rules.base import Context, Finding
-from rules.hw_model import gpu_descriptor, gpu_label, job_nodes
+from postmortem.analyzer import commands
+from postmortem.rules.base import Context, Finding
+from postmortem.rules.hw_model import gpu_descriptor, gpu_label, job_nodes
 
 CODE = "G004"
 NAME = "gpu-memory-health"

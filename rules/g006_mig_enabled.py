@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from analyzer.ranges import hostlist
-from rules.base import Context, Finding, with_columns
+from postmortem.analyzer.ranges import hostlist
+from postmortem.rules.base import Context, Finding, with_columns
 
 CODE = "G006"
 NAME = "mig-enabled"

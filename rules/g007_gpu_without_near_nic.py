@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from analyzer import topology
-from rules.base import Context, Finding, with_columns
+from postmortem.analyzer import topology
+from postmortem.rules.base import Context, Finding, with_columns
 
 CODE = "G007"
 NAME = "gpu-without-near-nic"

@@ -36,11 +36,11 @@ from __future__ import annotations
 
 import polars as pl
 
-from analyzer.ranges import rank_ranges
-from rules.base import Context, Finding
-from rules.crash_model import first_failure, first_timeout
-from rules.hang_model import analyse_hang, chain_text, rank_lines, solo_work, stack_of, stacks_of, training_finished
-from rules.why_no_timeout import why_no_timeout
+from postmortem.analyzer.ranges import rank_ranges
+from postmortem.rules.base import Context, Finding
+from postmortem.rules.crash_model import first_failure, first_timeout
+from postmortem.rules.hang_model import analyse_hang, chain_text, rank_lines, solo_work, stack_of, stacks_of, training_finished
+from postmortem.rules.why_no_timeout import why_no_timeout
 
 CODE = "H001"
 NAME = "rank-never-entered-collective"

@@ -28,9 +28,9 @@ from __future__ import annotations
 
 import polars as pl
 
-from analyzer.ranges import rank_ranges
-from rules.base import Context, Finding
-from rules.hang_model import pg_states
+from postmortem.analyzer.ranges import rank_ranges
+from postmortem.rules.base import Context, Finding
+from postmortem.rules.hang_model import pg_states
 
 CODE = "H002"
 NAME = "collective-mismatch"
@@ -96,7 +96,9 @@ def _fingerprints(ctx: Context) -> list[Finding]:
     out = []
     for (seq,), rows in fps.group_by("seq", maintain_order=True):
         per_rank = rows.unique(["pg_rank"], keep="first").select("pg_rank", "op", "numel_in")
-        variants = per_rank.group_by("op", "numel_in").agg(ranks=pl.col("pg_rank")).sort(pl.col("ranks").list.len())
+        # Ties (as many ranks on each side) in rank order, so the report reads the same on every run.
+        variants = (per_rank.group_by("op", "numel_in").agg(ranks=pl.col("pg_rank").sort())
+                    .sort(pl.col("ranks").list.len(), pl.col("ranks").list.first()))
         if len(variants) < 2:
             continue
         minority = variants.row(0, named=True)

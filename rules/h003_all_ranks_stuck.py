@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import polars as pl
 
-from analyzer.ranges import rank_ranges
-from rules.base import Context, Finding
-from rules.hang_model import pg_states
+from postmortem.analyzer.ranges import rank_ranges
+from postmortem.rules.base import Context, Finding
+from postmortem.rules.hang_model import pg_states
 
 CODE = "H003"
 NAME = "all-ranks-stuck"

@@ -20,10 +20,10 @@ Known false positives
 
 from __future__ import annotations
 
-from analyzer.ranges import rank_ranges
-from rules.base import Context, Finding
-from rules.evidence_model import missing_for_a_hang, phrase
-from rules.hang_model import analyse_hang
+from postmortem.analyzer.ranges import rank_ranges
+from postmortem.rules.base import Context, Finding
+from postmortem.rules.evidence_model import missing_for_a_hang, phrase
+from postmortem.rules.hang_model import analyse_hang
 
 CODE = "H005"
 NAME = "hang-culprit-undecided"
@@ -47,7 +47,7 @@ def check(ctx: Context) -> list[Finding]:
 
 
 def _suggestion(ctx: Context) -> str:
-    """Ask only for the evidence these inputs lack (rules.evidence_model)."""
+    """Ask only for the evidence these inputs lack (postmortem.rules.evidence_model)."""
     missing = missing_for_a_hang(ctx)
     if missing:
         return f"Next time collect {phrase(missing)}."

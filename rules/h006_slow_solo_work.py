@@ -29,8 +29,8 @@ Known false positives
 
 from __future__ import annotations
 
-from rules.base import Context, Finding
-from rules.hang_model import analyse_hang, solo_work
+from postmortem.rules.base import Context, Finding
+from postmortem.rules.hang_model import analyse_hang, solo_work
 
 CODE = "H006"
 NAME = "slow-solo-work"

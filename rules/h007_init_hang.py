@@ -32,10 +32,10 @@ Known false positives
 
 from __future__ import annotations
 
-from analyzer.ranges import hostlist, rank_ranges
-from analyzer import commands
-from rules.base import Context, Finding
-from rules.init_model import init_picture
+from postmortem.analyzer.ranges import hostlist, rank_ranges
+from postmortem.analyzer import commands
+from postmortem.rules.base import Context, Finding
+from postmortem.rules.init_model import init_picture
 
 CODE = "H007"
 NAME = "init-hang"

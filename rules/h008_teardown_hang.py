@@ -25,10 +25,10 @@ Known false positives
 from __future__ import annotations
 
 
-from analyzer.ranges import rank_ranges
-from rules.base import Context, Finding
-from rules.hang_model import analyse_hang, training_finished
-from rules.why_no_timeout import hang_span
+from postmortem.analyzer.ranges import rank_ranges
+from postmortem.rules.base import Context, Finding
+from postmortem.rules.hang_model import analyse_hang, training_finished
+from postmortem.rules.why_no_timeout import hang_span
 
 CODE = "H008"
 NAME = "teardown-hang"

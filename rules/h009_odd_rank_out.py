@@ -2,7 +2,7 @@
 
 What it detects
     Evidence that needs no sequence numbers (the rule defers to H001/H002 when the logs have
-    them), in a job whose outcome (``analyzer.outcome``) is failed or hung, over every rank of the job (the world size must be known and every rank
+    them), in a job whose outcome (``postmortem.analyzer.outcome``) is failed or hung, over every rank of the job (the world size must be known and every rank
     must have logged, else a silent rank cannot be ruled out):
 
     * **the rank that did not time out while all the others did**: every other rank timed out
@@ -40,9 +40,9 @@ import re
 
 import polars as pl
 
-from analyzer.outcome import PROGRESS_KINDS, rank_tails
-from analyzer.ranges import rank_ranges
-from rules.base import Context, Finding
+from postmortem.analyzer.outcome import PROGRESS_KINDS, rank_tails
+from postmortem.analyzer.ranges import rank_ranges
+from postmortem.rules.base import Context, Finding
 
 CODE = "H009"
 NAME = "odd-rank-out"

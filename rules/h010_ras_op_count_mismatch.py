@@ -33,10 +33,10 @@ from __future__ import annotations
 
 import polars as pl
 
-from analyzer.ranges import hostlist, rank_ranges
-from rules import ras_model
-from rules.base import Context, Finding
-from rules.transport_model import evidence_of
+from postmortem.analyzer.ranges import hostlist, rank_ranges
+from postmortem.rules import ras_model
+from postmortem.rules.base import Context, Finding
+from postmortem.rules.transport_model import evidence_of
 
 CODE = "H010"
 NAME = "ras-op-count-mismatch"

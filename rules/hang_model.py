@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from analyzer.ranges import rank_ranges
-from rules.base import Context, with_columns
+from postmortem.analyzer.ranges import rank_ranges
+from postmortem.rules.base import Context, with_columns
 
 P2P_OPS = {"SEND", "RECV", "_SEND", "_RECV", "COALESCED"}
 DEFAULT_PG = "default_pg"
@@ -52,7 +52,7 @@ class PGState:
 
 
 # Columns of ``progress`` and ``collectives`` the hang model reads beyond those every store has
-# (analyzer.store.REQUIRED). The c10d parsers fill them only for some line shapes (no PG in
+# (postmortem.analyzer.store.REQUIRED). The c10d parsers fill them only for some line shapes (no PG in
 # PyTorch <= 2.1 lines, no time on some), so a run may lack any of them: they are added as nulls.
 _C10D = {"ts": pl.Datetime("us"), "kind": pl.String, "pg_id": pl.Int64, "pg_desc": pl.String, "pg_guid": pl.String}
 _PROGRESS = {**_C10D, "failing_seq": pl.Int64}

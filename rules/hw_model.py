@@ -4,7 +4,7 @@ that first error.
 
 Times: application lines (c10d glog, tracebacks, torchrun) are on their node's clock; the
 node's ``offset_s`` in ``node_clocks`` (node clock minus the reference) is subtracted, the
-same correction ``analyzer.clocks`` applies to ``node_events.ts_utc``. Nothing here compares
+same correction ``postmortem.analyzer.clocks`` applies to ``node_events.ts_utc``. Nothing here compares
 two clocks without that correction, and every comparison says how sure it is.
 """
 
@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 
 import polars as pl
 
-from rules.base import Context
+from postmortem.rules.base import Context
 
 # Events that mark a failure of the job (the first of them is "the first error").
 ERROR_EVENT_KINDS = ["watchdog_timeout", "blocking_wait_timeout", "heartbeat_timeout", "watchdog_exception",

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from rules.base import Context, with_columns
+from postmortem.rules.base import Context, with_columns
 
 STAGES = ("scheduled", "launched", "workers", "nccl_init", "training")
 _BARRIER = re.compile(r"rank: (?P<rank>\d+).*\(world_size=(?P<world>\d+), worker_count=(?P<count>\d+), "

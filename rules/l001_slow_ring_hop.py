@@ -30,9 +30,9 @@ from __future__ import annotations
 
 import polars as pl
 
-from analyzer.nccl_model import TIER_ORDER
-from rules import transport_model as tm
-from rules.base import Context, Finding
+from postmortem.analyzer.nccl_model import TIER_ORDER
+from postmortem.rules import transport_model as tm
+from postmortem.rules.base import Context, Finding
 
 CODE = "L001"
 NAME = "slow-ring-hop"

@@ -35,9 +35,9 @@ from __future__ import annotations
 
 import polars as pl
 
-from analyzer import hardware
-from rules import skew_model as sm
-from rules.base import Context, Finding, with_columns
+from postmortem.analyzer import hardware
+from postmortem.rules import skew_model as sm
+from postmortem.rules.base import Context, Finding, with_columns
 
 CODE = "L002"
 NAME = "nccl-tests-busbw"

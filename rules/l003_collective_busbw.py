@@ -33,9 +33,9 @@ from __future__ import annotations
 
 import polars as pl
 
-from analyzer.transports import accelerator
-from rules import skew_model as sm
-from rules.base import Context, Finding
+from postmortem.analyzer.transports import accelerator
+from postmortem.rules import skew_model as sm
+from postmortem.rules.base import Context, Finding
 
 CODE = "L003"
 NAME = "collective-busbw"

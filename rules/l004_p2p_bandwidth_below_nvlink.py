@@ -33,8 +33,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from rules import linkbench_model as lm
-from rules.base import Context, Finding
+from postmortem.rules import linkbench_model as lm
+from postmortem.rules.base import Context, Finding
 
 CODE = "L004"
 NAME = "p2p-bandwidth-below-nvlink"

@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from rules import linkbench_model as lm
-from rules.base import Context, Finding, with_columns
+from postmortem.rules import linkbench_model as lm
+from postmortem.rules.base import Context, Finding, with_columns
 
 CODE = "L006"
 NAME = "host-device-below-pcie"

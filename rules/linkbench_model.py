@@ -12,8 +12,8 @@ import posixpath
 
 import polars as pl
 
-from analyzer import hardware
-from rules.base import Context, with_columns
+from postmortem.analyzer import hardware
+from postmortem.rules.base import Context, with_columns
 
 
 def placed(ctx: Context, frame: pl.DataFrame) -> pl.DataFrame:

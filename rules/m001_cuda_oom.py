@@ -32,8 +32,8 @@ Known false positives
 
 from __future__ import annotations
 
-from rules.base import Context, Finding
-from rules.memory_model import gib, last_iteration, ooms, optimizer_init_frames, peaks
+from postmortem.rules.base import Context, Finding
+from postmortem.rules.memory_model import gib, last_iteration, ooms, optimizer_init_frames, peaks
 
 CODE = "M001"
 NAME = "cuda-oom"

@@ -29,8 +29,8 @@ Known false positives
 
 from __future__ import annotations
 
-from rules.base import Context, Finding
-from rules.memory_model import capacity_mib, gib, peaks
+from postmortem.rules.base import Context, Finding
+from postmortem.rules.memory_model import capacity_mib, gib, peaks
 
 CODE = "M002"
 NAME = "memory-peak"

@@ -23,8 +23,8 @@ Known false positives
 
 from __future__ import annotations
 
-from rules.base import Context, Finding
-from rules.memory_model import GIB, gib, peak_mib, peaks, target
+from postmortem.rules.base import Context, Finding
+from postmortem.rules.memory_model import GIB, gib, peak_mib, peaks, target
 
 CODE = "M003"
 NAME = "what-if-gpu"

@@ -8,9 +8,9 @@ import re
 
 import polars as pl
 
-from analyzer import hardware
-from analyzer.transports import accelerator
-from parsers.torch_errors import _OOM_NEW, _OOM_OLD
+from postmortem.analyzer import hardware
+from postmortem.analyzer.transports import accelerator
+from postmortem.parsers.torch_errors import _OOM_NEW, _OOM_OLD
 
 GIB = 1024.0
 # Functions of a traceback that allocate optimizer state the first time a step reaches it.

@@ -35,9 +35,9 @@ from __future__ import annotations
 
 import polars as pl
 
-from analyzer import commands
-from rules.base import Context, Finding
-from rules.fabric_model import FAULT_STATUSES, STATUS, completion_errors, down_ports, link_flaps, vote
+from postmortem.analyzer import commands
+from postmortem.rules.base import Context, Finding
+from postmortem.rules.fabric_model import FAULT_STATUSES, STATUS, completion_errors, down_ports, link_flaps, vote
 
 CODE = "N001"
 NAME = "ib-completion-errors"

@@ -37,8 +37,8 @@ import re
 
 import polars as pl
 
-from rules.base import Context, Finding
-from rules.fabric_model import ip_of, is_link_local, is_loopback, norm_addr, processes
+from postmortem.rules.base import Context, Finding
+from postmortem.rules.fabric_model import ip_of, is_link_local, is_loopback, norm_addr, processes
 
 CODE = "N002"
 NAME = "bootstrap-interface"

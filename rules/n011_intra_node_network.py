@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from rules import transport_model as tm
-from rules.base import Context, Finding
+from postmortem.rules import transport_model as tm
+from postmortem.rules.base import Context, Finding
 
 CODE = "N011"
 NAME = "intra-node-network"

@@ -36,9 +36,9 @@ from __future__ import annotations
 
 import polars as pl
 
-from analyzer.ranges import hostlist
-from rules import transport_model as tm
-from rules.base import Context, Finding, with_columns
+from postmortem.analyzer.ranges import hostlist
+from postmortem.rules import transport_model as tm
+from postmortem.rules.base import Context, Finding, with_columns
 
 CODE = "N012"
 NAME = "sockets-despite-rdma"

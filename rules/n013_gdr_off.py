@@ -31,9 +31,9 @@ from __future__ import annotations
 
 import polars as pl
 
-from analyzer.transports import gdr_gaps, no_module_hosts
-from rules import transport_model as tm
-from rules.base import Context, Finding
+from postmortem.analyzer.transports import gdr_gaps, no_module_hosts
+from postmortem.rules import transport_model as tm
+from postmortem.rules.base import Context, Finding
 
 CODE = "N013"
 NAME = "gdr-off"

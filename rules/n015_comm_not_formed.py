@@ -33,9 +33,9 @@ from __future__ import annotations
 
 import polars as pl
 
-from analyzer.ranges import hostlist, rank_ranges
-from rules.base import Context, Finding, with_columns
-from rules.transport_model import evidence_of
+from postmortem.analyzer.ranges import hostlist, rank_ranges
+from postmortem.rules.base import Context, Finding, with_columns
+from postmortem.rules.transport_model import evidence_of
 
 CODE = "N015"
 NAME = "comm-not-formed"

@@ -39,8 +39,8 @@ import re
 
 import polars as pl
 
-from rules import linkbench_model as lm
-from rules.base import Context, Finding, with_columns
+from postmortem.rules import linkbench_model as lm
+from postmortem.rules.base import Context, Finding, with_columns
 
 CODE = "N016"
 NAME = "forced-algo-proto"

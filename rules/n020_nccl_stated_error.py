@@ -1,7 +1,7 @@
 """N020 nccl-stated-error: an error NCCL stated (a WARN line, or NCCL's text inside a PyTorch error) that no other rule explains.
 
 What it detects
-    Every row of ``nccl_errors`` (``analyzer.nccl_errors``): each ``NCCL WARN`` line and each
+    Every row of ``nccl_errors`` (``postmortem.analyzer.nccl_errors``): each ``NCCL WARN`` line and each
     NCCL error PyTorch wrapped (``NCCL error in: ..., unhandled system error``,
     ``ncclRemoteError: ...``, the text after ``Last error:``), read with the catalogue of
     ``parsers/nccl_errors.py``: ``Bootstrap Root : rank 1 of 8 ranks has already checked in``
@@ -42,14 +42,14 @@ from __future__ import annotations
 
 import polars as pl
 
-from analyzer.ranges import hostlist, rank_ranges
-from parsers import nccl_errors as catalogue
-from rules.base import Context, Evidence, Finding, with_columns
+from postmortem.analyzer.ranges import hostlist, rank_ranges
+from postmortem.parsers import nccl_errors as catalogue
+from postmortem.rules.base import Context, Evidence, Finding, with_columns
 
 CODE = "N020"
 NAME = "nccl-stated-error"
 SEVERITY = "error"
-LATE = True   # after the rules that explain some of these errors better (analyzer.report.run_rules)
+LATE = True   # after the rules that explain some of these errors better (postmortem.rules.report.run_rules)
 
 # Error classes a more specific rule reads, and the rules that do: when one of them fired in this
 # attempt, its class is explained.

@@ -10,8 +10,8 @@ from datetime import datetime, timedelta
 
 import polars as pl
 
-from rules.base import Context, with_columns
-from rules.hw_model import offsets
+from postmortem.rules.base import Context, with_columns
+from postmortem.rules.hw_model import offsets
 
 # Xids that corrupt results or stop a GPU (rules/g001_gpu_fault.py FATAL, without the app ones)
 GPU_FAULTS = {48, 62, 64, 74, 79, 94, 95, 119, 120, 121, 140, 144, 145, 146, 147, 148, 149, 150, 154}

@@ -33,8 +33,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from rules.base import Context, Finding
-from rules.perf_model import fmt_params, median, model, peak, steady, train_steps
+from postmortem.rules.base import Context, Finding
+from postmortem.rules.perf_model import fmt_params, median, model, peak, steady, train_steps
 
 CODE = "P001"
 NAME = "model-flops-utilization"

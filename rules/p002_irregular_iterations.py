@@ -29,8 +29,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from rules.base import Context, Finding
-from rules.perf_model import median, steady, train_steps
+from postmortem.rules.base import Context, Finding
+from postmortem.rules.perf_model import median, steady, train_steps
 
 CODE = "P002"
 NAME = "irregular-iterations"

@@ -34,8 +34,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from rules.base import Context, Finding, with_columns
-from rules.perf_model import (CKPT_BYTES_PER_PARAM, STORAGE_TIERS, checkpoint_bytes, fmt_params, median, model,
+from postmortem.rules.base import Context, Finding, with_columns
+from postmortem.rules.perf_model import (CKPT_BYTES_PER_PARAM, STORAGE_TIERS, checkpoint_bytes, fmt_params, median, model,
                               train_steps)
 
 CODE = "P003"

@@ -36,8 +36,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from rules import skew_model as sm
-from rules.base import Context, Finding
+from postmortem.rules import skew_model as sm
+from postmortem.rules.base import Context, Finding
 
 CODE = "P010"
 NAME = "straggler"

@@ -41,9 +41,9 @@ Known false positives
 
 from __future__ import annotations
 
-from rules.base import Context, Finding
-from rules.hw_model import job_nodes
-from rules.numerics_model import fault_before, gpu_faults, read_numerics
+from postmortem.rules.base import Context, Finding
+from postmortem.rules.hw_model import job_nodes
+from postmortem.rules.numerics_model import fault_before, gpu_faults, read_numerics
 
 CODE = "P020"
 NAME = "first-nan"

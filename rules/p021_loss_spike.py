@@ -31,8 +31,8 @@ from __future__ import annotations
 import math
 import statistics
 
-from rules.base import Context, Finding
-from rules.numerics_model import training_rows
+from postmortem.rules.base import Context, Finding
+from postmortem.rules.numerics_model import training_rows
 
 CODE = "P021"
 NAME = "loss-spike"

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from analyzer import hardware
-from analyzer.transports import accelerator
-from rules.base import Context, with_columns
+from postmortem.analyzer import hardware
+from postmortem.analyzer.transports import accelerator
+from postmortem.rules.base import Context, with_columns
 
 # Bytes per parameter of a mixed-precision Adam checkpoint: bf16/fp16 weights (2) + fp32 master
 # weights (4) + Adam first and second moments (4 + 4).

@@ -2,7 +2,7 @@
 how its ranks, processes and nodes map to the job's global ranks and host names.
 
 RAS names a process by pid and a node by its IP address (or host name), and a rank by its
-number in the communicator (``parsers.nccl_ras``). A communicator rank is a global rank only
+number in the communicator (``postmortem.parsers.nccl_ras``). A communicator rank is a global rank only
 where the mapping says so: the process's pid is the pid of exactly one rank of the job (the
 ``ranks`` table), or the communicator holds every rank of the job (the default process group).
 An IP becomes a host name through the addresses NCCL bootstrapped on (``nccl_processes``).
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from rules.base import Context, with_columns
+from postmortem.rules.base import Context, with_columns
 
 
 @dataclass

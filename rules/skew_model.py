@@ -3,7 +3,7 @@
 Arrivals (one row per collective instance and rank: ``source``, ``coll``, ``rank``, ``node``,
 ``start_ns``) come from two inputs:
 
-* ``collective_timing`` (``analyzer.collective_timing``): the start of each rank's NCCL kernel
+* ``collective_timing`` (``postmortem.analyzer.collective_timing``): the start of each rank's NCCL kernel
   of the same instance (nsys / Kineto);
 * ``collectives`` rows of kind ``flight_recorder``: ``time_created`` of the entry with the same
   (process group, ``collective_seq_id``) on every rank, i.e. when the CPU enqueued it.
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from rules.base import Context, with_columns
+from postmortem.rules.base import Context, with_columns
 
 NTP_BOUND_NS = 10_000_000     # what NTP-synchronised hosts may differ by (0.1-10 ms): the default doubt
 

@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from analyzer import hardware, topology
-from analyzer.topology import GDR_PATHS, Topology  # noqa: F401 -- GDR_PATHS: the rules read it here
-from analyzer.transports import accelerator
-from rules.base import Context, Evidence, with_columns
+from postmortem.analyzer import hardware, topology
+from postmortem.analyzer.topology import GDR_PATHS, Topology  # noqa: F401 -- GDR_PATHS: the rules read it here
+from postmortem.analyzer.transports import accelerator
+from postmortem.rules.base import Context, Evidence, with_columns
 
 RDMA_TIERS = {"IB", "IB GDR", "RoCE", "RoCE GDR", "NET", "NET GDR", "CollNet"}
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from analyzer.timeline import log_end
-from rules.base import Context
+from postmortem.analyzer.timeline import log_end
+from postmortem.rules.base import Context
 
 
 def why_no_timeout(ctx: Context, hang) -> list[str]:
@@ -106,7 +106,7 @@ _OUTSIDE = [
 
 
 def _outside_pg_nccl(ctx: Context, hang) -> list[str]:
-    from rules.hang_model import _stacks
+    from postmortem.rules.hang_model import _stacks
 
     stacks = _stacks(ctx)
     if stacks.is_empty():
@@ -148,7 +148,7 @@ def hang_span(ctx: Context):
         saved = events.filter(pl.col("kind") == "checkpoint_save_done")["ts"].drop_nulls().max()
         if saved is not None and saved > last_progress:
             last_progress = saved
-    # The one end of the logs every view gives (analyzer.timeline.log_bounds).
+    # The one end of the logs every view gives (postmortem.analyzer.timeline.log_bounds).
     bound = log_end(ctx.run, ctx.attempt)
     if last_progress is None or bound is None:
         return None

@@ -1,7 +1,7 @@
 """X000 failed-cause-not-determined: the job failed or hung, and no rule could say why.
 
 What it detects
-    The job's outcome (``analyzer.outcome``: decided from the evidence alone, before any rule)
+    The job's outcome (``postmortem.analyzer.outcome``: decided from the evidence alone, before any rule)
     is ``failed`` or ``hung`` -- a launcher failure table, a non-zero exit or fatal signal, a
     scheduler failure state, an uncaught traceback, ``terminate called``, ``Fatal Python
     error``, a watchdog timeout, stack dumps of a stuck job -- but no other rule produced an
@@ -25,8 +25,8 @@ Known false positives
 
 from __future__ import annotations
 
-from analyzer.outcome import rank_tails
-from rules.base import Context, Evidence, Finding
+from postmortem.analyzer.outcome import rank_tails
+from postmortem.rules.base import Context, Evidence, Finding
 
 CODE = "X000"
 NAME = "failed-cause-not-determined"
@@ -60,8 +60,8 @@ def check(ctx: Context) -> list[Finding]:
 
 
 def _suggestion(ctx: Context) -> str:
-    """Read the first failure; ask only for the evidence these inputs lack (rules.evidence_model)."""
-    from rules import evidence_model
+    """Read the first failure; ask only for the evidence these inputs lack (postmortem.rules.evidence_model)."""
+    from postmortem.rules import evidence_model
 
     keep = []
     if not evidence_model.has_stacks(ctx):

@@ -38,9 +38,9 @@ from datetime import datetime
 
 import polars as pl
 
-from rules.base import Context, Finding, with_columns
-from rules.crash_model import Failure, explain_exit, first_failure, first_timeout, oom_kills, timed_out_ranks
-from rules.hang_model import analyse_hang
+from postmortem.rules.base import Context, Finding, with_columns
+from postmortem.rules.crash_model import Failure, explain_exit, first_failure, first_timeout, oom_kills, timed_out_ranks
+from postmortem.rules.hang_model import analyse_hang
 
 CODE = "X001"
 NAME = "first-process-failure"

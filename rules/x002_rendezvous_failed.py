@@ -30,8 +30,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from rules import h007_init_hang
-from rules.base import Context, Finding
+from postmortem.rules import h007_init_hang
+from postmortem.rules.base import Context, Finding
 
 CODE = "X002"
 NAME = "rendezvous-failed"

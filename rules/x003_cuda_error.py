@@ -30,8 +30,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from rules.base import Context, Finding
-from rules.crash_model import first_timeout
+from postmortem.rules.base import Context, Finding
+from postmortem.rules.crash_model import first_timeout
 
 CODE = "X003"
 NAME = "cuda-error"

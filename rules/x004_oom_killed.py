@@ -30,8 +30,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from rules.base import Context, Finding, with_columns
-from rules.crash_model import first_failure, first_timeout, oom_kills
+from postmortem.rules.base import Context, Finding, with_columns
+from postmortem.rules.crash_model import first_failure, first_timeout, oom_kills
 
 CODE = "X004"
 NAME = "oom-killed"

@@ -29,9 +29,9 @@ from datetime import timedelta
 
 import polars as pl
 
-from rules.base import Context, Finding
-from rules.crash_model import first_failure
-from rules.hang_model import analyse_hang
+from postmortem.rules.base import Context, Finding
+from postmortem.rules.crash_model import first_failure
+from postmortem.rules.hang_model import analyse_hang
 
 CODE = "X005"
 NAME = "scheduler-ended-job"

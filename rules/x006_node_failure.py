@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from analyzer import commands
-from rules.base import Context, Finding
+from postmortem.analyzer import commands
+from postmortem.rules.base import Context, Finding
 
 CODE = "X006"
 NAME = "node-failure"

@@ -29,8 +29,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from rules.base import Context, Finding
-from rules.crash_model import first_failure
+from postmortem.rules.base import Context, Finding
+from postmortem.rules.crash_model import first_failure
 
 CODE = "X009"
 NAME = "store-host-lost"

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-# Tests parse for real: a cached run (analyzer.cache) would hide what a change to a parser does.
+# Tests parse for real: a cached run (postmortem.analyzer.cache) would hide what a change to a parser does.
 # tests/test_cache.py turns it on with its own folder.
 os.environ["POSTMORTEM_CACHE"] = "off"
 
@@ -28,8 +28,8 @@ def sample_store(tmp_path_factory):
 
     def store(sample: str) -> Path:
         if sample not in made:
-            from analyzer.pipeline import analyze
-            from analyzer.report import build_report
+            from postmortem.analyzer.pipeline import analyze
+            from postmortem.rules.report import build_report
 
             path = tmp_path_factory.mktemp("stores") / f"{sample}.duckdb"
             run = analyze([ROOT / "sample_logs" / sample], db_path=path)

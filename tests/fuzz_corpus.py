@@ -16,8 +16,8 @@ from pathlib import Path
 
 import polars as pl
 
-import parsers
-from parsers.lines import ENVELOPE_SCHEMA
+from postmortem import parsers
+from postmortem.parsers.lines import ENVELOPE_SCHEMA
 
 REAL = Path(__file__).resolve().parents[2] / "shared" / "real-data" / "logs"
 
@@ -45,7 +45,7 @@ def real_lines() -> tuple[bytes, ...]:
 
 
 def physical_lines(data: bytes) -> int:
-    """The envelope's line count (parsers.lines.decode_lines): one row per ``\\n``-separated
+    """The envelope's line count (postmortem.parsers.lines.decode_lines): one row per ``\\n``-separated
     piece, a final ``\\n`` ending the last line rather than starting an empty one; no bytes, no rows."""
     if not data:
         return 0
@@ -210,11 +210,11 @@ def long_line(size: int = 10 * 2**20) -> bytes:
 
 
 # ---------------------------------------------------------------------------------------------
-# calling parsers directly (analyzer.ingest catches their exceptions; these helpers do not)
+# calling parsers directly (postmortem.analyzer.ingest catches their exceptions; these helpers do not)
 
 
 def batch_frame(frames: list[pl.DataFrame]) -> pl.DataFrame:
-    """Many inputs' envelope frames as a batched parser gets them (analyzer.ingest._parse_batched):
+    """Many inputs' envelope frames as a batched parser gets them (postmortem.analyzer.ingest._parse_batched):
     ``input_id`` stamped, ``line_no`` renumbered to a global row."""
     combined = pl.concat([f.select(list(ENVELOPE_SCHEMA)).with_columns(input_id=pl.lit(i, dtype=pl.UInt32))
                           for i, f in enumerate(frames)], how="vertical_relaxed")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import polars as pl
 
-from parsers.lines import ENVELOPE_SCHEMA, decode_lines, envelope
+from postmortem.parsers.lines import ENVELOPE_SCHEMA, decode_lines, envelope
 
 REAL = Path(__file__).resolve().parents[2] / "shared" / "real-data" / "logs"
 

@@ -72,8 +72,8 @@ def write_files(folder: Path, files: dict[str, list[str]]) -> Path:
 
 def report_of(folder: Path) -> dict:
     """The report of one folder, as ``postmortem report`` builds it; the store is closed after."""
-    from analyzer.pipeline import analyze
-    from analyzer.report import build_report
+    from postmortem.analyzer.pipeline import analyze
+    from postmortem.rules.report import build_report
 
     run = analyze([folder])
     try:

@@ -7,10 +7,10 @@ import re
 
 import pytest
 
-from analyzer.html_report import html_report
-from analyzer.pipeline import analyze
-from analyzer.render import markdown_report, text_report
-from analyzer.report import build_report
+from postmortem.html_report import html_report
+from postmortem.analyzer.pipeline import analyze
+from postmortem.views.render import markdown_report, text_report
+from postmortem.rules.report import build_report
 from tests.conftest import ROOT
 
 SAMPLES = ROOT / "sample_logs"
@@ -42,7 +42,7 @@ def test_flight_recorder_settings_already_set_are_not_asked_for(deadlock):
 
 
 def test_no_flight_recorder_gap_when_dumps_were_read(tmp_path):
-    from bench.generator import RunSpec, generate_run
+    from postmortem.generator import RunSpec, generate_run
 
     generate_run(tmp_path / "run", RunSpec(nodes=2, gpus_per_node=2, culprit=3, seed=2, flight_recorder="pickle"))
     run = analyze([tmp_path / "run"], use_cache=False)

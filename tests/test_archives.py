@@ -1,4 +1,4 @@
-"""Archives as inputs (analyzer.archives) and progress on stderr (analyzer.ingest.Progress).
+"""Archives as inputs (postmortem.analyzer.archives) and progress on stderr (postmortem.analyzer.ingest.Progress).
 
 A small hand-written run (tests/scenario.py) packed as .tar.gz and .zip must give the same
 report as the folder; hostile and damaged archives give a message naming the archive (and the
@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from analyzer import archives
-from analyzer.pipeline import NothingReadable, analyze
-from analyzer.report import build_report
+from postmortem.analyzer import archives
+from postmortem.analyzer.pipeline import NothingReadable, analyze
+from postmortem.rules.report import build_report
 from tests.scenario import write_scenario
 
 GOOD = ("[rank0]:[E0724 09:12:00.1 ProcessGroupNCCL.cpp:1] [PG ID 0 PG GUID 0(default_pg) Rank 0] Watchdog caught "
@@ -33,7 +33,7 @@ GOOD = ("[rank0]:[E0724 09:12:00.1 ProcessGroupNCCL.cpp:1] [PG ID 0 PG GUID 0(de
 def _cli(*args, env_extra=None):
     env = {k: v for k, v in os.environ.items() if not k.startswith("POSTMORTEM_")}
     env.update(env_extra or {})
-    return subprocess.run([sys.executable, "-m", "analyzer.cli", *args], capture_output=True, text=True, env=env)
+    return subprocess.run([sys.executable, "-m", "postmortem.cli", *args], capture_output=True, text=True, env=env)
 
 
 def _tree(root: Path) -> dict:
@@ -253,7 +253,7 @@ def test_exit_codes_with_hostile_archives(hostile, tmp_path, capsys):
     only.mkdir()
     with tarfile.open(only / "links.tar", "w") as tar:
         _add(tar, "passwd", type=tarfile.SYMTYPE, linkname="/etc/passwd")
-    from analyzer.cli import main
+    from postmortem.cli import main
 
     assert main(["report", str(only / "links.tar")]) == 2
     assert "links.tar: skipped 1 link(s)" in capsys.readouterr().err
@@ -264,7 +264,7 @@ def test_exit_codes_with_hostile_archives(hostile, tmp_path, capsys):
 # -- progress --------------------------------------------------------------------------------------
 
 def test_progress_is_forced_by_the_environment_and_silenced_by_quiet(packed, capsys, monkeypatch):
-    from analyzer.cli import main
+    from postmortem.cli import main
 
     monkeypatch.setenv("POSTMORTEM_PROGRESS", "1")  # stderr is not a terminal here: forced on
     assert main(["report", str(packed / "run.tar.gz"), "--format", "json"]) == 1
@@ -284,7 +284,7 @@ def _timings(report_json: str) -> str:
 
 
 def test_progress_line_counts(monkeypatch):
-    from analyzer.ingest import Progress, progress_wanted
+    from postmortem.analyzer.ingest import Progress, progress_wanted
 
     out = io.StringIO()
     meter = Progress(True, stream=out, every=0)
@@ -315,7 +315,7 @@ class _Tty(io.StringIO):
 
 
 def test_the_report_folder_inside_the_job_folder_is_not_read_back(tmp_path):
-    from analyzer.discover import discover
+    from postmortem.analyzer.discover import discover
 
     (tmp_path / "rank0.log").write_bytes(GOOD)
     (tmp_path / "postmortem").mkdir()

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from analyzer.html_report import html_report
-from analyzer.pipeline import analyze
-from analyzer.render import markdown_report, text_report
-from analyzer.report import build_report
+from postmortem.html_report import html_report
+from postmortem.analyzer.pipeline import analyze
+from postmortem.views.render import markdown_report, text_report
+from postmortem.rules.report import build_report
 
 CORPUS = Path(__file__).with_name("corpus")
 
@@ -109,7 +109,7 @@ def test_a_gloo_error_with_a_glog_header_keeps_its_time():
     """Without its time, a restart's gloo error could not be placed in its attempt."""
     import polars as pl
 
-    from parsers import torch_errors
+    from postmortem.parsers import torch_errors
 
     line = ("[E1203 08:38:47.093852657 ProcessGroupGloo.cpp:67] Gloo connectFullMesh failed with "
             "[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.h:311] Connect timeout [none]")

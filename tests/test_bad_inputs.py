@@ -2,7 +2,7 @@ import gzip
 import subprocess
 import sys
 
-from analyzer.pipeline import analyze
+from postmortem.analyzer.pipeline import analyze
 
 GOOD = ("[rank0]:[E0724 09:12:00.1 ProcessGroupNCCL.cpp:1] [PG ID 0 PG GUID 0(default_pg) Rank 0] Watchdog caught "
         "collective operation timeout: WorkNCCL(SeqNum=10, OpType=ALLREDUCE, NumelIn=5, NumelOut=5, "
@@ -34,10 +34,10 @@ def test_bad_files_are_named_and_the_rest_is_analysed(tmp_path):
 
 def test_nothing_readable_exits_2(tmp_path):
     (tmp_path / "empty.log").write_bytes(b"")
-    proc = subprocess.run([sys.executable, "-m", "analyzer.cli", "report", str(tmp_path)], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "postmortem.cli", "report", str(tmp_path)], capture_output=True, text=True)
     assert proc.returncode == 2
     assert "empty.log" in proc.stderr
-    missing = subprocess.run([sys.executable, "-m", "analyzer.cli", "report", str(tmp_path / "nope")],
+    missing = subprocess.run([sys.executable, "-m", "postmortem.cli", "report", str(tmp_path / "nope")],
                              capture_output=True, text=True)
     assert missing.returncode == 2 and "no such file" in missing.stderr
 
@@ -59,7 +59,7 @@ def test_compressed_inputs_are_read_as_they_are(tmp_path):
     assert inputs["parsed_lines"].to_list() == [3, 3, 3, 3]
     assert not run.messages
     # evidence is read back from inside the compressed input
-    from rules.base import Context
+    from postmortem.rules.base import Context
 
     ev = Context(run, 0).evidence(0, 2)
     assert ev.path == "a.log.gz" and ev.text == GOOD.strip()

@@ -1,4 +1,4 @@
-"""Most line parsers run once over all inputs (analyzer.ingest, parsers.BATCHED) instead of once
+"""Most line parsers run once over all inputs (postmortem.analyzer.ingest, parsers.BATCHED) instead of once
 per file. For the parsers moved to that path for speed (c10d, torchrun, torch_errors, pyspy) it must
 change nothing: every table of the store, row for row, equals what they give when each file
 is parsed on its own. (The parsers written for the batch from the start, which declare a
@@ -10,8 +10,8 @@ import hashlib
 
 import pytest
 
-import parsers
-from analyzer.pipeline import analyze
+from postmortem import parsers
+from postmortem.analyzer.pipeline import analyze
 from tests.conftest import REAL, ROOT
 
 
@@ -55,7 +55,7 @@ def test_file_gates_skip_only_parsers_that_would_find_nothing(paths, monkeypatch
     as when every parser reads every input."""
     if not paths[0].exists():
         pytest.skip(f"{paths[0]} is not present")
-    from analyzer import ingest
+    from postmortem.analyzer import ingest
 
     gated = [m.NAME for m in parsers.LOG_PARSERS if hasattr(m, "file_gate") and m not in parsers.BATCHED]
     assert {"kernel", "health", "scheduler", "hwtools", "nccl_ras", "config"} <= set(gated)

@@ -25,9 +25,9 @@ from pathlib import Path
 import pytest
 import zstandard
 
-from analyzer.cli import main
-from analyzer.pipeline import analyze
-from analyzer.report import build_report
+from postmortem.cli import main
+from postmortem.analyzer.pipeline import analyze
+from postmortem.rules.report import build_report
 from tests.scenario import write_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -85,7 +85,7 @@ def _tar(entries: list[tuple[str, bytes, dict]], mode: str = "w:gz") -> bytes:
 
 
 def _nsys_export(path: Path) -> Path:
-    from bench.rungen.nsys import write_nsys_export
+    from postmortem.generator.rungen.nsys import write_nsys_export
 
     return write_nsys_export(path, 0, world=2, steps=2)
 
@@ -322,7 +322,7 @@ def test_no_pickle_payload_ran(analysed, tmp_path):
 
 
 def test_the_flight_recorder_reader_refuses_payloads_directly(tmp_path):
-    from parsers import flight_recorder
+    from postmortem.parsers import flight_recorder
 
     for payload in (_Touch(tmp_path / "a"), _System(tmp_path / "b")):
         for protocol in (2, 3, 4, 5):
@@ -345,7 +345,7 @@ UNSAFE = re.compile(r"\bpickle\.loads?\s*\(|\bpickle\.(?:_)?Unpickler\b|\b_pickl
 
 def test_no_source_loads_a_pickle_unsafely():
     hits = []
-    for folder in ("analyzer", "parsers", "rules", "tui"):
+    for folder in ("analyzer", "parsers", "rules", "tui", "views", "postmortem"):
         for path in sorted((ROOT / folder).rglob("*.py")):
             for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
                 code = line.split("#", 1)[0]

@@ -1,4 +1,4 @@
-"""``analyzer.pipeline.ByLine``: a lookup by (input_id, line_no) that must give what a left join
+"""``postmortem.analyzer.pipeline.ByLine``: a lookup by (input_id, line_no) that must give what a left join
 gives, in the frame's order, whatever the frame holds."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from analyzer.pipeline import ByLine
+from postmortem.analyzer.pipeline import ByLine
 
 KEYS = {"input_id": pl.UInt32, "line_no": pl.UInt32}
 

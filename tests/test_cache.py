@@ -1,4 +1,4 @@
-"""The cache of parsed runs (analyzer.cache): a second analysis of the same inputs reads the
+"""The cache of parsed runs (postmortem.analyzer.cache): a second analysis of the same inputs reads the
 cached store instead of parsing, and gives the same findings; any change to an input, or
 --no-cache, parses again; a damaged entry is a miss, not an error."""
 
@@ -11,9 +11,9 @@ import sys
 
 import pytest
 
-from analyzer import cache
-from analyzer.pipeline import analyze
-from analyzer.report import build_report
+from postmortem.analyzer import cache
+from postmortem.analyzer.pipeline import analyze
+from postmortem.rules.report import build_report
 from tests.conftest import ROOT
 
 SAMPLE = ROOT / "sample_logs" / "slow-ring"
@@ -81,7 +81,7 @@ def test_the_store_file_of_a_hit_is_a_full_store(cache_dir, tmp_path):
     assert run.timings.get("cache") == "hit"
     build_report(run)
     run.con.close()
-    done = subprocess.run([sys.executable, "-m", "analyzer.cli", "query", "--db", str(db),
+    done = subprocess.run([sys.executable, "-m", "postmortem.cli", "query", "--db", str(db),
                            "SELECT count(*) AS n FROM findings", "--format", "json"], capture_output=True, text=True)
     assert json.loads(done.stdout)[0]["n"] > 0
 
@@ -89,7 +89,7 @@ def test_the_store_file_of_a_hit_is_a_full_store(cache_dir, tmp_path):
 def test_no_cache_flag_and_environment_turn_it_off(cache_dir, tmp_path, monkeypatch):
     job = tmp_path / "job"
     shutil.copytree(SAMPLE, job)
-    done = subprocess.run([sys.executable, "-m", "analyzer.cli", "report", str(job), "--quiet", "--no-cache",
+    done = subprocess.run([sys.executable, "-m", "postmortem.cli", "report", str(job), "--quiet", "--no-cache",
                            "--format", "json"], capture_output=True, text=True)
     assert done.returncode in (0, 1) and not cache_dir.exists()
     monkeypatch.setenv("POSTMORTEM_CACHE", "off")
@@ -98,9 +98,9 @@ def test_no_cache_flag_and_environment_turn_it_off(cache_dir, tmp_path, monkeypa
 
 
 def _rendered(report: dict, run) -> dict[str, str]:
-    from analyzer.html_report import html_report
-    from analyzer.render import markdown_report, text_report
-    from analyzer.report import to_json
+    from postmortem.html_report import html_report
+    from postmortem.views.render import markdown_report, text_report
+    from postmortem.rules.report import to_json
 
     plain = {**report, "timings": {}}
     return {"text": text_report(plain), "md": markdown_report(plain), "json": to_json(plain),

@@ -6,12 +6,12 @@ from tests.scenario import write_scenario
 
 
 def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "analyzer.cli", *args], capture_output=True, text=True)
+    return subprocess.run([sys.executable, "-m", "postmortem.cli", *args], capture_output=True, text=True)
 
 
 def test_headless_commands_never_import_textual():
-    code = ("import sys, analyzer.cli, analyzer.pipeline, analyzer.report, analyzer.render, rules; "
-            "analyzer.cli.main(['rules']); assert 'textual' not in sys.modules, 'textual imported'")
+    code = ("import sys, postmortem.cli, postmortem.analyzer.pipeline, postmortem.rules.report, postmortem.views.render, rules; "
+            "postmortem.cli.main(['rules']); assert 'textual' not in sys.modules, 'textual imported'")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
 

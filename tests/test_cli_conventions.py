@@ -12,9 +12,9 @@ import shutil
 
 import pytest
 
-from analyzer.cli import main
-from analyzer.pipeline import analyze
-from rules import RULES
+from postmortem.cli import main
+from postmortem.analyzer.pipeline import analyze
+from postmortem.rules import RULES
 from tests.conftest import ROOT
 from tests.scenario import write_scenario
 
@@ -37,7 +37,7 @@ def test_code_cites_format_notes_that_are_in_the_repository():
     """Every citation of a format note in the code points at docs/formats/, and at a section the
     note has."""
     wrong, missing = [], []
-    for path in sorted(p for d in ("analyzer", "parsers", "rules", "bench", "tui") for p in (ROOT / d).rglob("*")
+    for path in sorted(p for d in ("analyzer", "parsers", "rules", "bench", "tui", "views", "postmortem") for p in (ROOT / d).rglob("*")
                        if p.suffix in (".py", ".toml", ".md")):
         text = path.read_text(encoding="utf-8")
         for m in re.finditer(r"(\S*?)formats/([a-z-]+)\.md", text):

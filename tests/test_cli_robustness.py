@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-import analyzer.report
-from analyzer.cli import _CODES, main
+from postmortem.rules import report
+from postmortem.cli import _CODES, main
 from tests.scenario import write_scenario
 
 
@@ -22,7 +22,7 @@ def folder(tmp_path_factory) -> Path:
 
 
 def _cli(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "analyzer.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "postmortem.cli", *args], capture_output=True, text=True,
                           env={**os.environ, **(env or {})})
 
 
@@ -30,7 +30,7 @@ def test_version_is_the_generator_version(capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["--version"])
     assert exit_.value.code == 0
-    assert capsys.readouterr().out == f"postmortem {analyzer.report.VERSION}\n"
+    assert capsys.readouterr().out == f"postmortem {report.VERSION}\n"
 
 
 @pytest.mark.parametrize("command", ["report", "ingest", "query", "transports", "hw", "diff", "tui", "explain",
@@ -95,7 +95,7 @@ def test_an_unwritable_out_exits_2_before_the_analysis(folder, tmp_path, capsys,
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
     analysed = []
-    monkeypatch.setattr("analyzer.pipeline.analyze", lambda *a, **k: analysed.append(1))
+    monkeypatch.setattr("postmortem.analyzer.pipeline.analyze", lambda *a, **k: analysed.append(1))
     for argv in (["report", str(folder), "--out", str(blocker / "sub" / "report.txt")],
                  ["report", str(folder), "--format", "md,json", "--out", str(blocker)],
                  ["report", str(folder), "--db", str(blocker / "run.duckdb")],
@@ -134,7 +134,7 @@ def _explode(*args, **kwargs):
 
 
 def test_a_bug_is_one_line_and_exit_4(folder, monkeypatch, capsys):
-    monkeypatch.setattr(analyzer.report, "build_report", _explode)
+    monkeypatch.setattr(report, "build_report", _explode)
     monkeypatch.delenv("POSTMORTEM_DEBUG", raising=False)
     assert main(["report", str(folder), "--quiet"]) == 4
     err = capsys.readouterr().err.strip().splitlines()
@@ -143,7 +143,7 @@ def test_a_bug_is_one_line_and_exit_4(folder, monkeypatch, capsys):
 
 
 def test_postmortem_debug_shows_the_traceback(folder, monkeypatch, capsys):
-    monkeypatch.setattr(analyzer.report, "build_report", _explode)
+    monkeypatch.setattr(report, "build_report", _explode)
     monkeypatch.setenv("POSTMORTEM_DEBUG", "1")
     assert main(["report", str(folder), "--quiet"]) == 4
     err = capsys.readouterr().err
@@ -153,10 +153,10 @@ def test_postmortem_debug_shows_the_traceback(folder, monkeypatch, capsys):
 
 def test_a_bug_in_a_real_process_prints_no_traceback(folder):
     """End to end, as a script sees it: the process's exit status and stderr."""
-    code = ("import sys, analyzer.report, analyzer.cli\n"
+    code = ("import sys, postmortem.rules.report, postmortem.cli\n"
             "def boom(*a, **k): raise KeyError('x')\n"
-            "analyzer.report.build_report = boom\n"
-            f"sys.exit(analyzer.cli.main(['report', {str(folder)!r}, '--quiet']))\n")
+            "postmortem.rules.report.build_report = boom\n"
+            f"sys.exit(postmortem.cli.main(['report', {str(folder)!r}, '--quiet']))\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env={k: v for k, v in os.environ.items() if k != "POSTMORTEM_DEBUG"})
     assert proc.returncode == 4 and "Traceback" not in proc.stderr

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from analyzer.pipeline import analyze
-from analyzer.report import build_report
+from postmortem.analyzer.pipeline import analyze
+from postmortem.rules.report import build_report
 from tests.scenario import write_files
 
 RULE_FIXTURES = {
@@ -86,7 +86,7 @@ def test_a_rank_that_never_completes_init(tmp_path):
 
 
 def test_a_healthy_generated_run_forms_its_communicators(tmp_path):
-    from bench.generator import RunSpec, generate_run
+    from postmortem.generator import RunSpec, generate_run
 
     generate_run(tmp_path, RunSpec(nodes=2, gpus_per_node=4, scenario="healthy"))
     found, _ = _n015(tmp_path)

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from analyzer.pipeline import analyze
-from analyzer.report import build_report
+from postmortem.analyzer.pipeline import analyze
+from postmortem.rules.report import build_report
 
 CORPUS = Path(__file__).with_name("corpus")
 CASES = sorted(p.name for p in CORPUS.iterdir() if (p / "truth.json").exists())
@@ -85,8 +85,7 @@ def test_wrong_world_size_is_reported_as_a_failed_rendezvous():
 def test_a_failure_no_rule_explains_is_failed_cause_not_determined(name, tmp_path, monkeypatch):
     """With every rule but X000 silenced, a failed case says "failed, cause not determined",
     with each rank's first failure and last lines, and exits as an error."""
-    import rules
-
+    from postmortem import rules
     monkeypatch.setattr(rules, "RULES", [r for r in rules.RULES if r.CODE == "X000"])
     shutil.copytree(CORPUS / name, tmp_path / name)
     report = _report(tmp_path / name)
@@ -98,7 +97,7 @@ def test_a_failure_no_rule_explains_is_failed_cause_not_determined(name, tmp_pat
     assert tails and all(t["last_lines"] for t in tails)
     assert any(t["first_failure"] for t in tails)
     # ... and every human-readable format shows them, not only the JSON
-    from analyzer.render import markdown_report, text_report
+    from postmortem.views.render import markdown_report, text_report
 
     first = next(t for t in tails if t["first_failure"])
     for page in (text_report(report), markdown_report(report)):

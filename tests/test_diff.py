@@ -5,14 +5,14 @@ import json
 
 import pytest
 
-from analyzer.cli import main
-from analyzer.diff import diff
-from analyzer.pipeline import analyze
+from postmortem.cli import main
+from postmortem.diff import diff
+from postmortem.analyzer.pipeline import analyze
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    from bench.generator import RunSpec, generate_run
+    from postmortem.generator import RunSpec, generate_run
 
     root = tmp_path_factory.mktemp("diff")
     specs = {"good": RunSpec(nodes=2, gpus_per_node=4, scenario="healthy", config_files=True),
@@ -101,7 +101,7 @@ def test_a_setting_the_bad_verdict_names_is_first_and_marked():
 
     samples = Path(__file__).resolve().parents[1] / "sample_logs"
     good, bad = analyze([samples / "healthy-40r"]), analyze([samples / "env-mismatch"])
-    from analyzer.report import build_report
+    from postmortem.rules.report import build_report
 
     result = diff(good, bad, build_report(good), build_report(bad))
     first = result["changes"][0]

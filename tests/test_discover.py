@@ -1,4 +1,4 @@
-"""Which files a folder yields, in which order, under which names (``analyzer.discover``).
+"""Which files a folder yields, in which order, under which names (``postmortem.analyzer.discover``).
 
 The walk is ``os.scandir`` per folder (``_files_under``); these hold it to what ``Path.rglob``
 gave before it: input ids, and so every table's row order, follow this order."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from analyzer.discover import discover
+from postmortem.analyzer.discover import discover
 
 
 def tree(root: Path) -> Path:

@@ -1,9 +1,9 @@
 """docs/ stays in step with the code: the store schema and the report's top-level contract."""
 from pathlib import Path
 
-from analyzer.pipeline import analyze
-from analyzer.report import build_report
-from analyzer.store import schema_markdown
+from postmortem.analyzer.pipeline import analyze
+from postmortem.rules.report import build_report
+from postmortem.analyzer.store import schema_markdown
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "sample_logs" / "silent-deadlock-40r"
@@ -13,7 +13,7 @@ def test_schema_doc_is_current():
     run = analyze([SAMPLE])
     report = build_report(run)
     assert (ROOT / "docs" / "schema.md").read_text() == schema_markdown(run.con), \
-        "regenerate with: python -m analyzer.store --schema > docs/schema.md"
+        "regenerate with: python -m bench.make_docs"
     doc = (ROOT / "docs" / "report.md").read_text()
     for key in report:
         assert f"`{key}`" in doc, f"report key {key} is not documented in docs/report.md"

@@ -1,5 +1,5 @@
-"""Environment/configuration and hardware-tool output: parsers.envdump, parsers.config,
-parsers.hwtools, analyzer.env_model and the generator's --config-files."""
+"""Environment/configuration and hardware-tool output: parsers.envdump, postmortem.parsers.config,
+parsers.hwtools, postmortem.analyzer.env_model and the generator's --config-files."""
 from __future__ import annotations
 
 import contextlib
@@ -10,9 +10,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from analyzer.cli import main
-from parsers import config, envdump, hwtools
-from parsers.lines import envelope
+from postmortem.cli import main
+from postmortem.parsers import config, envdump, hwtools
+from postmortem.parsers.lines import envelope
 
 
 def parse(module, text: str):
@@ -426,7 +426,7 @@ def test_real_hw_folder_ingests(real_logs: Path, tmp_path: Path):
 
 @pytest.fixture(scope="module")
 def generated(tmp_path_factory) -> tuple[Path, Path]:
-    from bench.generator import RunSpec, generate_run
+    from postmortem.generator import RunSpec, generate_run
 
     out = tmp_path_factory.mktemp("cfg") / "run"
     generate_run(out, RunSpec(nodes=2, culprit=9, config_files=True, pyspy=False))
@@ -474,7 +474,7 @@ def test_generated_query_busbw_per_size(generated):
 
 
 def test_config_files_off_writes_nothing(tmp_path: Path):
-    from bench.generator import RunSpec, generate_run
+    from postmortem.generator import RunSpec, generate_run
 
     generate_run(tmp_path / "run", RunSpec(nodes=1, gpus_per_node=2, culprit=1, pyspy=False))
     assert not (tmp_path / "run" / "config").exists() and not (tmp_path / "run" / "hw").exists()

@@ -1,5 +1,5 @@
 
-from parsers.lines import SAMPLE_LINES, decode_lines, envelope
+from postmortem.parsers.lines import SAMPLE_LINES, decode_lines, envelope
 
 
 def test_sample_prefixes_are_peeled():
@@ -47,11 +47,11 @@ def test_empty_input():
 
 
 def test_decoding_many_inputs_at_once_equals_decoding_each():
-    """parsers.lines.decode_many (one split for all valid UTF-8 inputs) against decode_lines per
+    """postmortem.parsers.lines.decode_many (one split for all valid UTF-8 inputs) against decode_lines per
     input: empty, no final newline, invalid UTF-8, CRLF, blank lines."""
     import polars as pl
 
-    from parsers.lines import decode_lines, decode_many
+    from postmortem.parsers.lines import decode_lines, decode_many
 
     datas = [b"a\nbb\n", b"", b"x", b"\xff\xfeoops\nok\n", "é\r\nz\n".encode(), b"\n\n", b"last\n"]
     many = decode_many(datas)

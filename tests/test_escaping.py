@@ -12,11 +12,11 @@ from html.parser import HTMLParser
 
 import pytest
 
-from analyzer.cli import main
-from analyzer.html_report import html_report
-from analyzer.pipeline import analyze
-from analyzer.render import markdown_report, safe, text_report
-from analyzer.report import build_report
+from postmortem.cli import main
+from postmortem.html_report import html_report
+from postmortem.analyzer.pipeline import analyze
+from postmortem.views.render import markdown_report, safe, text_report
+from postmortem.rules.report import build_report
 from tests.scenario import write_scenario
 
 # The culprit's last lines (shown whole in every format, up to 200 characters each).
@@ -154,9 +154,9 @@ def html_report_escapes(text: str) -> str:
 def test_tui_text_of_the_crafted_run(crafted):
     """What the TUI's Verdict screen shows of this run (its helpers; tests/test_tui_*.py drive the
     screens with injected payloads): inert Text, no markup spans, no raw escapes."""
-    from tui.screens.verdict import evidence_prompt, finding_text, sorted_findings, summary_text, verdict_text
-    from tui.session import open_store
-    from tui.text import cell, plain
+    from postmortem.tui.screens.verdict import evidence_prompt, finding_text, sorted_findings, summary_text, verdict_text
+    from postmortem.tui.session import open_store
+    from postmortem.tui.text import cell, plain
 
     crafted["run"].con.close()
     session = open_store(crafted["db"])

@@ -38,7 +38,7 @@ def _snapshot(root: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def evidence(tmp_path_factory) -> Path:
-    from bench.rungen.nsys import write_nsys_export
+    from postmortem.generator.rungen.nsys import write_nsys_export
 
     job = tmp_path_factory.mktemp("evidence") / "job"
     shutil.copytree(SAMPLE, job)
@@ -58,7 +58,7 @@ def evidence(tmp_path_factory) -> Path:
 def _cli(args: list[str], cwd: Path, env_extra: dict) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("POSTMORTEM_")}
     env.update(env_extra)
-    return subprocess.run([sys.executable, "-m", "analyzer.cli", *args], cwd=cwd, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "postmortem.cli", *args], cwd=cwd, capture_output=True, text=True,
                           env=env, timeout=300)
 
 
@@ -97,7 +97,7 @@ def test_report_and_ingest_leave_the_evidence_as_it_was(evidence, tmp_path, cach
 def test_the_nsys_export_is_opened_immutable(evidence, monkeypatch):
     """SQLite leaves no journal or -wal/-shm beside an export it only reads (in-process, so a
     change to how parsers.nsys opens the file fails here first)."""
-    from analyzer.pipeline import analyze
+    from postmortem.analyzer.pipeline import analyze
 
     monkeypatch.setenv("POSTMORTEM_CACHE", "off")
     before = _snapshot(evidence)

@@ -17,7 +17,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from analyzer.cli import main
+from postmortem.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 DEADLOCK = ROOT / "sample_logs" / "silent-deadlock-40r"
@@ -34,7 +34,7 @@ def store(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def generated(tmp_path_factory) -> Path:
     """A small generated hang with watchdog timeouts, an Xid and Flight Recorder dumps."""
-    from bench.generator import main as generate
+    from postmortem.generator import main as generate
 
     base = tmp_path_factory.mktemp("gen")
     assert generate([str(base / "run"), "--nodes", "2", "--gpus-per-node", "2", "--scenario", "deadlock",
@@ -197,7 +197,7 @@ def test_perfetto_generated_timeouts_xid_and_flight_recorder(generated, tmp_path
 
 
 def test_perfetto_profiler_kernels(tmp_path, capsys):
-    from bench.rungen.nsys import write_profiled_run
+    from postmortem.generator.rungen.nsys import write_profiled_run
 
     write_profiled_run(tmp_path / "run", world=2, steps=2, late_rank=1)
     db = tmp_path / "prof.duckdb"
@@ -213,7 +213,7 @@ def test_perfetto_profiler_kernels(tmp_path, capsys):
 # --- parquet ---------------------------------------------------------------------------------
 
 def _store_counts(db: Path) -> dict[str, int]:
-    from analyzer.store import INTERNAL
+    from postmortem.analyzer.store import INTERNAL
 
     con = duckdb.connect(str(db), read_only=True)
     try:

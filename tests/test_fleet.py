@@ -17,8 +17,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from analyzer import fleet
-from analyzer.cli import main
+from postmortem import fleet
+from postmortem.cli import main
 from bench.fleet_generator import FleetSpec, generate_fleet, lemon_nodes, make_report, node_names
 from tests.conftest import ROOT
 

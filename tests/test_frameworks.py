@@ -16,9 +16,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-import parsers
-from parsers import deepspeed, hf_trainer, megatron, titan_lightning, trainlog
-from parsers.lines import envelope
+from postmortem import parsers
+from postmortem.parsers import deepspeed, hf_trainer, megatron, titan_lightning, trainlog
+from postmortem.parsers.lines import envelope
 
 FRAMEWORK_PARSERS = [megatron, deepspeed, hf_trainer, titan_lightning]
 
@@ -307,7 +307,7 @@ FRAMEWORKS = ["megatron", "deepspeed", "hf", "torchtitan", "lightning"]
 
 @pytest.fixture(scope="module")
 def generated(tmp_path_factory):
-    from bench.generator import RunSpec, generate_run
+    from postmortem.generator import RunSpec, generate_run
 
     runs = {}
     for fw in FRAMEWORKS:
@@ -337,7 +337,7 @@ def test_generated_run_has_no_unparsed_framework_line(generated, fw):
 
 
 def test_default_framework_keeps_megatron():
-    from bench.generator import RunSpec
+    from postmortem.generator import RunSpec
 
     assert RunSpec().framework == "megatron"
     with pytest.raises(ValueError):
@@ -347,7 +347,7 @@ def test_default_framework_keeps_megatron():
 # -- postmortem query on a generated run --------------------------------------------------------
 
 def _query(db: str, sql: str) -> list[dict]:
-    from analyzer.cli import main
+    from postmortem.cli import main
 
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
@@ -357,8 +357,8 @@ def _query(db: str, sql: str) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def ingested(tmp_path_factory):
-    from analyzer.cli import main
-    from bench.generator import RunSpec, generate_run
+    from postmortem.cli import main
+    from postmortem.generator import RunSpec, generate_run
 
     base = tmp_path_factory.mktemp("query")
     out = {}

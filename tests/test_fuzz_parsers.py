@@ -18,8 +18,8 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-import parsers
-from parsers.lines import envelope, envelope_frame, split_inputs
+from postmortem import parsers
+from postmortem.parsers.lines import envelope, envelope_frame, split_inputs
 from tests import fuzz_corpus as fc
 
 pytestmark = pytest.mark.skipif(not fc.real_files(), reason="../shared/real-data/logs is not present")
@@ -232,8 +232,8 @@ def test_every_fuzzed_input_is_accounted_for(tmp_path):
     """A folder of mutated real files (each under a different mutation) through the pipeline:
     every text input's ``lines`` is its physical line count and ``parsed + unparsed``, and no
     parser failed (ingest would record that as a problem)."""
-    from analyzer.discover import is_documentation
-    from analyzer.pipeline import analyze
+    from postmortem.analyzer.discover import is_documentation
+    from postmortem.analyzer.pipeline import analyze
 
     names = list(fc.MUTATIONS)
     written = {}
@@ -325,7 +325,7 @@ def _damage(data: bytes, rng: random.Random) -> bytes:
 @fuzz(120)
 @given(seed=st.integers(0, 2**32), fmt=st.sampled_from(["pickle2", "pickle4", "json"]))
 def test_flight_recorder_reader_on_damaged_dumps(seed, fmt):
-    from parsers import flight_recorder
+    from postmortem.parsers import flight_recorder
 
     rng = random.Random(seed)
     dump = _mangle(_fr_dump(), rng, rng.choice([0.0, 0.05, 0.2]))
@@ -359,7 +359,7 @@ def _kineto_trace() -> dict:
 @settings(fuzz(80), phases=[Phase.generate])
 @given(seed=st.integers(0, 2**32))
 def test_kineto_reader_on_damaged_traces(seed):
-    from parsers import kineto
+    from postmortem.parsers import kineto
 
     rng = random.Random(seed)
     data = json.dumps(_mangle(_kineto_trace(), rng, rng.choice([0.0, 0.05, 0.2]))).encode()
@@ -375,8 +375,8 @@ def test_kineto_reader_on_damaged_traces(seed):
 
 @pytest.mark.parametrize("seed", range(6))
 def test_nsys_reader_on_damaged_exports(tmp_path, seed):
-    from bench.rungen.nsys import write_nsys_export
-    from parsers import nsys
+    from postmortem.generator.rungen.nsys import write_nsys_export
+    from postmortem.parsers import nsys
 
     source = tmp_path / "good.sqlite"
     write_nsys_export(source, rank=0)
@@ -414,7 +414,7 @@ KINETO_HOSTILE = {
 
 @pytest.mark.parametrize("case", list(KINETO_HOSTILE))
 def test_kineto_reader_refuses_or_reads_hostile_values(case):
-    from parsers import kineto
+    from postmortem.parsers import kineto
 
     fc.TRIED["kineto"] += 1
     try:
@@ -442,7 +442,7 @@ HWTOOLS_HOSTILE = {
 
 @pytest.mark.parametrize("case", list(HWTOOLS_HOSTILE))
 def test_hwtools_survives_torn_rows_and_huge_numbers(case):
-    from parsers import hwtools
+    from postmortem.parsers import hwtools
 
     fc.TRIED["regressions"] += 1
     result = hwtools.parse(envelope(HWTOOLS_HOSTILE[case]))
@@ -450,7 +450,7 @@ def test_hwtools_survives_torn_rows_and_huge_numbers(case):
 
 
 def test_hwtools_torn_topo_row_keeps_the_cells_it_has():
-    from parsers import hwtools
+    from postmortem.parsers import hwtools
 
     topo = hwtools.parse(envelope(HWTOOLS_HOSTILE["topo row torn"])).tables["topology"]
     assert sorted(topo.filter(pl.col("from") == "GPU1").select("to", "link").rows()) == [("GPU0", "NV18")]

@@ -3,9 +3,9 @@ eras, launchers and attempts; no single culprit where there is none; inconclusiv
 rank mapping is only guessed."""
 import pytest
 
-from analyzer.pipeline import analyze
-from analyzer.report import build_report
-from bench.generator import RunSpec, generate_run
+from postmortem.analyzer.pipeline import analyze
+from postmortem.rules.report import build_report
+from postmortem.generator import RunSpec, generate_run
 
 CASES = [
     # (id, spec kwargs)

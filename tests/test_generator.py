@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.generator import RunSpec, generate_run, main
+from postmortem.generator import RunSpec, generate_run, main
 
 TIMEOUT = re.compile(r"ProcessGroupNCCL\.cpp:\d+\] \[Rank (\d+)\] Watchdog caught collective operation timeout: "
                      r"WorkNCCL\(SeqNum=(\d+), OpType=(\w+), NumelIn=(\d+), NumelOut=(\d+), Timeout\(ms\)=(\d+)\) "

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from bench.generator import RunSpec, generate_run, main
-from bench.rungen.coll_trace import LAYERS, calls_per_iteration
-from parsers import nccl
-from parsers.lines import envelope
+from postmortem.generator import RunSpec, generate_run, main
+from postmortem.generator.rungen.coll_trace import LAYERS, calls_per_iteration
+from postmortem.parsers import nccl
+from postmortem.parsers.lines import envelope
 
 NODES, GPUS, ITERATIONS, CULPRIT = 2, 4, 3, 5
 PER_ITERATION = sum(calls_per_iteration().values())        # world + expert calls of one rank
@@ -94,8 +94,8 @@ def test_line_count_is_ranks_times_iterations_times_calls(traced) -> None:
 
 
 def test_analyzer_still_names_the_culprit(traced) -> None:
-    from analyzer.pipeline import analyze
-    from analyzer.report import build_report
+    from postmortem.analyzer.pipeline import analyze
+    from postmortem.rules.report import build_report
 
     out, _ = traced
     report = build_report(analyze([out]))

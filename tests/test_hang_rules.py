@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from analyzer.pipeline import analyze
-from analyzer.report import build_report
-from bench.generator import RunSpec, generate_run
+from postmortem.analyzer.pipeline import analyze
+from postmortem.rules.report import build_report
+from postmortem.generator import RunSpec, generate_run
 from tests.scenario import write_scenario
 
 CORPUS = Path(__file__).with_name("corpus")

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from analyzer import hardware
-from analyzer.cli import main
+from postmortem.analyzer import hardware
+from postmortem.cli import main
 
 
 @pytest.mark.parametrize(("name", "memory", "expected"), [
@@ -73,7 +73,7 @@ def test_hw_command(capsys):
 
 
 def test_transports_prices_hops_with_the_gpu_model(tmp_path, capsys):
-    from bench.generator import RunSpec, generate_run
+    from postmortem.generator import RunSpec, generate_run
 
     generate_run(tmp_path, RunSpec(nodes=2, gpus_per_node=4, scenario="healthy", pyspy=False,
                                    nccl_version="2.19.3", nccl_shm_node=1))
@@ -103,8 +103,8 @@ def test_a_tie_between_gpu_names_is_broken_by_name_not_by_chance():
     import duckdb
     import polars as pl
 
-    from analyzer.pipeline import Run
-    from analyzer.transports import accelerator
+    from postmortem.analyzer.pipeline import Run
+    from postmortem.analyzer.transports import accelerator
 
     names = ["Tesla V100-SXM2-32GB", "NVIDIA A100-SXM-80GB"] * 8
     picked = set()

@@ -28,11 +28,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from analyzer import safeio
-from analyzer.cli import main
-from analyzer.pipeline import analyze
-from analyzer.report import build_report
-from parsers import flight_recorder
+from postmortem.analyzer import safeio
+from postmortem.cli import main
+from postmortem.analyzer.pipeline import analyze
+from postmortem.rules.report import build_report
+from postmortem.parsers import flight_recorder
 from tests.conftest import ROOT
 from tests.scenario import write_scenario
 
@@ -52,7 +52,7 @@ def _copy(job: Path, tmp_path: Path) -> Path:
 
 
 def _cli(*args, env=None, cwd=None):
-    return subprocess.run([sys.executable, "-m", "analyzer.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "postmortem.cli", *args], capture_output=True, text=True,
                           env={**os.environ, **(env or {})}, cwd=cwd)
 
 
@@ -228,7 +228,7 @@ def test_an_unreadable_folder_is_named(job, tmp_path, monkeypatch):
         if str(path).endswith("locked"):
             raise PermissionError(errno.EACCES, "Permission denied", str(path))
         return real(path)
-    monkeypatch.setattr("analyzer.discover.os.scandir", scandir)
+    monkeypatch.setattr("postmortem.analyzer.discover.os.scandir", scandir)
     run = analyze([job])
     assert any("locked: cannot read this folder" in m and "Permission denied" in m for m in run.messages)
 
@@ -247,7 +247,7 @@ def test_a_line_past_the_cap_is_cut_kept_up_to_it_and_counted(tmp_path, monkeypa
 
 
 def test_a_file_without_newlines_is_scanned_not_held(tmp_path, monkeypatch):
-    from analyzer.discover import read_capped
+    from postmortem.analyzer.discover import read_capped
 
     monkeypatch.setenv("POSTMORTEM_MAX_LINE_BYTES", "4096")
     log = tmp_path / "one-line.log"
@@ -266,7 +266,7 @@ def test_a_file_without_newlines_is_scanned_not_held(tmp_path, monkeypatch):
 
 
 def test_a_large_gz_is_decoded_into_scratch_and_segmented_like_a_plain_log(job, tmp_path, monkeypatch):
-    from analyzer import ingest
+    from postmortem.analyzer import ingest
 
     log = max(job.rglob("*.log"), key=lambda p: p.stat().st_size)
     plain = tmp_path / "plain" / "rank.log"
@@ -290,7 +290,7 @@ def test_a_large_gz_is_decoded_into_scratch_and_segmented_like_a_plain_log(job, 
 
 
 def test_skimming_keeps_every_line_and_its_attribution_and_parses_the_failures(tmp_path, monkeypatch):
-    from analyzer import budget, ingest
+    from postmortem.analyzer import budget, ingest
 
     log = tmp_path / "job" / "rank0.log"
     log.parent.mkdir()
@@ -369,7 +369,7 @@ def test_no_unpickler_anywhere():
     import re
 
     code = re.compile(r"^\s*(?:import|from) (?:pickle|_pickle|cPickle)\b|\bpickle\.(?:loads?|_?Unpickler)\s*\(", re.M)
-    for folder in ("analyzer", "parsers", "rules", "tui"):
+    for folder in ("analyzer", "parsers", "rules", "tui", "views", "postmortem"):
         for path in (ROOT / folder).rglob("*.py"):
             assert not code.search(path.read_text(encoding="utf-8")), path
 
@@ -393,7 +393,7 @@ def test_a_signal_stops_workers_removes_scratch_and_exits_with_its_code(tmp_path
     _slow_archive(archive)
     scratch = tmp_path / "tmp"
     scratch.mkdir()
-    proc = subprocess.Popen([sys.executable, "-m", "analyzer.cli", "report", str(archive), "--quiet", "--no-cache"],
+    proc = subprocess.Popen([sys.executable, "-m", "postmortem.cli", "report", str(archive), "--quiet", "--no-cache"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "TMPDIR": str(scratch), "POSTMORTEM_WORKERS": "2"})
     for _ in range(600):       # until the archive's members are being copied (or the parse started)
@@ -524,7 +524,7 @@ def test_a_node_named_like_a_command_never_reaches_a_command(tmp_path):
 
 
 def test_commands_quote_what_they_carry():
-    from analyzer import commands
+    from postmortem.analyzer import commands
 
     assert commands.sh("scontrol", "update", "NodeName=a", "Reason=Xid 79 GPU 1") == \
         "scontrol update NodeName=a 'Reason=Xid 79 GPU 1'"
@@ -572,8 +572,8 @@ def test_allow_file_access_is_explicit(store, tmp_path):
 
 
 def test_the_tui_sql_screen_cannot_reach_the_file_system(store, tmp_path):
-    from tui.screens.sql import run_query
-    from tui.session import open_store
+    from postmortem.tui.screens.sql import run_query
+    from postmortem.tui.session import open_store
 
     secret = _secret(tmp_path)
     session = open_store(store)
@@ -626,7 +626,7 @@ def test_utf16_with_a_bom_is_decoded_not_skipped(tmp_path):
 
 def test_the_tui_opens_a_run_with_worker_processes(job, monkeypatch):
     from tests.tui_helpers import drive
-    from tui.app import PostmortemApp
+    from postmortem.tui.app import PostmortemApp
 
     monkeypatch.setenv("POSTMORTEM_WORKERS", "2")
     app = PostmortemApp(paths=[str(ROOT / "sample_logs" / "silent-deadlock-40r")])

@@ -11,9 +11,9 @@ import re
 
 import pytest
 
-from analyzer.html_report import html_report
-from analyzer.pipeline import analyze
-from analyzer.report import build_report
+from postmortem.html_report import html_report
+from postmortem.analyzer.pipeline import analyze
+from postmortem.rules.report import build_report
 from tests import html_geometry as geo
 from tests.conftest import ROOT
 from tests.scenario import write_scenario
@@ -31,7 +31,7 @@ def _page(folder):
 
 @pytest.fixture(scope="module")
 def generated(tmp_path_factory):
-    from bench.generator import RunSpec, generate_run
+    from postmortem.generator import RunSpec, generate_run
 
     out = tmp_path_factory.mktemp("html-run")
     generate_run(out, RunSpec(nodes=2, gpus_per_node=4, culprit=5, seed=3, config_files=True))
@@ -56,7 +56,7 @@ def deadlock():
 @pytest.fixture(scope="module")
 def twenty_nodes(tmp_path_factory):
     """More nodes than the ring map draws as boxes (one GPU each, to stay small)."""
-    from bench.generator import RunSpec, generate_run
+    from postmortem.generator import RunSpec, generate_run
 
     out = tmp_path_factory.mktemp("html-20-nodes")
     generate_run(out, RunSpec(nodes=20, gpus_per_node=1, culprit=13, seed=5, node_logs=True, node_fault="xid79"))
@@ -126,7 +126,7 @@ def test_a_dark_variant_follows_the_system_setting(generated):
 # -- memory: the Memory screen's numbers, the OOM marked ----------------------------------------
 
 def test_the_memory_chart_draws_the_memory_screens_numbers_with_the_oom(memory_peak):
-    from rules.memory_view import gib, memory_view
+    from postmortem.views.memory_view import gib, memory_view
 
     run, report, page = memory_peak
     view = memory_view(run, report)
@@ -235,7 +235,7 @@ def test_above_sixteen_nodes_the_ring_is_a_node_matrix(twenty_nodes):
 
 def test_the_matrix_layout_holds_128_nodes():
     """Structural: 128 hosts in 8 rows of 16 cells, each wide enough for its number."""
-    from analyzer import html_pictures as pictures
+    from postmortem import html_pictures as pictures
 
     hosts = [(f"h20-node-{i:03d}", [8 * i + k for k in range(8)]) for i in range(128)]
     intra = {h: "NVLink" for h, _ in hosts}

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from analyzer.cli import main
-from analyzer.pipeline import analyze
+from postmortem.cli import main
+from postmortem.analyzer.pipeline import analyze
 from tests.scenario import report_of
 
 RULE_FIXTURES = {
@@ -140,7 +140,7 @@ _NT_ROWS = ("#       size         count      type   redop    root     time   alg
 
 def test_nccl_tests_header_without_rows_is_a_stall(tmp_path):
     """nccl-tests that printed its header and nothing else is stuck (nccl#606: a PCIe P2P hang)."""
-    from analyzer.outcome import job_outcome
+    from postmortem.analyzer.outcome import job_outcome
 
     run = analyze([_write(tmp_path / "stuck", {"all_reduce_perf.txt": _NT_HEAD})])
     out = job_outcome(run)

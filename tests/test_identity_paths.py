@@ -1,7 +1,7 @@
 """Ranks guessed from torchrun's log layout follow the node folders, and stay marked as guesses."""
 import re
 
-from analyzer.pipeline import analyze
+from postmortem.analyzer.pipeline import analyze
 from tests.scenario import write_scenario
 
 

@@ -1,5 +1,5 @@
 """NCCL Inspector profiler plugin records (issue 22, bullet 9): parsed from its JSON (pretty-printed
-or one object per line, a cut object counted), priced by ``analyzer.collective_timing`` like
+or one object per line, a cut object counted), priced by ``postmortem.analyzer.collective_timing`` like
 profile kernels, and read by the busbw rule (L003): below the hardware model, and one
 communicator far below its peers. Records written from the plugin's documented format
 (``ext-profiler/inspector/README.md``: header, metadata, coll_perf, verbose event_trace_ts)."""
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import polars as pl
 
-from analyzer.pipeline import analyze
-from parsers import nccl_inspector
+from postmortem.analyzer.pipeline import analyze
+from postmortem.parsers import nccl_inspector
 from tests.scenario import report_of
 
 RULE_FIXTURES = {

@@ -1,4 +1,4 @@
-"""parsers.linkbench: CUDA samples' bandwidthTest and p2pBandwidthLatencyTest, perftest ib_*_bw / ib_*_lat.
+"""postmortem.parsers.linkbench: CUDA samples' bandwidthTest and p2pBandwidthLatencyTest, perftest ib_*_bw / ib_*_lat.
 
 The texts are our own, in the shapes of real outputs posted in public threads
 (docs/formats/hardware.md sections 8-10 cite them); each version or flag difference is a test."""
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from parsers import linkbench
-from parsers.lines import envelope
+from postmortem.parsers import linkbench
+from postmortem.parsers.lines import envelope
 
 
 def parse(text: str):
@@ -307,7 +307,7 @@ def test_ordinary_logs_give_nothing():
 
 def test_tool_outputs_concatenated_stay_apart():
     """A p2p matrix after a perftest table is not perftest rows; every tool keeps its own rows."""
-    from bench.rungen.config_files import ib_send_bw
+    from postmortem.generator.rungen.config_files import ib_send_bw
     text = ib_send_bw("a", "b", 1) + _p2p_text(4, lambda i, j: 376.0) + BT_SHMOO + ib_send_bw("a", "b", 2)
     lines, result = parse(text)
     assert unconsumed(lines, result) == []

@@ -9,7 +9,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from parsers import nccl_errors
+from postmortem.parsers import nccl_errors
 from tests.scenario import report_of, write_files
 
 RULE_FIXTURES = {
@@ -73,7 +73,7 @@ def test_fields_give_peer_rank_address_errno_and_result():
 
 
 def test_the_warn_classes_other_rules_read_are_kept():
-    from parsers.nccl_catalogue import WARN_CLASSES
+    from postmortem.parsers.nccl_catalogue import WARN_CLASSES
 
     classes = {c for c, _, _ in WARN_CLASSES}
     assert {"ib_completion_error", "ib_modify_qp", "bind_failed", "no_interface", "socket_error", "out_of_memory",
@@ -209,7 +209,7 @@ def test_proxy_call_failure_is_listed_under_its_cause(tmp_path):
 
 
 def test_a_healthy_single_node_run_has_no_nccl_error(tmp_path):
-    from bench.generator import RunSpec, generate_run
+    from postmortem.generator import RunSpec, generate_run
 
     generate_run(tmp_path, RunSpec(nodes=1, gpus_per_node=4, scenario="healthy"))
     report = report_of(tmp_path)

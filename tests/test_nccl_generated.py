@@ -12,8 +12,8 @@ from collections import Counter
 import polars as pl
 import pytest
 
-from analyzer.pipeline import analyze
-from bench.generator import RunSpec, generate_run
+from postmortem.analyzer.pipeline import analyze
+from postmortem.generator import RunSpec, generate_run
 
 FULL = "INIT,ENV,GRAPH,TUNING,COLL"
 
@@ -130,7 +130,7 @@ def _transports(out, *args) -> str:
     import contextlib
     import io
 
-    from analyzer.cli import main
+    from postmortem.cli import main
 
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):

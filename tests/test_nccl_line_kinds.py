@@ -11,7 +11,7 @@ happens to do: where the two disagreed, the parser was fixed (torn TRACE/WARN li
 ``NET/IB`` and ``Trees`` lines, per-HCA GDR lines, ``.cu`` back-traces, stalled-thread phases,
 the 2.24+ ``Collective`` TRACE line, ...).
 
-``expected`` keys are column names of ``parsers.nccl.SCHEMAS`` (or ``nccl_lines``). Special
+``expected`` keys are column names of ``postmortem.parsers.nccl.SCHEMAS`` (or ``nccl_lines``). Special
 keys: ``_where`` (a dict of column -> value that picks the rows to check among the rows of
 that line, for tables that explode a line into several rows), ``_nrows`` (the exact number of
 rows picked) and ``_unconsumed_ok`` (the line need not be in ``result.consumed``; every other
@@ -33,9 +33,9 @@ from functools import cache
 import polars as pl
 import pytest
 
-from parsers import nccl
-from parsers.lines import envelope
-from parsers.nccl_catalogue import KINDS
+from postmortem.parsers import nccl
+from postmortem.parsers.lines import envelope
+from postmortem.parsers.nccl_catalogue import KINDS
 
 # -- matchers ------------------------------------------------------------------------------------
 

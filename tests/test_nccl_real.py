@@ -8,9 +8,9 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from analyzer.pipeline import analyze
-from parsers import nccl
-from parsers.lines import envelope
+from postmortem.analyzer.pipeline import analyze
+from postmortem.parsers import nccl
+from postmortem.parsers.lines import envelope
 
 NCCL = "nccl"
 
@@ -145,7 +145,7 @@ def test_env_lines_drop_the_integer_period(real_logs):
 
 @pytest.mark.parametrize("name", ["nccl-issue-1027", "horovod-issue-3658", "nccl-issue-331"])
 def test_transports_command_runs_on_real_excerpts(real_logs, name, capsys):
-    from analyzer.cli import main
+    from postmortem.cli import main
 
     (path,) = (real_logs / NCCL).glob(name + "*")
     assert main(["transports", str(path), "--quiet"]) == 0
@@ -158,7 +158,7 @@ def test_hops_come_in_one_order_whatever_the_run(real_logs):
     """Hops of one channel whose ranks are unknown tie on the sort key (``_hops``); their lines
     break the tie, and settling their phase keeps the order. Two analyses of these excerpts
     used to store such hops in different orders."""
-    from analyzer import nccl_model
+    from postmortem.analyzer import nccl_model
 
     run = analyze([real_logs])
     hops = run.frame("SELECT rowid AS _at, * FROM nccl_hops ORDER BY rowid")

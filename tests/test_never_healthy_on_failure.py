@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from analyzer.pipeline import NothingReadable, analyze
-from analyzer.report import build_report
+from postmortem.analyzer.pipeline import NothingReadable, analyze
+from postmortem.rules.report import build_report
 from tests.conftest import REAL, ROOT
 
 FAILURE_SIGNS = re.compile(

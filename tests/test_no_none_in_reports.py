@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from analyzer.html_report import html_report
-from analyzer.pipeline import NothingReadable, analyze
-from analyzer.render import markdown_report, text_report
-from analyzer.report import build_report
-from analyzer.transports import render_text, view
+from postmortem.html_report import html_report
+from postmortem.analyzer.pipeline import NothingReadable, analyze
+from postmortem.views.render import markdown_report, text_report
+from postmortem.rules.report import build_report
+from postmortem.views.transports import render_text, view
 from tests.conftest import REAL, ROOT
 
 FOLDERS = sorted(p for p in (ROOT / "sample_logs").iterdir() if p.is_dir())
@@ -70,7 +70,7 @@ def test_no_report_format_says_none(folder: Path):
 
 def test_a_run_summary_without_world_size_nodes_or_times_says_unknown():
     """The text the samples may not reach: a run with nothing known about it."""
-    from analyzer.render import run_size, time_span
+    from postmortem.views.render import run_size, time_span
 
     r = {"ranks": None, "ranks_seen": 0, "nodes": [], "time_span": {"start": None, "end": None, "source": None}}
     assert run_size(r) == "ranks unknown; nodes unknown" and time_span(r) == "unknown"
@@ -79,7 +79,7 @@ def test_a_run_summary_without_world_size_nodes_or_times_says_unknown():
 
 
 def test_a_gpu_without_index_bus_or_pid_leaves_them_out():
-    from analyzer.render import action_items
+    from postmortem.views.render import action_items
 
     report = {"verdict": {"competing": []},
               "actions": {"culprit_ranks": "2", "inspect_hostlist": None,

@@ -9,8 +9,8 @@ from datetime import datetime
 import polars as pl
 import pytest
 
-from parsers import health, kernel, scheduler
-from parsers.lines import envelope
+from postmortem.parsers import health, kernel, scheduler
+from postmortem.parsers.lines import envelope
 
 
 def _parse(module, text: str):
@@ -121,7 +121,7 @@ def test_expand_hostlist(text, expected):
 
 
 def test_hostlist_round_trip():
-    from analyzer.ranges import hostlist
+    from postmortem.analyzer.ranges import hostlist
     hosts = ["h20-node-01", "h20-node-02", "h20-node-05"]
     assert scheduler.expand_hostlist(hostlist(hosts)) == hosts
 
@@ -331,7 +331,7 @@ def test_ethtool_and_perfquery():
 
 @pytest.fixture(scope="module")
 def xid_run(tmp_path_factory):
-    from bench.generator import RunSpec, generate_run
+    from postmortem.generator import RunSpec, generate_run
     out = tmp_path_factory.mktemp("xid79")
     truth = generate_run(out, RunSpec(nodes=3, gpus_per_node=4, culprit=5, node_fault="xid79", clock_skew_s=7.5,
                                       pyspy=False, iterations_before_hang=3))
@@ -339,7 +339,7 @@ def xid_run(tmp_path_factory):
 
 
 def test_generated_xid_joins_to_the_physical_gpu(xid_run):
-    from analyzer.pipeline import analyze
+    from postmortem.analyzer.pipeline import analyze
     out, truth = xid_run
     fault = truth["node_fault"]
     run = analyze([out])
@@ -356,7 +356,7 @@ def test_generated_xid_joins_to_the_physical_gpu(xid_run):
 
 
 def test_generated_clock_offsets_order_events_across_nodes(xid_run):
-    from analyzer.pipeline import analyze
+    from postmortem.analyzer.pipeline import analyze
     out, truth = xid_run
     fault = truth["node_fault"]
     run = analyze([out])
@@ -380,7 +380,7 @@ def test_generated_clock_offsets_order_events_across_nodes(xid_run):
 
 
 def test_query_lists_expected_nodes_and_which_left_no_log(xid_run, tmp_path, capsys):
-    from analyzer.cli import main
+    from postmortem.cli import main
     out, _ = xid_run
     copy = tmp_path / "run"
     shutil.copytree(out, copy)
@@ -402,13 +402,13 @@ def test_query_lists_expected_nodes_and_which_left_no_log(xid_run, tmp_path, cap
 
 
 def test_default_spec_writes_no_node_logs(tmp_path):
-    from bench.generator import RunSpec, generate_run
+    from postmortem.generator import RunSpec, generate_run
     generate_run(tmp_path, RunSpec(nodes=2, gpus_per_node=2, culprit=1, pyspy=False, iterations_before_hang=2))
     assert not (tmp_path / "node_logs").exists() and not (tmp_path / "slurm").exists()
 
 
 def test_dmesg_t_zone_from_the_journal():
-    from analyzer import clocks
+    from postmortem.analyzer import clocks
     text = ("[Fri Jul 24 16:01:02 2026] nfs: server nfs01 not responding, still trying\n"
             "[Fri Jul 24 16:02:02 2026] nfs: server nfs01 OK\n"
             "2026-07-24T16:01:02+0800 gpu-07 kernel: nfs: server nfs01 not responding, still trying\n")
@@ -455,7 +455,7 @@ def test_nvidia_bug_report_excerpt():
 def test_an_inputs_path_names_its_node():
     """A folder or the whole file name equal to a known host wins; else the longest host the
     file name contains (of equally long ones, the first by name); no host, no row."""
-    from analyzer.node_model import _path_nodes
+    from postmortem.analyzer.node_model import _path_nodes
 
     inputs = pl.DataFrame({"input_id": [0, 1, 2, 3, 4, 5], "path": [
         "logs/gpu-1/rank0.log",              # a folder

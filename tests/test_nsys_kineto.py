@@ -16,9 +16,9 @@ import duckdb
 import polars as pl
 import pytest
 
-from analyzer.cli import main
-from bench.rungen.nsys import write_kineto_trace, write_nsys_export, write_profiled_run
-from parsers import kineto, nsys
+from postmortem.cli import main
+from postmortem.generator.rungen.nsys import write_kineto_trace, write_nsys_export, write_profiled_run
+from postmortem.parsers import kineto, nsys
 
 REAL = Path(__file__).resolve().parents[1].parent / "shared" / "real-data" / "nsys"
 H100 = REAL / "h100x2-torchrun-nccl-2.25.sqlite"

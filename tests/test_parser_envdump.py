@@ -1,4 +1,4 @@
-"""parsers.envdump: per-node environment dumps and the env-dump classifier."""
+"""postmortem.parsers.envdump: per-node environment dumps and the env-dump classifier."""
 from __future__ import annotations
 
 import random
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import polars as pl
 
-from parsers import envdump
+from postmortem.parsers import envdump
 from tests.parse_helpers import REAL, _env, bare
 
 

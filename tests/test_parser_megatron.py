@@ -1,4 +1,4 @@
-"""parsers.megatron: iteration / validation lines of every layout, memory reports, settings."""
+"""postmortem.parsers.megatron: iteration / validation lines of every layout, memory reports, settings."""
 from __future__ import annotations
 
 import json
@@ -9,7 +9,7 @@ from datetime import datetime
 import polars as pl
 import pytest
 
-from parsers import megatron
+from postmortem.parsers import megatron
 from tests.parse_helpers import REAL, _env, bare
 
 

@@ -1,4 +1,4 @@
-"""parsers.nccl_ras: the ncclras status report (text and JSON) and the RAS INFO lines."""
+"""postmortem.parsers.nccl_ras: the ncclras status report (text and JSON) and the RAS INFO lines."""
 from __future__ import annotations
 
 import json
@@ -8,10 +8,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import parsers
-from bench.rungen.ras import OPS, Comm, Job, Rank, json_report, text_report
-from parsers import nccl_ras
-from parsers.lines import envelope
+from postmortem import parsers
+from postmortem.generator.rungen.ras import OPS, Comm, Job, Rank, json_report, text_report
+from postmortem.parsers import nccl_ras
+from postmortem.parsers.lines import envelope
 from tests.parse_helpers import _env
 
 

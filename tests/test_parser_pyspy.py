@@ -1,4 +1,4 @@
-"""parsers.pyspy: py-spy dump stacks, concatenated, embedded in logs, behind srun labels."""
+"""postmortem.parsers.pyspy: py-spy dump stacks, concatenated, embedded in logs, behind srun labels."""
 from __future__ import annotations
 
 import random
@@ -6,7 +6,7 @@ import random
 import polars as pl
 import pytest
 
-from parsers import pyspy
+from postmortem.parsers import pyspy
 from tests.parse_helpers import REAL, _env, bare
 
 

@@ -1,8 +1,8 @@
 """Every parser understands every one of its own SAMPLE_LINES (lnav-style format tests)."""
 import pytest
 
-import parsers
-from parsers.lines import envelope
+from postmortem import parsers
+from postmortem.parsers.lines import envelope
 
 
 @pytest.mark.parametrize("module", parsers.ALL_PARSERS, ids=lambda m: m.NAME)
@@ -22,7 +22,7 @@ def test_garbage_never_raises(module):
 
 
 def test_torn_nccl_line_keeps_the_record_that_survived():
-    from parsers import nccl
+    from postmortem.parsers import nccl
 
     text = "node02:32619:32711 [2] NCCL INFO node02:28579:28579 [7] NCCL INFO comm 0x7f01 rank 7 nranks 8 " \
            "cudaDev 7 busId db000 - Init COMPLETE"

@@ -1,4 +1,4 @@
-"""parsers.torchrun: ChildFailedError tables, elastic agent lines, Slurm termination lines."""
+"""postmortem.parsers.torchrun: ChildFailedError tables, elastic agent lines, Slurm termination lines."""
 from __future__ import annotations
 
 import random
@@ -7,7 +7,7 @@ from datetime import datetime
 import polars as pl
 import pytest
 
-from parsers import torchrun
+from postmortem.parsers import torchrun
 from tests.parse_helpers import REAL, _env, bare
 
 

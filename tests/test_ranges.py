@@ -1,4 +1,4 @@
-from analyzer.ranges import hostlist, rank_ranges
+from postmortem.analyzer.ranges import hostlist, rank_ranges
 
 
 def test_rank_ranges():

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.rungen.ras import OPS, Comm, Job, Rank, json_report, text_report
+from postmortem.generator.rungen.ras import OPS, Comm, Job, Rank, json_report, text_report
 from tests.scenario import report_of
 
 RULE_FIXTURES = {

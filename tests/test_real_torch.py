@@ -2,8 +2,8 @@
 and the verdict holds to what each thread established (see that folder's INDEX.md)."""
 import pytest
 
-from analyzer.pipeline import analyze
-from analyzer.report import build_report
+from postmortem.analyzer.pipeline import analyze
+from postmortem.rules.report import build_report
 
 
 @pytest.fixture

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from markdown_it import MarkdownIt
 
-from analyzer.html_report import html_report
-from analyzer.pipeline import analyze
-from analyzer.report import build_report
-from analyzer.render import clip, markdown_report, md_code_block, text_report
+from postmortem.html_report import html_report
+from postmortem.analyzer.pipeline import analyze
+from postmortem.rules.report import build_report
+from postmortem.views.render import clip, markdown_report, md_code_block, text_report
 
 SAMPLE = Path(__file__).resolve().parent.parent / "sample_logs" / "gpu-fell-off-bus"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from analyzer.cli import main
+from postmortem.cli import main
 from tests.scenario import write_scenario
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from rules import RULES
+from postmortem.rules import RULES
 
 SECTIONS = ("What it detects", "Why it matters", "What to do", "Known false positives")
 TESTS = Path(__file__).resolve().parent

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-import rules
-from analyzer.cli import main
+from postmortem import rules
+from postmortem.cli import main
 from tests.scenario import write_scenario
 
 ROOT = Path(__file__).resolve().parents[1]

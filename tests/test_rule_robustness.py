@@ -1,11 +1,11 @@
 """Every rule survives a damaged store: tables emptied, optional columns missing, NULL in every
 column. Stores come from real analysed samples, damaged in their DuckDB tables, and every rule
-(``rules.RULES``) runs on each attempt with ``rule.check(Context(run, attempt))``: none may raise.
+(``postmortem.rules.RULES``) runs on each attempt with ``rule.check(Context(run, attempt))``: none may raise.
 
 ``report.run_rules`` would catch a raising rule and only record it in ``rule_errors``, which is
 why the rules are called directly here. A column is "key" (never dropped) when every store has
-it: the columns of ``analyzer.store.REQUIRED``, the line reference and attribution that
-``analyzer.identity`` adds to every parser table, the NCCL parser's fixed table schemas, and
+it: the columns of ``postmortem.analyzer.store.REQUIRED``, the line reference and attribution that
+``postmortem.analyzer.identity`` adds to every parser table, the NCCL parser's fixed table schemas, and
 every column of the tables the models build (they have no ``parser`` column). Any other column
 of a parser table exists only when some row filled it (no event with a time: no ``events.ts``).
 Empty tables may hit any table, NULLs any column but the store's plumbing (``PLUMBING``: where
@@ -27,11 +27,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from analyzer.pipeline import Run, analyze
-from analyzer.store import REQUIRED, sql_path
-from parsers.nccl import SCHEMAS as NCCL_SCHEMAS
-from rules import RULES
-from rules.base import Context
+from postmortem.analyzer.pipeline import Run, analyze
+from postmortem.analyzer.store import REQUIRED, sql_path
+from postmortem.parsers.nccl import SCHEMAS as NCCL_SCHEMAS
+from postmortem.rules import RULES
+from postmortem.rules.base import Context
 
 ROOT = Path(__file__).resolve().parents[1]
 # Between them: c10d hang evidence, NCCL transports and sockets, Xids and kernel logs, checkpoints

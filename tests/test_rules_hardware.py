@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from analyzer.pipeline import analyze
-from analyzer.report import build_report
+from postmortem.analyzer.pipeline import analyze
+from postmortem.rules.report import build_report
 from tests.scenario import write_scenario
 
 RULE_FIXTURES = {
@@ -36,7 +36,7 @@ SMALL = dict(nodes=3, gpus_per_node=4, pyspy=False, iterations_before_hang=3)
 
 
 def _generate(tmp_path_factory, name: str, **kw) -> tuple[Path, dict]:
-    from bench.generator import RunSpec, generate_run
+    from postmortem.generator import RunSpec, generate_run
     out = tmp_path_factory.mktemp(name)
     truth = generate_run(out, RunSpec(**{**SMALL, **kw}))
     return out, truth

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from analyzer.pipeline import analyze
-from analyzer.report import build_report
-from bench.rungen.config_files import ibstat, topo_matrix
+from postmortem.analyzer.pipeline import analyze
+from postmortem.rules.report import build_report
+from postmortem.generator.rungen.config_files import ibstat, topo_matrix
 from tests.test_linkbench import BT_NEW_GB, BT_OLD_MB, _p2p_text, _perftest
 
 RULE_FIXTURES = {
@@ -143,7 +143,7 @@ def _init_line(nranks: int) -> str:
 
 
 def test_simple_only_on_every_node_fires(tmp_path_factory):
-    from bench.generator import RunSpec, generate_run
+    from postmortem.generator import RunSpec, generate_run
     out = tmp_path_factory.mktemp("simple")
     generate_run(out, RunSpec(scenario="healthy", nodes=2, gpus_per_node=2, pyspy=False, iterations_before_hang=3,
                               config_files=True, nccl_env={"NCCL_PROTO": "Simple"}))
@@ -186,7 +186,7 @@ def test_no_forced_setting_is_quiet(tmp_path):
 
 
 def test_allowed_sets():
-    from rules.n016_forced_algo_proto import ALGOS, PROTOS, allowed
+    from postmortem.rules.n016_forced_algo_proto import ALGOS, PROTOS, allowed
     assert allowed("Simple", PROTOS) == {"simple"}
     assert allowed("^LL,LL128", PROTOS) == {"simple"}
     assert allowed("^ll128", PROTOS) == {"ll", "simple"}
@@ -198,7 +198,7 @@ def test_allowed_sets():
 # -- postmortem hw ------------------------------------------------------------------------------
 
 def test_hw_command_shows_the_link_measurements(tmp_path, capsys):
-    from analyzer.cli import main
+    from postmortem.cli import main
     from tests.test_linkbench import LAT_CURRENT
     for rel, text in {"hw/gpu-a/p2p.txt": _p2p_text(4, lambda i, j: 41.0 if (i, j) == (1, 2) else 376.0),
                       "hw/gpu-a/bw.txt": _perftest("Send BW Test", _bw_rows(78.4)) + _perftest("Send Latency Test",

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from analyzer.pipeline import analyze
-from analyzer.report import build_report
-from bench.generator import RunSpec, generate_run
+from postmortem.analyzer.pipeline import analyze
+from postmortem.rules.report import build_report
+from postmortem.generator import RunSpec, generate_run
 
 RULE_FIXTURES = {
     "M001": {"fires": ["test_oom_at_first_optimizer_step_names_rank_and_fragmentation",

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from analyzer.pipeline import analyze
-from analyzer.report import build_report
+from postmortem.analyzer.pipeline import analyze
+from postmortem.rules.report import build_report
 
 RULE_FIXTURES = {
     "P020": {"fires": ["test_nan_after_xid94_is_the_gpu_faults_symptom", "test_handwritten_nan_without_fault_is_numerics",
@@ -38,7 +38,7 @@ def _by_code(report: dict, code: str) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def nan_after_xid(tmp_path_factory):
-    from bench.generator import RunSpec, generate_run
+    from postmortem.generator import RunSpec, generate_run
     out = tmp_path_factory.mktemp("nanxid")
     truth = generate_run(out, RunSpec(**SMALL, culprit=5, node_fault="xid94", iterations_before_hang=12,
                                       nan_from_iteration=8))
@@ -47,7 +47,7 @@ def nan_after_xid(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def healthy(tmp_path_factory):
-    from bench.generator import RunSpec, generate_run
+    from postmortem.generator import RunSpec, generate_run
     out = tmp_path_factory.mktemp("healthy")
     generate_run(out, RunSpec(**SMALL, scenario="healthy", iterations_before_hang=40))
     return _report(out)

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from analyzer.pipeline import analyze
-from analyzer.report import build_report
+from postmortem.analyzer.pipeline import analyze
+from postmortem.rules.report import build_report
 
 RULE_FIXTURES = {
     "P010": {"fires": ["test_generated_slow_gpu_is_named_with_its_cost", "test_handwritten_flight_recorder_straggler",
@@ -29,7 +29,7 @@ SMALL = {"nodes": 2, "gpus_per_node": 4, "scenario": "healthy", "config_files": 
 
 
 def _generate(tmp_path_factory, name: str, **kw) -> Path:
-    from bench.generator import RunSpec, generate_run
+    from postmortem.generator import RunSpec, generate_run
     out = tmp_path_factory.mktemp(name)
     generate_run(out, RunSpec(**{**SMALL, **kw}))
     return out
@@ -76,7 +76,7 @@ def _profile_only(folder: Path, hosts: list[str], late_rank: int | None, delay_n
                   clock_ahead_ns: dict[int, int] | None = None) -> Path:
     """One GPU per node: each rank's export on its own host; ``clock_ahead_ns`` shifts a rank's
     host clock (all its times read later)."""
-    from bench.rungen.nsys import BASE_EPOCH_NS, write_nsys_export
+    from postmortem.generator.rungen.nsys import BASE_EPOCH_NS, write_nsys_export
     for r, host in enumerate(hosts):
         write_nsys_export(folder / "nsys" / f"rank_{r}.sqlite", r, world=len(hosts), steps=24, late_rank=late_rank,
                           delay_ns=delay_ns, gpus_per_node=1, host=host, gpu_name="NVIDIA H20",
@@ -106,7 +106,7 @@ def test_rank0_straggler_is_less_sure(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def slow_link(tmp_path_factory):
-    import bench.rungen.nsys as nsys
+    import postmortem.generator.rungen.nsys as nsys
     saved = nsys.TRANSFER_NS
     nsys.TRANSFER_NS = 6_000_000          # 64 MB all-reduce in 6 ms once everyone is there
     try:

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from analyzer.cli import main
-from analyzer.pipeline import analyze
-from bench.generator import RunSpec, generate_run
-from rules import BY_CODE
-from rules.base import Context
+from postmortem.cli import main
+from postmortem.analyzer.pipeline import analyze
+from postmortem.generator import RunSpec, generate_run
+from postmortem.rules import BY_CODE
+from postmortem.rules.base import Context
 
 MINE = ("N010", "N011", "N012", "N013", "N014", "L001")
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from analyzer.cli import main
+from postmortem.cli import main
 
 SAMPLE = Path(__file__).resolve().parents[1] / "sample_logs" / "silent-deadlock-40r"
 

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from analyzer.pipeline import analyze
-from analyzer.html_report import html_report
-from analyzer.render import markdown_report, text_report
-from analyzer.report import build_report, to_json
+from postmortem.analyzer.pipeline import analyze
+from postmortem.html_report import html_report
+from postmortem.views.render import markdown_report, text_report
+from postmortem.rules.report import build_report, to_json
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_logs"
 NAMES = sorted(p.name for p in SAMPLES.iterdir() if (p / "expected.json").exists())
@@ -74,7 +74,7 @@ def test_flagship_sample_says_what_the_culprit_did_and_why_no_timeout():
 @pytest.mark.parametrize("name", NAMES)
 def test_samples_are_what_the_generator_writes(tmp_path, name):
     """Each sample is what the generator writes from the arguments in its expected.json."""
-    from bench.generator import RunSpec, generate_run
+    from postmortem.generator import RunSpec, generate_run
 
     generate_run(tmp_path, RunSpec(seed=0, **_expected(name)["generator"]))
     produced = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file())

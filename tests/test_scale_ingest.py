@@ -2,7 +2,7 @@
 
 The same inputs give the same store, row for row, and the same findings, whether they are
 parsed in one chunk or many, here or in worker processes, with the COLL trace bulk kept out of
-the models (``analyzer.bulk``) or not, with large logs cut into segments or read whole, and with
+the models (``postmortem.analyzer.bulk``) or not, with large logs cut into segments or read whole, and with
 the cache on or off. A large single log is parsed in bounded memory."""
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ import textwrap
 
 import pytest
 
-from analyzer import bulk, ingest
-from analyzer.pipeline import analyze
-from analyzer.report import build_report
-from bench.generator import RunSpec, generate_run
+from postmortem.analyzer import bulk, ingest
+from postmortem.analyzer.pipeline import analyze
+from postmortem.rules.report import build_report
+from postmortem.generator import RunSpec, generate_run
 from tests.conftest import REAL, ROOT
 
 DEADLOCK = ROOT / "sample_logs" / "silent-deadlock-40r"
@@ -135,7 +135,7 @@ def test_a_few_chunks_are_evened_out_over_the_workers():
     chunks while the other waits); with many chunks, or one worker, the plan is unchanged."""
     from pathlib import Path
 
-    from analyzer.discover import InputFile
+    from postmortem.analyzer.discover import InputFile
 
     def files(count: int) -> list[InputFile]:
         return [InputFile(Path(f"/nonexistent/{i}.log"), f"{i}.log", 1 << 20, 0.0) for i in range(count)]
@@ -154,7 +154,7 @@ def test_a_few_chunks_are_evened_out_over_the_workers():
 def test_only_chunks_mostly_of_coll_lines_are_grouped(tmp_path):
     """A chunk whose lines go mostly to the bulk keeps a twentieth of them: four such chunks
     share a job. Any other chunk keeps all of its lines, and is a job of its own."""
-    from analyzer.discover import discover
+    from postmortem.analyzer.discover import discover
 
     coll = "h:1:2 [0] NCCL INFO AllReduce: opCount 1 sendbuff 0x1 recvbuff 0x2 count 8 datatype 7 op 0 " \
            "root 0 comm 0x3 [nranks=8] stream 0x4\n"
@@ -189,7 +189,7 @@ def test_findings_are_the_same_with_and_without_the_cache(coll_run, tmp_path, mo
 
 
 def test_a_segment_ends_at_a_line_start_and_counts_the_lines_before_it(tmp_path):
-    from analyzer.discover import discover
+    from postmortem.analyzer.discover import discover
 
     text = "".join(f"line {i}\n" + ("  indented continuation\n" if i % 3 == 0 else "") for i in range(5000))
     path = tmp_path / "big.log"
@@ -213,7 +213,7 @@ def test_a_large_single_log_is_parsed_in_bounded_memory(tmp_path):
         import json, resource, sys
         sys.path.insert(0, {str(ROOT)!r})
         from pathlib import Path
-        from analyzer.pipeline import analyze
+        from postmortem.analyzer.pipeline import analyze
         block = "".join(
             f"h20-node-01:2231:2231 [0] NCCL INFO AllReduce: opCount {{i:x}} sendbuff 0x7f2a10000000 "
             f"recvbuff 0x7f2a10000000 count 262144 datatype 7 op 0 root 0 comm 0x55d0c0a1b2c0 [nranks=16] "
@@ -248,8 +248,8 @@ def test_workers_never_run_the_callers_script_again(tmp_path):
         import sys
         sys.path.insert(0, {str(ROOT)!r})
         print("script body ran")
-        from analyzer import ingest
-        from analyzer.discover import discover
+        from postmortem.analyzer import ingest
+        from postmortem.analyzer.discover import discover
         items, _ = discover([{str(DEADLOCK)!r}])
         parsed = ingest.parse_all(items, workers=2, chunk_bytes=2_000_000)
         print("lines", parsed.lines.height)
@@ -262,12 +262,12 @@ def test_workers_never_run_the_callers_script_again(tmp_path):
 
 
 def test_the_bulk_reads_coll_lines_as_the_nccl_parser_does():
-    """``parsers.nccl.coll_rows`` (the bulk path) gives, column for column, what the whole NCCL
+    """``postmortem.parsers.nccl.coll_rows`` (the bulk path) gives, column for column, what the whole NCCL
     parser gives for the same COLL lines: catalogue samples, odd headers, trailing blanks."""
     import polars as pl
 
-    import parsers.nccl as nccl
-    from parsers.nccl_catalogue import KINDS
+    import postmortem.parsers.nccl as nccl
+    from postmortem.parsers.nccl_catalogue import KINDS
 
     messages = list(KINDS[0].samples) + [
         "Broadcast: opCount ff sendbuff 0x1 recvbuff 0x1 count 0 datatype 2 op 0 root -1 comm (nil) "
@@ -287,8 +287,8 @@ def test_the_bulk_reads_coll_lines_as_the_nccl_parser_does():
 def test_a_parser_failing_on_one_input_of_a_batch_costs_that_input_only(tmp_path, monkeypatch):
     """The env dumps of a chunk are parsed in one call: when it raises, each dump is parsed
     alone, so only the one that breaks the parser loses its rows (with a message saying so)."""
-    from analyzer.pipeline import analyze
-    from parsers import envdump
+    from postmortem.analyzer.pipeline import analyze
+    from postmortem.parsers import envdump
 
     for node in ("node01", "node02", "node03"):
         poison = "POISON=1\n" if node == "node02" else ""

@@ -1,5 +1,5 @@
 """A live hang's logs grow between two analyses: the second one re-parses only their tails
-(analyzer.tails) and must give exactly what a full parse of the grown files gives."""
+(postmortem.analyzer.tails) and must give exactly what a full parse of the grown files gives."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import shutil
 
 import pytest
 
-from analyzer import tails
-from analyzer.pipeline import analyze
-from bench.generator import RunSpec, generate_run
+from postmortem.analyzer import tails
+from postmortem.analyzer.pipeline import analyze
+from postmortem.generator import RunSpec, generate_run
 from tests.conftest import ROOT
 from tests.test_scale_ingest import differing, store_of
 

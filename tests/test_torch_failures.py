@@ -12,8 +12,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from parsers import c10d, flight_recorder, torch_errors, torchrun
-from parsers.lines import envelope
+from postmortem.parsers import c10d, flight_recorder, torch_errors, torchrun
+from postmortem.parsers.lines import envelope
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -450,7 +450,7 @@ def test_hostile_pickle_runs_no_code(tmp_path):
             flight_recorder.parse_dump(data, "nccl_trace_rank_0")
         assert not marker.exists()
     # and through the whole pipeline: a clear message naming the file, the rest analysed
-    from analyzer.pipeline import analyze
+    from postmortem.analyzer.pipeline import analyze
 
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "nccl_trace_rank_0").write_bytes(pickle.dumps(_Hostile(marker)))
@@ -464,7 +464,7 @@ def test_hostile_pickle_runs_no_code(tmp_path):
 
 @pytest.fixture(scope="module")
 def fr_runs(tmp_path_factory):
-    from bench.generator import RunSpec, generate_run
+    from postmortem.generator import RunSpec, generate_run
 
     out = {}
     for fmt in ("pickle", "json"):
@@ -497,11 +497,11 @@ def test_generated_fr_round_trip(fr_runs, fmt):
 def test_query_shows_last_collective_per_rank(fr_runs, tmp_path, fmt):
     db = tmp_path / "run.duckdb"
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    subprocess.run([sys.executable, "-m", "analyzer.cli", "ingest", str(fr_runs[fmt]), "--db", str(db)],
+    subprocess.run([sys.executable, "-m", "postmortem.cli", "ingest", str(fr_runs[fmt]), "--db", str(db)],
                    check=True, capture_output=True, env=env)
     sql = ("SELECT rank, max(seq) AS last_seq, arg_max(state, seq) AS state FROM collectives "
            "WHERE kind = 'flight_recorder' AND pg_id = 0 GROUP BY rank ORDER BY rank")
-    proc = subprocess.run([sys.executable, "-m", "analyzer.cli", "query", "--db", str(db), "--format", "csv", sql],
+    proc = subprocess.run([sys.executable, "-m", "postmortem.cli", "query", "--db", str(db), "--format", "csv", sql],
                           check=True, capture_output=True, text=True, env=env)
     assert proc.stdout.split() == ["rank,last_seq,state", "0,7219,scheduled", "1,7219,scheduled",
                                    "2,7218,completed", "3,7219,scheduled"]
@@ -514,7 +514,7 @@ def test_query_shows_last_collective_per_rank(fr_runs, tmp_path, fmt):
 
 
 def test_generator_default_writes_no_dumps(tmp_path):
-    from bench.generator import RunSpec, generate_run
+    from postmortem.generator import RunSpec, generate_run
 
     generate_run(tmp_path, RunSpec(nodes=1, gpus_per_node=2, culprit=1))
     assert not (tmp_path / "flight_recorder").exists()
@@ -525,8 +525,8 @@ def test_generator_default_writes_no_dumps(tmp_path):
                                         ("device-assert", ("cuda_fault", "device_side_assert")),
                                         ("gloo-closed", ("gloo_error", "Connection closed by peer [10.0.0.2]:45123"))])
 def test_generated_crash_kinds_round_trip(tmp_path, kind, fault):
-    from analyzer.pipeline import analyze
-    from bench.generator import RunSpec, generate_run
+    from postmortem.analyzer.pipeline import analyze
+    from postmortem.generator import RunSpec, generate_run
 
     truth = generate_run(tmp_path, RunSpec(nodes=1, gpus_per_node=4, culprit=2, attempts=2, crash_kind=kind,
                                            pyspy=False, nccl_debug=False))
@@ -543,7 +543,7 @@ def test_generated_crash_kinds_round_trip(tmp_path, kind, fault):
 
 
 def test_a_folder_of_dumps_alone_is_analysable(fr_runs):
-    from analyzer.pipeline import analyze
+    from postmortem.analyzer.pipeline import analyze
 
     run = analyze([fr_runs["pickle"] / "flight_recorder"])
     assert not run.messages

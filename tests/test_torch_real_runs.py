@@ -9,9 +9,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from analyzer.pipeline import analyze
-from parsers import c10d, torch_errors, torchrun
-from parsers.lines import envelope
+from postmortem.analyzer.pipeline import analyze
+from postmortem.parsers import c10d, torch_errors, torchrun
+from postmortem.parsers.lines import envelope
 
 RUNS = Path(__file__).with_name("torch_runs")
 

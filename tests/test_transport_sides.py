@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from analyzer.pipeline import analyze
-from analyzer.report import build_report
-from analyzer.transports import render_text, view
-from bench.generator import RunSpec, generate_run
+from postmortem.analyzer.pipeline import analyze
+from postmortem.rules.report import build_report
+from postmortem.views.transports import render_text, view
+from postmortem.generator import RunSpec, generate_run
 from tests.test_rules_transport import _TWO, _pcie_pairs, _topo, _write_job
 
 RULE_FIXTURES = {

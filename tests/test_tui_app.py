@@ -7,8 +7,8 @@ import duckdb
 import pytest
 
 from tests.tui_helpers import app_of, drive
-from tui.app import SCREENS, PostmortemApp, help_markdown
-from tui.session import StoreError, open_store
+from postmortem.tui.app import SCREENS, PostmortemApp, help_markdown
+from postmortem.tui.session import StoreError, open_store
 
 
 def test_each_key_switches_to_its_screen(sample_store):

@@ -10,8 +10,9 @@ import pytest
 from textual.widgets import DataTable, Input, Static
 
 from tests.tui_helpers import app_of, drive, settle
-from tui.env_memory_data import UNSET, RankMemory, bar, env_view, memory_view
-from tui.session import open_store
+from postmortem.tui.screens.memory import bar
+from postmortem.views.env_memory_data import UNSET, RankMemory, env_view, memory_view
+from postmortem.tui.session import open_store
 
 CRAFTED = "[bold red]x[/] [link=http://e]y[/link] \x1b]0;pwn\x07"
 MARKUP = "[bold red]x[/] [link=http://e]y[/link]"     # the env dump parser drops values with control characters
@@ -144,8 +145,8 @@ def test_healthy_run_highlights_no_must_match_difference(sample_store):
 def crafted_store(tmp_path_factory) -> Path:
     """Three nodes' env dumps (node-c's NCCL_PROTO and WEIRD_VAR carry markup) and node-c's NCCL
     echo of NCCL_ALGO with markup and an OSC escape sequence."""
-    from analyzer.pipeline import analyze
-    from analyzer.report import build_report
+    from postmortem.analyzer.pipeline import analyze
+    from postmortem.rules.report import build_report
 
     root = tmp_path_factory.mktemp("crafted")
     job = root / "job"
@@ -274,8 +275,8 @@ def test_healthy_run_marks_no_oom(sample_store):
 @pytest.fixture(scope="module")
 def oom_store(tmp_path_factory) -> Path:
     """Ranks 0 and 1 log Megatron memory lines; rank 2 raises the old CUDA OOM text."""
-    from analyzer.pipeline import analyze
-    from analyzer.report import build_report
+    from postmortem.analyzer.pipeline import analyze
+    from postmortem.rules.report import build_report
 
     root = tmp_path_factory.mktemp("oom")
     job = root / "job"

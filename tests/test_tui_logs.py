@@ -9,10 +9,10 @@ import re
 import duckdb
 import pytest
 
-from analyzer.store import line_text
+from postmortem.analyzer.store import line_text
 from tests.tui_helpers import app_of, drive
-from tui.log_data import ERROR, WARN, Filters, LogData, parse_ranks
-from tui.screens.logs import LogsScreen, LogView
+from postmortem.views.log_data import ERROR, WARN, Filters, LogData, parse_ranks
+from postmortem.tui.screens.logs import LogsScreen, LogView
 
 DEADLOCK = "silent-deadlock-40r"
 
@@ -247,8 +247,8 @@ CRAFTED = "step 1%\rstep 100%\t[bold red]x[/] [link=http://e]y[/link] \x1b]0;pwn
 
 
 def test_crafted_line_is_shown_literally(tmp_path):
-    from analyzer.pipeline import analyze
-    from analyzer.report import build_report
+    from postmortem.analyzer.pipeline import analyze
+    from postmortem.rules.report import build_report
 
     job = tmp_path / "job"
     job.mkdir()

@@ -10,14 +10,14 @@ import shutil
 import duckdb
 import pytest
 
-from analyzer.pipeline import Run
-from analyzer.report import stored_report
+from postmortem.analyzer.pipeline import Run
+from postmortem.rules.report import stored_report
 from tests.tui_helpers import app_of, drive, settle
-from tui.app import PostmortemApp
-from tui.screens import sql as sql_screen
-from tui.screens.sql import (QueryBox, QueryHistory, RefusedStatement, SqlScreen, read_statements,
+from postmortem.tui.app import PostmortemApp
+from postmortem.tui.screens import sql as sql_screen
+from postmortem.tui.screens.sql import (QueryBox, QueryHistory, RefusedStatement, SqlScreen, read_statements,
                              run_query, status_text)
-from tui.session import Session
+from postmortem.tui.session import Session
 
 SAMPLE = "silent-deadlock-40r"
 INJECTION = ("SELECT '[bold red]x[/] [link=http://e]y[/link]' || chr(27) || ']0;pwn' || chr(7) AS t, "
@@ -301,7 +301,7 @@ def test_query_results_are_shown_literally(sample_store):
 
 
 def test_sql_highlighting_marks_keywords_strings_and_comments():
-    from tui.screens.sql import sql_highlights
+    from postmortem.tui.screens.sql import sql_highlights
 
     marks = sql_highlights("SELECT 'é' AS x FROM lines -- why")
     names = [(name, start) for start, _, name in marks]
@@ -337,7 +337,7 @@ def test_snapshot_after_a_query(snap_compare, sample_store, monkeypatch):
 
 
 def test_sidebar_labels_that_do_not_fit_end_in_an_ellipsis_keeping_the_count():
-    from tui.screens.sql import fit_label
+    from postmortem.tui.screens.sql import fit_label
 
     assert fit_label("bench_results", " 11", 0) == ("bench_results", " 11")
     assert fit_label("bench_results", " 11", 16) == ("bench_results", " 11")

@@ -1,4 +1,4 @@
-"""``tui.screens.base.Table``: a table painted before its rows were measured is repainted at the
+"""``postmortem.tui.screens.base.Table``: a table painted before its rows were measured is repainted at the
 measured width (plain Textual 8.2 keeps the cells it drew at the header's width, cut to ``…``;
 CI saw this on the SQL and environment screens)."""
 
@@ -8,7 +8,7 @@ from rich.text import Text
 from textual.app import App
 
 from tests.tui_helpers import drive
-from tui.screens.base import Table
+from postmortem.tui.screens.base import Table
 
 VALUE = "a value wider than its header"
 

@@ -1,4 +1,4 @@
-"""The Timeline screen: lanes and marks read from the store (tui.timeline_data), the culprit
+"""The Timeline screen: lanes and marks read from the store (postmortem.views.timeline_data), the culprit
 pinned and highlighted on open (one key from the verdict), zoom/pan/jump/collapse changing what
 is drawn, a healthy run with nothing highlighted, log text shown literally, and snapshots."""
 
@@ -7,13 +7,13 @@ from __future__ import annotations
 import duckdb
 
 from tests.tui_helpers import app_of, drive
-from tui import timeline_data as td
+from postmortem.views import timeline_data as td
 
 DEADLOCK = "silent-deadlock-40r"
 
 
 def _data(store) -> td.TimelineData:
-    from tui.session import open_store
+    from postmortem.tui.session import open_store
 
     session = open_store(store)
     try:
@@ -221,7 +221,7 @@ def _notes(app) -> list[str]:
 
 def test_h_goes_to_the_hangs_start_and_f_to_the_first_failure(sample_store):
     """gpu-fell-off-bus: the last step 09:21:14, then rank 21's watchdog timeout at 09:32:57 (the
-    moments the HTML report's picture centres on, analyzer.html_pictures.moments)."""
+    moments the HTML report's picture centres on, postmortem.views.moments.moments)."""
     app = app_of(sample_store("gpu-fell-off-bus"), start="timeline")
     said = _notes(app)
 
@@ -315,7 +315,7 @@ def test_colon_goes_to_a_time_a_rank_and_a_node(sample_store):
     from textual.widgets import Input
 
     from tests.tui_helpers import app_of, drive
-    from tui.screens.timeline import TimelineScreen
+    from postmortem.tui.screens.timeline import TimelineScreen
 
     app = app_of(sample_store("silent-deadlock-40r"), start="timeline")
 

@@ -10,9 +10,9 @@ from textual.widgets import ContentSwitcher, DataTable, Static
 
 from tests.conftest import ROOT
 from tests.tui_helpers import app_of, drive, settle
-from tui import transport_rows as tr
-from tui.screens import transports as screen_module
-from tui.session import open_store
+from postmortem.views import transport_rows as tr
+from postmortem.tui.screens import transports as screen_module
+from postmortem.tui.session import open_store
 
 CRAFTED = "[bold red]x[/] [link=http://e]y[/link] \x1b]0;pwn\x07"
 SHM_HOPS = [f"{r}→{r + 1}" for r in range(16, 23)]  # h20-node-03's ring hops (ranks 16-23)
@@ -111,9 +111,9 @@ def test_nccls_own_reasons_are_quoted_as_postmortem_transports_prints_them(sampl
     """slow-ring's h20-node-03 logs "P2P is disabled between connected GPUs 0 and 1" (and 1-2 ...
     7-0): the summary quotes the first of them and counts the rest, each SHM hop's line quotes
     the one for its two GPUs, word for word as `postmortem transports` prints them (the view's
-    p2p_refusals, grouped by analyzer.transports.refusal_groups); NVLink hops and a healthy run
+    p2p_refusals, grouped by postmortem.views.transports.refusal_groups); NVLink hops and a healthy run
     quote none."""
-    from analyzer.transports import render_text
+    from postmortem.views.transports import render_text
 
     def p2p(a, b):
         return (f"P2P is disabled between connected GPUs {a} and {b}. "

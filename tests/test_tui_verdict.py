@@ -7,10 +7,10 @@ from __future__ import annotations
 import copy
 
 from tests.tui_helpers import app_of, drive
-from tui.app import PostmortemApp
-from tui.screens.verdict import (EvidenceList, FindingsTable, VerdictScreen, finding_text,
+from postmortem.tui.app import PostmortemApp
+from postmortem.tui.screens.verdict import (EvidenceList, FindingsTable, VerdictScreen, finding_text,
                                  sorted_findings, summary_text, verdict_text)
-from tui.session import Session, open_store
+from postmortem.tui.session import Session, open_store
 from textual.widgets import Static
 
 DEADLOCK = "silent-deadlock-40r"
@@ -261,7 +261,7 @@ def test_an_evidence_path_line_never_wraps_inside_itself(sample_store):
     showed `…/stderr.log:77` then `1 · rank 17`, which reads as line 77."""
     import re
 
-    from tui.screens.verdict import path_line
+    from postmortem.tui.screens.verdict import path_line
 
     for size in ((120, 40), (80, 24), (100, 30)):
         app = app_of(sample_store(DEADLOCK))

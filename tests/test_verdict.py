@@ -2,8 +2,8 @@
 is named, independent causes that compete make it inconclusive, warnings alone are degraded."""
 from __future__ import annotations
 
-from analyzer.report import _actions, _verdict, link_causes
-from rules.base import Finding
+from postmortem.rules.report import _actions, _verdict, link_causes
+from postmortem.rules.base import Finding
 
 
 def _f(code, category, ranks=(), nodes=(), severity="error", culprit=True, confidence=0.9, gpus=(), **details):
@@ -123,8 +123,8 @@ def test_info_findings_are_not_linked_and_sentences_end_once():
 
 
 def test_the_last_complete_checkpoint_and_a_save_that_never_finished(tmp_path):
-    from analyzer.pipeline import analyze
-    from analyzer.report import build_report
+    from postmortem.analyzer.pipeline import analyze
+    from postmortem.rules.report import build_report
     from tests.scenario import write_scenario
 
     folder = write_scenario(tmp_path / "run", ranks=4, culprit=2)

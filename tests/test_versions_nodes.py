@@ -2,11 +2,10 @@
 line shapes, and every view counts the nodes from every source that names hosts."""
 from __future__ import annotations
 
-from pathlib import Path
 
-from analyzer.pipeline import analyze
-from analyzer.report import build_report
-from analyzer.transports import bandwidth_map, render_text, view
+from postmortem.analyzer.pipeline import analyze
+from postmortem.rules.report import build_report
+from postmortem.views.transports import bandwidth_map, render_text, view
 from tests.scenario import write_files
 
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import asyncio
 
-from tui.app import PostmortemApp
-from tui.session import open_store
+from postmortem.tui.app import PostmortemApp
+from postmortem.tui.session import open_store
 
 SIZE = (120, 40)
 
@@ -42,7 +42,7 @@ def tables_pending(app) -> bool:
 
 
 def _short_of_target(table) -> bool:
-    """A ``tui.screens.base.Table`` not yet scrolled to the line it was asked for (as far as
+    """A ``postmortem.tui.screens.base.Table`` not yet scrolled to the line it was asked for (as far as
     its height allows)."""
     target = getattr(table, "scroll_target", None)
     return target is not None and table.scroll_y != min(target, table.max_scroll_y)

@@ -18,8 +18,8 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Footer, Header, Markdown, Static
 
-from tui.session import Session, analyze_paths
-from tui.text import plain
+from postmortem.tui.session import Session, analyze_paths
+from postmortem.tui.text import plain
 
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 
@@ -29,13 +29,13 @@ class LoadCancelled(Exception):
 
 # mode name -> (key, footer label, "module:Class"); screens are imported when first shown.
 SCREENS = {
-    "verdict": ("1", "Verdict", "tui.screens.verdict:VerdictScreen"),
-    "timeline": ("2", "Timeline", "tui.screens.timeline:TimelineScreen"),
-    "transports": ("3", "Transports", "tui.screens.transports:TransportsScreen"),
-    "environment": ("4", "Env", "tui.screens.environment:EnvironmentScreen"),
-    "memory": ("5", "Memory", "tui.screens.memory:MemoryScreen"),
-    "logs": ("6", "Logs", "tui.screens.logs:LogsScreen"),
-    "sql": ("7", "SQL", "tui.screens.sql:SqlScreen"),
+    "verdict": ("1", "Verdict", "postmortem.tui.screens.verdict:VerdictScreen"),
+    "timeline": ("2", "Timeline", "postmortem.tui.screens.timeline:TimelineScreen"),
+    "transports": ("3", "Transports", "postmortem.tui.screens.transports:TransportsScreen"),
+    "environment": ("4", "Env", "postmortem.tui.screens.environment:EnvironmentScreen"),
+    "memory": ("5", "Memory", "postmortem.tui.screens.memory:MemoryScreen"),
+    "logs": ("6", "Logs", "postmortem.tui.screens.logs:LogsScreen"),
+    "sql": ("7", "SQL", "postmortem.tui.screens.sql:SqlScreen"),
 }
 
 
@@ -114,7 +114,7 @@ class PostmortemApp(App):
     CSS_PATH = "app.tcss"
     MODES = {name: _screen_factory(target) for name, (_, _, target) in SCREENS.items()}
     BINDINGS = [
-        # The screens are listed by the mode bar above the footer (tui.screens.base.ModeBar);
+        # The screens are listed by the mode bar above the footer (postmortem.tui.screens.base.ModeBar);
         # the footer itself keeps the current screen's keys.
         *[Binding(key, f"show('{name}')", label, show=False) for name, (key, label, _) in SCREENS.items()],
         Binding("question_mark", "help", "Help"),
@@ -165,7 +165,7 @@ class PostmortemApp(App):
         except LoadCancelled:
             return
         except Exception as exc:  # noqa: BLE001 -- shown to the user, the app then exits with it
-            from analyzer.render import safe
+            from postmortem.views.render import safe
 
             self.failure = safe(" ".join(f"{type(exc).__name__}: {exc}".split()))   # one line, no traceback
             self._to_ui(self.exit, None, 2)

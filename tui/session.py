@@ -18,7 +18,7 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
-from analyzer.pipeline import Run
+from postmortem.analyzer.pipeline import Run
 
 
 # What the Timeline and Logs screens say when asked for a moment (``moment_of``) the run lacks.
@@ -49,10 +49,10 @@ class Session:
         return self.run.con.cursor()
 
     def moments(self):
-        """The hang's start and the first failure (``analyzer.html_pictures.Moments``, what the
+        """The hang's start and the first failure (``postmortem.views.moments.Moments``, what the
         HTML report's per-rank picture centres on, or None when nothing has a time): read once,
         on a cursor of its own, because the Timeline and Logs screens ask from worker threads."""
-        from analyzer.html_pictures import moments
+        from postmortem.views.moments import moments
 
         with self._moments_lock:
             if not self._moments:
@@ -74,7 +74,7 @@ class Session:
 
 def open_store(db: str | Path, allow_file_access: bool = False) -> Session:
     """A store read-only; its SQL cannot reach the file system unless ``allow_file_access``
-    (``analyzer.store.lock_down``)."""
+    (``postmortem.analyzer.store.lock_down``)."""
     path = Path(db)
     if not path.exists():
         raise StoreError(f"{db}: no such database")
@@ -82,8 +82,8 @@ def open_store(db: str | Path, allow_file_access: bool = False) -> Session:
         con = duckdb.connect(str(path), read_only=True)
     except duckdb.Error as exc:
         raise StoreError(f"{db}: cannot open: {exc}") from None
-    from analyzer.report import stored_report
-    from analyzer.store import lock_down
+    from postmortem.rules.report import stored_report
+    from postmortem.analyzer.store import lock_down
 
     report = stored_report(con)
     if report is None:
@@ -100,9 +100,9 @@ def analyze_paths(paths: list[str], progress: Callable[[str], None] | None = Non
     """Ingest ``paths`` and run the rules; ``progress`` receives each progress line (files, MB,
     MB/s, then the later phases). Once the report is made, the store's SQL cannot reach the
     file system unless ``allow_file_access``."""
-    from analyzer.pipeline import analyze
-    from analyzer.report import build_report
-    from analyzer.store import lock_down
+    from postmortem.analyzer.pipeline import analyze
+    from postmortem.rules.report import build_report
+    from postmortem.analyzer.store import lock_down
 
     run = analyze(paths, db_path=db, progress_stream=_LineStream(progress) if progress else None,
                   follow_symlinks=follow_symlinks)
@@ -137,7 +137,7 @@ class _LineStream(io.TextIOBase):
 
 def moment_of(moments, which: str) -> tuple | None:
     """(time as logged, (input_id, line_no) or None, rank or None, words for the notification) of
-    the hang's start or the first failure in ``moments`` (``analyzer.html_pictures.Moments``);
+    the hang's start or the first failure in ``moments`` (``postmortem.views.moments.Moments``);
     None when the run has none. The Timeline and Logs screens go to them (keys H and F)."""
     if moments is None:
         return None

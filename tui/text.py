@@ -1,7 +1,7 @@
 """Untrusted text for the terminal. Log lines, paths, variable values and SQL results become
 ``rich.text.Text`` here: Text is never parsed as markup (a line with ``[red]`` or ``[link=...]``
 shows those characters), and control characters, ESC included, become visible ``\\xNN``
-escapes (analyzer.render.safe), so a crafted line cannot move the cursor, retitle the
+escapes (postmortem.views.render.safe), so a crafted line cannot move the cursor, retitle the
 terminal or hide itself. Widgets that would parse a ``str`` as markup (Static, Label,
 DataTable cells, OptionList prompts) get Text from here, never a raw ``str``."""
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from analyzer.render import safe
+from postmortem.views.render import safe
 
 
 def plain(value: object, style: str = "") -> Text:

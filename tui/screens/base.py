@@ -13,7 +13,7 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Footer, Header, Input, Label, Static
 
-from tui.session import Session
+from postmortem.tui.session import Session
 
 
 class ModeBar(Static):
@@ -30,7 +30,7 @@ class ModeBar(Static):
         self._spans: list[tuple[int, int, str]] = []
 
     def render(self) -> Text:
-        from tui.app import SCREENS
+        from postmortem.tui.app import SCREENS
 
         text, self._spans = Text(no_wrap=True, overflow="crop"), []
         for mode, (key, label, _) in SCREENS.items():
@@ -165,7 +165,7 @@ class BaseScreen(Screen):
         """``build(run, report)`` in a worker thread, on a Run over its own cursor (one DuckDB
         connection must not serve two threads at once); ``done(view)`` then on the UI thread, or
         ``failed(why)`` when given and the build raised."""
-        from analyzer.pipeline import Run
+        from postmortem.analyzer.pipeline import Run
 
         con = self.session.cursor()
         try:
@@ -212,7 +212,7 @@ class AskScreen(ModalScreen[str]):
 
 
 def _mode_of(screen: Screen) -> str:
-    from tui.app import SCREENS
+    from postmortem.tui.app import SCREENS
 
     target = f"{type(screen).__module__}:{type(screen).__name__}"
     return next((mode for mode, (_, _, t) in SCREENS.items() if t == target), "")

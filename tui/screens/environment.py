@@ -13,10 +13,10 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widgets import DataTable, Input, Static
 
-from rules.config_model import ECHO, UNSET
-from tui.env_memory_data import CLASS_LABEL, CLASS_MEANING, EnvVar, EnvView, env_view, matches
-from tui.screens.base import BaseScreen, Table
-from tui.text import cell, join, plain
+from postmortem.rules.config_model import ECHO, UNSET
+from postmortem.views.env_memory_data import CLASS_LABEL, CLASS_MEANING, EnvVar, EnvView, env_view, matches
+from postmortem.tui.screens.base import BaseScreen, Table
+from postmortem.tui.text import cell, join, plain
 
 CELL_LIMITS = (8, 24)    # characters of a value in the matrix, fitted to the width (the detail shows more)
 SOURCE_LABEL = {"NCCL INFO": "NCCL echo", "env": "env dump", "nccl.conf": "nccl.conf"}

@@ -2,10 +2,10 @@
 with search and go-to-line.
 
 The list is a virtual one (Textual's Line API: ``LogView.render_line`` draws only the rows on
-screen, a page at a time from ``tui.log_data``), so a run of millions of lines opens as fast
+screen, a page at a time from ``postmortem.views.log_data``), so a run of millions of lines opens as fast
 as a small one. Building the index, filtering and searching run in a worker thread; only
 page reads (a few ms) happen while painting. The order and how levels and regexes are
-decided are documented in ``tui.log_data``.
+decided are documented in ``postmortem.views.log_data``.
 """
 
 from __future__ import annotations
@@ -29,11 +29,11 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 from textual.widgets import Input, Label, Static
 
-from tui.log_data import (DEBUG, ERROR, LEVELS, WARN, Filters, LogData, LogRow, display_text, parse_nodes,
+from postmortem.views.log_data import (DEBUG, ERROR, LEVELS, WARN, Filters, LogData, LogRow, display_text, parse_nodes,
                           parse_ranks, python_regex, source_label)
-from tui.screens.base import BaseScreen
-from tui.session import NO_MOMENT, moment_of
-from tui.text import join, plain
+from postmortem.tui.screens.base import BaseScreen
+from postmortem.tui.session import NO_MOMENT, moment_of
+from postmortem.tui.text import join, plain
 
 LEVEL_MARK = {ERROR: "E", WARN: "W", DEBUG: "D"}
 LEVEL_CLASS = {ERROR: "logview--error", WARN: "logview--warn", DEBUG: "logview--debug"}

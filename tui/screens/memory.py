@@ -2,7 +2,7 @@
 
 A row per rank with memory samples or an OOM: the bar (allocated, reserved beyond it, the
 capacity line), the peaks in GiB, the percent of capacity and the marks (CUDA OOM on the rank,
-host OOM kill on its node). The data comes from tui.env_memory_data (the memory rules' peaks,
+host OOM kill on its node). The data comes from postmortem.views.env_memory_data (the memory rules' peaks,
 capacity and OOMs); rows are a DataTable, which draws only the visible rows.
 """
 
@@ -13,12 +13,33 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widgets import DataTable, Static
 
-from tui.env_memory_data import NEAR, MemoryView, RankMemory, bar, gib, memory_view, percent, sort_rows
-from tui.screens.base import BaseScreen, Table
-from tui.text import cell, join, plain
+from postmortem.views.env_memory_data import NEAR, MemoryView, RankMemory, gib, memory_view, percent, sort_rows
+from postmortem.tui.screens.base import BaseScreen, Table
+from postmortem.tui.text import cell, join, plain
 
 OOM_STYLE = "bold red"
 MIN_BAR = 10
+
+
+def bar(row: RankMemory, capacity: float | None, top: float, width: int) -> Text:
+    """``███▒▒····│··``: allocated, reserved beyond allocated, the rest up to the scale; ``│`` is
+    the capacity line (``┃`` where the bar reaches it)."""
+    def cells(value: float | None) -> int:
+        return max(0, min(width, round(width * (value or 0.0) / top)))
+
+    alloc, reserved = cells(row.alloc), cells(max(row.alloc or 0.0, row.reserved or 0.0))
+    near = capacity is not None and row.peak >= NEAR * capacity
+    chars = ["█"] * alloc + ["▒"] * (reserved - alloc) + ["·"] * (width - reserved)
+    styles = [("bold red" if near else "dodger_blue2")] * alloc + ["steel_blue1" if not near else "red"] * (reserved - alloc) \
+        + ["dim"] * (width - reserved)
+    if capacity:
+        at = min(width - 1, max(0, round(width * capacity / top) - 1))
+        chars[at] = "┃" if at < reserved else "│"
+        styles[at] = "bold red"
+    out = Text(no_wrap=True)
+    for ch, style in zip(chars, styles):
+        out.append(ch, style)
+    return out
 
 
 class MemoryScreen(BaseScreen):

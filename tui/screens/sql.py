@@ -25,8 +25,8 @@ from textual.widgets import DataTable, Static, TextArea, Tree
 from textual.widgets._tree import TOGGLE_STYLE
 from textual.worker import get_current_worker
 
-from tui.screens.base import BaseScreen, Table
-from tui.text import cell, plain
+from postmortem.tui.screens.base import BaseScreen, Table
+from postmortem.tui.text import cell, plain
 
 MAX_ROWS = 10_000  # rows fetched into the table; "first N of M" says when the query has more
 MAX_CELLS = 60_000  # ... and fewer rows when they are wide: 2,857 rows of `SELECT * FROM lines`

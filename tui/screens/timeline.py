@@ -1,12 +1,12 @@
 """The Timeline screen: time left to right, a lane per rank grouped by node, marks for what each
-rank logged (``tui.timeline_data``), culprits pinned at the top and highlighted.
+rank logged (``postmortem.views.timeline_data``), culprits pinned at the top and highlighted.
 
 The lanes are a Line-API widget (``TimelineLanes``, a ``ScrollView`` whose ``render_line``
 draws one row): only the rows on screen are drawn, and a row costs a bisect per kind and
 column boundary, so a key press stays cheap at 1,024 ranks. The store is read once, in a
 worker thread with its own cursor. The panel below lists the marks under the cursor's time
 column (the selected lane's, or every lane's with ``a``); their text is log text and goes
-through ``tui.text``.
+through ``postmortem.tui.text``.
 """
 
 from __future__ import annotations
@@ -24,11 +24,11 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 from textual.widgets import Static
 
-from tui import timeline_data as td
-from tui.log_data import time_target
-from tui.session import NO_MOMENT, moment_of
-from tui.screens.base import AskScreen, BaseScreen
-from tui.text import join, plain
+from postmortem.views import timeline_data as td
+from postmortem.views.log_data import time_target
+from postmortem.tui.session import NO_MOMENT, moment_of
+from postmortem.tui.screens.base import AskScreen, BaseScreen
+from postmortem.tui.text import join, plain
 
 LEGEND_WORD = {"timeout": "timeout", "error": "error", "last": "last", "node": "node", "warning": "warn",
                "init": "init", "collective": "coll", "iteration": "iter", "event": "other",
@@ -380,7 +380,7 @@ fall in one column the first of that list is shown. The panel lists the marks un
         super().__init__(*args, **kwargs)
         self.panel_every_lane = False
         self.loaded = False
-        self.moments = None    # analyzer.html_pictures.Moments, read with the lanes
+        self.moments = None    # postmortem.views.moments.Moments, read with the lanes
         self._legend_theme: str | None = None
 
     @property

@@ -1,11 +1,11 @@
 """The Transports screen: per communicator, which transport each channel's hop uses.
 
-The data is ``analyzer.transports.view`` (what ``postmortem transports`` prints), shaped by
-``tui.transport_rows``. Hops off their expected tier (the view's ``attention``: SHM between
+The data is ``postmortem.views.transports.view`` (what ``postmortem transports`` prints), shaped by
+``postmortem.views.transport_rows``. Hops off their expected tier (the view's ``attention``: SHM between
 GPUs of one host, sockets where RDMA exists, NET without GDR) are marked ``✗`` in bold red,
 the communicator's slowest tier ``▼`` in orange, so both read without colour too. ``m`` swaps
 the hop list for a node-by-node matrix of the tiers used; ``f`` keeps only hops off NVLink;
-``b`` for the links as the tools measured them (``tui.transport_rows.measured_rows``: what
+``b`` for the links as the tools measured them (``postmortem.views.transport_rows.measured_rows``: what
 ``postmortem hw`` prints of p2pBandwidthLatencyTest, bandwidthTest and perftest).
 """
 
@@ -17,9 +17,9 @@ from textual.binding import Binding
 from textual.containers import Vertical
 from textual.widgets import ContentSwitcher, DataTable, Static
 
-from tui import transport_rows as tr
-from tui.screens.base import BaseScreen, Table
-from tui.text import cell, join, plain
+from postmortem.views import transport_rows as tr
+from postmortem.tui.screens.base import BaseScreen, Table
+from postmortem.tui.text import cell, join, plain
 
 OFF_STYLE = "bold red"  # reads on dark and light themes
 SLOW_STYLE = "bold dark_orange3"  # dark_orange is weak on the light theme

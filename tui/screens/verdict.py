@@ -4,10 +4,10 @@ suggestion, details and evidence lines. Enter on a finding or an evidence line o
 in the Logs screen.
 
 The words come from the report (``postmortem.report/1``) through the same helpers the text,
-Markdown and HTML reports use (``analyzer.render.action_items`` and ``finding_details``), so
+Markdown and HTML reports use (``postmortem.views.render.action_items`` and ``finding_details``), so
 the TUI says what the reports say. The module-level ``*_text`` functions shape the report into
 Rich ``Text`` without touching Textual (the tests call them directly); every value from the
-report goes through ``tui.text`` (never markup, control characters made visible).
+report goes through ``postmortem.tui.text`` (never markup, control characters made visible).
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ from textual.containers import Container, Vertical, VerticalScroll
 from textual.widgets import DataTable, OptionList, Static
 from textual.widgets.option_list import Option
 
-from analyzer.ranges import hostlist, rank_ranges
-from analyzer.render import action_items, finding_details, known, or_unknown, outcome_lines, rank_count
-from tui.screens.base import BaseScreen, Table
-from tui.text import SEVERITY_STYLE, cell, join, plain
+from postmortem.analyzer.ranges import hostlist, rank_ranges
+from postmortem.views.render import action_items, finding_details, known, or_unknown, outcome_lines, rank_count
+from postmortem.tui.screens.base import BaseScreen, Table
+from postmortem.tui.text import SEVERITY_STYLE, cell, join, plain
 
 SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
 # Rich styles that read on dark and light themes (yellow is too weak on light).
@@ -115,7 +115,7 @@ def culprit_stack_finding(findings: list[dict]) -> dict | None:
 
 
 def actions_text(report: dict) -> Text:
-    """The actions, item for item as ``analyzer.render.action_items`` gives them to every format."""
+    """The actions, item for item as ``postmortem.views.render.action_items`` gives them to every format."""
     out = Text()
     for indent, segments in action_items(report):
         out.append("\n" + "  " * indent + ("• " if indent == 0 else "· "))

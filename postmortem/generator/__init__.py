@@ -12,11 +12,11 @@ deterministic for a given ``RunSpec`` (``random.Random(seed)``, no wall clock).
 
 Use::
 
-    from bench.generator import RunSpec, generate_run
+    from postmortem.generator import RunSpec, generate_run
     truth = generate_run(Path("out/run1"), RunSpec(scenario="deadlock", culprit=17))
 
 or ``postmortem-generate OUT --scenario deadlock --culprit 17 --ranks 40`` /
-``python -m bench.generator OUT ...``.
+``python -m postmortem.generator OUT ...``.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The fleet view: many jobs' ``report.json`` files -> which nodes, GPUs and NICs keep failing.
 
-Core only (no Textual, no rules): ``postmortem fleet`` (analyzer.cli) and the renderers
-(``analyzer.fleet_render``) sit on top of it.
+Core only (no Textual, no rules): ``postmortem fleet`` (postmortem.cli) and the renderers
+(``postmortem.fleet_render``) sit on top of it.
 
 Reading. ``scan`` finds the reports under the PATHs (``report.json`` and ``*.report.json``,
 recursively, and the ``report`` table of ``postmortem export parquet`` exports,
@@ -677,7 +677,7 @@ def fleet_view(store: FleetStore, alpha: float = 0.01, min_jobs: int = 3, correc
                 item["evidence"] = _evidence(con, kind, r["key"])
             out.append(item)
 
-    from analyzer.ranges import hostlist
+    from postmortem.analyzer.ranges import hostlist
 
     drain = sorted({r["node"] for r in nodes_out if r["flagged"]}
                    | {r["node"] for r in gpus_out + nics_out if r["flagged"] and r["node"]})

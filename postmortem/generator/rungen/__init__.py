@@ -1,4 +1,4 @@
-"""Building blocks of the run generator (``bench.generator``).
+"""Building blocks of the run generator (``postmortem.generator``).
 
 One module per kind of text a real job leaves behind, so that each line kind has one place
 that knows its format per version:

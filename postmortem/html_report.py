@@ -1,6 +1,6 @@
 """The HTML report: one self-contained file (no script, no network) with the verdict, actions,
 findings with their evidence, and four pictures drawn as inline SVG from the store
-(``analyzer.html_pictures``): the ranks around the hang's start or the first failure, with the
+(``postmortem.html_pictures``): the ranks around the hang's start or the first failure, with the
 node events; the ring transport map (a node matrix above 16 hosts); memory peaks per rank
 against capacity, OOMs marked (the Memory screen's numbers); step time per iteration.
 
@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import re
 
-from analyzer import html_pictures as pictures
-from analyzer.html_pictures import e
-from analyzer.render import (action_items, clip, finding_details, input_files, outcome_lines, rank_count,
+from postmortem import html_pictures as pictures
+from postmortem.html_pictures import e
+from postmortem.views.render import (action_items, clip, finding_details, input_files, outcome_lines, rank_count,
                              rule_error_lines, time_span, upper_first)
 
 SEVERITY_COLOURS = {"error": "#c62828", "warning": "#ef6c00", "info": "#546e7a"}
@@ -148,7 +148,7 @@ PICTURES = ("Around the failure, per rank", "Ring transport map", "Memory peak p
 
 
 def _pictures(report: dict, run) -> list[str]:
-    """The four pictures (``analyzer.html_pictures``); one that cannot be drawn is left out, and a
+    """The four pictures (``postmortem.html_pictures``); one that cannot be drawn is left out, and a
     picture that fails costs only itself."""
     out = []
     culprit_nodes = report["verdict"]["culprit"]["nodes"]

@@ -1,8 +1,8 @@
-"""What the Transports screen shows, shaped from ``analyzer.transports.view`` without Textual.
+"""What the Transports screen shows, shaped from ``postmortem.views.transports.view`` without Textual.
 
 The view (the model ``postmortem transports`` prints) is taken as it is: this module only
 groups, marks and counts its hops. A hop is *off-tier* when the view lists it under
-``attention`` (``analyzer.transports.judge``: SHM or the network between GPUs of one host where
+``attention`` (``postmortem.analyzer.transports.judge``: SHM or the network between GPUs of one host where
 P2P is possible, sockets between hosts, a side without GDR where it is possible); the *slowest* hops are those on the communicator's worst tier in
 ``TIER_ORDER`` (the order the view uses for each ring's slowest link).
 """
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from analyzer.nccl_model import TIER_ORDER
-from analyzer.transports import _channels, _nic_span, _via, refusal_groups, view
+from postmortem.analyzer.nccl_model import TIER_ORDER
+from postmortem.views.transports import channels, nic_span, refusal_groups, via, view
 
 OFF_TIER, SLOWEST, NORMAL = "off-tier", "slowest", ""
 MARK = {OFF_TIER: "✗", SLOWEST: "▼", NORMAL: ""}  # reads without colour
@@ -122,9 +122,9 @@ def hop_rows(comm: dict, off_nvlink_only: bool = False, grouped: bool = True) ->
     for hops in groups.values():
         h = hops[0]
         mark = OFF_TIER if any(hop_id(x) in off for x in hops) else SLOWEST if h["tier"] == worst else NORMAL
-        rows.append(HopRow(mark, _channels([x["channel"] for x in hops if x["channel"] is not None]) or "?",
+        rows.append(HopRow(mark, channels([x["channel"] for x in hops if x["channel"] is not None]) or "?",
                            h["phase"] or "?", f"{_v(h['src_rank'])}→{_v(h['dst_rank'])}", h["tier"] or "?",
-                           bandwidth(h), _via(h), _hosts(h), _gpus(h), _nics(h), h, len(hops),
+                           bandwidth(h), via(h), _hosts(h), _gpus(h), _nics(h), h, len(hops),
                            why_off_tier(h) if mark == OFF_TIER else ""))
     return rows
 
@@ -162,7 +162,7 @@ def _side(nic: str | None, gdr: bool | None) -> str:
 
 
 def why_off_tier(h: dict) -> str:
-    """Why the view lists the hop under attention (``analyzer.transports.judge``)."""
+    """Why the view lists the hop under attention (``postmortem.analyzer.transports.judge``)."""
     if h.get("reason"):
         return h["reason"]
     if h["tier"] == "Socket":
@@ -205,7 +205,7 @@ def hop_detail(h: dict) -> str:
         nic = f"; NIC {_nics(h)}"
     price = f"~{h['gbyte_s']:g} GB/s per direction" if h.get("gbyte_s") else "bandwidth unknown"
     return (f"rank {_v(h['src_rank'])} {end(h['src_host'], h['src_gpu'], h['src_pci'])} → rank {_v(h['dst_rank'])} "
-            f"{end(h['dst_host'], h['dst_gpu'], h['dst_pci'])} via {_via(h)}{nic}{gdr}{pxn}; "
+            f"{end(h['dst_host'], h['dst_gpu'], h['dst_pci'])} via {via(h)}{nic}{gdr}{pxn}; "
             f"{h['tier'] or '?'}: {price} ({h.get('price_basis') or 'no basis'})")
 
 
@@ -297,7 +297,7 @@ def _network(comm: dict, v: dict) -> str:
     networks = sorted({p["network"] or "not in the log" for p in mine})
     nics = sorted({n for p in mine for n in (p["nics"] or [])})
     sockets = sorted({n for p in mine for n in (p["socket_ifs"] or [])})
-    ends = f"; NICs {_nic_span(nics)}" if nics else f"; socket interfaces {', '.join(sockets[:4])}" if sockets else ""
+    ends = f"; NICs {nic_span(nics)}" if nics else f"; socket interfaces {', '.join(sockets[:4])}" if sockets else ""
     return f"network: {', '.join(networks)}{ends}"
 
 
@@ -366,7 +366,7 @@ def _num(value) -> str:
 def measured_rows(run, report: dict | None) -> list[MeasuredRow]:
     """What ``postmortem hw`` prints of p2pBandwidthLatencyTest, bandwidthTest and perftest, one
     row per node and measurement, each marked with the L004-L006 finding on its node."""
-    from analyzer import hw_view
+    from postmortem.views import hw_view
 
     v = hw_view.view(run)
     judged: dict[tuple[str, str], str] = {}

@@ -15,7 +15,7 @@ stamp at all (configs, hardware dumps) come first. Ties keep input path, then li
 Text. A line shows the store's ``text``: the message after the launcher prefix (the source
 column names the rank), ANSI colour codes removed, a tqdm ``\\r`` redraw collapsed to its
 last segment, exactly what the parsers read. NCCL ``INFO`` lines have NULL text in the store:
-their bytes are read back from the input by offset (``analyzer.store.line_text``), a page at
+their bytes are read back from the input by offset (``postmortem.analyzer.store.line_text``), a page at
 a time for display, and every candidate line's for a regex filter or a search (in the worker).
 
 Level, derived once per line with RE2 over the text (``LEVEL_SQL``): ERROR for glog ``E``/``F``
@@ -39,8 +39,8 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from analyzer.discover import COMPRESSED
-from analyzer.store import line_text
+from postmortem.analyzer.discover import COMPRESSED
+from postmortem.analyzer.store import line_text
 
 LEVELS = ("DEBUG", "INFO", "WARN", "ERROR")
 DEBUG, INFO, WARN, ERROR = range(4)

@@ -1,7 +1,7 @@
 """Profiled runs: per-rank Nsight Systems SQLite exports and PyTorch profiler (Kineto) traces.
 
 Follows ``docs/formats/nsys-and-traces.md`` section 10. Each nsys file has the tables
-``parsers.nsys`` reads, created with the DDL (column names, types, NOT NULL) of a real
+``postmortem.parsers.nsys`` reads, created with the DDL (column names, types, NOT NULL) of a real
 nsys 2026.2 export: ``META_DATA_EXPORT``, ``META_DATA_CAPTURE`` (with ``RANK="<r>"``),
 ``TARGET_INFO_SESSION_START_TIME`` (a distinct ``utcEpochNs`` per rank, ranks starting a few
 hundred ms apart; event times are ns from 0), ``ANALYSIS_DETAILS`` (raw clock values, *not* the
@@ -17,7 +17,7 @@ arrives); the late rank's own kernel is the shortest and starts last.
 Rows are generated inside SQLite (recursive CTEs), so a 1M-kernel export costs no Python
 objects per row (``bench/nsys_bench.py``).
 
-    python -m bench.rungen.nsys OUT_DIR [--ranks 8] [--steps 20] [--late-rank 3] [--kineto]
+    python -m postmortem.generator.rungen.nsys OUT_DIR [--ranks 8] [--steps 20] [--late-rank 3] [--kineto]
 """
 
 from __future__ import annotations

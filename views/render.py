@@ -44,7 +44,7 @@ def md_code_block(lines: list[str], indent: str = "", limit: int = 200) -> list[
 
 
 def md_with_code(text: str) -> str:
-    """Prose with commands in backticks (rules' suggestions): the backticked parts become code
+    """Prose with commands in backticks (postmortem.rules' suggestions): the backticked parts become code
     spans, the rest is escaped prose."""
     parts = re.split(r"`([^`]+)`", text or "")
     return "".join(md_code(part) if i % 2 else _md_text(part) for i, part in enumerate(parts))

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from analyzer.pipeline import Run
-from rules.base import Context
+from postmortem.analyzer.pipeline import Run
+from postmortem.rules.base import Context
 
 
 @dataclass
@@ -55,8 +55,8 @@ class MemoryView:
 
 
 def memory_view(run: Run, report: dict) -> MemoryView:
-    from rules.crash_model import oom_kills
-    from rules.memory_model import capacity_mib, ooms, peaks
+    from postmortem.rules.crash_model import oom_kills
+    from postmortem.rules.memory_model import capacity_mib, ooms, peaks
 
     ctx = Context(run, None)
     capacity, source = capacity_mib(ctx)
@@ -102,7 +102,7 @@ def _paths(run: Run, rows: list[RankMemory]) -> dict[int, str]:
 def _capacity_of_report(report: dict) -> tuple[float | None, str]:
     """The report's GPU model (detected, or ``--gpu``) in the hardware model, in MiB as the
     memory rules count it (memory_model.capacity_mib: GB of the table taken as GiB)."""
-    from analyzer import hardware
+    from postmortem.analyzer import hardware
 
     model = report.get("run", {}).get("gpu_model") or {}
     acc = hardware.find(model["name"]) if model.get("name") else None

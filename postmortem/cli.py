@@ -94,7 +94,7 @@ class _Version(argparse.Action):
         super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
 
     def __call__(self, parser, namespace, values, option_string=None):
-        from analyzer.report import VERSION
+        from postmortem.rules.report import VERSION
 
         print(f"postmortem {VERSION}")
         parser.exit(OK)
@@ -235,11 +235,11 @@ def _on_sigterm(signum, frame):
 
 def _cleanup() -> None:
     """Temporary files of this process (archive members, decoded copies, private stores)."""
-    from analyzer.archives import Scratch
+    from postmortem.analyzer.archives import Scratch
 
     Scratch.cleanup_all()
-    if "analyzer.store" in sys.modules:
-        sys.modules["analyzer.store"].remove_private_dir()
+    if "postmortem.analyzer.store" in sys.modules:
+        sys.modules["postmortem.analyzer.store"].remove_private_dir()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -306,7 +306,7 @@ def _internal_error(exc: BaseException) -> int:
 def _safe(text) -> str:
     """Text from the inputs or the system, without control characters (render.safe, whose module
     is light to import)."""
-    from analyzer.render import safe
+    from postmortem.views.render import safe
 
     return safe(str(text))
 
@@ -328,12 +328,12 @@ def _analyze(paths, db, quiet, exclude=None, no_cache=False, follow_symlinks=Fal
     never sees DuckDB's own files."""
     import duckdb
 
-    from analyzer.pipeline import NothingReadable, analyze
+    from postmortem.analyzer.pipeline import NothingReadable, analyze
 
     if db and not _ready_for(Path(db), "the store", roots=paths):
         return None
     try:
-        from analyzer.ingest import progress_wanted
+        from postmortem.analyzer.ingest import progress_wanted
 
         run = analyze(paths, db_path=_private_store() if db else None, progress=progress_wanted(quiet),
                       exclude=[*(exclude or []), *([db] if db else [])], use_cache=False if no_cache else None,
@@ -352,7 +352,7 @@ def _analyze(paths, db, quiet, exclude=None, no_cache=False, follow_symlinks=Fal
 def _private_store() -> str:
     import uuid
 
-    from analyzer.store import private_dir
+    from postmortem.analyzer.store import private_dir
 
     return str(private_dir() / f"store-{uuid.uuid4().hex[:12]}.duckdb")
 
@@ -360,7 +360,7 @@ def _private_store() -> str:
 def _keep_store(run, db: str, roots) -> bool:
     """Copy the finished store (built privately) to ``--db``, atomically and never through a
     link; False after saying why it could not be written."""
-    from analyzer import safeio
+    from postmortem.analyzer import safeio
 
     private = run.db_path
     try:
@@ -381,7 +381,7 @@ def _keep_store(run, db: str, roots) -> bool:
 
 def _input_ids(run, roots) -> set:
     """(device, inode) of every input the run read (archives for their members)."""
-    from analyzer import safeio
+    from postmortem.analyzer import safeio
 
     try:
         paths = [r[0] for r in run.con.execute("SELECT DISTINCT abs_path FROM inputs").fetchall()]
@@ -394,7 +394,7 @@ def _ready_for(path: Path, what: str, roots=()) -> bool:
     """Create the folder ``path`` will be written in (with its parents; never through a link
     inside the input folders) and check the target; False after saying on stderr why that is not
     possible. Checked before the analysis, which may take minutes."""
-    from analyzer import safeio
+    from postmortem.analyzer import safeio
 
     folder = path.parent
     try:
@@ -488,7 +488,7 @@ def _out_paths(out: str, formats: list[str], roots=(), files: dict[str, str] | N
 
 def _with_status(phase: str, quiet: bool, work):
     """``work()`` with ``postmortem: PHASE`` on stderr meanwhile (as the ingest's phases are)."""
-    from analyzer.ingest import Progress, progress_wanted
+    from postmortem.analyzer.ingest import Progress, progress_wanted
 
     meter = Progress(progress_wanted(quiet))
     meter.status(phase)
@@ -499,9 +499,9 @@ def _with_status(phase: str, quiet: bool, work):
 
 
 def _report(args) -> int:
-    from analyzer.html_report import html_report
-    from analyzer.render import markdown_report, text_report
-    from analyzer.report import build_report, to_json
+    from postmortem.html_report import html_report
+    from postmortem.views.render import markdown_report, text_report
+    from postmortem.rules.report import build_report, to_json
 
     formats = _formats(args.format, REPORT_FILES)
     if formats is None:
@@ -544,7 +544,7 @@ def _discard(run) -> None:
 def _write_reports(paths: dict[str, Path], texts: dict[str, str], quiet: bool, roots=(), inputs=frozenset()) -> bool:
     """Write every format (all or none: each under a temporary name, then renamed into place);
     False after saying why they could not be written."""
-    from analyzer import safeio
+    from postmortem.analyzer import safeio
 
     try:
         safeio.write_files({path: texts[f] for f, path in paths.items()}, roots=roots, inputs=inputs,
@@ -583,7 +583,7 @@ def _exit_code(report: dict, fail_on: str) -> int:
 
 
 def _ingest(args) -> int:
-    from analyzer.report import build_report
+    from postmortem.rules.report import build_report
 
     run = _analyze(args.paths, args.db, args.quiet, no_cache=args.no_cache, follow_symlinks=args.follow_symlinks)
     if run is None:
@@ -605,7 +605,7 @@ def _query(args) -> int:
     if not Path(args.db).exists():
         print(f"postmortem: {args.db}: no such database", file=sys.stderr)
         return 2
-    from analyzer.store import lock_down
+    from postmortem.analyzer.store import lock_down
 
     try:
         con = duckdb.connect(args.db, read_only=True)
@@ -626,7 +626,7 @@ def _query(args) -> int:
         writer.writerows([[_cell(v, "") for v in row] for row in rows])
         sys.stdout.write(buf.getvalue())
     else:
-        from analyzer.render import safe
+        from postmortem.views.render import safe
 
         cells = [[safe(_cell(v, "NULL")).replace("\n", " ") for v in row] for row in rows]
         widths = [min(max([len(c)] + [len(r[i]) for r in cells]), CELL_WIDTH) for i, c in enumerate(columns)]
@@ -657,7 +657,7 @@ def _open_store(path: str):
     """A read-only ``Run`` over an existing store, or None (with a message) when it cannot be opened."""
     import duckdb
 
-    from analyzer.pipeline import Run
+    from postmortem.analyzer.pipeline import Run
 
     if not Path(path).exists():
         print(f"postmortem: {path}: no such database", file=sys.stderr)
@@ -670,7 +670,7 @@ def _open_store(path: str):
 
 
 def _transports(args) -> int:
-    from analyzer.transports import render_text, view
+    from postmortem.views.transports import render_text, view
 
     if bool(args.paths) == bool(args.db):
         print("postmortem transports: give either PATH... or --db FILE", file=sys.stderr)
@@ -687,7 +687,7 @@ def _transports(args) -> int:
 
 
 def _diff(args) -> int:
-    from analyzer.diff import diff, render_text
+    from postmortem.diff import diff, render_text
 
     runs, reports = [], []
     for side in (args.good, args.bad):
@@ -706,7 +706,7 @@ def _diff(args) -> int:
 def _report_of(run, store: bool) -> dict | None:
     """The report of one side of a diff: the one a store was written with, else made now (a
     read-only store without one: None, its outcome unknown)."""
-    from analyzer.report import build_report, stored_report
+    from postmortem.rules.report import build_report, stored_report
 
     if store:
         found = stored_report(run.con)
@@ -719,7 +719,7 @@ def _report_of(run, store: bool) -> dict | None:
 
 
 def _hw(args) -> int:
-    from analyzer import hardware
+    from postmortem.analyzer import hardware
 
     if args.db or (args.model and Path(args.model).exists()):
         return _hw_run(args)
@@ -756,7 +756,7 @@ def _hw(args) -> int:
 
 def _hw_run(args) -> int:
     """``hw PATH|--db FILE``: the run's GPU model, machine balance and bandwidth map."""
-    from analyzer.transports import bandwidth_map, render_bandwidth_map
+    from postmortem.views.transports import bandwidth_map, render_bandwidth_map
 
     if args.db and args.model:
         print("postmortem hw: give either PATH or --db FILE", file=sys.stderr)
@@ -764,7 +764,7 @@ def _hw_run(args) -> int:
     run = _open_store(args.db) if args.db else _analyze([args.model], None, args.quiet)
     if run is None:
         return 2
-    from analyzer import hw_view
+    from postmortem.views import hw_view
 
     v = bandwidth_map(run, gpu=args.gpu)
     if args.gpu and v["accelerator"] is None:
@@ -893,9 +893,9 @@ def _fleet_parser(sub) -> None:
 
 
 def _fleet(args) -> int:
-    from analyzer import fleet
-    from analyzer.fleet_render import FILES, RENDERERS
-    from analyzer.report import VERSION
+    from postmortem import fleet
+    from postmortem.fleet_render import FILES, RENDERERS
+    from postmortem.rules.report import VERSION
 
     formats = _formats(args.format, RENDERERS)
     if formats is None:
@@ -948,9 +948,9 @@ def _fleet_inputs(paths: list[str], scratch: str, quiet: bool) -> list[str]:
     """The PATHs for the fleet: report files and folders of reports as given; a folder with no
     report in it is one job's log folder, reported on first (as ``postmortem report`` would,
     with the cache) into ``scratch``, under the folder's own name (its job id)."""
-    from analyzer import fleet
-    from analyzer.pipeline import NothingReadable, analyze
-    from analyzer.report import build_report
+    from postmortem import fleet
+    from postmortem.analyzer.pipeline import NothingReadable, analyze
+    from postmortem.rules.report import build_report
 
     out = []
     for i, given in enumerate(paths):
@@ -981,7 +981,7 @@ def _fleet_inputs(paths: list[str], scratch: str, quiet: bool) -> list[str]:
 
 
 def _export(args) -> int:
-    from analyzer.export import run_cli
+    from postmortem.export import run_cli
 
     return run_cli(args)
 
@@ -994,8 +994,8 @@ def _tui(args) -> int:
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         print("postmortem: tui needs a terminal; for scripts use report, query or transports", file=sys.stderr)
         return 2
-    from tui.app import PostmortemApp
-    from tui.session import StoreError, open_store
+    from postmortem.tui.app import PostmortemApp
+    from postmortem.tui.session import StoreError, open_store
 
     theme = {"dark": "textual-dark", "light": "textual-light"}.get(args.theme or "")
     if args.db:
@@ -1016,7 +1016,7 @@ def _tui(args) -> int:
 
 
 def _rules(args) -> int:
-    from rules import RULES
+    from postmortem.rules import RULES
 
     for rule in RULES:
         summary = (rule.__doc__ or "").strip().splitlines()[0].removeprefix(f"{rule.CODE} ")
@@ -1025,7 +1025,7 @@ def _rules(args) -> int:
 
 
 def _explain(args) -> int:
-    from rules import BY_CODE
+    from postmortem.rules import BY_CODE
 
     rule = BY_CODE.get(args.code.upper())
     if rule is None:
@@ -1075,7 +1075,7 @@ def entry() -> None:
     by a signal, the process ends at once (its temporary files are already removed): a worker
     killed mid-message would keep the interpreter's exit waiting on the pool's manager thread."""
     code = main()
-    if "analyzer.ingest" in sys.modules and sys.modules["analyzer.ingest"].POOL_STOPPED:
+    if "postmortem.analyzer.ingest" in sys.modules and sys.modules["postmortem.analyzer.ingest"].POOL_STOPPED:
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()

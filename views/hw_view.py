@@ -1,11 +1,11 @@
 """``postmortem hw FILE|FOLDER``: what the hardware tools' output said, and what it costs.
 
-The parsed facts of a run's hardware inputs (``parsers.hwtools``, ``parsers.health``): GPUs
+The parsed facts of a run's hardware inputs (``postmortem.parsers.hwtools``, ``postmortem.parsers.health``): GPUs
 (name, bus id, memory, affinity, MIG mode), the ``nvidia-smi topo -m`` matrix per node (GPU
 rows with their links, the NIC legend, GPUs without a near NIC), NIC ports with state, physical
 state, rate and link layer (ibstat, ibv_devinfo, ibdev2netdev), iblinkinfo links,
 nccl-tests results, CUDA samples' bandwidthTest and p2pBandwidthLatencyTest, perftest's ib_*_bw /
-ib_*_lat (``parsers.linkbench``), infiniband-diags' own warnings; and the prices the hardware model derives
+ib_*_lat (``postmortem.parsers.linkbench``), infiniband-diags' own warnings; and the prices the hardware model derives
 from them: per port rate the bandwidth one NCCL hop over it can carry, per NVLink count the
 tier, per GPU its nearest NIC. ``view`` returns a JSON-ready dict; ``render_text`` prints it.
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from analyzer import hardware, topology
+from postmortem.analyzer import hardware, topology
 
 
 def _table(run, name: str) -> pl.DataFrame:

@@ -2,7 +2,7 @@
 
 Formats: ``docs/formats/nccl.md`` section 3.13. The layout follows the client's own rules (NCCL
 2.26+ text: per-collective operation counts, ``NOCOMM``; JSON as of 2.28.7), so a test can
-write a report from a known state and check that ``parsers.nccl_ras`` reads the same state
+write a report from a known state and check that ``postmortem.parsers.nccl_ras`` reads the same state
 back:
 
 * the job summary is one row when every node runs the same number of processes and every

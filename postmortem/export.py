@@ -19,7 +19,7 @@ NVTX ranges, and a "job" process for the scheduler). What goes in:
   job's span, kernel/Xid/NIC events (``node_events``) on the node thread;
 * profiler kernels and NVTX ranges (``kernels``, ``nvtx`` from nsys exports / Kineto traces).
 
-Times: ``node_events.ts_utc`` where the store has it (analyzer.clocks: zone and per-node clock
+Times: ``node_events.ts_utc`` where the store has it (postmortem.analyzer.clocks: zone and per-node clock
 offset applied); log times minus the node's clock offset from ``node_clocks`` (the same
 correction ts_utc carries); profiler times as recorded (UTC). Lines without a time of their
 own (tracebacks, NCCL WARNs) take the time of the nearest earlier timed line of the same file
@@ -875,7 +875,7 @@ def perfetto(con, start: str | None = None, end: str | None = None, last_min: fl
 
 
 def _rank_text(ranks: set[int]) -> str:
-    from analyzer.ranges import rank_ranges
+    from postmortem.analyzer.ranges import rank_ranges
 
     return rank_ranges(ranks)
 
@@ -932,7 +932,7 @@ def parquet(con, out: str | Path, job: str | None = None, store_path: str | None
     Only this job's partition is written: an existing ``job=<id>`` written from the same
     store is replaced; one written from another store is left alone (ExportError) unless
     ``replace``. Returns ``{"job": id, "dir": path, "tables": {name: rows}}``."""
-    from analyzer.store import INTERNAL
+    from postmortem.analyzer.store import INTERNAL
 
     messages = messages if messages is not None else []
     source = "--job"
@@ -996,7 +996,7 @@ def _say(message: str) -> None:
 
 
 def run_cli(args) -> int:
-    """``postmortem export perfetto|parquet`` (analyzer.cli builds the arguments)."""
+    """``postmortem export perfetto|parquet`` (postmortem.cli builds the arguments)."""
     import sys
 
     if getattr(args, "export_kind", None) is None:

@@ -1,4 +1,4 @@
-"""The fleet view (``analyzer.fleet.fleet_view``) as text, Markdown, JSON and HTML.
+"""The fleet view (``postmortem.fleet.fleet_view``) as text, Markdown, JSON and HTML.
 
 Every piece of text that comes from a report (node names, job ids, codes, titles, sentences)
 is escaped for its format: control characters made visible on the terminal (``render.safe``),
@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import json
 
-from analyzer.html_pictures import CSS as PICTURE_CSS
-from analyzer.html_pictures import e, f1, fit, nice_ticks, svg_open, text
-from analyzer.render import _md_text, clip, md_code, safe
+from postmortem.html_pictures import CSS as PICTURE_CSS
+from postmortem.html_pictures import e, f1, fit, nice_ticks, svg_open, text
+from postmortem.views.render import _md_text, clip, md_code, safe
 
 TOP = 20   # rows per ranking in text, Markdown and HTML (JSON has them all)
 
@@ -269,7 +269,7 @@ def scatter(v: dict) -> str | None:
 def flag_line(v: dict, xmax: float, points: int = 60) -> list[tuple[float, int]]:
     """Under Bonferroni: for jobs run n, the fewest culprit jobs that get a node flagged (the
     threshold does not depend on the other nodes); empty under Benjamini-Hochberg."""
-    from analyzer.fleet import binom_sf
+    from postmortem.fleet import binom_sf
 
     t = v["test"]
     rate, m = t["node_rate"], t["nodes_tested"]

@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass
 
 import polars as pl
 
-from analyzer.ranges import hostlist
+from postmortem.analyzer.ranges import hostlist
 
 # How likely each kind of change is to matter; the report lists the heaviest first.
 WEIGHTS = {"must_match": 100, "version": 80, "should_match": 60, "transport": 55, "nodes": 40, "algorithm": 30,
@@ -85,7 +85,7 @@ def _side(report: dict | None) -> dict:
     if report is None:
         return {"outcome": "unknown", "headline": "unknown (no report for this side)", "status": "unknown",
                 "category": None, "verdict": None, "culprit": {"ranks": [], "nodes": []}}
-    from analyzer.render import outcome_lines
+    from postmortem.views.render import outcome_lines
 
     v = report.get("verdict") or {}
     culprit = v.get("culprit") or {}
@@ -300,7 +300,7 @@ def _numbers(good, bad) -> list[Change]:
 def render_text(result: dict, names: tuple[str, str] = ("good", "bad")) -> str:
     """The outcomes first, then the changes that could explain a difference (or that none
     could), then the other differences."""
-    from analyzer.render import safe
+    from postmortem.views.render import safe
 
     o = result.get("outcomes") or {}
     out = []
@@ -334,7 +334,7 @@ def render_text(result: dict, names: tuple[str, str] = ("good", "bad")) -> str:
 
 
 def _change_lines(changes: list[dict]) -> list[str]:
-    from analyzer.render import safe
+    from postmortem.views.render import safe
 
     out = []
     for c in changes:

@@ -14,10 +14,10 @@ from datetime import datetime
 import duckdb
 import polars as pl
 
-from analyzer import commands
-from analyzer.pipeline import Run
-from analyzer.ranges import hostlist, rank_ranges
-from analyzer.timeline import log_bounds
+from postmortem.analyzer import commands
+from postmortem.analyzer.pipeline import Run
+from postmortem.analyzer.ranges import hostlist, rank_ranges
+from postmortem.analyzer.timeline import log_bounds
 
 SCHEMA = "postmortem.report/1"
 VERSION = "0.1.0"
@@ -33,8 +33,8 @@ _JOB_WIDE = ("crash", "hang", "desync", "symptom", "outcome")
 
 
 def run_rules(run: Run, attempt: int | None):
-    from rules import RULES
-    from rules.base import SEVERITY_ORDER, Context
+    from postmortem.rules import RULES
+    from postmortem.rules.base import SEVERITY_ORDER, Context
 
     ctx = Context(run, attempt)
     findings = []
@@ -120,8 +120,8 @@ def root_causes(findings) -> list:
 def build_report(run: Run) -> dict:
     """The report of ``run``; its ``findings`` and ``report`` tables are written to the store.
     On a store from the cache, a report the same rules made with the same options is reused
-    (``analyzer.cache.load_report``)."""
-    from analyzer import cache
+    (``postmortem.analyzer.cache.load_report``)."""
+    from postmortem.analyzer import cache
 
     key = cache.report_key(run.cache_key, run.info) if run.cache_key else None
     cached = cache.load_report(key, run.con) if key else None
@@ -191,7 +191,7 @@ def _first_clause(sentence: str) -> str:
 
 
 def _outcome(run: Run, per_attempt: dict) -> dict:
-    """What happened to the job, from the evidence alone (``analyzer.outcome``): the last
+    """What happened to the job, from the evidence alone (``postmortem.analyzer.outcome``): the last
     attempt's outcome and its basis, each sign with its line. With several attempts (torchrun
     restarts), ``recovered`` says whether an attempt failed and a later one completed."""
     paths = dict(run.frame("SELECT input_id, path FROM inputs").iter_rows())
@@ -216,9 +216,9 @@ def _last_step(ctx) -> int | None:
 
 
 def store_report(run: Run, report: dict) -> None:
-    """The whole report as one JSON row (table ``report``), so ``tui --db`` and other tools can
+    """The whole report as one JSON row (table ``report``), so ``postmortem.tui --db`` and other tools can
     show the verdict and actions of a store without running the rules again."""
-    from analyzer.store import write_table
+    from postmortem.analyzer.store import write_table
 
     write_table(run.con, "report", pl.DataFrame({"schema": [SCHEMA], "json": [to_json(report)]}))
 
@@ -235,7 +235,7 @@ def stored_report(con) -> dict | None:
 
 def store_findings(run: Run, findings) -> None:
     """The rules' output as the ``findings`` table (evidence and details as JSON text)."""
-    from analyzer.store import write_table
+    from postmortem.analyzer.store import write_table
 
     rows = [{"id": f.id, "attempt": f.attempt, "code": f.code, "name": f.name, "severity": f.severity,
              "confidence": round(f.confidence, 2), "title": f.title, "message": f.message, "ranks": f.ranks,
@@ -384,7 +384,7 @@ def _actions(ctx, findings, verdict: dict) -> dict:
     drain = sorted({n for f in named if f.details.get("drain", f.category in _DRAIN_CATEGORIES)
                     and f.confidence >= 0.7 for n in f.nodes})
     # Host lists and commands are pasted into scontrol, sbatch and ssh: only names of a host's
-    # shape go in (analyzer.commands); the others are named in the note, escaped.
+    # shape go in (postmortem.analyzer.commands); the others are named in the note, escaped.
     nodes, odd = commands.hosts(nodes)
     drain, odd_drain = commands.hosts(drain)
     still_hanging = not _ended(ctx)
@@ -466,9 +466,9 @@ def _ended(ctx) -> bool:
 
 
 def _gpu_hours(ctx) -> dict | None:
-    from rules.why_no_timeout import hang_span
+    from postmortem.rules.why_no_timeout import hang_span
 
-    from rules.evidence_model import uses_gpus
+    from postmortem.rules.evidence_model import uses_gpus
 
     world = ctx.world_size
     if not world:
@@ -486,8 +486,8 @@ def _gpu_hours(ctx) -> dict | None:
 
 def _missing(ctx, findings) -> list[dict]:
     """What the inputs lack and how to collect it next time; nothing the inputs show is already
-    there or already turned on (``rules.evidence_model``)."""
-    from rules import evidence_model
+    there or already turned on (``postmortem.rules.evidence_model``)."""
+    from postmortem.rules import evidence_model
 
     out = []
     world = ctx.world_size
@@ -581,7 +581,7 @@ def _nodes(run: Run, ranks) -> list[str]:
 
 def _gpu_model(run: Run) -> dict | None:
     """The accelerator of the hardware model the run was judged against, and how it was found."""
-    from analyzer.transports import accelerator
+    from postmortem.analyzer.transports import accelerator
 
     acc, basis = accelerator(run, run.info.get("gpu"))
     if acc is None:

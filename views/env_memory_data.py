@@ -19,13 +19,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import polars as pl
-from rich.text import Text
 
-from analyzer.pipeline import Run
-from rules.base import Context
-from rules.config_model import DUMP, ECHO, UNSET, setting_mismatches
+from postmortem.analyzer.pipeline import Run
+from postmortem.rules.base import Context
+from postmortem.rules.config_model import DUMP, ECHO, UNSET, setting_mismatches
 # The memory numbers live in rules.memory_view, shared with the HTML report's memory chart.
-from rules.memory_view import NEAR, MemoryView, RankMemory, gib, memory_view, percent, sort_rows  # noqa: F401
+from postmortem.views.memory_view import NEAR, MemoryView, RankMemory, gib, memory_view, percent, sort_rows  # noqa: F401
 
 # Display order of the classes (env_model.classify): must-match first, by-design differences last.
 CLASS_ORDER = ("must_match", "should_match", "other", "per_node", "per_rank")
@@ -163,26 +162,3 @@ def matches(var: EnvVar, pattern: str) -> bool:
         return re.search(pattern, var.key, re.I) is not None
     except re.error:
         return pattern.lower() in var.key.lower()
-
-
-# -- memory --------------------------------------------------------------------------------------
-
-def bar(row: RankMemory, capacity: float | None, top: float, width: int) -> Text:
-    """``███▒▒····│··``: allocated, reserved beyond allocated, the rest up to the scale; ``│`` is
-    the capacity line (``┃`` where the bar reaches it)."""
-    def cells(value: float | None) -> int:
-        return max(0, min(width, round(width * (value or 0.0) / top)))
-
-    alloc, reserved = cells(row.alloc), cells(max(row.alloc or 0.0, row.reserved or 0.0))
-    near = capacity is not None and row.peak >= NEAR * capacity
-    chars = ["█"] * alloc + ["▒"] * (reserved - alloc) + ["·"] * (width - reserved)
-    styles = [("bold red" if near else "dodger_blue2")] * alloc + ["steel_blue1" if not near else "red"] * (reserved - alloc) \
-        + ["dim"] * (width - reserved)
-    if capacity:
-        at = min(width - 1, max(0, round(width * capacity / top) - 1))
-        chars[at] = "┃" if at < reserved else "│"
-        styles[at] = "bold red"
-    out = Text(no_wrap=True)
-    for ch, style in zip(chars, styles):
-        out.append(ch, style)
-    return out

@@ -1,0 +1,1 @@
+"""Views: Textual-free view models of a store and a report, shared by the reports and the TUI."""
