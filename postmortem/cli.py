@@ -18,6 +18,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from postmortem.views.screens import SCREENS
+
 EXAMPLES = """\
 examples:
   postmortem report /scratch/job-4242/                     verdict, findings, actions (text)
@@ -214,8 +216,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="let the SQL screen read and write files (off by default: external access disabled)")
     u.add_argument("--follow-symlinks", action="store_true",
                    help="also read links that lead out of the input folders (docs/security.md)")
-    u.add_argument("--screen", default="verdict", choices=["verdict", "timeline", "transports", "environment",
-                                                           "memory", "logs", "sql"], help="the first screen")
+    u.add_argument("--screen", default="verdict", choices=list(SCREENS), help="the first screen")
 
     sub.add_parser("rules", help="list the rules and their codes")
     e = sub.add_parser("explain", help="show a rule's documentation", epilog=_CODES["explain"],

@@ -18,6 +18,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Footer, Header, Markdown, Static
 
+from postmortem.views.screens import SCREENS
 from postmortem.tui.session import Session, analyze_paths
 from postmortem.tui.text import plain
 
@@ -26,17 +27,6 @@ SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 
 class LoadCancelled(Exception):
     """Raised in the loading thread at its next progress step once the user quit."""
-
-# mode name -> (key, footer label, "module:Class"); screens are imported when first shown.
-SCREENS = {
-    "verdict": ("1", "Verdict", "postmortem.tui.screens.verdict:VerdictScreen"),
-    "timeline": ("2", "Timeline", "postmortem.tui.screens.timeline:TimelineScreen"),
-    "transports": ("3", "Transports", "postmortem.tui.screens.transports:TransportsScreen"),
-    "environment": ("4", "Env", "postmortem.tui.screens.environment:EnvironmentScreen"),
-    "memory": ("5", "Memory", "postmortem.tui.screens.memory:MemoryScreen"),
-    "logs": ("6", "Logs", "postmortem.tui.screens.logs:LogsScreen"),
-    "sql": ("7", "SQL", "postmortem.tui.screens.sql:SqlScreen"),
-}
 
 
 def screen_class(target: str) -> type:
