@@ -343,13 +343,19 @@ UNSAFE = re.compile(r"\bpickle\.loads?\s*\(|\bpickle\.(?:_)?Unpickler\b|\b_pickl
                     r"\byaml\.(?:load|unsafe_load|full_load)\s*\(|(?<![.\w])(?:eval|exec)\s*\(")
 
 
+def _writes_pickles_only(path, code: str) -> bool:
+    """The run generator (installed as postmortem-generate) writes Flight Recorder pickles for the
+    tests: it may import pickle, never load one."""
+    return (ROOT / "postmortem" / "generator") in path.parents and code.strip() == "import pickle"
+
+
 def test_no_source_loads_a_pickle_unsafely():
     hits = []
     for folder in ("analyzer", "parsers", "rules", "tui", "views", "postmortem"):
         for path in sorted((ROOT / folder).rglob("*.py")):
             for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
                 code = line.split("#", 1)[0]
-                if UNSAFE.search(code):
+                if UNSAFE.search(code) and not _writes_pickles_only(path, code):
                     hits.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
     assert not hits, hits
     # no unpickler at all: the Flight Recorder reader is a bounded pickle machine of its own (and

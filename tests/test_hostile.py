@@ -368,10 +368,15 @@ def test_a_pickle_without_a_dumps_name_or_shape_is_not_read_as_one(tmp_path):
 def test_no_unpickler_anywhere():
     import re
 
+    GENERATOR = ROOT / "postmortem" / "generator"
     code = re.compile(r"^\s*(?:import|from) (?:pickle|_pickle|cPickle)\b|\bpickle\.(?:loads?|_?Unpickler)\s*\(", re.M)
     for folder in ("analyzer", "parsers", "rules", "tui", "views", "postmortem"):
         for path in (ROOT / folder).rglob("*.py"):
-            assert not code.search(path.read_text(encoding="utf-8")), path
+            text = path.read_text(encoding="utf-8")
+            if GENERATOR in path.parents:   # writes Flight Recorder pickles for the tests, never reads one
+                assert not re.search(r"\bpickle\.(?:loads?|_?Unpickler)\b", text), path
+                continue
+            assert not code.search(text), path
 
 
 # -- 5. one exit path --------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from postmortem.analyzer.nccl_model import TIER_ORDER
-from postmortem.views.transports import channels, nic_span, refusal_groups, via, view
+from postmortem.views.transports import channel_ranges, nic_span, refusal_groups, via, view
 
 OFF_TIER, SLOWEST, NORMAL = "off-tier", "slowest", ""
 MARK = {OFF_TIER: "✗", SLOWEST: "▼", NORMAL: ""}  # reads without colour
@@ -122,7 +122,7 @@ def hop_rows(comm: dict, off_nvlink_only: bool = False, grouped: bool = True) ->
     for hops in groups.values():
         h = hops[0]
         mark = OFF_TIER if any(hop_id(x) in off for x in hops) else SLOWEST if h["tier"] == worst else NORMAL
-        rows.append(HopRow(mark, channels([x["channel"] for x in hops if x["channel"] is not None]) or "?",
+        rows.append(HopRow(mark, channel_ranges([x["channel"] for x in hops if x["channel"] is not None]) or "?",
                            h["phase"] or "?", f"{_v(h['src_rank'])}→{_v(h['dst_rank'])}", h["tier"] or "?",
                            bandwidth(h), via(h), _hosts(h), _gpus(h), _nics(h), h, len(hops),
                            why_off_tier(h) if mark == OFF_TIER else ""))

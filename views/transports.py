@@ -288,7 +288,7 @@ def _render_rings(rings: list[dict]) -> list[str]:
         by_order.setdefault((tuple(ring["order"]), ring["complete"]), []).append(ring["channel"])
     for (order, complete), channels in by_order.items():
         shown = " ".join(_rank(r) for r in order[:16]) + (" ..." if len(order) > 16 else "")
-        lines.append(f"  ring {channels(channels)}: {shown}{'' if complete else ' (partial)'}")
+        lines.append(f"  ring {channel_ranges(channels)}: {shown}{'' if complete else ' (partial)'}")
     slowest = [r["slowest"] for r in rings if r["slowest"]]
     tiers = {link["tier"] for r in rings for link in r["links"] if link["tier"]}
     if len(tiers) == 1 and all(link["tier"] for r in rings for link in r["links"]):
@@ -301,7 +301,7 @@ def _render_rings(rings: list[dict]) -> list[str]:
             if s and TIER_ORDER.get(s["tier"], 9) == worst:
                 pairs.setdefault((s["src_rank"], s["dst_rank"], s["tier"], s["src_host"], s["dst_host"]), []).append(ring["channel"])
         shown = [f"{_rank(src)}->{_rank(dst)} {tier}" + (f" ({sh} -> {dh})" if sh and dh else "")
-                 + f" on ring {channels(chs)}"
+                 + f" on ring {channel_ranges(chs)}"
                  for (src, dst, tier, sh, dh), chs in list(pairs.items())[:3]]
         lines.append("  slowest ring hop: " + "; ".join(shown) + (" ..." if len(pairs) > 3 else ""))
         worst_hop = next(s for s in slowest if TIER_ORDER.get(s["tier"], 9) == worst)
@@ -313,7 +313,7 @@ def _render_rings(rings: list[dict]) -> list[str]:
     return lines
 
 
-def channels(channels: list[int]) -> str:
+def channel_ranges(channels: list[int]) -> str:
     """[0, 1, 2, 5] -> ``00-02,05``; a channel the line did not give is ``??``."""
     unknown = any(ch is None for ch in channels)
     channels = sorted({ch for ch in channels if ch is not None})
@@ -334,7 +334,7 @@ def _group_hops(hops: list[dict], with_reason: bool = False) -> list[str]:
     for h in hops:
         why = f"  ({h['reason']}; {h['covered_by']})" if with_reason and h.get("reason") else ""
         groups.setdefault(_hop_text(h, with_channel=False) + why, []).append(h["channel"])
-    return [f"ch {channels(chs)}  {text}" for text, chs in groups.items()]
+    return [f"ch {channel_ranges(chs)}  {text}" for text, chs in groups.items()]
 
 
 def _side_text(nic: str | None, gdr: bool | None) -> str:
@@ -354,7 +354,7 @@ def _hop_text(h: dict, with_channel: bool = True) -> str:
     src = f"{h['src_host'] or '?'}{gpu(h['src_gpu'])}"
     dst = gpu(h["dst_gpu"]).strip() if h["src_host"] and h["src_host"] == h["dst_host"] else \
         f"{h['dst_host'] or '?'}{gpu(h['dst_gpu'])}"
-    channel = f"ch {channels([h['channel']])} " if with_channel else ""
+    channel = f"ch {channel_ranges([h['channel']])} " if with_channel else ""
     return (f"{channel}{h['phase'] or '?':5s} {_rank(h['src_rank'])}->{_rank(h['dst_rank'])}  {src} -> {dst or '?'}  "
             f"{via(h) or '?'}{nic}  {h['tier'] or 'unknown tier'}")
 
