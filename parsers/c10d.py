@@ -48,77 +48,9 @@ from __future__ import annotations
 import polars as pl
 
 from postmortem.parsers.base import GLOG, ParseResult, conform, consumed_of, glog_timestamp, to_int
+from postmortem.parsers.kinds import Kind, samples_of
 
 NAME = "c10d"
-
-SAMPLE_LINES = [
-    "[I0724 08:00:06.555185662 ProcessGroupNCCL.cpp:1014] [PG ID 0 PG GUID 0 Rank 11] ProcessGroupNCCL initialization "
-    "options: size: 40, global rank: 11, TIMEOUT(ms): 600000, USE_HIGH_PRIORITY_STREAM: 0, SPLIT_FROM: 0, "
-    "SPLIT_COLOR: 0, PG Name: 0",
-    "[E909 09:55:29.307629539 ProcessGroupNCCL.cpp:607] [Rank 14] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=2070, OpType=REDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600034 milliseconds before timing out.",
-    "[E ProcessGroupNCCL.cpp:475] [Rank 2] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=382085, OpType=ALLREDUCE, Timeout(ms)=1800000) ran for 1800474 milliseconds before timing out.",
-    "[E ProcessGroupNCCL.cpp:587] [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(OpType=BROADCAST, Timeout(ms)=1800000) ran for 1806119 milliseconds before timing out.",
-    "[E928 16:16:22.196124891 ProcessGroupNCCL.cpp:817] [Rank 6] Work WorkNCCL(SeqNum=43379, OpType=_ALLGATHER_BASE, NumelIn=8069120, NumelOut=64552960, Timeout(ms)=600000) timed out in blocking wait.",
-    "[E ProcessGroupNCCL.cpp:1537] [PG 0 Rank 7] Timeout at NCCL work: 1, last enqueued NCCL work: 1, last completed NCCL work: 3452013982.",
-    "[E909 09:55:29.313379098 ProcessGroupNCCL.cpp:1664] [PG 0 (default_pg) Rank 12] Exception (either an error or timeout) detected by watchdog at work: 2070, last enqueued NCCL work: 2070, last completed NCCL work: 2069.",
-    "[E0724 13:05:29.307629539 ProcessGroupNCCL.cpp:2049] [PG ID 0 PG GUID 0(default_pg) Rank 3]  failure detected by watchdog at work sequence id: 7219 PG status: last enqueued work: 7219, last completed work: 7218",
-    "[I0724 13:05:29.307629539 ProcessGroupNCCL.cpp:2200] [PG ID 2 PG GUID 5(EXPERT_MODEL_PARALLEL_GROUP) Rank 1] NCCL Work update periodically: last enqueued NCCL work: 88, last completed NCCL work: 88.",
-    "[E0724 13:05:30.1 ProcessGroupNCCL.cpp:1600] [PG ID 0 PG GUID 0(default_pg) Rank 17] Received a dump signal due to a collective timeout from  rank 3 and we will try our best to dump the debug info. Last enqueued NCCL work: 7218, last completed NCCL work: 7218.This is most likely caused by incorrect usages of collectives, e.g., wrong sizes used across ranks, the order of collectives is not same for all ranks or the scheduled collective, for some reason, didn't run. Additionally, this can be caused by GIL deadlock or other reasons such as network errors or bugs in the communications library (e.g. NCCL), etc.",
-    "[E0724 13:05:30.1 ProcessGroupNCCL.cpp:1600] [PG ID 0 PG GUID 0(default_pg) Rank 3] Received a dump signal due to a collective timeout from this local rank and we will try our best to dump the debug info. Last enqueued NCCL work: 7219, last completed NCCL work: 7218.",
-    "[E1019 01:04:03.356947152 ProcessGroupNCCL.cpp:1413] [PG 3 Rank 0] Heartbeat monitor timed out! Process will be terminated after dumping debug info. workMetaList_.size()=121",
-    "[E1019 01:04:03.357615073 ProcessGroupNCCL.cpp:1375] [PG 3 Rank 7] First PG on this rank that detected no heartbeat of its watchdog.",
-    "[F1019 01:14:03.356851194 ProcessGroupNCCL.cpp:1224] [PG 3 Rank 2] [PG 3 Rank 2] ProcessGroupNCCL's watchdog got stuck for 600 seconds without making progress in monitoring enqueued collectives.",
-    "[E ProcessGroupNCCL.cpp:916] [Rank 3] Some NCCL operations have failed or timed out. Due to the asynchronous nature of CUDA kernels, subsequent GPU operations might run on corrupted/incomplete data.",
-    "[E ProcessGroupNCCL.cpp:922] [Rank 3] To avoid data inconsistency, we are taking the entire process down.",
-    "[E0724 13:05:40.1 ProcessGroupNCCL.cpp:1500] [PG ID 0 PG GUID 0(default_pg) Rank 3] Process group watchdog thread terminated with exception: [Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=7219, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600081 milliseconds before timing out.",
-    "[I ProcessGroupNCCL.cpp:854] [Rank 0] NCCL watchdog thread terminated with exception: traceMap[thisSeq][myRank].second == kEventStart INTERNAL ASSERT FAILED",
-    "[E0724 13:05:31.1 ProcessGroupNCCL.cpp:1700] [PG ID 0 PG GUID 0(default_pg) Rank 3] Observed flight recorder dump signal from another rank via TCPStore.",
-    "[E0724 13:05:31.1 ProcessGroupNCCL.cpp:1701] [PG ID 0 PG GUID 0(default_pg) Rank 3] ProcessGroupNCCL preparing to dump debug info. Include stack trace: 1",
-    "[E0724 13:05:32.1 ProcessGroupNCCL.cpp:1702] [PG ID 0 PG GUID 0(default_pg) Rank 3] Finished flight recorder successfully. Output can be analyzed using the fr_trace script.",
-    "[F0724 13:06:32.1 ProcessGroupNCCL.cpp:1703] [PG ID 0 PG GUID 0(default_pg) Rank 3] Terminating the process after attempting to dump debug info, due to collective timeout or exception.",
-    "[W112 01:48:44.277417495 ProcessGroupNCCL.cpp:1771] [PG ID 0 PG GUID 0 Rank 2] Failed to check the \"should dump\" flag on TCPStore, (maybe TCPStore server has shut down too early), with error: Broken pipe",
-    "[W112 01:48:44.275482640 TCPStore.cpp:106] [c10d] sendBytes failed on SocketImpl(fd=83, addr=[localhost]:38648, remote=[localhost]:38381): Broken pipe",
-    "Exception raised from sendBytes at /pytorch/torch/csrc/distributed/c10d/Utils.hpp:653 (most recent call first):",
-    "frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x96 (0x7f3a1c9e3446 in /usr/lib/python3/dist-packages/torch/lib/libc10.so)",
-    "terminate called after throwing an instance of 'c10::DistBackendError'",
-    "  what():  [PG ID 0 PG GUID 0(default_pg) Rank 3] Process group watchdog thread terminated with exception",
-    # real libstdc++ terminate output from torch 2.13 workers (tests/torch_runs): gloo's size
-    # check, an uncaught C++ exception with and without what(), a joinable std::thread destroyed,
-    # and a watchdog timeout carried by c10::DistBackendError's what() (a collectives row too)
-    "terminate called after throwing an instance of 'gloo::EnforceNotMet'",
-    "  what():  [enforce fail at /__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:456] op.preamble.length <= op.nbytes. 2048 vs 1024. Received data size doesn't match expected size. Is there a distributed collective mismatch in your code?",
-    "terminate called after throwing an instance of 'std::runtime_error'",
-    "  what():  injected std::runtime_error from a worker thread",
-    "terminate called after throwing an instance of 'int'",
-    "terminate called without an active exception",
-    "  what():  [PG ID 0 PG GUID 0(default_pg) Rank 1] Process group watchdog thread terminated with exception: [Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=7, OpType=ALLREDUCE, NumelIn=4096, NumelOut=4096, Timeout(ms)=6000) ran for 6004 milliseconds before timing out.",
-    "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1251, internal error - please report this issue to the NCCL developers, NCCL version 2.18.6",
-    "ncclInternalError: Internal check failed.",
-    "Last error:",
-    "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below might be incorrect.",
-    "For debugging consider passing CUDA_LAUNCH_BLOCKING=1",
-    "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.",
-    "RuntimeError: Detected mismatch between collectives on ranks. Rank 1 is running collective: CollectiveFingerPrint(SequenceNumber=3104, OpType=ALLREDUCE, TensorShape=[195812480], TensorDtypes=BFloat16), but Rank 0 is running collective: CollectiveFingerPrint(SequenceNumber=3104, OpType=ALLREDUCE, TensorShape=[51123456], TensorDtypes=BFloat16).",
-    "\t - [0] Timeout at collective: _REDUCE_SCATTER_BASE, #330",
-    "\t - To our best knowledge, ranks [3, 5] are the lagging ranks that caused this timeout. They never joined any collectives",
-    "           #330 started ranks:",
-    "             [1] started _REDUCE_SCATTER_BASE",
-    "             [0] finished _REDUCE_SCATTER_BASE",
-    "RuntimeError: Rank 1 failed to pass monitoredBarrier in 2000 ms",
-    "Waiting in store based barrier to initialize process group for rank: 0, key: store_based_barrier_key:1 (world_size=4, worker_count=1, timeout=0:30:00)",
-    "Timed out initializing process group in store-based barrier on rank: 0, for key: store_based_barrier_key:1 (world_size=4, worker_count=1, timeout=0:30:00)",
-    "torch.distributed.DistBackendError: [3] is setting up NCCL communicator and retrieving ncclUniqueId from [0] via c10d key-value store by key '0', but store->get('0') got error: Socket Timeout",
-    "[I0724 08:00:10.1 ProcessGroupNCCL.cpp:900] [PG ID 0 PG GUID 0(default_pg) Rank 3] HeartbeatMonitor environments: TORCH_NCCL_ENABLE_MONITORING (Whether to kill program when no watchdog heartbeat detected): 1, TORCH_NCCL_DUMP_ON_TIMEOUT: 1, TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILSEC: 15000, TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC: 480, TORCH_NCCL_COORD_CHECK_MILSEC: 1000",
-    "[I0724 08:00:10.1 ProcessGroupNCCL.cpp:901] [PG ID 0 PG GUID 0(default_pg) Rank 3] PGNCCL Watchdog environments: TORCH_NCCL_RETHROW_CUDA_ERRORS: 1, TORCH_NCCL_PROPAGATE_ERROR: 0, TORCH_NCCL_DESYNC_DEBUG: 0",
-    "Collectives differ in the following aspects: \tOp type: ALLREDUCEvs REDUCE",
-    "\tTensor Tensor shapes: 195812480vs 51123456",
-    "RuntimeError: DDP expects same model across all ranks, but Rank 3 has 51 params, while rank 0 has inconsistent 0 params.",
-    "[E0724 13:05:29.1 ProcessGroupNCCL.cpp:2049] [PG ID 0 PG GUID 0(default_pg) Rank 3] Stack trace of the failed collective not found, potentially because FlightRecorder is disabled. You can enable it by setting TORCH_NCCL_TRACE_BUFFER_SIZE to a non-zero value.",
-    "[E0724 13:05:29.1 ProcessGroupNCCL.cpp:1400] [PG ID 0 PG GUID 0(default_pg) Rank 3] Could not acquire GIL within 300 ms on exit, possible GIL induced hang",
-    "Traceback (most recent call last):",
-    '  File "/usr/lib/python3.10/runpy.py", line 196, in _run_module_as_main',
-    "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.26 GiB. GPU 3 has a total capacity of 95.00 GiB of which 0.2 GiB is free.",
-]
 
 _HEADER = rf"^\[{GLOG} ?"
 _PG = (
@@ -144,46 +76,128 @@ _LITERALS = [
     "acquire GIL", "c++ stacktraces", "wait longer to verify", "store_based_barrier_key",
 ]
 
-# (kind, table, regex on the message). First match wins for the event kind.
-_MESSAGES: list[tuple[str, str, str]] = [
-    ("watchdog_timeout", "collectives", rf"Watchdog caught collective operation timeout: {_WORK} ran for (?P<ran_for_ms>\d+) milliseconds"),
-    ("blocking_wait_timeout", "collectives", rf"Work {_WORK} timed out in blocking wait"),
-    ("pg_status", "progress", r"(?:Timeout at NCCL work|Exception \(either an error or timeout\) detected by watchdog at work): (?P<failing_seq>-?\d+), last enqueued NCCL work: (?P<last_enqueued>-?\d+), last completed NCCL work: (?P<last_completed>-?\d+)"),
-    ("pg_status", "progress", r"failure detected by watchdog at work sequence id: (?P<failing_seq>-?\d+) PG status: last enqueued work: (?P<last_enqueued>-?\d+), last completed work: (?P<last_completed>-?\d+)"),
-    ("work_update", "progress", r"NCCL Work update periodically: last enqueued NCCL work: (?P<last_enqueued>-?\d+), last completed NCCL work: (?P<last_completed>-?\d+)"),
-    ("dump_signal", "progress", r"Received a dump signal (?:due to a collective timeout )?from\s+(?:rank (?P<detector_rank>\d+)|this local rank).*?Last enqueued NCCL work: (?P<last_enqueued>-?\d+), last completed NCCL work: (?P<last_completed>-?\d+)"),
-    ("heartbeat_timeout", "events", r"Heartbeat monitor timed out"),
-    ("heartbeat_timeout", "events", r"First PG on this rank that detected no heartbeat"),
-    ("watchdog_stuck", "events", r"watchdog got stuck for (?P<stuck_s>\d+) seconds"),
-    ("watchdog_stuck", "events", r"monitor thread is disabled, but would have terminated"),
-    ("watchdog_exception", "events", r"(?:Process group|NCCL) watchdog thread terminated with exception: (?P<detail>.*)"),
-    ("teardown", "events", r"Some NCCL operations have failed or timed out|we are taking the entire process down"),
-    ("fr_dump", "events", r"Observed flight recorder dump signal|preparing to dump debug info|Finished flight recorder|Finished writing NCCLPG debug info|Terminating the process after attempting to dump|Dump signal received through pipe"),
-    ("store_error", "events", r"Failed to check the \"should dump\" flag|Failed to get exception dump flag|\[c10d\] (?:recvValue|sendBytes|recvBytes) failed|waitForInput: (?:poll|socket)|DistStoreError|remote error detected from rank"),
-    ("cpp_frames", "events", r"^Exception raised from \S+ at |^frame #\d+: "),
-    ("terminate", "events", r"^terminate called after throwing an instance of '(?P<detail>[^']*)'"),
-    ("terminate", "events", r"^terminate called (?P<detail>without an active exception)"),
-    ("terminate", "events", r"^\s*what\(\):\s+(?P<detail>.*)"),
-    ("nccl_error", "events", r"NCCL error(?: in: \S+,)?:? (?P<detail>.*?), NCCL version (?P<nccl_version>[\w.+]+)"),
-    ("nccl_error", "events", r"^nccl\w*Error: |^Unknown NCCL error!|^Last error:\s*$"),
-    ("nccl_error", "events", r"NCCL communicator was aborted on rank (?P<detail>\d+)"),
-    ("cuda_error", "events", r"CUDA error: (?P<detail>.*)"),
-    ("cuda_error", "events", r"^CUDA kernel errors might be asynchronously reported|^For debugging consider passing CUDA_LAUNCH_BLOCKING=1|^Compile with `TORCH_USE_CUDA_DSA`"),
-    ("fingerprint_mismatch", "events", r"Detected mismatch between collectives on ranks"),
+# The message kinds (``postmortem.parsers.kinds``): pattern on the message after the glog header and PG
+# prefix are taken off. The first match wins; the parser-wide prefilter is ``_LITERALS``.
+KINDS: list[Kind] = [
+    Kind("watchdog_timeout", "collectives", rf"Watchdog caught collective operation timeout: {_WORK} ran for (?P<ran_for_ms>\d+) milliseconds",
+         samples=(
+             '[E909 09:55:29.307629539 ProcessGroupNCCL.cpp:607] [Rank 14] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=2070, OpType=REDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600034 milliseconds before timing out.',
+             '[E ProcessGroupNCCL.cpp:475] [Rank 2] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=382085, OpType=ALLREDUCE, Timeout(ms)=1800000) ran for 1800474 milliseconds before timing out.',
+             '[E ProcessGroupNCCL.cpp:587] [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(OpType=BROADCAST, Timeout(ms)=1800000) ran for 1806119 milliseconds before timing out.',
+             '[E0724 13:05:40.1 ProcessGroupNCCL.cpp:1500] [PG ID 0 PG GUID 0(default_pg) Rank 3] Process group watchdog thread terminated with exception: [Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=7219, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600081 milliseconds before timing out.',
+             '  what():  [PG ID 0 PG GUID 0(default_pg) Rank 1] Process group watchdog thread terminated with exception: [Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=7, OpType=ALLREDUCE, NumelIn=4096, NumelOut=4096, Timeout(ms)=6000) ran for 6004 milliseconds before timing out.',)),
+    Kind("blocking_wait_timeout", "collectives", rf"Work {_WORK} timed out in blocking wait",
+         samples=('[E928 16:16:22.196124891 ProcessGroupNCCL.cpp:817] [Rank 6] Work WorkNCCL(SeqNum=43379, OpType=_ALLGATHER_BASE, NumelIn=8069120, NumelOut=64552960, Timeout(ms)=600000) timed out in blocking wait.',)),
+    Kind("pg_status", "progress", r"(?:Timeout at NCCL work|Exception \(either an error or timeout\) detected by watchdog at work): (?P<failing_seq>-?\d+), last enqueued NCCL work: (?P<last_enqueued>-?\d+), last completed NCCL work: (?P<last_completed>-?\d+)",
+         samples=(
+             '[E ProcessGroupNCCL.cpp:1537] [PG 0 Rank 7] Timeout at NCCL work: 1, last enqueued NCCL work: 1, last completed NCCL work: 3452013982.',
+             '[E909 09:55:29.313379098 ProcessGroupNCCL.cpp:1664] [PG 0 (default_pg) Rank 12] Exception (either an error or timeout) detected by watchdog at work: 2070, last enqueued NCCL work: 2070, last completed NCCL work: 2069.',)),
+    Kind("pg_status", "progress", r"failure detected by watchdog at work sequence id: (?P<failing_seq>-?\d+) PG status: last enqueued work: (?P<last_enqueued>-?\d+), last completed work: (?P<last_completed>-?\d+)",
+         samples=('[E0724 13:05:29.307629539 ProcessGroupNCCL.cpp:2049] [PG ID 0 PG GUID 0(default_pg) Rank 3]  failure detected by watchdog at work sequence id: 7219 PG status: last enqueued work: 7219, last completed work: 7218',)),
+    Kind("work_update", "progress", r"NCCL Work update periodically: last enqueued NCCL work: (?P<last_enqueued>-?\d+), last completed NCCL work: (?P<last_completed>-?\d+)",
+         samples=('[I0724 13:05:29.307629539 ProcessGroupNCCL.cpp:2200] [PG ID 2 PG GUID 5(EXPERT_MODEL_PARALLEL_GROUP) Rank 1] NCCL Work update periodically: last enqueued NCCL work: 88, last completed NCCL work: 88.',)),
+    Kind("dump_signal", "progress", r"Received a dump signal (?:due to a collective timeout )?from\s+(?:rank (?P<detector_rank>\d+)|this local rank).*?Last enqueued NCCL work: (?P<last_enqueued>-?\d+), last completed NCCL work: (?P<last_completed>-?\d+)",
+         samples=(
+             "[E0724 13:05:30.1 ProcessGroupNCCL.cpp:1600] [PG ID 0 PG GUID 0(default_pg) Rank 17] Received a dump signal due to a collective timeout from  rank 3 and we will try our best to dump the debug info. Last enqueued NCCL work: 7218, last completed NCCL work: 7218.This is most likely caused by incorrect usages of collectives, e.g., wrong sizes used across ranks, the order of collectives is not same for all ranks or the scheduled collective, for some reason, didn't run. Additionally, this can be caused by GIL deadlock or other reasons such as network errors or bugs in the communications library (e.g. NCCL), etc.",
+             '[E0724 13:05:30.1 ProcessGroupNCCL.cpp:1600] [PG ID 0 PG GUID 0(default_pg) Rank 3] Received a dump signal due to a collective timeout from this local rank and we will try our best to dump the debug info. Last enqueued NCCL work: 7219, last completed NCCL work: 7218.',)),
+    Kind("heartbeat_timeout", "events", r"Heartbeat monitor timed out",
+         samples=('[E1019 01:04:03.356947152 ProcessGroupNCCL.cpp:1413] [PG 3 Rank 0] Heartbeat monitor timed out! Process will be terminated after dumping debug info. workMetaList_.size()=121',)),
+    Kind("heartbeat_timeout", "events", r"First PG on this rank that detected no heartbeat",
+         samples=('[E1019 01:04:03.357615073 ProcessGroupNCCL.cpp:1375] [PG 3 Rank 7] First PG on this rank that detected no heartbeat of its watchdog.',)),
+    Kind("watchdog_stuck", "events", r"watchdog got stuck for (?P<stuck_s>\d+) seconds",
+         samples=("[F1019 01:14:03.356851194 ProcessGroupNCCL.cpp:1224] [PG 3 Rank 2] [PG 3 Rank 2] ProcessGroupNCCL's watchdog got stuck for 600 seconds without making progress in monitoring enqueued collectives.",)),
+    Kind("watchdog_stuck", "events", r"monitor thread is disabled, but would have terminated"),
+    Kind("watchdog_exception", "events", r"(?:Process group|NCCL) watchdog thread terminated with exception: (?P<detail>.*)",
+         samples=('[I ProcessGroupNCCL.cpp:854] [Rank 0] NCCL watchdog thread terminated with exception: traceMap[thisSeq][myRank].second == kEventStart INTERNAL ASSERT FAILED',)),
+    Kind("teardown", "events", r"Some NCCL operations have failed or timed out|we are taking the entire process down",
+         samples=(
+             '[E ProcessGroupNCCL.cpp:916] [Rank 3] Some NCCL operations have failed or timed out. Due to the asynchronous nature of CUDA kernels, subsequent GPU operations might run on corrupted/incomplete data.',
+             '[E ProcessGroupNCCL.cpp:922] [Rank 3] To avoid data inconsistency, we are taking the entire process down.',)),
+    Kind("fr_dump", "events", r"Observed flight recorder dump signal|preparing to dump debug info|Finished flight recorder|Finished writing NCCLPG debug info|Terminating the process after attempting to dump|Dump signal received through pipe",
+         samples=(
+             '[E0724 13:05:31.1 ProcessGroupNCCL.cpp:1700] [PG ID 0 PG GUID 0(default_pg) Rank 3] Observed flight recorder dump signal from another rank via TCPStore.',
+             '[E0724 13:05:31.1 ProcessGroupNCCL.cpp:1701] [PG ID 0 PG GUID 0(default_pg) Rank 3] ProcessGroupNCCL preparing to dump debug info. Include stack trace: 1',
+             '[E0724 13:05:32.1 ProcessGroupNCCL.cpp:1702] [PG ID 0 PG GUID 0(default_pg) Rank 3] Finished flight recorder successfully. Output can be analyzed using the fr_trace script.',
+             '[F0724 13:06:32.1 ProcessGroupNCCL.cpp:1703] [PG ID 0 PG GUID 0(default_pg) Rank 3] Terminating the process after attempting to dump debug info, due to collective timeout or exception.',)),
+    Kind("store_error", "events", r"Failed to check the \"should dump\" flag|Failed to get exception dump flag|\[c10d\] (?:recvValue|sendBytes|recvBytes) failed|waitForInput: (?:poll|socket)|DistStoreError|remote error detected from rank",
+         samples=(
+             '[W112 01:48:44.277417495 ProcessGroupNCCL.cpp:1771] [PG ID 0 PG GUID 0 Rank 2] Failed to check the "should dump" flag on TCPStore, (maybe TCPStore server has shut down too early), with error: Broken pipe',
+             '[W112 01:48:44.275482640 TCPStore.cpp:106] [c10d] sendBytes failed on SocketImpl(fd=83, addr=[localhost]:38648, remote=[localhost]:38381): Broken pipe',)),
+    Kind("cpp_frames", "events", r"^Exception raised from \S+ at |^frame #\d+: ",
+         samples=(
+             'Exception raised from sendBytes at /pytorch/torch/csrc/distributed/c10d/Utils.hpp:653 (most recent call first):',
+             'frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x96 (0x7f3a1c9e3446 in /usr/lib/python3/dist-packages/torch/lib/libc10.so)',)),
+    Kind("terminate", "events", r"^terminate called after throwing an instance of '(?P<detail>[^']*)'",
+         samples=(
+             "terminate called after throwing an instance of 'c10::DistBackendError'",
+             "terminate called after throwing an instance of 'gloo::EnforceNotMet'",
+             "terminate called after throwing an instance of 'std::runtime_error'",
+             "terminate called after throwing an instance of 'int'",)),
+    Kind("terminate", "events", r"^terminate called (?P<detail>without an active exception)",
+         samples=('terminate called without an active exception',)),
+    Kind("terminate", "events", r"^\s*what\(\):\s+(?P<detail>.*)",
+         samples=(
+             '  what():  [PG ID 0 PG GUID 0(default_pg) Rank 3] Process group watchdog thread terminated with exception',
+             "  what():  [enforce fail at /__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:456] op.preamble.length <= op.nbytes. 2048 vs 1024. Received data size doesn't match expected size. Is there a distributed collective mismatch in your code?",
+             '  what():  injected std::runtime_error from a worker thread',)),
+    Kind("nccl_error", "events", r"NCCL error(?: in: \S+,)?:? (?P<detail>.*?), NCCL version (?P<nccl_version>[\w.+]+)",
+         samples=('torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1251, internal error - please report this issue to the NCCL developers, NCCL version 2.18.6',)),
+    Kind("nccl_error", "events", r"^nccl\w*Error: |^Unknown NCCL error!|^Last error:\s*$",
+         samples=(
+             'ncclInternalError: Internal check failed.',
+             'Last error:',)),
+    Kind("nccl_error", "events", r"NCCL communicator was aborted on rank (?P<detail>\d+)",
+         samples=('RuntimeError: NCCL communicator was aborted on rank 3.',)),
+    Kind("cuda_error", "events", r"CUDA error: (?P<detail>.*)",
+         samples=('RuntimeError: CUDA error: an illegal memory access was encountered',)),
+    Kind("cuda_error", "events", r"^CUDA kernel errors might be asynchronously reported|^For debugging consider passing CUDA_LAUNCH_BLOCKING=1|^Compile with `TORCH_USE_CUDA_DSA`",
+         samples=(
+             'CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below might be incorrect.',
+             'For debugging consider passing CUDA_LAUNCH_BLOCKING=1',
+             'Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.',)),
+    Kind("fingerprint_mismatch", "events", r"Detected mismatch between collectives on ranks",
+         samples=('RuntimeError: Detected mismatch between collectives on ranks. Rank 1 is running collective: CollectiveFingerPrint(SequenceNumber=3104, OpType=ALLREDUCE, TensorShape=[195812480], TensorDtypes=BFloat16), but Rank 0 is running collective: CollectiveFingerPrint(SequenceNumber=3104, OpType=ALLREDUCE, TensorShape=[51123456], TensorDtypes=BFloat16).',)),
     # 2023+ DETAIL suffix, on its own line when the message is printed with its newlines/tabs.
-    ("fingerprint_diff", "events", r"Collectives differ in the following aspects|^\s*(?:Op type|Sequence number|Tensor Tensor shapes|Tensor Tensor dtypes|Tensor Tensor device types|Tensor shapes|Tensor dtypes|Tensor device types):\s*(?P<detail>\S.*vs\s*\S.*)$"),
-    ("ddp_model_mismatch", "events", r"DDP expects same model across all ranks(?P<detail>.*)"),
-    ("failed_collective_stack", "events", r"Stack trace of the failed collective(?P<detail> not found)?"),
-    ("watchdog_stuck", "events", r"Could not acquire GIL within \d+ ms|Dumping c\+\+ stacktraces|Finished c\+\+ stacktraces dump|slept for \d+ because we want to wait longer"),
-    ("desync_report", "events", r"^\s*- \[\d+\] Timeout at collective: \w+, #\d+|lagging ranks|lagging/dead/mismatched ranks|^\s*#\d+ (?:started|finished) ranks:|^\s*\[[\d, ]+\] (?:started|finished) \w+|joined but didn't finish collective|didn't join collective"),
-    ("monitored_barrier", "events", r"failed to pass monitoredBarrier"),
-    ("store_barrier", "events", r"(?:Waiting in|Timed out initializing process group in|Completed) store[- ]based barrier|Added key: store_based_barrier_key"),
-    ("unique_id_store", "events", r"is setting up NCCL communicator and retrieving ncclUniqueId"),
-    ("env_banner", "settings", r"(?:HeartbeatMonitor|PGNCCL Watchdog|ProcessGroupNCCL) environments: (?P<detail>.*)"),
-    ("pg_options", "settings", r"ProcessGroupNCCL initialization options: (?P<detail>.*)"),
-    ("traceback", "events", r"^Traceback \(most recent call last\):|^\s*File \"[^\"]*\", line \d+"),
-    ("exception", "events", r"^(?P<exc_type>(?:[A-Za-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception|Interrupt))(?:: (?P<detail>.*))?$"),
+    Kind("fingerprint_diff", "events", r"Collectives differ in the following aspects|^\s*(?:Op type|Sequence number|Tensor Tensor shapes|Tensor Tensor dtypes|Tensor Tensor device types|Tensor shapes|Tensor dtypes|Tensor device types):\s*(?P<detail>\S.*vs\s*\S.*)$",
+         samples=(
+             'Collectives differ in the following aspects: \tOp type: ALLREDUCEvs REDUCE',
+             '\tTensor Tensor shapes: 195812480vs 51123456',)),
+    Kind("ddp_model_mismatch", "events", r"DDP expects same model across all ranks(?P<detail>.*)",
+         samples=('RuntimeError: DDP expects same model across all ranks, but Rank 3 has 51 params, while rank 0 has inconsistent 0 params.',)),
+    Kind("failed_collective_stack", "events", r"Stack trace of the failed collective(?P<detail> not found)?",
+         samples=('[E0724 13:05:29.1 ProcessGroupNCCL.cpp:2049] [PG ID 0 PG GUID 0(default_pg) Rank 3] Stack trace of the failed collective not found, potentially because FlightRecorder is disabled. You can enable it by setting TORCH_NCCL_TRACE_BUFFER_SIZE to a non-zero value.',)),
+    Kind("watchdog_stuck", "events", r"Could not acquire GIL within \d+ ms|Dumping c\+\+ stacktraces|Finished c\+\+ stacktraces dump|slept for \d+ because we want to wait longer",
+         samples=('[E0724 13:05:29.1 ProcessGroupNCCL.cpp:1400] [PG ID 0 PG GUID 0(default_pg) Rank 3] Could not acquire GIL within 300 ms on exit, possible GIL induced hang',)),
+    Kind("desync_report", "events", r"^\s*- \[\d+\] Timeout at collective: \w+, #\d+|lagging ranks|lagging/dead/mismatched ranks|^\s*#\d+ (?:started|finished) ranks:|^\s*\[[\d, ]+\] (?:started|finished) \w+|joined but didn't finish collective|didn't join collective",
+         samples=(
+             '\t - [0] Timeout at collective: _REDUCE_SCATTER_BASE, #330',
+             '\t - To our best knowledge, ranks [3, 5] are the lagging ranks that caused this timeout. They never joined any collectives',
+             '           #330 started ranks:',
+             '             [1] started _REDUCE_SCATTER_BASE',
+             '             [0] finished _REDUCE_SCATTER_BASE',)),
+    Kind("monitored_barrier", "events", r"failed to pass monitoredBarrier",
+         samples=('RuntimeError: Rank 1 failed to pass monitoredBarrier in 2000 ms',)),
+    Kind("store_barrier", "events", r"(?:Waiting in|Timed out initializing process group in|Completed) store[- ]based barrier|Added key: store_based_barrier_key",
+         samples=(
+             'Waiting in store based barrier to initialize process group for rank: 0, key: store_based_barrier_key:1 (world_size=4, worker_count=1, timeout=0:30:00)',
+             'Timed out initializing process group in store-based barrier on rank: 0, for key: store_based_barrier_key:1 (world_size=4, worker_count=1, timeout=0:30:00)',)),
+    Kind("unique_id_store", "events", r"is setting up NCCL communicator and retrieving ncclUniqueId",
+         samples=("torch.distributed.DistBackendError: [3] is setting up NCCL communicator and retrieving ncclUniqueId from [0] via c10d key-value store by key '0', but store->get('0') got error: Socket Timeout",)),
+    Kind("env_banner", "settings", r"(?:HeartbeatMonitor|PGNCCL Watchdog|ProcessGroupNCCL) environments: (?P<detail>.*)",
+         samples=(
+             '[I0724 08:00:10.1 ProcessGroupNCCL.cpp:900] [PG ID 0 PG GUID 0(default_pg) Rank 3] HeartbeatMonitor environments: TORCH_NCCL_ENABLE_MONITORING (Whether to kill program when no watchdog heartbeat detected): 1, TORCH_NCCL_DUMP_ON_TIMEOUT: 1, TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILSEC: 15000, TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC: 480, TORCH_NCCL_COORD_CHECK_MILSEC: 1000',
+             '[I0724 08:00:10.1 ProcessGroupNCCL.cpp:901] [PG ID 0 PG GUID 0(default_pg) Rank 3] PGNCCL Watchdog environments: TORCH_NCCL_RETHROW_CUDA_ERRORS: 1, TORCH_NCCL_PROPAGATE_ERROR: 0, TORCH_NCCL_DESYNC_DEBUG: 0',)),
+    Kind("pg_options", "settings", r"ProcessGroupNCCL initialization options: (?P<detail>.*)",
+         samples=('[I0724 08:00:06.555185662 ProcessGroupNCCL.cpp:1014] [PG ID 0 PG GUID 0 Rank 11] ProcessGroupNCCL initialization options: size: 40, global rank: 11, TIMEOUT(ms): 600000, USE_HIGH_PRIORITY_STREAM: 0, SPLIT_FROM: 0, SPLIT_COLOR: 0, PG Name: 0',)),
+    Kind("traceback", "events", r"^Traceback \(most recent call last\):|^\s*File \"[^\"]*\", line \d+",
+         samples=(
+             'Traceback (most recent call last):',
+             '  File "/usr/lib/python3.10/runpy.py", line 196, in _run_module_as_main',)),
+    Kind("exception", "events", r"^(?P<exc_type>(?:[A-Za-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception|Interrupt))(?:: (?P<detail>.*))?$",
+         samples=('torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.26 GiB. GPU 3 has a total capacity of 95.00 GiB of which 0.2 GiB is free.',)),
 ]
+SAMPLE_LINES = samples_of(KINDS)
+
 
 def _join_wrapped(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.Series]:
     """Join lines that a human wrapped mid-message; return the frame and the swallowed line_nos."""
@@ -271,11 +285,11 @@ def _classify(df: pl.DataFrame) -> pl.DataFrame:
     only on the messages no earlier one matched: most lines of a job are of a few kinds (work
     updates), so the long tail of patterns reads a few hundred messages, not every one."""
     parts, rest = [], df
-    for i, (name, _table, pattern) in enumerate(_MESSAGES):
-        hit = rest.select(pl.col("msg").str.contains(pattern)).to_series()
+    for i, kind in enumerate(KINDS):
+        hit = rest.select(pl.col("msg").str.contains(kind.pattern)).to_series()
         if not hit.any():
             continue
-        parts.append(rest.filter(hit).with_columns(kind=pl.lit(name), _pattern=pl.lit(i, dtype=pl.Int32)))
+        parts.append(rest.filter(hit).with_columns(kind=pl.lit(kind.name), _pattern=pl.lit(i, dtype=pl.Int32)))
         rest = rest.filter(~hit)
         if rest.is_empty():
             break
@@ -287,13 +301,13 @@ def _classify(df: pl.DataFrame) -> pl.DataFrame:
 def _rows(df: pl.DataFrame, table: str, schema: dict) -> pl.DataFrame:
     """Extract the named groups of each message's pattern into the table's columns."""
     parts = []
-    for i, (_name, tbl, pattern) in enumerate(_MESSAGES):
-        if tbl != table:
+    for i, kind in enumerate(KINDS):
+        if kind.table != table:
             continue
         sub = df.filter(pl.col("_pattern") == i)
         if sub.is_empty():
             continue
-        groups = sub.select(pl.col("msg").str.extract_groups(pattern)).to_series().struct.unnest()
+        groups = sub.select(pl.col("msg").str.extract_groups(kind.pattern)).to_series().struct.unnest()
         sub = sub.with_columns(groups)
         parts.append(conform(sub.with_columns(message=pl.col("msg")), schema))
     if not parts:

@@ -40,6 +40,7 @@ from __future__ import annotations
 import polars as pl
 
 from postmortem.parsers import trainlog
+from postmortem.parsers.kinds import Kind
 from postmortem.parsers.base import ParseResult, consumed_of, to_int
 from postmortem.parsers.lines import with_stream
 
@@ -129,25 +130,34 @@ _CK_SAVING = r"^Saving model checkpoint: (?P<path>\S+)"
 _WALL = r"^rank=(?P<rank>\d+) time \(ms\) \|(?P<rest>.*)$"
 _CONFIG = r"^\s{2,}(?P<k>[A-Za-z_][\w.]*) (?:\.+ |\s+)(?P<v>.*?)\s*$"
 
-_CFG_LINES = [
-    # (literal, regex on msg, [(group, key)])
-    ("DeepSpeed info:", r"^DeepSpeed info: version=(?P<v>[^,]+), git-hash=(?P<h>[^,]+), git-branch=(?P<b>\S+)",
-     [("v", "deepspeed_version"), ("h", "deepspeed_git_hash"), ("b", "deepspeed_git_branch")]),
-    ("Basic Optimizer", r"^DeepSpeed Basic Optimizer = (?P<o>\S+)", [("o", "basic_optimizer")]),
-    ("Final Optimizer", r"^DeepSpeed Final Optimizer = (?P<o>\S+)", [("o", "optimizer")]),
-    ("ZeRO stage", r"^Creating (?P<d>\S+) ZeRO stage (?P<s>\d+) optimizer"
-                   r"(?:, MiCS is enabled (?P<m>\w+), Hierarchical params gather (?P<hp>\w+))?",
-     [("d", "zero_dtype"), ("s", "zero_stage"), ("m", "mics"), ("hp", "hierarchical_params_gather")]),
-    ("Reduce bucket size", r"^Reduce bucket size (?P<n>\d+)", [("n", "reduce_bucket_size")]),
-    ("Allgather bucket size", r"^Allgather bucket size (?P<n>\d+)", [("n", "allgather_bucket_size")]),
-    ("CPU Offload:", r"^CPU Offload: (?P<b>\w+)", [("b", "cpu_offload")]),
-    ("following workers:", r"^Running on the following workers: (?P<h>\S+)", [("h", "hosts")]),
-    ("WORLD INFO DICT:", r"^WORLD INFO DICT: (?P<w>\{.*\})", [("w", "world_info")]),
-    ("nnodes=", r"^nnodes=(?P<n>\d+), num_local_procs=(?P<l>\d+), node_rank=(?P<r>\d+)",
-     [("n", "nnodes"), ("l", "gpus_per_node"), ("r", "node_rank")]),
-    ("dist_world_size=", r"^dist_world_size=(?P<w>\d+)", [("w", "world_size")]),
-    ("ds_accelerator", r"^Setting ds_accelerator to (?P<a>\w+)", [("a", "accelerator")]),
-    ("Flops Profiler Enabled", r"^DeepSpeed Flops Profiler Enabled: (?P<b>\w+)", [("b", "flops_profiler")]),
+# Settings lines (``postmortem.parsers.kinds``): each named group in ``keys`` gives one ``job_config`` row.
+SETTING_KINDS: list[Kind] = [
+    Kind("deepspeed_version", "job_config", r"^DeepSpeed info: version=(?P<v>[^,]+), git-hash=(?P<h>[^,]+), git-branch=(?P<b>\S+)",
+         literal="DeepSpeed info:", keys=(("v", "deepspeed_version"), ("h", "deepspeed_git_hash"), ("b", "deepspeed_git_branch"))),
+    Kind("basic_optimizer", "job_config", r"^DeepSpeed Basic Optimizer = (?P<o>\S+)",
+         literal="Basic Optimizer", keys=(("o", "basic_optimizer"),)),
+    Kind("optimizer", "job_config", r"^DeepSpeed Final Optimizer = (?P<o>\S+)",
+         literal="Final Optimizer", keys=(("o", "optimizer"),)),
+    Kind("zero_dtype", "job_config", r"^Creating (?P<d>\S+) ZeRO stage (?P<s>\d+) optimizer(?:, MiCS is enabled (?P<m>\w+), Hierarchical params gather (?P<hp>\w+))?",
+         literal="ZeRO stage", keys=(("d", "zero_dtype"), ("s", "zero_stage"), ("m", "mics"), ("hp", "hierarchical_params_gather"))),
+    Kind("reduce_bucket_size", "job_config", r"^Reduce bucket size (?P<n>\d+)",
+         literal="Reduce bucket size", keys=(("n", "reduce_bucket_size"),)),
+    Kind("allgather_bucket_size", "job_config", r"^Allgather bucket size (?P<n>\d+)",
+         literal="Allgather bucket size", keys=(("n", "allgather_bucket_size"),)),
+    Kind("cpu_offload", "job_config", r"^CPU Offload: (?P<b>\w+)",
+         literal="CPU Offload:", keys=(("b", "cpu_offload"),)),
+    Kind("hosts", "job_config", r"^Running on the following workers: (?P<h>\S+)",
+         literal="following workers:", keys=(("h", "hosts"),)),
+    Kind("world_info", "job_config", r"^WORLD INFO DICT: (?P<w>\{.*\})",
+         literal="WORLD INFO DICT:", keys=(("w", "world_info"),)),
+    Kind("nnodes", "job_config", r"^nnodes=(?P<n>\d+), num_local_procs=(?P<l>\d+), node_rank=(?P<r>\d+)",
+         literal="nnodes=", keys=(("n", "nnodes"), ("l", "gpus_per_node"), ("r", "node_rank"))),
+    Kind("world_size", "job_config", r"^dist_world_size=(?P<w>\d+)",
+         literal="dist_world_size=", keys=(("w", "world_size"),)),
+    Kind("accelerator", "job_config", r"^Setting ds_accelerator to (?P<a>\w+)",
+         literal="ds_accelerator", keys=(("a", "accelerator"),)),
+    Kind("flops_profiler", "job_config", r"^DeepSpeed Flops Profiler Enabled: (?P<b>\w+)",
+         literal="Flops Profiler Enabled", keys=(("b", "flops_profiler"),)),
 ]
 
 
@@ -329,7 +339,7 @@ def parse(lines: pl.DataFrame) -> ParseResult:
             pl.col("name").is_not_null() & pl.col("max_ms").is_not_null())
         timer_frames.append(long.with_columns(reported_rank="rank"))
     # engine / ZeRO / launcher settings
-    cfg_frames += trainlog.settings_rows(heads, msg, _CFG_LINES, "deepspeed-log")
+    cfg_frames += trainlog.settings_rows(heads, msg, SETTING_KINDS, "deepspeed-log")
     conf = heads.filter(pl.col("src").str.starts_with("config.py") & msg.str.contains(_CONFIG))
     if not conf.is_empty():
         g = msg.str.extract_groups(_CONFIG)

@@ -29,6 +29,7 @@ from __future__ import annotations
 import polars as pl
 
 from postmortem.parsers import trainlog
+from postmortem.parsers.kinds import Kind, samples_of
 from postmortem.parsers.base import ParseResult, consumed_of, to_int
 from postmortem.parsers.lines import with_stream
 
@@ -69,12 +70,6 @@ SAMPLE_LINES = [
     "  Total optimization steps = 609",
     "  Number of trainable parameters = 6,738,415,616",
     "Saving model checkpoint to output/checkpoint-500",
-    "Distributed environment: MULTI_GPU  Backend: nccl",
-    "Num processes: 2",
-    "Process index: 1",
-    "Local process index: 1",
-    "Device: cuda:1",
-    "Mixed precision type: fp16",
 ]
 
 _DICT = r"^\s*\{'[A-Za-z_]\w*': .*\}\s*$"
@@ -93,15 +88,28 @@ _RUNNING = {
     "Number of trainable parameters": "num_parameters",
 }
 _RUNNING_RE = r"^\s{2}(?P<k>Num examples|Num Epochs|Instantaneous batch size per device|Total train batch size \(w\. parallel, distributed & accumulation\)|Gradient Accumulation steps|Total optimization steps|Number of trainable parameters) = (?P<v>[\d,]+)\s*$"
-_ACCEL = [  # (literal prefilter, pattern, [(group, key)])
-    ("Distributed environment: ", r"^Distributed environment: (?P<v>\S+)(?:\s+Backend: (?P<b>\S+))?\s*$", [("v", "distributed_type"),
-                                                                              ("b", "backend")]),
-    ("Num processes: ", r"^Num processes: (?P<v>\d+)\s*$", [("v", "world_size")]),
-    ("Process index: ", r"^Process index: (?P<v>\d+)\s*$", [("v", "process_index")]),
-    ("Local process index: ", r"^Local process index: (?P<v>\d+)\s*$", [("v", "local_process_index")]),
-    ("Device: ", r"^Device: (?P<v>cuda:\d+|cpu|xpu:\d+|npu:\d+)\s*$", [("v", "device")]),
-    ("Mixed precision type: ", r"^Mixed precision type: (?P<v>\w+)\s*$", [("v", "mixed_precision")]),
+# Settings lines (``postmortem.parsers.kinds``): each named group in ``keys`` gives one ``job_config`` row.
+SETTING_KINDS: list[Kind] = [
+    Kind("distributed_type", "job_config", r"^Distributed environment: (?P<v>\S+)(?:\s+Backend: (?P<b>\S+))?\s*$",
+         literal="Distributed environment: ", keys=(("v", "distributed_type"), ("b", "backend")),
+         samples=('Distributed environment: MULTI_GPU  Backend: nccl',)),
+    Kind("world_size", "job_config", r"^Num processes: (?P<v>\d+)\s*$",
+         literal="Num processes: ", keys=(("v", "world_size"),),
+         samples=('Num processes: 2',)),
+    Kind("process_index", "job_config", r"^Process index: (?P<v>\d+)\s*$",
+         literal="Process index: ", keys=(("v", "process_index"),),
+         samples=('Process index: 1',)),
+    Kind("local_process_index", "job_config", r"^Local process index: (?P<v>\d+)\s*$",
+         literal="Local process index: ", keys=(("v", "local_process_index"),),
+         samples=('Local process index: 1',)),
+    Kind("device", "job_config", r"^Device: (?P<v>cuda:\d+|cpu|xpu:\d+|npu:\d+)\s*$",
+         literal="Device: ", keys=(("v", "device"),),
+         samples=('Device: cuda:1',)),
+    Kind("mixed_precision", "job_config", r"^Mixed precision type: (?P<v>\w+)\s*$",
+         literal="Mixed precision type: ", keys=(("v", "mixed_precision"),),
+         samples=('Mixed precision type: fp16',)),
 ]
+SAMPLE_LINES += samples_of(SETTING_KINDS)
 
 
 def _empty_tables() -> dict[str, pl.DataFrame]:
@@ -217,7 +225,7 @@ def _config(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.Series]:
     banner = df.filter(t.str.contains("***** Running ", literal=True))
     banner = banner.filter(t.str.contains(r"^\s*\*{5} Running (?:training|Evaluation) \*{5}\s*$"))
     extra = pl.concat([extra, banner["line_no"]])
-    frames += trainlog.settings_rows(df, t, _ACCEL, "accelerate-state")
+    frames += trainlog.settings_rows(df, t, SETTING_KINDS, "accelerate-state")
     frames = [trainlog.conform(f, trainlog.JOB_CONFIG_SCHEMA, framework=NAME) for f in frames if not f.is_empty()]
     return trainlog.stack(frames, trainlog.JOB_CONFIG_SCHEMA), extra.cast(pl.UInt32)
 

@@ -78,6 +78,7 @@ import polars as pl
 
 from postmortem.parsers import trainlog
 from postmortem.parsers.base import ParseResult, consumed_of, to_int
+from postmortem.parsers.kinds import Kind, samples_of
 from postmortem.parsers.lines import with_stream
 
 NAME = "megatron"
@@ -156,20 +157,6 @@ SAMPLE_LINES = [
     "     rank  0: 12.34",
     "     rank  1: 13.01",
     "Step Time : 4.65s GPU utilization: 412.3MODEL_TFLOP/s/GPU",
-    # checkpoints (section 2.6)
-    "[2026-02-01 03:10:00.000001] saving checkpoint at iteration     200 to /ckpt/run1 in torch_dist format",
-    "  [2026-02-01 03:10:41.300001] successfully saved checkpoint from iteration     200 to /ckpt/run1 "
-    "[ t 1/1, p 1/1 ]",
-    "saving checkpoint at iteration     400 to /ckpt/run1 in torch_dist format",
-    " loading distributed checkpoint from /ckpt/run1 at iteration 200",
-    "  successfully loaded checkpoint from /ckpt/run1 [ t 1/1, p 1/1 ] at iteration 200",
-    "WARNING: could not find the metadata file /ckpt/run1/latest_checkpointed_iteration.txt",
-    "    will not load any checkpoints and will start from random",
-    "global rank 0 is loading checkpoint checkpoints/gpt2_345m/release/mp_rank_00/model_optim_rng.pt",
-    "  successfully loaded checkpoints/gpt2_345m/release/mp_rank_00/model_optim_rng.pt",
-    "could not find arguments in the checkpoint ...",
-    "2026-02-01 03:10:41\tJob ID: 4242\t# GPUs: 40\tSaved checkpoint\tIteration: 200\tJob throughput: "
-    "13.1 TFLOP/s/GPU",
     # startup chatter (section 2.5)
     "using torch.bfloat16 for parameters ...",
     "setting number of microbatches to constant 16",
@@ -195,10 +182,6 @@ SAMPLE_LINES = [
     # launch command line (job_config source `cmdline`)
     "Process 413930: /usr/bin/python -u pretrain_gpt.py --tensor-model-parallel-size 2 --pipeline-model-parallel-size "
     "4 --expert-model-parallel-size 8 --seq-length 4096 --bf16 --use-distributed-optimizer --lr=1.5e-4",
-    # rerun state machine (section 2.7)
-    "Rank 17, node h20-node-03, device 1, iteration 4242: Unexpected result nan (message='found NaN in local "
-    "forward loss calculation')",
-    "Unexpected result 1e+30 on rank 5 at iteration #77 invocation #1 (message='Spiky loss')",
     # NeMo 2 / nemo_run (section 2.9)
     "Training epoch 0, iteration 7/29 | lr: 5.389e-06 | global_batch_size: 512 | global_step: 7 | "
     "max_memory_reserved: 57466159104 | max_memory_allocated: 53930270720 | reduced_train_loss: 10.22 | "
@@ -590,52 +573,80 @@ def _nanotron(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
 
 # -- checkpoint, rerun and datetime events (sections 2.5-2.7) ----------------------------------
 _CK_TS = r"^\s*(?:\[(?P<ts>\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:\.\d+)?)\]\s*)?"
-_EVENT_PATTERNS = [
-    # (kind, literal prefilter, regex with optional ts / it / path / detail groups)
-    ("checkpoint_save_start", "saving checkpoint at iteration",
-     _CK_TS + r"saving checkpoint at iteration\s+(?P<it>\d+) to (?P<path>\S+)(?: in (?P<detail>\S+) format)?"),
-    ("checkpoint_save_done", "successfully saved checkpoint",
-     _CK_TS + r"successfully saved checkpoint (?:from|at) iteration\s+(?P<it>\d+) to (?P<path>\S+)(?P<detail>.*)$"),
-    ("checkpoint_async", "async checkpoint",
-     _CK_TS + r"(?P<detail>.*?async checkpoint save) (?:at|for) iteration\s+(?P<it>\d+)(?: to (?P<path>\S+))?"),
-    ("checkpoint_load_start", "checkpoint from",
-     _CK_TS + r"loading (?P<detail>distributed |torch_dist |)checkpoint from (?P<path>\S+) at iteration (?P<it>\d+)"),
-    ("checkpoint_load_done", "successfully loaded checkpoint",
-     _CK_TS + r"successfully loaded checkpoint from (?P<path>\S+)(?P<detail>[^\n]*?) at iteration (?P<it>\d+)"),
-    ("checkpoint_load_start", "is loading checkpoint",
-     r"^\s*(?P<detail>global rank \d+) is loading checkpoint (?P<path>\S+)"),
-    ("checkpoint_load_done", "successfully loaded ",
-     r"^\s+successfully loaded (?P<path>/?[\w.-]+(?:/[\w.-]+)+\.\w+)\s*$"),
-    ("checkpoint_missing", "could not find the metadata file",
-     r"^\s*WARNING: could not find the metadata file (?P<path>\S+)"),
-    ("checkpoint_none", "will not load any checkpoints",
-     r"^\s*(?P<detail>will not load any checkpoints and will start from random)"),
-    ("checkpoint_warning", "could not find arguments in the checkpoint",
-     r"^\s*(?P<detail>could not find arguments in the checkpoint)"),
-    ("rerun_unexpected", "Unexpected result",
-     r"^.*?Rank (?P<rank>\d+), node (?P<host>\S+), device (?P<dev>\d+), iteration (?P<it>\d+): "
-     r"Unexpected result (?P<value>\S+) \(message='(?P<detail>.*?)'\)"),
-    ("rerun_unexpected", "Unexpected result",
-     r"^.*?Unexpected result (?P<value>\S+) on rank (?P<rank>\d+) at iteration #(?P<it>\d+) "
-     r"invocation #\d+ \(message='(?P<detail>.*?)'\)"),
-    ("progress_txt", "\tJob ID: ",
-     r"^(?P<ts>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})\tJob ID: [^\t]*\t# GPUs: \d+\t(?P<detail>[^\t]*)"
-     r"(?:\tIteration: (?P<it>\d+))?"),
+# The checkpoint, rerun and progress.txt event kinds (``postmortem.parsers.kinds``): optional ts / it / path
+# / detail / rank / value groups on the line; tried in order on the lines holding the literal that
+# no earlier kind took. Their samples join SAMPLE_LINES.
+EVENT_KINDS: list[Kind] = [
+    Kind("checkpoint_save_start", "events",
+         _CK_TS + r"saving checkpoint at iteration\s+(?P<it>\d+) to (?P<path>\S+)(?: in (?P<detail>\S+) format)?",
+         literal="saving checkpoint at iteration",
+         samples=("[2026-02-01 03:10:00.000001] saving checkpoint at iteration     200 to /ckpt/run1 in torch_dist format",
+                  "saving checkpoint at iteration     400 to /ckpt/run1 in torch_dist format")),
+    Kind("checkpoint_save_done", "events",
+         _CK_TS + r"successfully saved checkpoint (?:from|at) iteration\s+(?P<it>\d+) to (?P<path>\S+)(?P<detail>.*)$",
+         literal="successfully saved checkpoint",
+         samples=("  [2026-02-01 03:10:41.300001] successfully saved checkpoint from iteration     200 to /ckpt/run1 "
+                  "[ t 1/1, p 1/1 ]",)),
+    Kind("checkpoint_async", "events",
+         _CK_TS + r"(?P<detail>.*?async checkpoint save) (?:at|for) iteration\s+(?P<it>\d+)(?: to (?P<path>\S+))?",
+         literal="async checkpoint",
+         samples=("  scheduled an async checkpoint save at iteration     200 to /ckpt/run1",)),
+    Kind("checkpoint_load_start", "events",
+         _CK_TS + r"loading (?P<detail>distributed |torch_dist |)checkpoint from (?P<path>\S+) at iteration (?P<it>\d+)",
+         literal="checkpoint from",
+         samples=(" loading distributed checkpoint from /ckpt/run1 at iteration 200",)),
+    Kind("checkpoint_load_done", "events",
+         _CK_TS + r"successfully loaded checkpoint from (?P<path>\S+)(?P<detail>[^\n]*?) at iteration (?P<it>\d+)",
+         literal="successfully loaded checkpoint",
+         samples=("  successfully loaded checkpoint from /ckpt/run1 [ t 1/1, p 1/1 ] at iteration 200",)),
+    Kind("checkpoint_load_start", "events", r"^\s*(?P<detail>global rank \d+) is loading checkpoint (?P<path>\S+)",
+         literal="is loading checkpoint", versions="2019-2020 (per-rank load lines)",
+         samples=("global rank 0 is loading checkpoint checkpoints/gpt2_345m/release/mp_rank_00/model_optim_rng.pt",)),
+    Kind("checkpoint_load_done", "events", r"^\s+successfully loaded (?P<path>/?[\w.-]+(?:/[\w.-]+)+\.\w+)\s*$",
+         literal="successfully loaded ", versions="2019-2020 (per-rank load lines)",
+         samples=("  successfully loaded checkpoints/gpt2_345m/release/mp_rank_00/model_optim_rng.pt",)),
+    Kind("checkpoint_missing", "events", r"^\s*WARNING: could not find the metadata file (?P<path>\S+)",
+         literal="could not find the metadata file",
+         samples=("WARNING: could not find the metadata file /ckpt/run1/latest_checkpointed_iteration.txt",)),
+    Kind("checkpoint_none", "events", r"^\s*(?P<detail>will not load any checkpoints and will start from random)",
+         literal="will not load any checkpoints",
+         samples=("    will not load any checkpoints and will start from random",)),
+    Kind("checkpoint_warning", "events", r"^\s*(?P<detail>could not find arguments in the checkpoint)",
+         literal="could not find arguments in the checkpoint",
+         samples=("could not find arguments in the checkpoint ...",)),
+    Kind("rerun_unexpected", "events",
+         r"^.*?Rank (?P<rank>\d+), node (?P<host>\S+), device (?P<dev>\d+), iteration (?P<it>\d+): "
+         r"Unexpected result (?P<value>\S+) \(message='(?P<detail>.*?)'\)",
+         literal="Unexpected result", versions="rerun state machine (section 2.7)",
+         samples=("Rank 17, node h20-node-03, device 1, iteration 4242: Unexpected result nan (message='found NaN in local "
+                  "forward loss calculation')",)),
+    Kind("rerun_unexpected", "events",
+         r"^.*?Unexpected result (?P<value>\S+) on rank (?P<rank>\d+) at iteration #(?P<it>\d+) "
+         r"invocation #\d+ \(message='(?P<detail>.*?)'\)",
+         literal="Unexpected result", versions="rerun state machine (section 2.7)",
+         samples=("Unexpected result 1e+30 on rank 5 at iteration #77 invocation #1 (message='Spiky loss')",)),
+    Kind("progress_txt", "events",
+         r"^(?P<ts>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})\tJob ID: [^\t]*\t# GPUs: \d+\t(?P<detail>[^\t]*)"
+         r"(?:\tIteration: (?P<it>\d+))?",
+         literal="\tJob ID: ", versions="progress.txt (--log-progress)",
+         samples=("2026-02-01 03:10:41\tJob ID: 4242\t# GPUs: 40\tSaved checkpoint\tIteration: 200\tJob throughput: "
+                  "13.1 TFLOP/s/GPU",)),
 ]
+SAMPLE_LINES += samples_of(EVENT_KINDS)
 
 
 def _match_events(df: pl.DataFrame) -> pl.DataFrame:
     t = pl.col("text")
     frames = []
     taken = pl.Series("line_no", [], dtype=pl.UInt32)
-    for kind, literal, pattern in _EVENT_PATTERNS:
-        sub = df.filter(t.str.contains(literal, literal=True) & ~pl.col("line_no").is_in(taken.implode()))
+    for kind in EVENT_KINDS:
+        sub = df.filter(t.str.contains(kind.literal, literal=True) & ~pl.col("line_no").is_in(taken.implode()))
         if sub.is_empty():
             continue
-        m = t.str.extract_groups(pattern)
+        m = t.str.extract_groups(kind.pattern)
         groups = {g for g in ("ts", "it", "path", "detail", "rank", "value")
-                  if f"(?P<{g}>" in pattern}
-        cols = {"kind": pl.lit(kind), "_hit": t.str.contains(pattern)}
+                  if f"(?P<{g}>" in kind.pattern}
+        cols = {"kind": pl.lit(kind.name), "_hit": t.str.contains(kind.pattern)}
         for g in groups:
             cols[{"it": "iteration", "rank": "reported_rank"}.get(g, g)] = m.struct.field(g)
         sub = sub.select("line_no", "_stream", "text", **cols).filter(pl.col("_hit")).drop("_hit")

@@ -29,6 +29,7 @@ import polars as pl
 
 from postmortem.parsers.base import ParseResult, conform, consumed_of, to_int
 from postmortem.parsers import nccl_errors
+from postmortem.parsers.torch_errors import oom_size_columns
 from postmortem.parsers.nccl_catalogue import DATATYPE_BYTES, DATATYPES, FINGERPRINTS, KINDS, RED_OPS, RESULT_CODES
 
 NAME = "nccl"
@@ -121,7 +122,8 @@ SCHEMAS: dict[str, dict] = {
                "host": pl.String, "pid": pl.Int64, "tid": pl.Int64, "cuda_dev": pl.Int64,
                "cause": pl.String, "peer_rank": pl.Int64, "peer": pl.String, "errno_text": pl.String,
                "errno_name": pl.String, "errno": pl.Int64, "result_code": pl.Int64, "result": pl.String,
-               "bytes": pl.Int64},
+               "bytes": pl.Int64, "oom_requested_mib": pl.Float64, "oom_capacity_mib": pl.Float64,
+               "oom_free_mib": pl.Float64, "oom_allocated_mib": pl.Float64, "oom_unallocated_mib": pl.Float64},
     "collectives": {"line_no": pl.UInt32, "kind": pl.String, "op": pl.String, "op_count": pl.Int64,
                     "comm": pl.String, "nranks": pl.Int64, "count": pl.Int64, "datatype": pl.String,
                     "bytes": pl.Int64, "red_op": pl.String, "root": pl.Int64, "sendbuff": pl.String,
@@ -669,6 +671,8 @@ def _warn_events(prefixed: pl.DataFrame) -> pl.DataFrame:
     ts = pl.col("nccl_ts").str.strptime(pl.Datetime("us"), "%Y-%m-%d %H:%M:%S%.f", strict=False)
     status = pl.col("msg").str.extract(r"(?:with status=|with error |status=\w+\()(\d+)", 1)
     warns = warns.with_columns(cause=cause, error_class=klass.fill_null("other"), **nccl_errors.fields(pl.col("msg")))
+    oom = pl.col("error_class") == "out_of_memory"   # its sizes as columns, as torch_errors gives a cuda_oom's
+    warns = warns.with_columns(**{k: pl.when(oom).then(v) for k, v in oom_size_columns(pl.col("msg")).items()})
     detail = pl.when(status.is_not_null()).then(pl.concat_str([pl.lit("status "), status, pl.lit(": "), meaning])).otherwise(meaning)
     return warns.with_columns(kind=pl.lit("nccl_warn"), detail=detail, message=pl.col("msg"), ts=ts)
 

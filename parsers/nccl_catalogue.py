@@ -27,18 +27,8 @@ allocator chatter is counted, not stored):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
+from postmortem.parsers.kinds import Kind
 from postmortem.parsers.nccl_errors import warn_classes
-
-
-@dataclass(frozen=True)
-class Kind:
-    name: str
-    table: str | None
-    pattern: str
-    versions: str
-    samples: tuple[str, ...] = field(default_factory=tuple)
 
 
 _HEX = r"0x[0-9a-fA-F]+|\(nil\)"

@@ -44,6 +44,7 @@ from __future__ import annotations
 import polars as pl
 
 from postmortem.parsers import trainlog
+from postmortem.parsers.kinds import Kind, samples_of
 from postmortem.parsers.base import ParseResult, consumed_of, to_int
 from postmortem.parsers.lines import with_stream
 
@@ -83,18 +84,6 @@ SAMPLE_LINES = [
     "enabled)in 31.50 seconds.",
     "[titan] 2025-06-16 22:00:00,000 - root - INFO - Loading the checkpoint at step 100.",
     "[titan] 2025-06-16 22:00:09,000 - root - INFO - Finished loading the checkpoint in 9.00 seconds.",
-    "GPU available: True (cuda), used: True",
-    "GPU available: True, used: True",
-    "TPU available: False, using: 0 TPU cores",
-    "LOCAL_RANK: 0 - CUDA_VISIBLE_DEVICES: [0,1,2,3]",
-    "Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/5",
-    "initializing ddp: GLOBAL_RANK: 1, MEMBER: 2/8",
-    "[rank: 0] Seed set to 42",
-    "Global seed set to 42",
-    "7.0 B     Trainable params",
-    "0         Non-trainable params",
-    "7.0 B     Total params",
-    "28,000.000Total estimated model params size (MB)",
     "Epoch 0:  45%|████▌     | 30/67 [27:15<23:13, 37.65s/it, loss=2.31, v_num=0]",
     "Epoch 3: 100%|██████████| 67/67 [00:41<00:00,  1.62it/s, v_num=1, train_loss=0.912]",
 ]
@@ -121,22 +110,31 @@ _TITAN_EVENTS = [
     ("checkpoint_load_start", r"^Loading the checkpoint(?: at step (?P<it>\d+))?", "info"),
     ("checkpoint_load_done", r"^Finished loading the checkpoint in (?P<d>[\d.]+) seconds", "info"),
 ]
-_LIGHTNING_CFG = [
-    ("available: ", r"^GPU available: (?P<a>\w+)(?: \((?P<k>\w+)\))?, used: (?P<u>\w+)\s*$",
-     [("a", "gpu_available"), ("k", "accelerator"), ("u", "gpu_used")]),
-    ("available: ", r"^TPU available: (?P<a>\w+), using: (?P<n>\d+) TPU cores\s*$",
-     [("a", "tpu_available"), ("n", "tpu_cores")]),
-    ("LOCAL_RANK: ", r"^LOCAL_RANK: (?P<l>\d+) - CUDA_VISIBLE_DEVICES: (?P<d>\[.*\])\s*$",
-     [("l", "local_rank"), ("d", "cuda_visible_devices")]),
-    ("GLOBAL_RANK: ", r"^(?:Initializing distributed|initializing ddp): GLOBAL_RANK: (?P<g>\d+), "
-                     r"MEMBER: (?P<m>\d+)/(?P<w>\d+)\s*$",
-     [("g", "global_rank"), ("m", "member"), ("w", "world_size")]),
-    ("eed set to ", r"^(?:\[rank: \d+\] )?(?:Global seed set|Seed set) to (?P<s>\d+)\s*$", [("s", "seed")]),
-    (" params", r"^(?P<v>[\d.,]+(?: [KMBT])?)\s+(?P<k>Trainable params|Non-trainable params|Total params)\s*$",
-     [("v", None)]),
-    ("Total estimated model params size", r"^(?P<v>[\d.,]+)\s*Total estimated model params size \(MB\)\s*$",
-     [("v", "model_size_mb")]),
+# Settings lines (``postmortem.parsers.kinds``): each named group in ``keys`` gives one ``job_config`` row.
+LIGHTNING_SETTING_KINDS: list[Kind] = [
+    Kind("gpu_available", "job_config", r"^GPU available: (?P<a>\w+)(?: \((?P<k>\w+)\))?, used: (?P<u>\w+)\s*$",
+         literal="available: ", keys=(("a", "gpu_available"), ("k", "accelerator"), ("u", "gpu_used")),
+         samples=('GPU available: True (cuda), used: True', 'GPU available: True, used: True')),
+    Kind("tpu_available", "job_config", r"^TPU available: (?P<a>\w+), using: (?P<n>\d+) TPU cores\s*$",
+         literal="available: ", keys=(("a", "tpu_available"), ("n", "tpu_cores")),
+         samples=('TPU available: False, using: 0 TPU cores',)),
+    Kind("local_rank", "job_config", r"^LOCAL_RANK: (?P<l>\d+) - CUDA_VISIBLE_DEVICES: (?P<d>\[.*\])\s*$",
+         literal="LOCAL_RANK: ", keys=(("l", "local_rank"), ("d", "cuda_visible_devices")),
+         samples=('LOCAL_RANK: 0 - CUDA_VISIBLE_DEVICES: [0,1,2,3]',)),
+    Kind("global_rank", "job_config", r"^(?:Initializing distributed|initializing ddp): GLOBAL_RANK: (?P<g>\d+), MEMBER: (?P<m>\d+)/(?P<w>\d+)\s*$",
+         literal="GLOBAL_RANK: ", keys=(("g", "global_rank"), ("m", "member"), ("w", "world_size")),
+         samples=('Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/5', 'initializing ddp: GLOBAL_RANK: 1, MEMBER: 2/8')),
+    Kind("seed", "job_config", r"^(?:\[rank: \d+\] )?(?:Global seed set|Seed set) to (?P<s>\d+)\s*$",
+         literal="eed set to ", keys=(("s", "seed"),),
+         samples=('[rank: 0] Seed set to 42', 'Global seed set to 42')),
+    Kind("model_params", "job_config", r"^(?P<v>[\d.,]+(?: [KMBT])?)\s+(?P<k>Trainable params|Non-trainable params|Total params)\s*$",
+         literal=" params", keys=(("v", None),),
+         samples=('7.0 B     Trainable params', '0         Non-trainable params', '7.0 B     Total params')),
+    Kind("model_size_mb", "job_config", r"^(?P<v>[\d.,]+)\s*Total estimated model params size \(MB\)\s*$",
+         literal="Total estimated model params size", keys=(("v", "model_size_mb"),),
+         samples=('28,000.000Total estimated model params size (MB)',)),
 ]
+SAMPLE_LINES += samples_of(LIGHTNING_SETTING_KINDS)
 _EPOCH_BAR = (r"^\s*Epoch (?P<e>\d+):\s*(?P<pct>\d+)%\|[^|]*\|\s*(?P<n>\d+)/(?P<total>\d+|\?) "
               r"\[[^\]]*?(?:, (?P<postfix>[A-Za-z_][^\]]*=[^\]]*))?\]\s*$")
 
@@ -241,7 +239,7 @@ def _lightning(df: pl.DataFrame) -> tuple[list, list]:
     t = pl.col("text")
     its, cfgs = [], []
     cfgs += [f.with_columns(framework=pl.lit("lightning"))
-             for f in trainlog.settings_rows(df, t, _LIGHTNING_CFG, "lightning-log")]
+             for f in trainlog.settings_rows(df, t, LIGHTNING_SETTING_KINDS, "lightning-log")]
     bars = df.filter(t.str.contains("Epoch ", literal=True) & t.str.contains(_EPOCH_BAR))
     if not bars.is_empty():
         g = t.str.extract_groups(_EPOCH_BAR)

@@ -22,7 +22,9 @@ than one line or a normalised value:
 
 * ``events``:
 
-  - ``cuda_oom`` per OOM message;
+  - ``cuda_oom`` per OOM message, with the sizes it states as columns (``oom_size_columns``:
+    ``oom_requested_mib``, ``oom_capacity_mib``, ``oom_free_mib``, ``oom_allocated_mib``,
+    ``oom_unallocated_mib``), so no reader re-parses the text;
   - ``cuda_fault`` per CUDA error line, ``detail`` = class (``device_side_assert``,
     ``illegal_memory_access``, ``ecc``, ``launch_failure``, ``misaligned_address``,
     ``illegal_instruction``, ``out_of_memory``, ``launch_timeout``, ``other``) and the kernel
@@ -166,6 +168,8 @@ EVENTS_SCHEMA = {
     "line_no": pl.UInt32, "kind": pl.String, "exc_type": pl.String, "detail": pl.String,
     "message": pl.String, "exc_line_no": pl.UInt32, "frames": pl.Int64, "value": pl.Float64,
     "cause": pl.String, "peer": pl.String, "op": pl.String, "ts": pl.Datetime("us"),
+    "oom_requested_mib": pl.Float64, "oom_capacity_mib": pl.Float64, "oom_free_mib": pl.Float64,
+    "oom_allocated_mib": pl.Float64, "oom_unallocated_mib": pl.Float64,
 }
 STACKS_SCHEMA = {
     "line_no": pl.UInt32, "dump_index": pl.Int64, "pid": pl.Int64, "cmdline": pl.String,
@@ -188,6 +192,8 @@ _OOM_NEW = (
     rf"(?: with (?P<pools>{_SIZE}) allocated in private pools \(e\.g\., CUDA Graphs\),)?"
     rf" and (?P<unalloc>{_SIZE}) is reserved by PyTorch but unallocated\.)?"
 )
+# NCCL's allocation failure states only the request (``Failed to CUDA calloc 6291456 bytes``).
+_CALLOC = r"Failed to CUDA calloc (\d+) bytes"
 _OOM_RAW = r"CUDA error: out of memory|Cuda failure '?out of memory'?|CUDA out of memory"
 _EXC_HEAD = r"^\s*(?P<exc>(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit|Warning))(?::\s*(?P<msg>.*))?$"
 
@@ -241,6 +247,26 @@ def _mib(size: pl.Expr) -> pl.Expr:
     return number * factor
 
 
+def oom_size_columns(text: pl.Expr) -> dict[str, pl.Expr]:
+    """The sizes (MiB) an OOM message states, as ``events`` columns (null where it states none):
+    the request, the card's capacity, what was free, what PyTorch had allocated, and what it held
+    reserved but unallocated (<= 1.3's ``cached``, 1.4-2.0's reserved minus allocated). A message
+    without PyTorch's wording may still state its request as NCCL's ``calloc`` byte count."""
+    old, new = text.str.extract_groups(_OOM_OLD), text.str.extract_groups(_OOM_NEW)
+
+    def size(field: str, *structs: pl.Expr) -> pl.Expr:
+        return _mib(pl.coalesce([s.struct.field(field) for s in structs]))
+    calloc_mib = text.str.extract(_CALLOC, 1).cast(pl.Float64, strict=False) / (1024 * 1024)
+    return {
+        "oom_requested_mib": pl.coalesce(size("req", new, old), calloc_mib),
+        "oom_capacity_mib": size("total", new, old),
+        "oom_free_mib": size("free", new, old),
+        "oom_allocated_mib": size("alloc", new, old),
+        "oom_unallocated_mib": pl.coalesce(size("unalloc", new), size("cached", old),
+                                           size("reserved", old) - size("alloc", old)),
+    }
+
+
 def _ooms(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     sub = df.filter(pl.col("text").str.contains("out of memory", literal=True)
                     | pl.col("text").str.contains("Cuda failure", literal=True))
@@ -282,6 +308,7 @@ def _ooms(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
         detail=pl.col("text").str.extract(r"((?:CUDA|Cuda).*)$", 1),
         message=pl.col("text"),
         value=_mib(pl.coalesce(o("req"), n("req"))),
+        **oom_size_columns(pl.col("text")),
     )
     return conform(mem, MEMORY_SCHEMA), conform(events, EVENTS_SCHEMA)
 

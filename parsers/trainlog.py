@@ -189,19 +189,19 @@ def stack(frames: list[pl.DataFrame], schema: dict) -> pl.DataFrame:
     return pl.concat([f.select(list(schema)).cast(schema) for f in frames]).sort("line_no", maintain_order=True)
 
 
-def settings_rows(df: pl.DataFrame, text: pl.Expr, table, source: str) -> list[pl.DataFrame]:
-    """``job_config`` rows from a table of ``(literal, pattern, [(group, key), ...])``: each line
-    holding the literal and matching the pattern gives one row per named group that matched.
+def settings_rows(df: pl.DataFrame, text: pl.Expr, kinds, source: str) -> list[pl.DataFrame]:
+    """``job_config`` rows from settings ``Kind``s (``postmortem.parsers.kinds``): each line holding a
+    kind's literal and matching its pattern gives one row per named group of ``keys`` that matched.
     A key of None takes the name from the pattern's group ``k`` (lower case, ``_`` for spaces and
     dashes; ``raw_key`` keeps it as printed). The literal is a cheap filter before the regex."""
     out = []
-    for literal, pattern, keys in table:
-        lines = df.filter(text.str.contains(literal, literal=True))
-        lines = lines.filter(text.str.contains(pattern))
+    for kind in kinds:
+        lines = df.filter(text.str.contains(kind.literal, literal=True))
+        lines = lines.filter(text.str.contains(kind.pattern))
         if lines.is_empty():
             continue
-        g = text.str.extract_groups(pattern)
-        for group, key in keys:
+        g = text.str.extract_groups(kind.pattern)
+        for group, key in kind.keys:
             if key is None:
                 name = g.struct.field("k")
                 key_expr, raw = name.str.to_lowercase().str.replace_all("[ -]", "_"), name

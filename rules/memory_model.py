@@ -10,47 +10,26 @@ import polars as pl
 
 from postmortem.analyzer import hardware
 from postmortem.analyzer.transports import accelerator
-from postmortem.parsers.torch_errors import _OOM_NEW, _OOM_OLD
 
 GIB = 1024.0
 # Functions of a traceback that allocate optimizer state the first time a step reaches it.
 _STATE_INIT = {"_init_group", "_init_state", "init_state", "_lazy_init_state", "initialize_optimizer_states",
                "_init_optimizer_state"}
 _UNDERSTATING_LABEL = re.compile(r"before (?:initializing )?optimizer|after 1 iterations?\b", re.I)
-_SIZE = re.compile(r"([\d.]+) ([KMGT]iB|bytes|B)\b")
-_FACTOR = {"KiB": 1 / 1024, "MiB": 1.0, "GiB": 1024.0, "TiB": 1024.0 ** 2, "B": 1 / 1024 ** 2, "bytes": 1 / 1024 ** 2}
-
-
-def _mib(text: str | None) -> float | None:
-    m = _SIZE.match(text or "")
-    return float(m.group(1)) * _FACTOR[m.group(2)] if m else None
 
 
 def gib(mib: float | None) -> str:
     return "?" if mib is None else f"{mib / GIB:.1f} GB"
 
 
-def oom_sizes(message: str) -> dict:
-    """requested/capacity/free/allocated/reserved-unallocated MiB of one OOM message (None if absent)."""
-    out = {"requested": None, "capacity": None, "free": None, "allocated": None, "unallocated": None}
-    for pattern in (_OOM_NEW, _OOM_OLD):
-        m = re.search(pattern, message or "")
-        if not m:
-            continue
-        g = m.groupdict()
-        out.update(requested=_mib(g.get("req")), capacity=_mib(g.get("total")), free=_mib(g.get("free")),
-                   allocated=_mib(g.get("alloc")))
-        if g.get("unalloc"):
-            out["unallocated"] = _mib(g["unalloc"])
-        elif g.get("cached"):
-            out["unallocated"] = _mib(g["cached"])
-        elif g.get("reserved") and out["allocated"] is not None:
-            out["unallocated"] = _mib(g["reserved"]) - out["allocated"]
-        break
-    calloc = re.search(r"Failed to CUDA calloc (\d+) bytes", message or "")
-    if calloc and out["requested"] is None:
-        out["requested"] = int(calloc.group(1)) / 1024 ** 2
-    return out
+# The sizes the parsers read off an OOM message (``postmortem.parsers.torch_errors.oom_size_columns``).
+_SIZE_COLUMNS = {"requested": "oom_requested_mib", "capacity": "oom_capacity_mib", "free": "oom_free_mib",
+                 "allocated": "oom_allocated_mib", "unallocated": "oom_unallocated_mib"}
+
+
+def oom_sizes(row: dict) -> dict:
+    """requested/capacity/free/allocated/reserved-unallocated MiB of one OOM event (None if absent)."""
+    return {size: row.get(column) for size, column in _SIZE_COLUMNS.items()}
 
 
 def ooms(ctx) -> list[dict]:
@@ -70,7 +49,7 @@ def ooms(ctx) -> list[dict]:
         if near:   # the same failure read twice (NCCL WARN + its calloc line, or the OOM kind + the WARN)
             for row in rows:
                 if row["input_id"] == r["input_id"] and abs(row["line_no"] - r["line_no"]) <= 4:
-                    extra = oom_sizes(r.get("message") or "")
+                    extra = oom_sizes(r)
                     for k, v in extra.items():
                         if row["sizes"][k] is None and v is not None:
                             row["sizes"][k] = v
@@ -83,7 +62,7 @@ def ooms(ctx) -> list[dict]:
         rows.append({"rank": r.get("rank"), "node": r.get("node"), "cuda_dev": r.get("cuda_dev") if "cuda_dev" in cols
                      else None, "pid": r.get("pid") if "pid" in cols else None, "input_id": r["input_id"],
                      "line_no": r["line_no"], "message": text, "ts": r.get("ts"), "nccl": "NCCL" in text
-                     or r.get("kind") == "nccl_warn", "sizes": oom_sizes(text)})
+                     or r.get("kind") == "nccl_warn", "sizes": oom_sizes(r)})
     return rows
 
 
