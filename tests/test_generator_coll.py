@@ -1,4 +1,4 @@
-"""RunSpec.coll_trace: every collective's NCCL COLL line, every iteration (bench/rungen/coll_trace.py).
+"""RunSpec.coll_trace: every collective's NCCL COLL line, every iteration (postmortem/generator/rungen/coll_trace.py).
 
 The written trace is read back with the project's NCCL parser: every line a typed collective,
 opCounts consecutive per communicator and rank, the line count the story implies, the hang told

@@ -1,6 +1,6 @@
 """NCCL RAS reports reach the verdict (issue 22, bullet 3): H010 (operation counts that differ),
 N021 (processes RAS could not reach), N022 (errors, statuses, timeouts; a healthy report the
-watchdog contradicts). Reports written by ``bench/rungen/ras.py`` from a known state (text and
+watchdog contradicts). Reports written by ``postmortem/generator/rungen/ras.py`` from a known state (text and
 JSON, the client's own layout rules), with c10d lines beside them, and the real nccl#1730 report."""
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Transport rules (N010-N014, L001) and ``postmortem hw`` with a run.
 
-Three kinds of fixtures: runs from the generator (bench/generator.py), small hand-written runs
+Three kinds of fixtures: runs from the generator (postmortem/generator/), small hand-written runs
 (``_write_job`` below: NCCL 2.21 lines, nvidia-smi topo -m and CSV, ibstat, independent of the
 generator) and the real excerpts in ../shared/real-data/logs/nccl (their INDEX.md says what
 each thread established; the tests hold the rules to it, never to the trap).

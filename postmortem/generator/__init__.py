@@ -84,14 +84,14 @@ class RunSpec:
     start: str = "2026-07-24 08:00:00"      # job start (UTC)
     seed: int = 0
     node_hang_seq: int = 3841               # group="node": the SeqNum of the hung collective in the EP group
-    # Flight Recorder dumps of every rank (bench/rungen/flight_recorder.py); "none" keeps the
+    # Flight Recorder dumps of every rank (postmortem/generator/rungen/flight_recorder.py); "none" keeps the
     # bundled samples byte-identical.
     flight_recorder: str = "none"           # "none" | "pickle" | "json"
     flight_recorder_prefix: str = "nccl_trace_rank_"   # TORCH_NCCL_DEBUG_INFO_TEMP_FILE's file-name part
     crash_kind: str = "oom"                 # attempts > 1: how earlier attempts crash ("oom" keeps the samples as they are)
-    crash_end: str = "host-oom-kill"        # scenario="crash": how the culprit rank fails (bench/rungen/endings.py)
-    oom_site: str = "backward"              # crash_end="oom": where the CUDA OOM is raised (bench/rungen/megatron.py)
-    # Node and scheduler evidence (issue 5, bench/rungen/node_logs.py); the defaults write nothing new.
+    crash_end: str = "host-oom-kill"        # scenario="crash": how the culprit rank fails (postmortem/generator/rungen/endings.py)
+    oom_site: str = "backward"              # crash_end="oom": where the CUDA OOM is raised (postmortem/generator/rungen/megatron.py)
+    # Node and scheduler evidence (issue 5, postmortem/generator/rungen/node_logs.py); the defaults write nothing new.
     node_logs: bool = False                 # kernel logs, nvidia-smi -q, sacct/scontrol under node_logs/ and slurm/
     node_fault: str | None = None           # "xid79" | "xid48" | "xid94": the culprit's GPU fails just before the hang
     clock_skew_s: float = 0.0               # the skew node's host clock runs this many seconds ahead
@@ -99,25 +99,25 @@ class RunSpec:
     fault_at_s: float = -0.35               # xid faults: seconds from the hung collective's start to the Xid
     flap_node: int | None = None            # node_fault="link-flap": node whose NIC flaps (default: nodes // 2)
     flap_nic: int | None = None             # node_fault="link-flap": the flapping NIC, mlx5_N (default 1)
-    # Training framework whose log lines the ranks print (bench/rungen/frameworks.py, issue 4);
+    # Training framework whose log lines the ranks print (postmortem/generator/rungen/frameworks.py, issue 4);
     # "megatron" keeps the bundled samples byte-identical.
     framework: str = "megatron"             # "megatron" | "deepspeed" | "hf" | "torchtitan" | "lightning"
-    # Config and hardware-tool files (bench/rungen/config_files.py); off keeps the samples byte-identical.
+    # Config and hardware-tool files (postmortem/generator/rungen/config_files.py); off keeps the samples byte-identical.
     config_files: bool = False              # collect_env, pip freeze, sbatch, topo -m, nvidia-smi csv, nccl-tests
     perftest: bool = False                  # with config_files: hw/<host>/ib_send_bw.txt of every node (mlx5_0 to a peer)
     slow_nic_node: int | None = None        # with perftest: node whose ib_send_bw runs at a fifth of line rate
     missing_node: int | None = None         # scenario "missing-node": index of the node whose agent never starts
-    # Per-node configuration drift (bench/rungen/node_config.py); empty keeps the samples byte-identical.
+    # Per-node configuration drift (postmortem/generator/rungen/node_config.py); empty keeps the samples byte-identical.
     node_env: dict[int, dict[str, str]] = field(default_factory=dict)   # node -> variables only that node has
     node_nccl_version: dict[int, str] = field(default_factory=dict)     # node -> the NCCL release its ranks run
     network_fault: bool = True              # all-stuck: RoCE retry timeouts on one node (off: another cause)
     checkpoint_save_s: float = 41.3         # healthy: seconds the final checkpoint save takes (Megatron)
-    nan_from_iteration: int | None = None   # NaN losses from this iteration on (bench/rungen/numerics.py)
-    # Profiles (bench/rungen/nsys.py): nsys exports of every rank; off keeps the samples byte-identical.
+    nan_from_iteration: int | None = None   # NaN losses from this iteration on (postmortem/generator/rungen/numerics.py)
+    # Profiles (postmortem/generator/rungen/nsys.py): nsys exports of every rank; off keeps the samples byte-identical.
     profile: bool = False                   # nsys/<rank>.sqlite: 24 profiled steps of every rank
     slow_rank: int | None = None            # with profile: the rank that starts every all-reduce slow_ms late
     slow_ms: float = 3.0
-    # Every collective's NCCL COLL line (bench/rungen/coll_trace.py, issue 11); off keeps the samples byte-identical.
+    # Every collective's NCCL COLL line (postmortem/generator/rungen/coll_trace.py, issue 11); off keeps the samples byte-identical.
     coll_trace: bool = False                # needs COLL in nccl_subsys
 
     def validate(self) -> None:
