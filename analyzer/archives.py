@@ -521,16 +521,6 @@ def _copy_members(archive: Path, wanted: str) -> dict[str, Path]:
     return copies
 
 
-def _read_all(source) -> bytes:
-    chunks = []
-    try:
-        while chunk := source.read(CHUNK):
-            chunks.append(chunk)
-    except (zipfile.BadZipFile, EOFError, OSError, zlib.error, tarfile.TarError):
-        pass  # as when reading: keep what was readable
-    return b"".join(chunks)
-
-
 def _normal(name: str) -> str:
     return "/".join(p for p in name.split("/") if p not in ("", "."))
 

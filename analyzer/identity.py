@@ -516,10 +516,6 @@ def _weighted_mode(df: pl.DataFrame, by: str, value: pl.Expr, name: str) -> pl.D
             .group_by(by, maintain_order=True).agg(pl.col("_v").first().alias(name)))
 
 
-def _stream_key() -> list[pl.Expr]:
-    return [pl.col(c) for c in ("input_id", "srun_task", "mpi_rank", "local_rank", "host_tag", "ray_pid")]
-
-
 def _propagate_streams(df: pl.DataFrame) -> pl.DataFrame:
     """A stream (one file, or one launcher tag inside a combined file) whose attributed lines
     all name one rank gives that rank to its other lines."""

@@ -28,7 +28,6 @@ from postmortem.analyzer.ranges import rank_ranges
 GPU_IDENTITY_SCHEMA = {"node": pl.String, "pci": pl.String, "gpu_index": pl.Int64, "cuda_dev": pl.Int64,
                        "uuid": pl.String, "serial": pl.String, "product": pl.String, "global_rank": pl.Int64,
                        "local_rank": pl.Int64, "sources": pl.String}
-JOB_NODES_EXTRA = {"has_logs": pl.Boolean, "ranks_seen": pl.Int64, "ranks": pl.String}
 
 
 def _short(expr: pl.Expr) -> pl.Expr:

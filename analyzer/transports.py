@@ -28,10 +28,7 @@ def accelerator(run, gpu: str | None = None) -> tuple[dict | None, str]:
     return None, "not in the inputs (give --gpu MODEL)"
 
 
-
 # -- which hops are slower than they should be: one judgement for the view and the rules -------------
-
-SHM_TIERS = ("SHM",)
 
 
 def judge(hops: pl.DataFrame, topo: Topology, acc: dict | None, no_module_hosts: set[str]) -> pl.DataFrame:

@@ -37,7 +37,6 @@ CLASS_MEANING = {
     "per_node": "may differ per node (interfaces, HCAs): never flagged",
     "per_rank": "differs by design (ranks, host names, devices): never flagged",
 }
-NO_EVIDENCE = None   # a node with no evidence of the variable's kind (no dump / no echo lines)
 
 
 @dataclass

@@ -346,9 +346,6 @@ def algo_lines(comm: dict) -> list[str]:
 
 # -- measured links: the tools engineers run rung by rung (issue 28) ------------------------------
 
-# Findings that judge a measurement, by the tool their rows come from.
-MEASURE_CODES = {"p2p": "L004", "perftest": "L005", "host_device": "L006"}
-
 
 @dataclass
 class MeasuredRow:
