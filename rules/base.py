@@ -1,21 +1,23 @@
-"""What a rule is and what it returns.
+"""What a rule reads and what it returns.
 
-A rule is a module in ``rules/`` with ``CODE`` (stable, e.g. ``H001``), ``NAME``
-(kebab-case), ``SEVERITY``, a docstring (what it detects, why it matters, what to do,
-known false positives) and ``check(ctx: Context) -> list[Finding]``. Rules read the store
-through ``ctx`` and never import Textual.
+A rule is a module in a family folder of ``rules/`` (``rules/hang/h001_...py``) with a docstring
+(what it detects, why it matters, what to do, known false positives), a ``RULE`` declaration
+(``postmortem.rules.declare.Rule``) and ``check(ctx: Context) -> list[Finding]``, whose findings
+it makes with ``RULE.finding``. Rules read the store through ``ctx`` and never import Textual.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
 
 import polars as pl
 
-from postmortem.analyzer.pipeline import Run
 from postmortem.analyzer.store import line_text
+from postmortem.rules.declare import Category, Severity
 
-SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
+if TYPE_CHECKING:
+    from postmortem.analyzer.pipeline import Run
 
 
 @dataclass
@@ -30,9 +32,13 @@ class Evidence:
 
 @dataclass
 class Finding:
+    """One thing a rule found (made by ``Rule.finding``). ``severity`` and ``category`` are the
+    enums (a string is converted, and one that names no member raises); ``to_dict`` has their
+    strings, as the report carries them."""
+
     code: str
     name: str
-    severity: str
+    severity: Severity
     confidence: float
     title: str
     message: str
@@ -43,14 +49,19 @@ class Finding:
     suggestion: str = ""
     caused_by: list[str] = field(default_factory=list)
     attempt: int | None = None
-    category: str = ""
+    category: Category = ""         # required in practice: "" names no category and raises
     culprit: bool = False           # the finding names the cause (not a symptom)
     details: dict = field(default_factory=dict)
     id: str = ""
 
+    def __post_init__(self):
+        self.severity = Severity(self.severity)
+        self.category = Category(self.category)
+
     def to_dict(self) -> dict:
         data = asdict(self)
         data["confidence"] = round(self.confidence, 2)
+        data["severity"], data["category"] = str(self.severity), str(self.category)
         return data
 
 

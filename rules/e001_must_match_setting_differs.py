@@ -35,11 +35,10 @@ Known false positives
 from __future__ import annotations
 
 from postmortem.rules.base import Context, Finding
+from postmortem.rules.declare import Category, Rule, Severity
 from postmortem.rules.config_model import UNSET, Mismatch, mismatch_confidence, mismatch_evidence, ranks_on, setting_mismatches
 
-CODE = "E001"
-NAME = "must-match-setting-differs"
-SEVERITY = "error"
+RULE = Rule(code="E001", name="must-match-setting-differs", severity=Severity.ERROR, category=Category.CONFIG, since="0.1.0")
 
 ERROR_HANDLING = {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "NCCL_ASYNC_ERROR_HANDLING", "TORCH_NCCL_BLOCKING_WAIT",
                   "NCCL_BLOCKING_WAIT"}   # must match too, but they decide how a hang ends, not whether: E002
@@ -105,10 +104,9 @@ def check(ctx: Context) -> list[Finding]:
         message = describe(m) + f". Why it matters: {why(m.key)}"
         if m.majority is None and not weak:
             message += ". No value is held by a majority of the nodes, so which node is wrong is not decided"
-        out.append(Finding(
-            CODE, NAME, "warning" if weak else SEVERITY, confidence, title, message,
+        out.append(RULE.finding(severity=Severity.WARNING if weak else RULE.severity, confidence=confidence, title=title, message=message,
             ranks=ranks_on(ctx, nodes) if culprit else [], nodes=nodes,
-            evidence=mismatch_evidence(ctx, m), suggestion=suggestion(m), category="config", culprit=culprit,
+            evidence=mismatch_evidence(ctx, m), suggestion=suggestion(m), culprit=culprit,
             details={"key": m.key, "values": m.summary(), "majority": m.majority, "minority": m.minority,
                      "basis": m.basis, "dump_disagrees_on": m.contradicted, "drain": False}))
     return out

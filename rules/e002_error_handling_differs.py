@@ -23,12 +23,11 @@ Known false positives
 from __future__ import annotations
 
 from postmortem.rules.base import Context, Finding
+from postmortem.rules.declare import Category, Rule, Severity
 from postmortem.rules.config_model import mismatch_confidence, mismatch_evidence, setting_mismatches
 from postmortem.rules.e001_must_match_setting_differs import ERROR_HANDLING, describe, suggestion
 
-CODE = "E002"
-NAME = "error-handling-differs"
-SEVERITY = "warning"
+RULE = Rule(code="E002", name="error-handling-differs", severity=Severity.WARNING, category=Category.CONFIG, since="0.1.0")
 
 
 def check(ctx: Context) -> list[Finding]:
@@ -36,11 +35,9 @@ def check(ctx: Context) -> list[Finding]:
     for m in setting_mismatches(ctx, ("must_match",)):
         if m.key not in ERROR_HANDLING:
             continue
-        out.append(Finding(
-            CODE, NAME, SEVERITY, min(0.8, mismatch_confidence(m)), f"{m.key} differs between nodes",
-            describe(m) + ". Ranks with error handling off do not exit when their watchdog fires: after a hang "
+        out.append(RULE.finding(confidence=min(0.8, mismatch_confidence(m)), title=f"{m.key} differs between nodes",
+            message=describe(m) + ". Ranks with error handling off do not exit when their watchdog fires: after a hang "
             "they keep their GPUs while the others are torn down",
-            nodes=m.minority, evidence=mismatch_evidence(ctx, m), suggestion=suggestion(m), category="config",
-            culprit=False, details={"key": m.key, "values": m.summary(), "majority": m.majority,
+            nodes=m.minority, evidence=mismatch_evidence(ctx, m), suggestion=suggestion(m), culprit=False, details={"key": m.key, "values": m.summary(), "majority": m.majority,
                                     "minority": m.minority, "basis": m.basis}))
     return out

@@ -27,21 +27,18 @@ Known false positives
 from __future__ import annotations
 
 from postmortem.rules.base import Context, Finding
+from postmortem.rules.declare import Category, Rule, Severity
 from postmortem.rules.config_model import mismatch_confidence, mismatch_evidence, setting_mismatches
 from postmortem.rules.e001_must_match_setting_differs import describe, suggestion
 
-CODE = "E003"
-NAME = "should-match-setting-differs"
-SEVERITY = "warning"
+RULE = Rule(code="E003", name="should-match-setting-differs", severity=Severity.WARNING, category=Category.CONFIG, since="0.1.0")
 
 
 def check(ctx: Context) -> list[Finding]:
     out = []
     for m in setting_mismatches(ctx, ("should_match",)):
-        out.append(Finding(
-            CODE, NAME, SEVERITY, min(0.8, mismatch_confidence(m)), f"{m.key} differs between nodes",
-            describe(m) + ". It should be the same everywhere: nodes that differ perform or report differently",
-            nodes=m.minority, evidence=mismatch_evidence(ctx, m), suggestion=suggestion(m), category="config",
-            culprit=False, details={"key": m.key, "values": m.summary(), "majority": m.majority,
+        out.append(RULE.finding(confidence=min(0.8, mismatch_confidence(m)), title=f"{m.key} differs between nodes",
+            message=describe(m) + ". It should be the same everywhere: nodes that differ perform or report differently",
+            nodes=m.minority, evidence=mismatch_evidence(ctx, m), suggestion=suggestion(m), culprit=False, details={"key": m.key, "values": m.summary(), "majority": m.majority,
                                     "minority": m.minority, "basis": m.basis}))
     return out

@@ -32,11 +32,10 @@ from __future__ import annotations
 import polars as pl
 
 from postmortem.rules.base import Context, Finding
+from postmortem.rules.declare import Category, Rule, Severity
 from postmortem.rules.config_model import NodeVersion, nccl_node_versions, ranks_on, version_split
 
-CODE = "E004"
-NAME = "nccl-version-mismatch"
-SEVERITY = "error"
+RULE = Rule(code="E004", name="nccl-version-mismatch", severity=Severity.ERROR, category=Category.CONFIG, since="0.1.0")
 
 CONSEQUENCE = ("NCCL does not support mixed releases: before 2.23 nothing checks it, so the ranks fail at bootstrap "
                "('Message truncated') or hang at the first collective they disagree on; 2.23+ refuses at init")
@@ -87,11 +86,10 @@ def check(ctx: Context) -> list[Finding]:
         hint, refs = _library_path_hint(ctx, names)
         message = message.replace(f". {CONSEQUENCE}", f"{hint}. {CONSEQUENCE}")
         evidence += [ctx.evidence(i, n, note=note) for i, n, note in refs]
-        out.append(Finding(
-            CODE, NAME, SEVERITY, confidence, title, message,
+        out.append(RULE.finding(confidence=confidence, title=title, message=message,
             ranks=ranks_on(ctx, names) if culprit else [], nodes=names, evidence=evidence[:6],
             suggestion=_suggestion(names, culprit),
-            category="config", culprit=culprit,
+            culprit=culprit,
             details={"versions": {v.node: v.text() for v in nodes}, "minority": names, "drain": False,
                      "from_line_shapes": not exact}))
     elif not refused.is_empty():
@@ -128,11 +126,10 @@ def _suggestion(names: list[str], culprit: bool) -> str:
 
 def _refused(ctx: Context, refused: pl.DataFrame, out: list[Finding]) -> None:
     r = refused.row(0, named=True)
-    out.append(Finding(
-        CODE, NAME, SEVERITY, 0.85, "NCCL refused to mix releases",
-        f"NCCL reported: {r.get('message') or r.get('detail')}. {CONSEQUENCE}",
+    out.append(RULE.finding(confidence=0.85, title="NCCL refused to mix releases",
+        message=f"NCCL reported: {r.get('message') or r.get('detail')}. {CONSEQUENCE}",
         nodes=sorted(set(refused["node"].drop_nulls().to_list())) if "node" in refused.columns else [],
         evidence=[ctx.evidence(r["input_id"], r["line_no"], note="NCCL's version check (2.23+)")],
         suggestion="Run one NCCL build on every node; the ranks named in the warning are communicator ranks: "
                    "their hosts' NCCL lines show which release each runs.",
-        category="config", culprit=False, details={"drain": False}))
+        culprit=False, details={"drain": False}))

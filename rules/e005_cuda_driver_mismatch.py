@@ -25,11 +25,10 @@ from __future__ import annotations
 import polars as pl
 
 from postmortem.rules.base import Context, Finding
+from postmortem.rules.declare import Category, Rule, Severity
 from postmortem.rules.config_model import majority_split
 
-CODE = "E005"
-NAME = "cuda-driver-mismatch"
-SEVERITY = "warning"
+RULE = Rule(code="E005", name="cuda-driver-mismatch", severity=Severity.WARNING, category=Category.CONFIG, since="0.1.0")
 
 
 def _per_node(frame: pl.DataFrame, node: str, value: str) -> tuple[dict[str, str], dict[str, tuple[int, int]]]:
@@ -69,11 +68,10 @@ def check(ctx: Context) -> list[Finding]:
             evidence.append(ctx.evidence(*refs[other], note=f"{label} {majority} on {other} (the majority)"))
         where = f"{', '.join(minority)} run{'s' if len(minority) == 1 else ''} another GPU driver" \
             if majority is not None else "the nodes run different GPU drivers"
-        out.append(Finding(
-            CODE, NAME, SEVERITY, 0.7, where,
-            f"{label} differs between nodes: {summary}. Nodes on another driver behave differently (CUDA "
+        out.append(RULE.finding(confidence=0.7, title=where,
+            message=f"{label} differs between nodes: {summary}. Nodes on another driver behave differently (CUDA "
             "compatibility, fabric manager, fixed bugs)",
-            nodes=minority, evidence=evidence, category="config", culprit=False,
+            nodes=minority, evidence=evidence, culprit=False,
             suggestion=f"Bring {', '.join(minority)} to the cluster's driver"
                        + (f" ({majority})" if majority is not None else "")
                        + " with its matching fabric manager, or exclude it until then; check with "

@@ -26,11 +26,10 @@ from __future__ import annotations
 import polars as pl
 
 from postmortem.rules.base import Context, Finding
+from postmortem.rules.declare import Category, Rule, Severity
 from postmortem.rules.config_model import majority_split
 
-CODE = "E006"
-NAME = "torch-version-mismatch"
-SEVERITY = "warning"
+RULE = Rule(code="E006", name="torch-version-mismatch", severity=Severity.WARNING, category=Category.CONFIG, since="0.1.0")
 
 
 def check(ctx: Context) -> list[Finding]:
@@ -61,13 +60,12 @@ def check(ctx: Context) -> list[Finding]:
     if majority is not None:
         other = next(n for n in sorted(compared) if compared[n] == majority)
         evidence.append(ctx.evidence(*refs[other], note=f"torch {values[other]} on {other} (the majority)"))
-    return [Finding(
-        CODE, NAME, SEVERITY, 0.7,
-        f"{', '.join(minority)} run{'s' if len(minority) == 1 else ''} another PyTorch" if majority is not None
+    return [RULE.finding(confidence=0.7,
+        title=f"{', '.join(minority)} run{'s' if len(minority) == 1 else ''} another PyTorch" if majority is not None
         else "the nodes run different PyTorch builds",
-        f"PyTorch differs between nodes: {summary}. Ranks on another PyTorch may issue collectives differently "
+        message=f"PyTorch differs between nodes: {summary}. Ranks on another PyTorch may issue collectives differently "
         "and handle errors and timeouts differently",
-        nodes=minority, evidence=evidence, category="config", culprit=False,
+        nodes=minority, evidence=evidence, culprit=False,
         suggestion="Run every node from one image or environment; compare python -c \"import torch; "
                    "print(torch.__version__, torch.version.cuda, torch.cuda.nccl.version())\" on each node.",
         details={"values": values, "majority": majority})]

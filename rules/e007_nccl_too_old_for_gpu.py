@@ -24,10 +24,9 @@ from __future__ import annotations
 import polars as pl
 
 from postmortem.rules.base import Context, Finding
+from postmortem.rules.declare import Category, Rule, Severity
 
-CODE = "E007"
-NAME = "nccl-too-old-for-gpu"
-SEVERITY = "error"
+RULE = Rule(code="E007", name="nccl-too-old-for-gpu", severity=Severity.ERROR, category=Category.CONFIG, since="0.1.0")
 
 
 def check(ctx: Context) -> list[Finding]:
@@ -45,13 +44,12 @@ def check(ctx: Context) -> list[Finding]:
     release = f"NCCL {', '.join(versions)}" if versions else "this NCCL release"
     first = hits.row(0, named=True)
     detail = first.get("detail") or first.get("message") or ""
-    return [Finding(
-        CODE, NAME, SEVERITY, 0.75, f"{release} is too old for this GPU (shared memory limit exceeded)",
-        f"NCCL reports ncclMaxSharedMem {detail} on {len(hits)} process(es) ({', '.join(hosts) or '?'}): the "
+    return [RULE.finding(confidence=0.75, title=f"{release} is too old for this GPU (shared memory limit exceeded)",
+        message=f"NCCL reports ncclMaxSharedMem {detail} on {len(hits)} process(es) ({', '.join(hosts) or '?'}): the "
         f"kernels of {release} need more shared memory per block than the GPU provides, a known NCCL bug on new "
         "GPU generations fixed in later releases; transports and NCCL_P2P_DISABLE do not avoid it",
         nodes=hosts, evidence=[ctx.evidence(r["input_id"], r["line_no"], note="NCCL's shared memory check")
                                for r in hits.head(2).iter_rows(named=True)],
         suggestion="Upgrade NCCL to a release that supports this GPU (a newer nvidia-nccl-cu12 wheel or container "
                    "image) and check torch.cuda.nccl.version() in the job's environment.",
-        category="config", culprit=False, details={"versions": versions, "drain": False})]
+        culprit=False, details={"versions": versions, "drain": False})]

@@ -42,13 +42,12 @@ import polars as pl
 
 from postmortem.analyzer import commands
 from postmortem.rules.base import Context, Finding
+from postmortem.rules.declare import Category, Rule, Severity
 from postmortem.rules.hang_model import analyse_hang
 from postmortem.rules.hw_model import (attempt_start, first_error, fmt_s, gpu_descriptor, gpu_label, job_nodes, occurrences,
                             offsets, order_against)
 
-CODE = "G001"
-NAME = "gpu-fault"
-SEVERITY = "error"
+RULE = Rule(code="G001", name="gpu-fault", severity=Severity.ERROR, category=Category.HARDWARE, since="0.1.0")
 
 FATAL = {48, 62, 64, 74, 79, 94, 95, 119, 120, 121, 140, 144, 145, 146, 147, 148, 149, 150, 154}
 RECORDED = {63, 92}       # a remap recorded / a high single-bit rate: the GPU needs attention, not a crash
@@ -169,13 +168,13 @@ def _gpu_finding(ctx: Context, node: str, pci: str, rows: pl.DataFrame, first, s
     # -- how sure: the fault's kind, whether the job used the GPU, and the order against the first error
     hang = analyse_hang(ctx)
     agrees = rank is not None and rank in hang.culprits
-    culprit, confidence, severity = False, 0.0, "warning"
+    culprit, confidence, severity = False, 0.0, Severity.WARNING
     if how == "not-job":
-        severity, confidence = "info", 0.8
+        severity, confidence = Severity.INFO, 0.8
         claim = "no rank of this job ran on that GPU (the ranks on the node used other bus ids): not this job's cause"
     elif not fatal and not app_repeat:
         if main in APPLICATION:
-            severity, confidence = "info", 0.6
+            severity, confidence = Severity.INFO, 0.6
             claim = ("Xid 13/31 once, or on several GPUs, is usually the program's own illegal address or instruction, "
                      "not the GPU: read the rank's CUDA error")
         else:
@@ -186,7 +185,7 @@ def _gpu_finding(ctx: Context, node: str, pci: str, rows: pl.DataFrame, first, s
         claim = ("logged before this attempt started: an older fault, or the node's kernel times and the job's "
                  "logs disagree (zone or clock); not claimed as this attempt's cause")
     elif order == "before" or order == "no-error" or (order == "unknown" and agrees):
-        culprit, severity = True, "error"
+        culprit, severity = True, Severity.ERROR
         conf_order = first_occ["order_confidence"] or "low"
         if order == "before":
             confidence = {"high": 0.9, "medium": 0.75}.get(conf_order if not same_node else "high", 0.6)
@@ -207,7 +206,7 @@ def _gpu_finding(ctx: Context, node: str, pci: str, rows: pl.DataFrame, first, s
             confidence -= 0.15
             claim += "; the rank on that GPU is not known (the job used every GPU of the node)"
         if how == "unknown":
-            culprit, severity, confidence = False, "warning", min(confidence, 0.45)
+            culprit, severity, confidence = False, Severity.WARNING, min(confidence, 0.45)
             claim += "; whether the job used this GPU is unknown (no bus id for its ranks)"
     elif order == "after":
         confidence = 0.3
@@ -227,9 +226,9 @@ def _gpu_finding(ctx: Context, node: str, pci: str, rows: pl.DataFrame, first, s
     if main in ADVICE and severity != "info":
         message += f" {ADVICE[main][0].upper()}{ADVICE[main][1:]}."
     suggestion = _suggestion(node, gpu, main, severity)
-    return Finding(CODE, NAME, severity, max(0.05, min(confidence, 0.95)), title, message,
+    return RULE.finding(severity=severity, confidence=max(0.05, min(confidence, 0.95)), title=title, message=message,
                    ranks=[rank] if rank is not None else [], nodes=[node], gpus=[gpu], evidence=evidence,
-                   suggestion=suggestion, category="hardware" if severity != "info" else "info", culprit=culprit,
+                   suggestion=suggestion, category=Category.HARDWARE if severity != Category.INFO else Category.INFO, culprit=culprit,
                    details={"xid": main, "xids": codes, "occurrences": n_occ, "pci": pci, "rank_join": how,
                             "order": order, "seconds_before_first_error": round(lead, 3) if lead is not None else None,
                             "order_confidence": first_occ["order_confidence"],

@@ -32,11 +32,10 @@ import polars as pl
 
 from postmortem.analyzer import commands
 from postmortem.rules.base import Context, Finding, with_columns
+from postmortem.rules.declare import Category, Rule, Severity
 from postmortem.rules.hw_model import gpu_descriptor, gpu_label, job_nodes
 
-CODE = "G002"
-NAME = "pcie-link-degraded"
-SEVERITY = "warning"
+RULE = Rule(code="G002", name="pcie-link-degraded", severity=Severity.WARNING, category=Category.HARDWARE, since="0.1.0")
 
 
 def _rank_at(ctx: Context, node: str, pci: str) -> int | None:
@@ -108,8 +107,7 @@ def _check_product(ctx: Context, product: str, rows: pl.DataFrame) -> list[Findi
         if gpus == 1:
             message += " No other GPU of the same model was in the inputs to compare with."
         bus = commands.shown(r["bus_id"], commands.bus_id)
-        out.append(Finding(
-            CODE, NAME, SEVERITY, confidence, f"PCIe link degraded on {label}", message,
+        out.append(RULE.finding(confidence=confidence, title=f"PCIe link degraded on {label}", message=message,
             ranks=[rank] if rank is not None else [], nodes=[r["node"]], gpus=[gpu],
             evidence=[ctx.evidence(r["input_id"], r["line_no"],
                                    note="nvidia-smi block of this GPU (PCI / GPU Link Info)")],
@@ -117,7 +115,7 @@ def _check_product(ctx: Context, product: str, rows: pl.DataFrame) -> list[Findi
                         f"`{commands.sh('lspci', '-vv', '-s', bus)} | grep -E 'LnkCap|LnkSta'`; reseat the GPU/riser at "
                         f"the next maintenance and keep bandwidth-bound jobs off it "
                         f"(`{commands.sh('--exclude=' + commands.shown(r['node'], commands.host))}`)."),
-            category="hardware", culprit=False,
+            culprit=False,
             details={"bus_id": r["bus_id"], "width_current": wc, "width_max": wm, "gen_current": gc, "gen_max": gm,
                      "peers_width": width_usual, "peers_gen": gen_usual, "idle": idle}))
     return out

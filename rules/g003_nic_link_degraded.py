@@ -34,11 +34,10 @@ import polars as pl
 
 from postmortem.analyzer import commands
 from postmortem.rules.base import Context, Finding, with_columns
+from postmortem.rules.declare import Category, Rule, Severity
 from postmortem.rules.hw_model import job_nodes
 
-CODE = "G003"
-NAME = "nic-link-degraded"
-SEVERITY = "warning"
+RULE = Rule(code="G003", name="nic-link-degraded", severity=Severity.WARNING, category=Category.HARDWARE, since="0.1.0")
 
 
 def _used_nics(ctx: Context) -> dict[str, set[str]]:
@@ -118,14 +117,14 @@ def _ports(ctx: Context) -> list[Finding]:
 def _finding(ctx: Context, r: dict, title: str, message: str, confidence: float, details: dict) -> Finding:
     dev = commands.shown(r["ca"], commands.device)
     host = commands.shown(r["node"], commands.host)
-    return Finding(CODE, NAME, SEVERITY, confidence, title, message, nodes=[r["node"]],
+    return RULE.finding(confidence=confidence, title=title, message=message, nodes=[r["node"]],
                    evidence=[ctx.evidence(r["input_id"], r["line_no"],
                                           note=f"{r.get('source') or 'ibstat'} port block")],
                    suggestion=(f"On {r['node']}: `{commands.sh('ibstat', dev)}` and `{commands.sh('mlxlink', '-d', dev, '-m')}` "
                                f"(negotiated speed, FEC, cable); reseat or replace the cable/transceiver; until then "
                                f"exclude the node (`{commands.sh('--exclude=' + host)}`) or leave {r['ca']} out of "
                                "NCCL_IB_HCA."),
-                   category="hardware", culprit=False, details=details)
+                   culprit=False, details=details)
 
 
 def _links(ctx: Context) -> list[Finding]:
@@ -153,11 +152,11 @@ def _links(ctx: Context) -> list[Finding]:
         node = (r.get("device") or "?").split(" ")[0]
         message = f"iblinkinfo: {r.get('device')} port {r.get('port')} is Active but {' and '.join(bad)}."
         title = f"IB link of {r.get('device')} degraded: {', '.join(bad)}"
-        out.append(Finding(CODE, NAME, SEVERITY, 0.65, title, message, nodes=[node],
+        out.append(RULE.finding(confidence=0.65, title=title, message=message, nodes=[node],
                            evidence=[ctx.evidence(r["input_id"], r["line_no"], note="iblinkinfo link line")],
                            suggestion=(f"On {node}: `mlxlink -d <dev> -m` and the switch port's counters "
                                        "(`perfquery`); reseat or replace the cable."),
-                           category="hardware", culprit=False,
+                           culprit=False,
                            details={"width": r["width"], "lane_gbps": r["lane_gbps"], "usual_width": usual_w,
                                     "usual_lane_gbps": usual_l}))
     return out

@@ -30,11 +30,10 @@ import polars as pl
 
 from postmortem.analyzer import commands
 from postmortem.rules.base import Context, Finding
+from postmortem.rules.declare import Category, Rule, Severity
 from postmortem.rules.hw_model import gpu_descriptor, gpu_label, job_nodes
 
-CODE = "G004"
-NAME = "gpu-memory-health"
-SEVERITY = "warning"
+RULE = Rule(code="G004", name="gpu-memory-health", severity=Severity.WARNING, category=Category.HARDWARE, since="0.1.0")
 
 
 def _yes(value) -> bool:
@@ -91,11 +90,11 @@ def check(ctx: Context) -> list[Finding]:
                       f"With no process on it, reset the GPU (`{commands.sh('nvidia-smi', '-r', '-i', commands.shown(bus_id, commands.bus_id))}`) to apply the pending "
                       f"retirement/remap; if uncorrectable errors return, drain {node} and open an RMA.")
         title = f"GPU health: {problems[0]} on {label}"
-        out.append(Finding(CODE, NAME, SEVERITY, 0.7 if replace else 0.6, title, message,
+        out.append(RULE.finding(confidence=0.7 if replace else 0.6, title=title, message=message,
                            ranks=[rank] if rank is not None else [], nodes=[node], gpus=[gpu],
                            evidence=[ctx.evidence(worst["input_id"], worst["line_no"],
                                                   note="nvidia-smi block of this GPU")],
-                           suggestion=suggestion, category="hardware", culprit=False,
+                           suggestion=suggestion, culprit=False,
                            details={"problems": problems, "bus_id": bus}))
     return out
 

@@ -34,10 +34,9 @@ import polars as pl
 
 from postmortem.analyzer.ranges import hostlist
 from postmortem.rules.base import Context, Finding, with_columns
+from postmortem.rules.declare import Category, Rule, Severity
 
-CODE = "G005"
-NAME = "nic-port-down"
-SEVERITY = "warning"
+RULE = Rule(code="G005", name="nic-port-down", severity=Severity.WARNING, category=Category.HARDWARE, since="0.1.0")
 
 _DOWN_STATES = {"Down", "Init", "Armed", "Disabled", "Polling"}
 
@@ -67,11 +66,11 @@ def check(ctx: Context) -> list[Finding]:
         if not off.is_empty():
             items = sorted({f"{r['device']} port {r['port']} ({r['state']}/{r['physical_state']})"
                             for r in off.iter_rows(named=True)})
-            out.append(Finding(CODE, NAME, SEVERITY, 0.6, f"iblinkinfo: {off.height} link(s) not Active/LinkUp",
-                               f"iblinkinfo shows {off.height} link(s) not up: {', '.join(items[:8])}",
+            out.append(RULE.finding(confidence=0.6, title=f"iblinkinfo: {off.height} link(s) not Active/LinkUp",
+                               message=f"iblinkinfo shows {off.height} link(s) not up: {', '.join(items[:8])}",
                                evidence=[ctx.evidence(i, n, note="iblinkinfo link") for i, n in
                                          off.select("input_id", "line_no").head(2).iter_rows()],
-                               suggestion=_SUGGEST, category="hardware", culprit=False,
+                               suggestion=_SUGGEST, culprit=False,
                                details={"check": "iblinkinfo", "links": items, "drain": False}))
     out += _panics(ctx)
     return out
@@ -92,18 +91,18 @@ def _node_finding(ctx: Context, node: str, rows: pl.DataFrame, bad: pl.DataFrame
         items.append(f"{r['ca']}:{r['port']} {state}{via}")
     only_netdev = set(bad["source"].drop_nulls().to_list()) == {"ibdev2netdev"}
     most = bad.height >= 2 and bad.height * 2 >= total
-    severity = SEVERITY if most else "info"
+    severity = RULE.severity if most else Severity.INFO
     message = (f"{bad.height} of {total} NIC port(s) on {node} are not up: {', '.join(items[:8])}"
                + (" ..." if len(items) > 8 else "")
                + ("; ibdev2netdev's state is the IP interface's, not the IB port's" if only_netdev else "")
                + ("; most of the node's ports: it cannot carry a multi-node job at full bandwidth" if most else
                   "; the others are up (a spare or second port is often down by design)"))
-    return Finding(CODE, NAME, severity, 0.7 if most else 0.4,
-                   f"{bad.height} of {total} NIC port(s) down on {node}", message,
+    return RULE.finding(severity=severity, confidence=0.7 if most else 0.4,
+                   title=f"{bad.height} of {total} NIC port(s) down on {node}", message=message,
                    nodes=[node] if node != "an unknown node" else [],
                    evidence=[ctx.evidence(i, n, note=f"{s or 'tool'}: port not up") for i, n, s in
                              bad.select("input_id", "line_no", "source").head(3).iter_rows()],
-                   suggestion=_SUGGEST, category="hardware", culprit=False,
+                   suggestion=_SUGGEST, culprit=False,
                    details={"check": "ports", "node": node, "down": items, "ports": total, "drain": False})
 
 
@@ -122,12 +121,12 @@ def _panics(ctx: Context) -> list[Finding]:
         panics = panics.join(of_input, on="input_id", how="left").with_columns(node=pl.coalesce("node", "_n")).drop("_n")
     nodes = sorted(set(panics["node"].drop_nulls().to_list()))
     devices = sorted(set(panics["device"].drop_nulls().to_list()))
-    return [Finding(CODE, NAME, SEVERITY, 0.6, f"ibpanic: {'device ' + ', '.join(devices) if devices else 'an IB tool failed'}"
+    return [RULE.finding(confidence=0.6, title=f"ibpanic: {'device ' + ', '.join(devices) if devices else 'an IB tool failed'}"
                     + (f" on {hostlist(nodes)}" if nodes else ""),
-                    f"infiniband-diags gave up: {'; '.join(panics['detail'].drop_nulls().unique(maintain_order=True).head(3).to_list())}"
+                    message=f"infiniband-diags gave up: {'; '.join(panics['detail'].drop_nulls().unique(maintain_order=True).head(3).to_list())}"
                     + ("; a device that cannot be opened is gone (driver, firmware, or the card)" if devices else ""),
                     nodes=nodes, evidence=[ctx.evidence(i, n, note="ibpanic") for i, n in
                                            panics.select("input_id", "line_no").head(2).iter_rows()],
                     suggestion=("Check the device on the node: ibv_devinfo, the kernel log (mlx5_core), lspci for the "
                                 "card; reload the driver or replace the card; exclude the node meanwhile."),
-                    category="hardware", culprit=False, details={"check": "ibpanic", "devices": devices, "drain": False})]
+                    culprit=False, details={"check": "ibpanic", "devices": devices, "drain": False})]

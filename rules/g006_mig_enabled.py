@@ -26,10 +26,9 @@ import polars as pl
 
 from postmortem.analyzer.ranges import hostlist
 from postmortem.rules.base import Context, Finding, with_columns
+from postmortem.rules.declare import Category, Rule, Severity
 
-CODE = "G006"
-NAME = "mig-enabled"
-SEVERITY = "warning"
+RULE = Rule(code="G006", name="mig-enabled", severity=Severity.WARNING, category=Category.HARDWARE, since="0.1.0")
 
 
 def check(ctx: Context) -> list[Finding]:
@@ -55,10 +54,10 @@ def check(ctx: Context) -> list[Finding]:
                + (f" ({', '.join(gpus[:8])})" if gpus else "")
                + ": each process sees a MIG slice (part of the SMs and memory), and P2P/NVLink between MIG "
                  "instances is not available to NCCL; a training job sized for whole GPUs runs slower or out of memory")
-    return [Finding(CODE, NAME, SEVERITY, 0.75, f"MIG mode on {len(rows)} GPU(s)" + (f" of {hostlist(nodes)}" if nodes else ""),
-                    message, nodes=nodes,
+    return [RULE.finding(confidence=0.75, title=f"MIG mode on {len(rows)} GPU(s)" + (f" of {hostlist(nodes)}" if nodes else ""),
+                    message=message, nodes=nodes,
                     evidence=[ctx.evidence(i, n, note=f"{src}: MIG mode enabled") for _, _, i, n, src in rows[:3]],
                     suggestion=("Turn MIG off for training: nvidia-smi -i <gpu> -mig 0, then reset the GPU (or reboot); "
                                 "or schedule the job on nodes without MIG."),
-                    category="hardware", culprit=False,
+                    culprit=False,
                     details={"gpus": gpus, "nodes": nodes, "count": len(rows), "drain": False})]

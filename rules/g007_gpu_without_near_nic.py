@@ -29,10 +29,9 @@ import polars as pl
 
 from postmortem.analyzer import topology
 from postmortem.rules.base import Context, Finding, with_columns
+from postmortem.rules.declare import Category, Rule, Severity
 
-CODE = "G007"
-NAME = "gpu-without-near-nic"
-SEVERITY = "warning"
+RULE = Rule(code="G007", name="gpu-without-near-nic", severity=Severity.WARNING, category=Category.HARDWARE, since="0.1.0")
 
 
 def check(ctx: Context) -> list[Finding]:
@@ -57,13 +56,13 @@ def check(ctx: Context) -> list[Finding]:
                    + ": their network traffic crosses a host bridge or the CPU interconnect, without GPUDirect RDMA"
                    + ("" if multi else "; the inputs show no inter-node NCCL hop, so it may not matter for this job"))
         line = topo.topo_line.get(node)
-        out.append(Finding(CODE, NAME, SEVERITY if multi else "info", 0.6 if multi else 0.4,
-                           f"{len(far)} GPU(s) on {node} without a NIC on their PCIe switch", message, nodes=[node],
+        out.append(RULE.finding(severity=RULE.severity if multi else Severity.INFO, confidence=0.6 if multi else 0.4,
+                           title=f"{len(far)} GPU(s) on {node} without a NIC on their PCIe switch", message=message, nodes=[node],
                            evidence=[ctx.evidence(*line, note="nvidia-smi topo -m of this node")] if line else [],
                            suggestion=("Check the node's NICs (ibstat: one down or missing?) and slot layout against a "
                                        "healthy node's topo -m; NCCL_IB_HCA / NCCL_NET_GDR_LEVEL steer the NIC choice "
                                        "meanwhile."),
-                           category="hardware", culprit=False,
+                           culprit=False,
                            details={"node": node, "gpus_without": far, "gpus_with": close, "lonely_nics": lonely,
                                     "drain": False}))
     return out

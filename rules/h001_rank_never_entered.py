@@ -38,13 +38,12 @@ import polars as pl
 
 from postmortem.analyzer.ranges import rank_ranges
 from postmortem.rules.base import Context, Finding
+from postmortem.rules.declare import Category, Rule, Severity
 from postmortem.rules.crash_model import first_failure, first_timeout
 from postmortem.rules.hang_model import analyse_hang, chain_text, rank_lines, solo_work, stack_of, stacks_of, training_finished
 from postmortem.rules.why_no_timeout import why_no_timeout
 
-CODE = "H001"
-NAME = "rank-never-entered-collective"
-SEVERITY = "error"
+RULE = Rule(code="H001", name="rank-never-entered-collective", severity=Severity.ERROR, category=Category.HANG, since="0.1.0")
 
 
 def check(ctx: Context) -> list[Finding]:
@@ -100,24 +99,24 @@ def check(ctx: Context) -> list[Finding]:
                   "same order. If that code would have finished and the rank entered late (long solo work), raise "
                   "the collective timeout above its duration or move the work instead.").format(r=rank_ranges(culprits))
     # After training finished, a hang in the exit path costs GPU time, not the run (H008).
-    severity = "warning" if training_finished(ctx) is not None else SEVERITY
+    severity = Severity.WARNING if training_finished(ctx) is not None else RULE.severity
     nodes = sorted({g.get("node") for g in gpus if g.get("node")})
     first = _died_before_the_wait(ctx, culprits)
     if first is not None:
         # They did not take another code path: their processes were gone (killed, crashed or torn
         # down by the agent) before the others' watchdogs fired. X001 names the first failure.
-        return [Finding(CODE, NAME, "warning", hang.confidence,
-                        f"rank {rank_ranges(culprits)} had exited before {op}"
+        return [RULE.finding(severity=Severity.WARNING, confidence=hang.confidence,
+                        title=f"rank {rank_ranges(culprits)} had exited before {op}"
                         + (f" #{state.wait_seq} ({state.key})" if state is not None else ""),
-                        f"{waited}; rank {rank_ranges(culprits)} never entered it because their processes had ended: "
+                        message=f"{waited}; rank {rank_ranges(culprits)} never entered it because their processes had ended: "
                         f"rank {first.rank} failed first ({first.how}) and the rest followed",
                         ranks=culprits, nodes=nodes, gpus=gpus, evidence=evidence,
                         suggestion="See the first failure (X001) and what caused it; the waiting ranks' timeouts "
                                    "followed from it.",
-                        category="symptom", culprit=False, details=details)]
-    return [Finding(CODE, NAME, severity, hang.confidence, title, message, ranks=culprits,
+                        category=Category.SYMPTOM, culprit=False, details=details)]
+    return [RULE.finding(severity=severity, confidence=hang.confidence, title=title, message=message, ranks=culprits,
                     nodes=nodes, gpus=gpus,
-                    evidence=evidence, suggestion=suggestion, category="hang", culprit=True, details=details)]
+                    evidence=evidence, suggestion=suggestion, culprit=True, details=details)]
 
 
 def _died_before_the_wait(ctx: Context, culprits: list[int]):

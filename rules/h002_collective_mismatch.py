@@ -30,11 +30,10 @@ import polars as pl
 
 from postmortem.analyzer.ranges import rank_ranges
 from postmortem.rules.base import Context, Finding
+from postmortem.rules.declare import Category, Rule, Severity
 from postmortem.rules.hang_model import pg_states
 
-CODE = "H002"
-NAME = "collective-mismatch"
-SEVERITY = "error"
+RULE = Rule(code="H002", name="collective-mismatch", severity=Severity.ERROR, category=Category.DESYNC, since="0.1.0")
 
 
 def check(ctx: Context) -> list[Finding]:
@@ -54,13 +53,12 @@ def check(ctx: Context) -> list[Finding]:
         evidence += [ctx.evidence(ref["input_id"], ref["line_no"], note="majority descriptor")
                      for ref in majority["timeout_ref"].drop_nulls().to_list()[:1]]
         gpus = [ctx.gpu_of(r) for r in state.mismatched]
-        findings.append(Finding(
-            CODE, NAME, SEVERITY, 0.85,
-            f"rank {rank_ranges(state.mismatched)} ran a different collective at SeqNum {state.wait_seq} ({state.key})",
-            f"{len(state.waiting) - len(state.mismatched)} rank(s) of {state.key} are in {state.majority_op} "
+        findings.append(RULE.finding(confidence=0.85,
+            title=f"rank {rank_ranges(state.mismatched)} ran a different collective at SeqNum {state.wait_seq} ({state.key})",
+            message=f"{len(state.waiting) - len(state.mismatched)} rank(s) of {state.key} are in {state.majority_op} "
             f"NumelIn={state.majority_numel} at SeqNum {state.wait_seq}; {seen}",
             ranks=state.mismatched, nodes=sorted({g.get("node") for g in gpus if g.get("node")}), gpus=gpus,
-            evidence=evidence, category="desync", culprit=True,
+            evidence=evidence, culprit=True,
             suggestion="The minority took a different code path at this step (a data-dependent branch, unused "
                        "parameters, an uneven split). Make every rank issue the same collectives with the same sizes.",
             details={"process_group": state.key, "seq": state.wait_seq, "op": state.majority_op,
@@ -76,12 +74,11 @@ def _no_majority(ctx: Context, state) -> Finding:
     seen = "; ".join(f"rank {r}: {op} NumelIn={n}" for r, op, n in snap.select("rank", "op", "numel_in").iter_rows())
     evidence = [ctx.evidence(ref["input_id"], ref["line_no"], note="this rank's descriptor")
                 for ref in snap["timeout_ref"].drop_nulls().to_list()[:4]]
-    return Finding(
-        CODE, NAME, SEVERITY, 0.5,
-        f"ranks of {state.key} disagree on the collective at SeqNum {state.wait_seq}",
-        f"{seen}: the same sequence number with different sizes or ops is a collective mismatch (a rank-dependent "
+    return RULE.finding(confidence=0.5,
+        title=f"ranks of {state.key} disagree on the collective at SeqNum {state.wait_seq}",
+        message=f"{seen}: the same sequence number with different sizes or ops is a collective mismatch (a rank-dependent "
         "code path or shape, not the network); with no majority the logs do not say which side took the wrong path",
-        evidence=evidence, category="desync", culprit=False,
+        evidence=evidence, culprit=False,
         suggestion="Find why these ranks built different tensors for this collective (an uneven shard or split, a "
                    "rank-dependent model branch); TORCH_DISTRIBUTED_DEBUG=DETAIL names the mismatch at its first "
                    "occurrence.",
@@ -106,15 +103,14 @@ def _fingerprints(ctx: Context) -> list[Finding]:
         decided = len(minority["ranks"]) < len(majority["ranks"])
         ref = rows.row(0, named=True)
         # Undecided is still an error (the job failed on it), but it names no culprit.
-        out.append(Finding(
-            CODE, NAME, SEVERITY, 0.8 if decided else 0.3,
-            f"collective mismatch at SequenceNumber {seq}: the ranks' fingerprints differ",
-            f"{minority['op']} with {minority['numel_in']} elements on rank(s) {rank_ranges(minority['ranks'])} vs "
+        out.append(RULE.finding(confidence=0.8 if decided else 0.3,
+            title=f"collective mismatch at SequenceNumber {seq}: the ranks' fingerprints differ",
+            message=f"{minority['op']} with {minority['numel_in']} elements on rank(s) {rank_ranges(minority['ranks'])} vs "
             f"{majority['op']} with {majority['numel_in']} elements on rank(s) {rank_ranges(majority['ranks'])}"
             + ("" if decided else "; with as many ranks on each side there is no majority to blame: one side took "
                "a rank-dependent code path (a different batch shape or model branch), and the logs do not say which"),
             ranks=sorted(minority["ranks"]) if decided else [],
-            evidence=[ctx.evidence(ref["input_id"], ref["line_no"])], category="desync", culprit=decided,
+            evidence=[ctx.evidence(ref["input_id"], ref["line_no"])], culprit=decided,
             suggestion="Ranks reached this collective with different tensors: find the rank-dependent model path.",
             details={"seq": seq}))
     return out

@@ -24,11 +24,10 @@ import polars as pl
 
 from postmortem.analyzer.ranges import rank_ranges
 from postmortem.rules.base import Context, Finding
+from postmortem.rules.declare import Category, Rule, Severity
 from postmortem.rules.hang_model import pg_states
 
-CODE = "H003"
-NAME = "all-ranks-stuck"
-SEVERITY = "error"
+RULE = Rule(code="H003", name="all-ranks-stuck", severity=Severity.ERROR, category=Category.HANG, since="0.1.0")
 
 
 def check(ctx: Context) -> list[Finding]:
@@ -48,13 +47,12 @@ def check(ctx: Context) -> list[Finding]:
         seen = (f"{len(state.waiting)} of {len(state.members)}" if state.members_known
                 else f"all {len(state.waiting)} observed")
         nodes = sorted(set(net["node"].drop_nulls().to_list())) if "node" in net.columns else []
-        out.append(Finding(
-            CODE, NAME, SEVERITY, 0.8,
-            f"all ranks of {state.key} are stuck in {state.majority_op or 'a collective'} #{state.wait_seq}",
-            f"{seen} members (ranks {rank_ranges(state.waiting)}) have SeqNum {state.wait_seq} in flight with the same "
+        out.append(RULE.finding(confidence=0.8,
+            title=f"all ranks of {state.key} are stuck in {state.majority_op or 'a collective'} #{state.wait_seq}",
+            message=f"{seen} members (ranks {rank_ranges(state.waiting)}) have SeqNum {state.wait_seq} in flight with the same "
             "op and size and none is behind: no single rank failed to arrive"
             + (f"; NCCL warnings came from {', '.join(nodes)}" if nodes else ""),
-            ranks=[], nodes=nodes, evidence=evidence, category="hang", culprit=False,
+            ranks=[], nodes=nodes, evidence=evidence, culprit=False,
             suggestion="Check the network and GPUs (NCCL WARN lines, dmesg Xid / mlx5 link events, nccl-tests between "
                        "the nodes) and compare NCCL versions and NCCL_* settings across nodes.",
             details={"process_group": state.key, "seq": state.wait_seq, "op": state.majority_op,

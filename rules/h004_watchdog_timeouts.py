@@ -24,11 +24,10 @@ import polars as pl
 
 from postmortem.analyzer.ranges import rank_ranges
 from postmortem.rules.base import Context, Finding
+from postmortem.rules.declare import Category, Rule, Severity
 from postmortem.rules.hang_model import pg_states
 
-CODE = "H004"
-NAME = "watchdog-timeouts"
-SEVERITY = "warning"
+RULE = Rule(code="H004", name="watchdog-timeouts", severity=Severity.WARNING, category=Category.SYMPTOM, since="0.1.0")
 
 
 def check(ctx: Context) -> list[Finding]:
@@ -49,10 +48,8 @@ def check(ctx: Context) -> list[Finding]:
         message += ". These ranks were waiting: they are symptoms, not the cause."
         evidence = [ctx.evidence(first["timeout_ref"]["input_id"], first["timeout_ref"]["line_no"],
                                  note="first timeout")]
-        out.append(Finding(
-            CODE, NAME, SEVERITY, 0.95, f"watchdog timeouts on {len(state.timed_out)} rank(s) of {state.key}",
-            message, ranks=[], evidence=evidence, category="symptom",
-            suggestion="Do not drain the node of the first rank to time out; see the cause this finding links to.",
+        out.append(RULE.finding(confidence=0.95, title=f"watchdog timeouts on {len(state.timed_out)} rank(s) of {state.key}",
+            message=message, ranks=[], evidence=evidence, suggestion="Do not drain the node of the first rank to time out; see the cause this finding links to.",
             details={"process_group": state.key, "timed_out_ranks": rank_ranges(state.timed_out),
                      "first_timeout_rank": first["rank"], "dump_signal_from": detectors}))
     return out

@@ -22,12 +22,11 @@ from __future__ import annotations
 
 from postmortem.analyzer.ranges import rank_ranges
 from postmortem.rules.base import Context, Finding
+from postmortem.rules.declare import Category, Rule, Severity
 from postmortem.rules.evidence_model import missing_for_a_hang, phrase
 from postmortem.rules.hang_model import analyse_hang
 
-CODE = "H005"
-NAME = "hang-culprit-undecided"
-SEVERITY = "warning"
+RULE = Rule(code="H005", name="hang-culprit-undecided", severity=Severity.WARNING, category=Category.HANG, since="0.1.0")
 
 
 def check(ctx: Context) -> list[Finding]:
@@ -36,12 +35,10 @@ def check(ctx: Context) -> list[Finding]:
         return []
     candidates = f"rank {rank_ranges(hang.culprits)}" if hang.culprits else "no rank"
     state = hang.pg or hang.hang_states[0]
-    return [Finding(
-        CODE, NAME, SEVERITY, 0.9,
-        f"hang in {state.majority_op or 'a collective'} #{state.wait_seq} ({state.key}): culprit undecided",
-        f"{len(state.waiting)} rank(s) wait; the evidence points at {candidates}, but: " + "; ".join(hang.inconclusive),
-        ranks=[], category="hang",
-        suggestion=_suggestion(ctx),
+    return [RULE.finding(confidence=0.9,
+        title=f"hang in {state.majority_op or 'a collective'} #{state.wait_seq} ({state.key}): culprit undecided",
+        message=f"{len(state.waiting)} rank(s) wait; the evidence points at {candidates}, but: " + "; ".join(hang.inconclusive),
+        ranks=[], suggestion=_suggestion(ctx),
         details={"candidates": hang.culprits, "reasons": hang.inconclusive, "process_group": state.key,
                  "seq": state.wait_seq})]
 

@@ -30,11 +30,10 @@ Known false positives
 from __future__ import annotations
 
 from postmortem.rules.base import Context, Finding
+from postmortem.rules.declare import Category, Rule, Severity
 from postmortem.rules.hang_model import analyse_hang, solo_work
 
-CODE = "H006"
-NAME = "slow-solo-work"
-SEVERITY = "error"
+RULE = Rule(code="H006", name="slow-solo-work", severity=Severity.ERROR, category=Category.HANG, since="0.1.0")
 
 
 def check(ctx: Context) -> list[Finding]:
@@ -55,11 +54,10 @@ def check(ctx: Context) -> list[Finding]:
                f"({gpu.get('node') or 'node ?'}) was still working on its own: {'; '.join(work['signs'])}. "
                "It would have entered late: the timeout was shorter than its solo work, not a desync")
     evidence = [ctx.evidence(i, n, note=f"rank {rank} still making progress") for i, n in work["refs"]]
-    return [Finding(
-        CODE, NAME, SEVERITY, 0.7 * (hang.confidence / 0.9 if hang.confidence else 1.0),
-        f"rank {rank} was busy with slow solo work while the others waited in {where}", message,
+    return [RULE.finding(confidence=0.7 * (hang.confidence / 0.9 if hang.confidence else 1.0),
+        title=f"rank {rank} was busy with slow solo work while the others waited in {where}", message=message,
         ranks=[rank], nodes=[gpu["node"]] if gpu.get("node") else [], gpus=[gpu], evidence=evidence,
-        category="hang", culprit=True,
+        culprit=True,
         suggestion=("Raise the collective timeout above the solo work's duration (init_process_group(timeout="
                     "datetime.timedelta(minutes=60)) or Megatron --distributed-timeout-minutes), or move the work off "
                     "the critical path: asynchronous/distributed checkpointing, evaluation on every rank, or a barrier "

@@ -35,11 +35,10 @@ from __future__ import annotations
 from postmortem.analyzer.ranges import hostlist, rank_ranges
 from postmortem.analyzer import commands
 from postmortem.rules.base import Context, Finding
+from postmortem.rules.declare import Category, Rule, Severity
 from postmortem.rules.init_model import init_picture
 
-CODE = "H007"
-NAME = "init-hang"
-SEVERITY = "error"
+RULE = Rule(code="H007", name="init-hang", severity=Severity.ERROR, category=Category.HANG, since="0.1.0")
 
 
 def check(ctx: Context) -> list[Finding]:
@@ -76,9 +75,8 @@ def _missing_nodes(ctx: Context, pic) -> list[Finding]:
         evidence.append(ctx.evidence(pic.failure["input_id"], pic.failure["line_no"],
                                      note="a node that arrived, waiting for the missing one (a symptom)"))
     stages = {n: pic.last_stage(n) for n in sorted(pic.nodes.get("scheduled", set()))}
-    return [Finding(
-        CODE, NAME, SEVERITY, 0.8, f"node {', '.join(missing)} never joined the job (its agent never started)",
-        message, nodes=missing, evidence=evidence, category="hang", culprit=True,
+    return [RULE.finding(confidence=0.8, title=f"node {', '.join(missing)} never joined the job (its agent never started)",
+        message=message, nodes=missing, evidence=evidence, culprit=True,
         suggestion=(f"Check {', '.join(missing)} on the scheduler side (slurmd log, container runtime, image pull; "
                     f"`sacct -j JOB -o JobID,NodeList,State,ExitCode`) and resubmit without it: "
                     f"`sbatch {commands.sh('--exclude=' + (hostlist(commands.hosts(missing)[0]) or 'NODE'))} ...`."),
@@ -119,9 +117,8 @@ def _missing_ranks(ctx: Context, pic) -> list[Finding]:
         evidence.append(ctx.evidence(pic.barrier["input_id"], pic.barrier["line_no"], note="the rank that arrived"))
     title = (f"stuck at init: {where} never reached init_process_group" if missing else
              f"stuck at init: {seen} of {world} rank(s) reached init_process_group")
-    return [Finding(
-        CODE, NAME, SEVERITY, 0.7 if missing else 0.5, title,
-        message, ranks=missing, evidence=evidence, category="hang", culprit=bool(missing),
+    return [RULE.finding(confidence=0.7 if missing else 0.5, title=title,
+        message=message, ranks=missing, evidence=evidence, culprit=bool(missing),
         suggestion=("Collect every rank's log to see where the missing ranks were; move slow work that runs before "
                     "init_process_group (dataset loading or caching) after it, or raise the init timeout "
                     "(init_process_group(timeout=datetime.timedelta(minutes=60)))."),

@@ -27,12 +27,11 @@ from __future__ import annotations
 
 from postmortem.analyzer.ranges import rank_ranges
 from postmortem.rules.base import Context, Finding
+from postmortem.rules.declare import Category, Rule, Severity
 from postmortem.rules.hang_model import analyse_hang, training_finished
 from postmortem.rules.why_no_timeout import hang_span
 
-CODE = "H008"
-NAME = "teardown-hang"
-SEVERITY = "warning"
+RULE = Rule(code="H008", name="teardown-hang", severity=Severity.WARNING, category=Category.HANG, since="0.1.0")
 
 
 def check(ctx: Context) -> list[Finding]:
@@ -55,11 +54,10 @@ def check(ctx: Context) -> list[Finding]:
     message = (f"training reached iteration {done['iteration']}/{done['train_iters']}{where}"
                + (f"; the logs go on {hung_s / 60:.0f} min after the last step" if hung_s else "")
                + ": the job hung in teardown (final save, barrier or destroy_process_group), after training finished")
-    return [Finding(
-        CODE, NAME, SEVERITY, 0.75,
-        f"hang after training finished (iteration {done['iteration']}/{done['train_iters']})", message,
+    return [RULE.finding(confidence=0.75,
+        title=f"hang after training finished (iteration {done['iteration']}/{done['train_iters']})", message=message,
         ranks=[], evidence=[ctx.evidence(*done["ref"], note="the last training iteration")],
-        category="hang", culprit=False,
+        culprit=False,
         suggestion=("Check the final checkpoint completed. Make every rank take the same exit path (same final "
                     "barrier/save, then dist.destroy_process_group()), give the teardown barrier a short timeout, or "
                     "set TORCH_NCCL_ABORT_IN_DESTROY_PG=1 so a stuck destroy aborts."),

@@ -43,10 +43,9 @@ import polars as pl
 from postmortem.analyzer.outcome import PROGRESS_KINDS, rank_tails
 from postmortem.analyzer.ranges import rank_ranges
 from postmortem.rules.base import Context, Finding
+from postmortem.rules.declare import Category, Rule, Severity
 
-CODE = "H009"
-NAME = "odd-rank-out"
-SEVERITY = "error"
+RULE = Rule(code="H009", name="odd-rank-out", severity=Severity.ERROR, category=Category.HANG, since="0.1.0")
 
 # torch.distributed functions a rank waits in, as NCCL/c10d name the op.
 C10D_OPS = {"all_reduce": "ALLREDUCE", "broadcast": "BROADCAST", "all_gather": "ALLGATHER",
@@ -73,9 +72,9 @@ def check(ctx: Context) -> list[Finding]:
         return []
     suspect, confidence, why, evidence_lines = found
     if isinstance(suspect, list):  # candidates, no culprit
-        return [Finding(CODE, NAME, SEVERITY, confidence, f"ranks {rank_ranges(suspect)} did not time out while the "
-                        "others did", why, evidence=[ctx.evidence(i, ln, note) for i, ln, note in evidence_lines],
-                        category="hang", culprit=False,
+        return [RULE.finding(confidence=confidence, title=f"ranks {rank_ranges(suspect)} did not time out while the "
+                        "others did", message=why, evidence=[ctx.evidence(i, ln, note) for i, ln, note in evidence_lines],
+                        culprit=False,
                         details={"candidates": suspect, "competing": [f"rank {r}" for r in suspect]},
                         suggestion="Compare these ranks' last lines and stacks (py-spy dump while it hangs; "
                                    "TORCH_DISTRIBUTED_DEBUG=DETAIL makes monitoredBarrier name the rank).")]
@@ -90,9 +89,9 @@ def check(ctx: Context) -> list[Finding]:
     evidence = [ctx.evidence(i, ln, note) for i, ln, note in evidence_lines]
     evidence += [ctx.evidence(r["input_id"], r["line_no"], f"rank {suspect}'s last lines")
                  for r in _last_lines(ctx, suspect)]
-    return [Finding(CODE, NAME, SEVERITY, confidence, f"rank {suspect} is the odd one out", why,
+    return [RULE.finding(confidence=confidence, title=f"rank {suspect} is the odd one out", message=why,
                     ranks=[suspect], nodes=[node] if node else [], gpus=[gpu], evidence=evidence,
-                    category="hang", culprit=sure,
+                    culprit=sure,
                     suggestion="Read this rank's last lines: the code path it took instead of the collective the "
                                "others wait in. While a job still hangs, py-spy dump this rank first.")]
 

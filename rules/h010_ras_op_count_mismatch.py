@@ -36,11 +36,10 @@ import polars as pl
 from postmortem.analyzer.ranges import hostlist, rank_ranges
 from postmortem.rules import ras_model
 from postmortem.rules.base import Context, Finding
+from postmortem.rules.declare import Category, Rule, Severity
 from postmortem.rules.transport_model import evidence_of
 
-CODE = "H010"
-NAME = "ras-op-count-mismatch"
-SEVERITY = "warning"
+RULE = Rule(code="H010", name="ras-op-count-mismatch", severity=Severity.WARNING, category=Category.HANG, since="0.1.0")
 
 
 def check(ctx: Context) -> list[Finding]:
@@ -101,14 +100,14 @@ def _finding(ctx, ras, hash_, op, groups, majority, top, behind, ahead, listed, 
         culprit = bool(glob) and (not named or bool(agree))
         confidence = 0.8 if agree else 0.65 if culprit else 0.5
         pids = sorted(set(behind["pid"].drop_nulls().to_list()))
-        return Finding(CODE, NAME, "error" if hung else SEVERITY, confidence,
-                       f"RAS: rank(s) {rank_ranges(comm_ranks)} behind in {op}", message,
+        return RULE.finding(severity=Severity.ERROR if hung else RULE.severity, confidence=confidence,
+                       title=f"RAS: rank(s) {rank_ranges(comm_ranks)} behind in {op}", message=message,
                        ranks=glob if culprit else [], nodes=nodes if culprit else [],
                        gpus=[ctx.gpu_of(r) for r in glob[:4]] if culprit else [], evidence=evidence,
                        suggestion=(f"Dump the stacks of the ranks behind while the job hangs (py-spy dump --pid "
                                    f"{', '.join(map(str, pids[:4])) or 'PID'}) and read their last lines: why did "
                                    f"they not launch the next {op}?"),
-                       category="hang", culprit=culprit,
+                       culprit=culprit,
                        details={"hash": hash_, "op": op, "majority": majority, "counts": groups.to_dicts(),
                                 "behind_comm_ranks": comm_ranks, "behind_global_ranks": glob, "side": "behind",
                                 "c10d_ranks": sorted(named), "agrees_with_c10d": bool(agree)})
@@ -119,11 +118,11 @@ def _finding(ctx, ras, hash_, op, groups, majority, top, behind, ahead, listed, 
                f"it, while {behind_count} ranks have not launched it yet ({spread}): RAS lists the minority, which "
                "is ahead here; the majority is behind, so no single rank is to blame from this report"
                + (f"; the c10d evidence names rank {rank_ranges(sorted(named))}" if named else ""))
-    return Finding(CODE, NAME, "error" if hung else SEVERITY, 0.5, f"RAS: {op} operation counts differ "
-                   f"({behind_count} ranks behind the {int(groups['count'].sum()) - behind_count} listed)", message,
+    return RULE.finding(severity=Severity.ERROR if hung else RULE.severity, confidence=0.5, title=f"RAS: {op} operation counts differ "
+                   f"({behind_count} ranks behind the {int(groups['count'].sum()) - behind_count} listed)", message=message,
                    ranks=[], nodes=[], evidence=evidence,
                    suggestion=(f"Look at what the ranks behind were doing instead of launching {op} {top} "
                                "(their stacks, their last lines); the listed ranks are waiting, not stuck."),
-                   category="hang", culprit=False,
+                   culprit=False,
                    details={"hash": hash_, "op": op, "majority": majority, "counts": groups.to_dicts(),
                             "ahead_comm_ranks": comm_ranks, "side": "ahead", "c10d_ranks": sorted(named)})

@@ -33,10 +33,9 @@ import polars as pl
 from postmortem.analyzer.nccl_model import TIER_ORDER
 from postmortem.rules import transport_model as tm
 from postmortem.rules.base import Context, Finding
+from postmortem.rules.declare import Category, Rule, Severity
 
-CODE = "L001"
-NAME = "slow-ring-hop"
-SEVERITY = "warning"
+RULE = Rule(code="L001", name="slow-ring-hop", severity=Severity.WARNING, category=Category.PERF, since="0.1.0")
 
 SLOW_TIERS = {"SHM", "Socket", "NET on one host", "PCIe P2P"}
 
@@ -87,13 +86,13 @@ def check(ctx: Context) -> list[Finding]:
                f"rings moves at that hop's speed")
     priced = bool(top["actual"].gbyte_s or top["could_price"].gbyte_s)
     ranks = sorted({r for c in capped for r in tm.global_ranks(f, c["hops"])})
-    return [Finding(CODE, NAME, SEVERITY, 0.75 if priced else 0.5, f"rings capped by a {top['tier']} hop", message,
+    return [RULE.finding(confidence=0.75 if priced else 0.5, title=f"rings capped by a {top['tier']} hop", message=message,
                     ranks=ranks, nodes=nodes,
                     evidence=tm.evidence_of(ctx, top["hops"], f"slowest ring hop ({top['tier']})", 2),
                     suggestion=("Fix that hop's transport (see the N010-N013 finding on the same node: unset "
                                 "NCCL_P2P_DISABLE/NCCL_P2P_LEVEL, --ipc=host, ACS off, unset NCCL_IB_DISABLE), then "
                                 "compare nccl-tests busbw with the bandwidth above."),
-                    category="perf", culprit=False,
+                    culprit=False,
                     details={"communicators": [{"comm_key": c["comm_key"], "tier": c["tier"], "channels": c["channels"],
                                                 "nodes": c["nodes"], "gbyte_s": c["actual"].gbyte_s,
                                                 "could": c["could"], "could_gbyte_s": c["could_price"].gbyte_s}

@@ -38,10 +38,9 @@ import polars as pl
 from postmortem.analyzer import hardware
 from postmortem.rules import skew_model as sm
 from postmortem.rules.base import Context, Finding, with_columns
+from postmortem.rules.declare import Category, Rule, Severity
 
-CODE = "L002"
-NAME = "nccl-tests-busbw"
-SEVERITY = "warning"
+RULE = Rule(code="L002", name="nccl-tests-busbw", severity=Severity.WARNING, category=Category.PERF, since="0.1.0")
 
 LARGE = 64 << 20
 COLLAPSE = 0.4
@@ -83,9 +82,8 @@ def _collapse(ctx: Context, rows: pl.DataFrame) -> Finding | None:
     msg = (f"busbw peaks at {best['busbw']:g} GB/s at {_mb(best['size_bytes'])}, then falls to {first['busbw']:g} "
            f"GB/s at {_mb(first['size_bytes'])} and stays there (median {med:g} GB/s over {above.height} larger "
            f"sizes, {100 * med / best['busbw']:.0f}% of the peak): large messages take a slower path.")
-    return Finding(CODE, NAME, SEVERITY, 0.7, f"nccl-tests bandwidth collapses above {_mb(best['size_bytes'])}", msg,
-                   nodes=_nodes(rows), category="perf",
-                   evidence=_evidence(ctx, [best, first, worst], ["peak", "first size after the collapse", "lowest"]),
+    return RULE.finding(confidence=0.7, title=f"nccl-tests bandwidth collapses above {_mb(best['size_bytes'])}", message=msg,
+                   nodes=_nodes(rows), evidence=_evidence(ctx, [best, first, worst], ["peak", "first size after the collapse", "lowest"]),
                    suggestion=("Check the network path large messages take: switch PFC/ECN counters, MTU, "
                                "NCCL_DEBUG=INFO transport lines (NET/IB ... GDRDMA); compare NCCL_PROTO=Simple and "
                                "NCCL_ALGO=Ring/Tree runs of all_reduce_perf -b 16M -e 1G -f 2."),
@@ -105,9 +103,8 @@ def _shortfall(ctx: Context, rows: pl.DataFrame, input_id: int) -> Finding | Non
     msg = (f"best large-message busbw {best['busbw']:g} GB/s (at {_mb(best['size_bytes'])}, {large.height} rows of "
            f"64 MB and up) is {100 * best['busbw'] / expected:.0f}% of the {expected:g} GB/s the link carries "
            f"({basis}); healthy links give 40-90%.")
-    return Finding(CODE, NAME, SEVERITY, 0.6, f"nccl-tests busbw {best['busbw']:g} GB/s, far below {expected:g} GB/s "
-                   f"({basis.split(':')[0]})", msg, nodes=_nodes(rows), category="perf",
-                   evidence=_evidence(ctx, [best], ["best large-message row"]),
+    return RULE.finding(confidence=0.6, title=f"nccl-tests busbw {best['busbw']:g} GB/s, far below {expected:g} GB/s "
+                   f"({basis.split(':')[0]})", message=msg, nodes=_nodes(rows), evidence=_evidence(ctx, [best], ["best large-message row"]),
                    suggestion=("Localise it: all_reduce_perf -b 64M -e 4G -f 2 -g 1 inside one node, then across "
                                "two; check nvidia-smi nvlink -s, ibstat rates and NCCL_DEBUG=INFO transports."),
                    details={"best_large_gbs": best["busbw"], "expected_gbs": expected, "basis": basis})

@@ -36,10 +36,9 @@ import polars as pl
 from postmortem.analyzer.transports import accelerator
 from postmortem.rules import skew_model as sm
 from postmortem.rules.base import Context, Finding
+from postmortem.rules.declare import Category, Rule, Severity
 
-CODE = "L003"
-NAME = "collective-busbw"
-SEVERITY = "warning"
+RULE = Rule(code="L003", name="collective-busbw", severity=Severity.WARNING, category=Category.PERF, since="0.1.0")
 
 MIN_BYTES = 8 << 20
 MIN_INSTANCES = 5
@@ -77,9 +76,8 @@ def check(ctx: Context) -> list[Finding]:
                f"instances): median busbw {med:.1f} GB/s with the waiting time removed (each instance's shortest "
                f"kernel), {100 * med / expected:.0f}% of the {expected:g} GB/s the link carries ({basis}; GPU model "
                f"from {acc_source}).")
-        out.append(Finding(CODE, NAME, SEVERITY, 0.5, f"{op} runs at {med:.1f} GB/s busbw, far below {expected:g} GB/s",
-                           msg, ranks=ranks, nodes=hosts, category="perf",
-                           suggestion=("Run all_reduce_perf -b 8M -e 1G -f 2 -g 1 on the same nodes and compare; check "
+        out.append(RULE.finding(confidence=0.5, title=f"{op} runs at {med:.1f} GB/s busbw, far below {expected:g} GB/s",
+                           message=msg, ranks=ranks, nodes=hosts, suggestion=("Run all_reduce_perf -b 8M -e 1G -f 2 -g 1 on the same nodes and compare; check "
                                        "NCCL_DEBUG=INFO transports (P2P/NVLink, NET/IB GDRDMA), nvidia-smi nvlink -s "
                                        "and ibstat."),
                            details={"source": source, "coll_key": key, "median_busbw_gbs": round(med, 2),
@@ -115,9 +113,8 @@ def _peers(ctx: Context, t: pl.DataFrame, nodes: pl.DataFrame | None, done: set)
                    f"{r['size'] / 2**20:g} MB, {r['n']} instances): median busbw {r['med']:.1f} GB/s with the waiting "
                    f"removed, {100 * r['med'] / peer:.0f}% of the {peer:.1f} GB/s its {others.len()} peer "
                    f"communicator(s) of the same shape reach: its link is slower than theirs")
-            out.append(Finding(CODE, NAME, SEVERITY, 0.55, f"{r['op']} on one communicator at {r['med']:.1f} GB/s, "
-                               f"its peers at {peer:.1f} GB/s", msg, ranks=list(ranks), nodes=hosts, category="perf",
-                               suggestion=("Check that communicator's links: NCCL_DEBUG=INFO transports of its ranks "
+            out.append(RULE.finding(confidence=0.55, title=f"{r['op']} on one communicator at {r['med']:.1f} GB/s, "
+                               f"its peers at {peer:.1f} GB/s", message=msg, ranks=list(ranks), nodes=hosts, suggestion=("Check that communicator's links: NCCL_DEBUG=INFO transports of its ranks "
                                            "(SHM or sockets instead of P2P/RDMA, GDR off), nvidia-smi nvlink -s, ibstat "
                                            "on its nodes; compare nccl-tests on its GPUs with a peer's."),
                                details={"check": "peers", "source": r["source"], "coll_key": r["coll_key"],

@@ -35,10 +35,9 @@ import polars as pl
 
 from postmortem.rules import linkbench_model as lm
 from postmortem.rules.base import Context, Finding
+from postmortem.rules.declare import Category, Rule, Severity
 
-CODE = "L004"
-NAME = "p2p-bandwidth-below-nvlink"
-SEVERITY = "warning"
+RULE = Rule(code="L004", name="p2p-bandwidth-below-nvlink", severity=Severity.WARNING, category=Category.PERF, since="0.1.0")
 
 SHORT = 0.5
 
@@ -109,10 +108,9 @@ def _judge(ctx: Context, place, input_id, rows: pl.DataFrame) -> Finding | None:
     worst = min((r["value"] for r, *_ in slow), default=None)
     gpu_ids = sorted({r["src"] for r, *_ in slow} | {r["dst"] for r, *_ in slow}
                      | {r["src"] for r, _ in refused} | {r["dst"] for r, _ in refused})
-    return Finding(CODE, NAME, SEVERITY, 0.7 if (slow and slow[0][1]) or refused else 0.55, title,
-                   "; ".join(parts) + ".", nodes=[node] if node else [],
-                   gpus=[{"node": node, "cuda_dev": g} for g in gpu_ids], evidence=ev, category="perf",
-                   suggestion=("Check nvidia-smi nvlink -s / -e on the host (links down or degraded), the Fabric "
+    return RULE.finding(confidence=0.7 if (slow and slow[0][1]) or refused else 0.55, title=title,
+                   message="; ".join(parts) + ".", nodes=[node] if node else [],
+                   gpus=[{"node": node, "cuda_dev": g} for g in gpu_ids], evidence=ev, suggestion=("Check nvidia-smi nvlink -s / -e on the host (links down or degraded), the Fabric "
                                "Manager on NVSwitch systems, and container IPC (--ipc=host) where P2P is refused; "
                                "rerun p2pBandwidthLatencyTest and drain the host if the pair stays low."),
                    details={"place": place, "method": method, "slow_pairs": [

@@ -36,10 +36,9 @@ import polars as pl
 
 from postmortem.rules import linkbench_model as lm
 from postmortem.rules.base import Context, Finding, with_columns
+from postmortem.rules.declare import Category, Rule, Severity
 
-CODE = "L005"
-NAME = "rdma-below-line-rate"
-SEVERITY = "warning"
+RULE = Rule(code="L005", name="rdma-below-line-rate", severity=Severity.WARNING, category=Category.NETWORK, since="0.1.0")
 
 SHORT = 0.5
 LARGE = 65536
@@ -99,11 +98,10 @@ def _finding(ctx: Context, b: dict, rate: float, basis: str, port: dict | None) 
            f"{b['size_bytes']} B: {100 * b['per_dir'] / rate:.0f}% of the {rate:g} Gb/s line rate ({basis}); "
            f"healthy RDMA reaches 90-97%. " + "; ".join(hints) + ".")
     node = b.get("node")
-    return Finding(CODE, NAME, SEVERITY, 0.75 if port else 0.6,
-                   f"{b['device'] or 'NIC'} on {b['place'] or '?'} at {b['per_dir']:.0f} Gb/s, "
+    return RULE.finding(confidence=0.75 if port else 0.6,
+                   title=f"{b['device'] or 'NIC'} on {b['place'] or '?'} at {b['per_dir']:.0f} Gb/s, "
                    f"{100 * b['per_dir'] / rate:.0f}% of its {rate:g} Gb/s line rate",
-                   msg, nodes=[node] if node else [], category="network",
-                   evidence=[ctx.evidence(b["input_id"], b["line_no"], f"{b['bw_avg']:g} {b['unit']} average")],
+                   message=msg, nodes=[node] if node else [], evidence=[ctx.evidence(b["input_id"], b["line_no"], f"{b['bw_avg']:g} {b['unit']} average")],
                    suggestion=("RoCE: check PFC/ECN (mlnx_qos, ethtool -S pause/CNP counters), the GID index (show_gids; "
                                "RoCE v2 is usually 3), the traffic class (NCCL_IB_TC) and MTU 4096; IB: ibstat/iblinkinfo "
                                "width and speed, switch port errors; both: lspci -vv LnkSta of the NIC, numactl to its "

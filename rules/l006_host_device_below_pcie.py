@@ -30,10 +30,9 @@ import polars as pl
 
 from postmortem.rules import linkbench_model as lm
 from postmortem.rules.base import Context, Finding, with_columns
+from postmortem.rules.declare import Category, Rule, Severity
 
-CODE = "L006"
-NAME = "host-device-below-pcie"
-SEVERITY = "warning"
+RULE = Rule(code="L006", name="host-device-below-pcie", severity=Severity.WARNING, category=Category.PERF, since="0.1.0")
 
 SHORT = 0.5
 LARGE = 1 << 20
@@ -66,11 +65,10 @@ def check(ctx: Context) -> list[Finding]:
         msg = (f"pinned copies on {place or '?'} GPU {dev if dev is not None else '?'}: {shown}, below half of the "
                f"~{expected:g} GB/s expected ({basis}): the GPU's PCIe link is degraded (width or generation) or the "
                f"test ran on the far CPU socket.")
-        out.append(Finding(CODE, NAME, SEVERITY, 0.65,
-                           f"host<->device bandwidth {min(r['gbyte_s'] for r in low):g} GB/s on {place or '?'}, "
-                           f"below {gen or 'PCIe'} (~{expected:g} GB/s)", msg,
+        out.append(RULE.finding(confidence=0.65,
+                           title=f"host<->device bandwidth {min(r['gbyte_s'] for r in low):g} GB/s on {place or '?'}, "
+                           f"below {gen or 'PCIe'} (~{expected:g} GB/s)", message=msg,
                            nodes=[node] if node else [], gpus=[{"node": node, "cuda_dev": dev}] if dev is not None else [],
-                           category="perf",
                            evidence=[ctx.evidence(r["input_id"], r["line_no"], f"{r['direction']}: {r['gbyte_s']:g} GB/s")
                                      for r in low],
                            suggestion=("nvidia-smi -q -d PCIE (current vs max gen/width), lspci -vv LnkSta; rerun with "

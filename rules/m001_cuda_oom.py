@@ -33,11 +33,10 @@ Known false positives
 from __future__ import annotations
 
 from postmortem.rules.base import Context, Finding
+from postmortem.rules.declare import Category, Rule, Severity
 from postmortem.rules.memory_model import gib, last_iteration, ooms, optimizer_init_frames, peaks
 
-CODE = "M001"
-NAME = "cuda-oom"
-SEVERITY = "error"
+RULE = Rule(code="M001", name="cuda-oom", severity=Severity.ERROR, category=Category.CRASH, since="0.1.0")
 
 
 def check(ctx: Context) -> list[Finding]:
@@ -105,11 +104,10 @@ def check(ctx: Context) -> list[Finding]:
         single = len({(x["rank"], x["node"]) for x in places}) == 1
         gpus = [ctx.gpu_of(rank)] if rank is not None else (
             [{"rank": None, "node": node, "cuda_dev": r["cuda_dev"], "pid": r["pid"]}] if node else [])
-        findings.append(Finding(
-            CODE, NAME, SEVERITY, 0.9 if single else 0.6,
-            f"CUDA out of memory on {where}" + (" at the first optimizer step" if init else ""),
-            message, ranks=[rank] if rank is not None else [], nodes=[node] if node else [], gpus=gpus,
-            evidence=ev, suggestion="; ".join(suggestion), category="crash", culprit=single,
+        findings.append(RULE.finding(confidence=0.9 if single else 0.6,
+            title=f"CUDA out of memory on {where}" + (" at the first optimizer step" if init else ""),
+            message=message, ranks=[rank] if rank is not None else [], nodes=[node] if node else [], gpus=gpus,
+            evidence=ev, suggestion="; ".join(suggestion), culprit=single,
             details={"drain": False, "requested_mib": s["requested"], "capacity_mib": s["capacity"], "free_mib": s["free"],
                      "allocated_mib": s["allocated"], "reserved_unallocated_mib": s["unallocated"],
                      "fragmentation": bool(frag), "optimizer_state_init": bool(init),

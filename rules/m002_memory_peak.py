@@ -30,11 +30,10 @@ Known false positives
 from __future__ import annotations
 
 from postmortem.rules.base import Context, Finding
+from postmortem.rules.declare import Category, Rule, Severity
 from postmortem.rules.memory_model import capacity_mib, gib, peaks
 
-CODE = "M002"
-NAME = "memory-peak"
-SEVERITY = "warning"
+RULE = Rule(code="M002", name="memory-peak", severity=Severity.WARNING, category=Category.PERF, since="0.1.0")
 NEAR = 0.95
 SPREAD = 1.3
 
@@ -54,30 +53,28 @@ def check(ctx: Context) -> list[Finding]:
         if near:
             top = max(near, key=lambda r: max(r["peak_alloc"] or 0, r["peak_reserved"] or 0))
             value = max(top["peak_alloc"] or 0, top["peak_reserved"] or 0)
-            findings.append(Finding(
-                CODE, NAME, SEVERITY, 0.7,
-                f"memory peak {gib(value)} of {gib(cap)} ({100 * value / cap:.0f}%) on {len(near)} rank(s)",
-                f"peak allocated {gib(top['peak_alloc'])}, reserved {gib(top['peak_reserved'])} on rank {top['rank']} "
+            findings.append(RULE.finding(confidence=0.7,
+                title=f"memory peak {gib(value)} of {gib(cap)} ({100 * value / cap:.0f}%) on {len(near)} rank(s)",
+                message=f"peak allocated {gib(top['peak_alloc'])}, reserved {gib(top['peak_reserved'])} on rank {top['rank']} "
                 f"against {gib(cap)} ({cap_source}); above {NEAR:.0%} the next longer batch or a fragmented "
                 f"allocator fails{note}",
                 ranks=[r["rank"] for r in near], nodes=sorted({r["node"] for r in near if r["node"]}),
                 evidence=[ctx.evidence(top["input_id"], top["line_no"], "the peak")],
                 suggestion="PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, activation recompute, or more "
                            "sharding (TP/PP, distributed optimizer) before the next change in batch or sequence",
-                category="perf", details={"capacity_mib": cap, "peak_mib": value}))
+                details={"capacity_mib": cap, "peak_mib": value}))
     values = [r["peak_alloc"] for r in rows if r["peak_alloc"]]
     if len(values) >= 2 and max(values) > SPREAD * min(values):
         hi = max(rows, key=lambda r: r["peak_alloc"] or 0)
         lo = min((r for r in rows if r["peak_alloc"]), key=lambda r: r["peak_alloc"])
-        findings.append(Finding(
-            CODE, NAME, SEVERITY, 0.5,
-            f"memory peaks differ {max(values) / min(values):.1f}x between ranks",
-            f"rank {hi['rank']} peaks at {gib(hi['peak_alloc'])}, rank {lo['rank']} at {gib(lo['peak_alloc'])}; "
+        findings.append(RULE.finding(confidence=0.5,
+            title=f"memory peaks differ {max(values) / min(values):.1f}x between ranks",
+            message=f"rank {hi['rank']} peaks at {gib(hi['peak_alloc'])}, rank {lo['rank']} at {gib(lo['peak_alloc'])}; "
             f"ranks of the same role should be within {SPREAD}x (different pipeline stages may differ by design)"
             f"{note}",
             ranks=[hi["rank"]], nodes=[hi["node"]] if hi["node"] else [],
             evidence=[ctx.evidence(hi["input_id"], hi["line_no"], "the highest peak"),
                       ctx.evidence(lo["input_id"], lo["line_no"], "the lowest peak")],
             suggestion="rebalance the pipeline stages or experts so the highest rank has headroom",
-            category="perf", details={"max_mib": max(values), "min_mib": min(values)}))
+            details={"max_mib": max(values), "min_mib": min(values)}))
     return findings

@@ -24,11 +24,10 @@ Known false positives
 from __future__ import annotations
 
 from postmortem.rules.base import Context, Finding
+from postmortem.rules.declare import Category, Rule, Severity
 from postmortem.rules.memory_model import GIB, gib, peak_mib, peaks, target
 
-CODE = "M003"
-NAME = "what-if-gpu"
-SEVERITY = "warning"
+RULE = Rule(code="M003", name="what-if-gpu", severity=Severity.WARNING, category=Category.PERF, since="0.1.0")
 HEADROOM_MIB = 2.5 * GIB      # CUDA context, NCCL buffers, allocator slack
 
 
@@ -39,14 +38,14 @@ def check(ctx: Context) -> list[Finding]:
     acc = target(name)
     p = peaks(ctx)
     if acc is None or not acc.get("memory_gb"):
-        return [Finding(CODE, NAME, "info", 0.3, f"--what-if-gpu {name}: not in the hardware model",
-                        f"{name} is not in analyzer/hardware.toml; see `postmortem hw` for the known cards",
-                        category="info")]
+        return [RULE.finding(severity=Severity.INFO, confidence=0.3, title=f"--what-if-gpu {name}: not in the hardware model",
+                        message=f"{name} is not in analyzer/hardware.toml; see `postmortem hw` for the known cards",
+                        category=Category.INFO)]
     cap = float(acc["memory_gb"]) * GIB
     if p.is_empty():
-        return [Finding(CODE, NAME, "info", 0.3, f"--what-if-gpu {acc['name']}: no memory samples",
-                        "the inputs have no per-rank memory lines to judge against "
-                        f"{acc['memory_gb']} GB", category="info")]
+        return [RULE.finding(severity=Severity.INFO, confidence=0.3, title=f"--what-if-gpu {acc['name']}: no memory samples",
+                        message="the inputs have no per-rank memory lines to judge against "
+                        f"{acc['memory_gb']} GB", category=Category.INFO)]
     alloc = float(p["peak_alloc"].max() or 0)
     reserved = float(p["peak_reserved"].max() or 0)
     peak = alloc or peak_mib(p)
@@ -68,10 +67,9 @@ def check(ctx: Context) -> list[Finding]:
                     f"allocator headroom ({gib(short)} in all); {levers}")
     if early:
         message += "; the samples predate the optimizer state and understate the peak"
-    return [Finding(CODE, NAME, "info" if fits else "warning", 0.6,
-                    f"what if {acc['name']}: peak {gib(peak)} " + ("fits" if fits else f"does not fit {acc['memory_gb']} GB"),
-                    message, ranks=[top["rank"]], nodes=[top["node"]] if top["node"] else [],
+    return [RULE.finding(severity=Severity.INFO if fits else Severity.WARNING, confidence=0.6,
+                    title=f"what if {acc['name']}: peak {gib(peak)} " + ("fits" if fits else f"does not fit {acc['memory_gb']} GB"),
+                    message=message, ranks=[top["rank"]], nodes=[top["node"]] if top["node"] else [],
                     evidence=[ctx.evidence(top["input_id"], top["line_no"], "the observed peak")],
-                    suggestion="" if fits else levers, category="perf",
-                    details={"target": acc["name"], "capacity_mib": cap, "peak_mib": peak,
+                    suggestion="" if fits else levers, details={"target": acc["name"], "capacity_mib": cap, "peak_mib": peak,
                              "short_mib": max(short, 0.0), "fits": fits})]

@@ -37,11 +37,10 @@ import polars as pl
 
 from postmortem.analyzer import commands
 from postmortem.rules.base import Context, Finding
+from postmortem.rules.declare import Category, Rule, Severity
 from postmortem.rules.fabric_model import FAULT_STATUSES, STATUS, completion_errors, down_ports, link_flaps, vote
 
-CODE = "N001"
-NAME = "ib-completion-errors"
-SEVERITY = "error"
+RULE = Rule(code="N001", name="ib-completion-errors", severity=Severity.ERROR, category=Category.NETWORK, since="0.1.0")
 
 
 def check(ctx: Context) -> list[Finding]:
@@ -59,11 +58,10 @@ def _modify_qp(ctx: Context) -> list[Finding]:
         return []
     nodes = sorted(set(bad["node"].drop_nulls().to_list())) if "node" in bad.columns else []
     reason = bad["message"].drop_nulls().first() or ""
-    return [Finding(
-        CODE, NAME, "error", 0.5, "RDMA queue pair setup failed" + (f" on {', '.join(nodes)}" if nodes else ""),
-        f"{bad.height} ibv_modify_qp failure(s): {reason}; the NICs cannot reach each other over RoCE (GID index, "
+    return [RULE.finding(confidence=0.5, title="RDMA queue pair setup failed" + (f" on {', '.join(nodes)}" if nodes else ""),
+        message=f"{bad.height} ibv_modify_qp failure(s): {reason}; the NICs cannot reach each other over RoCE (GID index, "
         "subnet/VLAN, routing) or a port is down: nothing says which side",
-        nodes=nodes, category="network", culprit=False,
+        nodes=nodes, culprit=False,
         evidence=[ctx.evidence(i, n, note="queue pair transition failed")
                   for i, n in bad.select("input_id", "line_no").head(2).iter_rows()],
         suggestion="Check the RoCE GIDs on both nodes (`show_gids`, `ibv_devinfo -v`), set NCCL_IB_GID_INDEX to the "
@@ -169,7 +167,7 @@ def _finding(ctx, errors, rows, pairs, counts, reporters, culprit, why, confiden
                       f"`perfquery -x` or `{commands.sh('ethtool', '-S', dev_arg)}` (link_downed, symbol and CRC error counters), "
                       f"`dmesg | grep mlx5`, the cable and the switch port; then run nccl-tests all_reduce_perf "
                       f"between {culprit} and {', '.join(peers) or 'its peers'} before putting it back.")
-        severity, category = "error", "network"
+        severity, category = Severity.ERROR, Category.NETWORK
     else:
         ends = sorted(e for e in counts if counts[e] == max(counts.values())) if counts else reporters
         nodes = sorted(e for e in ends if e in _known_nodes(ctx) or e in reporters)
@@ -183,10 +181,10 @@ def _finding(ctx, errors, rows, pairs, counts, reporters, culprit, why, confiden
                       "pair and against a third node; check `ibstat`, `perfquery -x` / `ethtool -S` and the kernel log "
                       "(mlx5 Link down) on both sides. If the errors come at the first collective, check "
                       "NCCL_IB_GID_INDEX and RoCE routing.")
-        severity = "error" if timeout else "warning"
-        category, confidence = "network", (0.4 if timeout else 0.3)
+        severity = Severity.ERROR if timeout else Severity.WARNING
+        category, confidence = Category.NETWORK, (0.4 if timeout else 0.3)
     evidence = _evidence(ctx, rows, culprit, flaps)
-    return Finding(CODE, NAME, severity, confidence, title, msg, ranks=[], nodes=nodes, evidence=evidence,
+    return RULE.finding(severity=severity, confidence=confidence, title=title, message=msg, ranks=[], nodes=nodes, evidence=evidence,
                    suggestion=suggestion, category=category, culprit=culprit is not None, details=details)
 
 
@@ -206,12 +204,11 @@ def _evidence(ctx, rows, culprit, flaps) -> list:
 
 def _noise_only(ctx, errors) -> Finding:
     rows = errors.to_dicts()
-    return Finding(
-        CODE, NAME, "info", 0.6, "IB/RoCE completion errors after the abort only",
-        f"{len(rows)} completion error(s) ({_status_text(rows)}), all flushed or printed after the process's own "
+    return RULE.finding(severity=Severity.INFO, confidence=0.6, title="IB/RoCE completion errors after the abort only",
+        message=f"{len(rows)} completion error(s) ({_status_text(rows)}), all flushed or printed after the process's own "
         "timeout/abort: teardown of connections, not the cause",
         evidence=[ctx.evidence(rows[0]["input_id"], rows[0]["line_no"], note=rows[0]["noise"])],
-        suggestion="Look for the first error before the abort (other findings).", category="symptom",
+        suggestion="Look for the first error before the abort (other findings).", category=Category.SYMPTOM,
         details={"noise": [r["noise"] for r in rows[:5]]})
 
 
@@ -224,10 +221,9 @@ def _peer_died(ctx: Context, node: str) -> bool:
 
 
 def _peer_died_finding(ctx, errors, rows, node) -> Finding:
-    return Finding(
-        CODE, NAME, "warning", 0.5, f"IB/RoCE completion errors toward {node}, whose process was killed",
-        f"{len(rows)} completion error(s) ({_status_text(rows)}) name {node}, where the kernel killed a process: "
+    return RULE.finding(severity=Severity.WARNING, confidence=0.5, title=f"IB/RoCE completion errors toward {node}, whose process was killed",
+        message=f"{len(rows)} completion error(s) ({_status_text(rows)}) name {node}, where the kernel killed a process: "
         "a dead peer stops answering, so its queue pairs time out. A consequence, not a network fault",
         nodes=[node], evidence=[ctx.evidence(rows[0]["input_id"], rows[0]["line_no"], note="completion error")],
         suggestion=f"Look at why the process on {node} died (OOM killer, crash) before suspecting the network.",
-        category="symptom", details={"node": node})
+        category=Category.SYMPTOM, details={"node": node})

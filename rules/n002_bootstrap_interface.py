@@ -38,11 +38,10 @@ import re
 import polars as pl
 
 from postmortem.rules.base import Context, Finding
+from postmortem.rules.declare import Category, Rule, Severity
 from postmortem.rules.fabric_model import ip_of, is_link_local, is_loopback, norm_addr, processes
 
-CODE = "N002"
-NAME = "bootstrap-interface"
-SEVERITY = "error"
+RULE = Rule(code="N002", name="bootstrap-interface", severity=Severity.ERROR, category=Category.CONFIG, since="0.1.0")
 
 # Interfaces that exist on one host only: bridges, tunnels, container and VPN devices.
 _VIRTUAL = re.compile(r"^(?:docker\d*|br-|virbr|lxcbr|cni|flannel|cali|veth|tun|tap|ip6tnl|sit|tailscale|wg|zt|"
@@ -87,16 +86,15 @@ def _virtual_bootstrap(ctx: Context, by_host: dict, multi: bool | None, init_ok:
     if not hosts:
         return []
     items = sorted({f"{by_host[h][0]}:{by_host[h][1]}" for h in hosts})
-    severity = "warning" if multi is True and not init_ok else "info"
+    severity = Severity.WARNING if multi is True and not init_ok else Severity.INFO
     good = _good_interface(by_host, exclude=set(hosts))
-    return [Finding(
-        CODE, NAME, severity, 0.5 if severity == "warning" else 0.4,
-        f"NCCL bootstraps on a container bridge or virtual interface ({', '.join(sorted({by_host[h][0] for h in hosts}))})",
-        f"{', '.join(hosts)} bootstrap on {', '.join(items)}: a bridge, tunnel or virtual device whose address is, "
+    return [RULE.finding(severity=severity, confidence=0.5 if severity == "warning" else 0.4,
+        title=f"NCCL bootstraps on a container bridge or virtual interface ({', '.join(sorted({by_host[h][0] for h in hosts}))})",
+        message=f"{', '.join(hosts)} bootstrap on {', '.join(items)}: a bridge, tunnel or virtual device whose address is, "
         "as a rule, reachable from its own host only (a container's own network)"
         + ("; every communicator completed init, so the hosts did reach each other" if init_ok else "")
         + ("" if multi else "; the inputs do not show whether the job spans hosts"),
-        nodes=hosts, category="config", culprit=False,
+        nodes=hosts, culprit=False,
         evidence=_evidence_lines(ctx, set(hosts), r"Bootstrap ?: Using ", "bootstrap interface"),
         suggestion=_SUGGEST.format(good=good),
         details={"check": "virtual", "interfaces": items, "drain": False})]
@@ -168,13 +166,12 @@ def _no_subnet(ctx: Context, procs: list[dict]) -> list[Finding]:
     evidence = [ctx.evidence(i, n, note="NCCL found no interface toward the remote address" if k == 0
                              else "and could not use the one it fell back to")
                 for k, (i, n) in enumerate(rows.select("input_id", "line_no").iter_rows())]
-    return [Finding(
-        CODE, NAME, "error" if failed else "warning", 0.75 if failed else 0.5,
-        f"no interface on {', '.join(hosts)} reaches the bootstrap address {remote}",
-        f"NCCL on {', '.join(hosts)} found no interface in the subnet of {remote} and fell back to "
+    return [RULE.finding(severity=Severity.ERROR if failed else Severity.WARNING, confidence=0.75 if failed else 0.5,
+        title=f"no interface on {', '.join(hosts)} reaches the bootstrap address {remote}",
+        message=f"NCCL on {', '.join(hosts)} found no interface in the subnet of {remote} and fell back to "
         f"{', '.join(used) or 'another interface'}" + (f" ({_block(used[0].split(':', 1)[1])})" if used else "")
         + ("; then " + bind["message"].first() if failed else ""),
-        nodes=hosts, evidence=evidence, category="config", culprit=failed,
+        nodes=hosts, evidence=evidence, culprit=failed,
         suggestion=_SUGGEST.format(good="<the interface on the same network as " + (remote or "the root") + ">"),
         details={"check": "no_subnet", "remote": remote, "used": used, "drain": False})]
 
@@ -210,12 +207,11 @@ def _duplicates(ctx: Context, by_host: dict, init_ok: bool) -> list[Finding]:
             continue
         ifname = by_host[hosts[0]][0]
         good = _good_interface(by_host, exclude=set(hosts))
-        out.append(Finding(
-            CODE, NAME, "warning" if init_ok else "error", 0.8,
-            f"{len(hosts)} hosts bootstrap on the same address {addr}",
-            f"{', '.join(sorted(hosts))} all use {ifname}:{addr} ({_block(addr)}): a per-host address "
+        out.append(RULE.finding(severity=Severity.WARNING if init_ok else Severity.ERROR, confidence=0.8,
+            title=f"{len(hosts)} hosts bootstrap on the same address {addr}",
+            message=f"{', '.join(sorted(hosts))} all use {ifname}:{addr} ({_block(addr)}): a per-host address "
             "(a container's own bridge) that the other hosts cannot tell apart or reach",
-            nodes=sorted(hosts), category="config", culprit=not init_ok,
+            nodes=sorted(hosts), culprit=not init_ok,
             evidence=_evidence_lines(ctx, set(hosts), rf"(?:Bootstrap|NET/Socket) : Using .*{re.escape(addr)}",
                                      "bootstrap address"),
             suggestion=_SUGGEST.format(good=good),
@@ -236,13 +232,12 @@ def _unroutable(ctx: Context, by_host: dict, multi: bool | None, init_ok: bool) 
         alternatives = _alternatives(ctx, hosts[0], ifname)
         why = ("an IPv6 link-local address is only valid on its own link (and a tunnel or veth device has no peer on "
                "the other hosts)" if what == "link-local" else "127.0.0.1 cannot be reached from another host")
-        out.append(Finding(
-            CODE, NAME, "warning" if init_ok else "error", 0.6 if what == "link-local" else 0.75,
-            f"NCCL bootstraps on {what} {ifname} ({', '.join(sorted(hosts))})",
-            f"{', '.join(sorted(hosts))} bootstrap on {ifname}:{addr}: {why}"
+        out.append(RULE.finding(severity=Severity.WARNING if init_ok else Severity.ERROR, confidence=0.6 if what == "link-local" else 0.75,
+            title=f"NCCL bootstraps on {what} {ifname} ({', '.join(sorted(hosts))})",
+            message=f"{', '.join(sorted(hosts))} bootstrap on {ifname}:{addr}: {why}"
             + (f"; other interfaces NCCL listed: {', '.join(alternatives)}" if alternatives else "")
             + ("" if multi else "; the job spans several hosts as far as the inputs show"),
-            nodes=sorted(hosts), category="config", culprit=not init_ok,
+            nodes=sorted(hosts), culprit=not init_ok,
             evidence=_evidence_lines(ctx, set(hosts), rf"(?:Bootstrap|NET/Socket) : Using .*{re.escape(ifname)}",
                                      "bootstrap interface"),
             suggestion=_SUGGEST.format(good=alternatives[0].split(":")[0] if alternatives else "<routable interface>"),
@@ -282,22 +277,20 @@ def _odd_one_out(ctx: Context, by_host: dict, init_ok: bool) -> list[Finding]:
         # Two sides of equal size: a virtual device on one side only is the suspect, else nobody.
         odd = virtual if virtual and len(virtual) < len(by_host) else []
     if not odd:
-        return [Finding(
-            CODE, NAME, "warning", 0.4, "hosts bootstrap on different networks",
-            "; ".join(f"{h}: {by_host[h][0]}:{by_host[h][1]} ({_block(by_host[h][1])})" for h in sorted(by_host))
+        return [RULE.finding(severity=Severity.WARNING, confidence=0.4, title="hosts bootstrap on different networks",
+            message="; ".join(f"{h}: {by_host[h][0]}:{by_host[h][1]} ({_block(by_host[h][1])})" for h in sorted(by_host))
             + ": the hosts disagree and the inputs do not say which side is wrong",
-            nodes=sorted(by_host), category="config", culprit=False,
+            nodes=sorted(by_host), culprit=False,
             suggestion=_SUGGEST.format(good="<common interface>"),
             details={"check": "subnets", "drain": False})]
     rest = sorted(set(by_host) - set(odd))
     good = _good_interface(by_host, exclude=set(odd))
-    return [Finding(
-        CODE, NAME, "warning" if init_ok else "error", 0.7 if strict and len(majority) >= 2 else 0.6,
-        f"{', '.join(odd)} bootstrap{'s' if len(odd) == 1 else ''} on another network than the other hosts",
-        "; ".join(f"{h}: {by_host[h][0]}:{by_host[h][1]} ({_block(by_host[h][1])})" for h in odd)
+    return [RULE.finding(severity=Severity.WARNING if init_ok else Severity.ERROR, confidence=0.7 if strict and len(majority) >= 2 else 0.6,
+        title=f"{', '.join(odd)} bootstrap{'s' if len(odd) == 1 else ''} on another network than the other hosts",
+        message="; ".join(f"{h}: {by_host[h][0]}:{by_host[h][1]} ({_block(by_host[h][1])})" for h in odd)
         + f", while {', '.join(rest)} use "
         + ", ".join(sorted({f'{by_host[h][0]} ({_block(by_host[h][1])})' for h in rest})),
-        nodes=odd, category="config", culprit=not init_ok,
+        nodes=odd, culprit=not init_ok,
         evidence=_evidence_lines(ctx, set(odd), r"(?:Bootstrap|NET/Socket) : Using ", "bootstrap interface"),
         suggestion=_SUGGEST.format(good=good),
         details={"check": "subnets", "odd": odd, "drain": False})]
@@ -321,13 +314,12 @@ def _socket_list(ctx: Context, procs: list[dict], by_host: dict, multi: bool | N
         return []
     hosts = sorted(bad)
     items = sorted({i for v in bad.values() for i in v})
-    return [Finding(
-        CODE, NAME, "warning" if multi else "info", 0.5 if multi else 0.35,
-        f"the socket transport stripes over {', '.join(sorted({i.split(':')[0] for i in items}))}",
-        f"NET/Socket on {', '.join(hosts)} uses {', '.join(items)} besides the bootstrap interface: a link-local, "
+    return [RULE.finding(severity=Severity.WARNING if multi else Severity.INFO, confidence=0.5 if multi else 0.35,
+        title=f"the socket transport stripes over {', '.join(sorted({i.split(':')[0] for i in items}))}",
+        message=f"NET/Socket on {', '.join(hosts)} uses {', '.join(items)} besides the bootstrap interface: a link-local, "
         "loopback, container-bridge or virtual address the other host cannot reach (Network is unreachable, stalls)"
         + ("" if multi else "; harmless if the job never leaves one host (the inputs do not say)"),
-        nodes=hosts, category="config", culprit=False,
+        nodes=hosts, culprit=False,
         evidence=_evidence_lines(ctx, set(hosts), r"NET/Socket : Using ", "socket interfaces"),
         suggestion=_SUGGEST.format(good=_good_interface(by_host, set())),
         details={"check": "socket_list", "interfaces": items, "drain": False})]

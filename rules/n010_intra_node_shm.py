@@ -36,10 +36,9 @@ import polars as pl
 
 from postmortem.rules import transport_model as tm
 from postmortem.rules.base import Context, Finding
+from postmortem.rules.declare import Category, Rule, Severity
 
-CODE = "N010"
-NAME = "intra-node-shm"
-SEVERITY = "warning"
+RULE = Rule(code="N010", name="intra-node-shm", severity=Severity.WARNING, category=Category.PERF, since="0.1.0")
 
 
 def check(ctx: Context) -> list[Finding]:
@@ -105,11 +104,11 @@ def _node_finding(ctx: Context, f: tm.Fabric, node: str, rows: pl.DataFrame, p2p
     if nv_pairs and node in f.topo_line:
         evidence.append(ctx.evidence(*f.topo_line[node], note="nvidia-smi topo -m of this node"))
     if strong:
-        severity, culprit = "warning", True
+        severity, culprit = Severity.WARNING, True
         confidence = min(0.9, 0.55 + 0.15 * len(strong))
         title = f"{node}: GPUs lost P2P, intra-node hops run on SHM"
     else:
-        severity, culprit, confidence = "info", False, 0.35
+        severity, culprit, confidence = Severity.INFO, False, 0.35
         title = f"{node}: intra-node hops on SHM"
         message += ("; the inputs do not say whether these GPUs can use P2P (no topo -m for the pair, GPU model "
                     "unknown, no other node to compare): SHM is right between CPU sockets on a PCIe system or on "
@@ -125,9 +124,8 @@ def _node_finding(ctx: Context, f: tm.Fabric, node: str, rows: pl.DataFrame, p2p
                   "--ipc=host (shared IPC namespace); check ACS/IOMMU on its PCIe switches (lspci -vvv | grep ACSCtl; "
                   "disable ACS or boot with iommu=pt) and nvidia-smi topo -p2p r / nvidia-smi nvlink -s. "
                   "Then confirm with NCCL_DEBUG=INFO that the hops show P2P.")
-    return Finding(CODE, NAME, severity, confidence, title, message, ranks=ranks, nodes=[node],
-                   gpus=tm.gpus_of(ctx, ranks), evidence=evidence, suggestion=suggestion, category="perf",
-                   culprit=culprit,
+    return RULE.finding(severity=severity, confidence=confidence, title=title, message=message, ranks=ranks, nodes=[node],
+                   gpus=tm.gpus_of(ctx, ranks), evidence=evidence, suggestion=suggestion, culprit=culprit,
                    details={"node": node, "hops": rows.height, "gpu_pairs": [list(p) for p in pairs],
                             "topo_links": {f"GPU{a}-GPU{b}": v for (a, b), v in links.items() if v},
                             "shm_gbyte_s": shm_price.gbyte_s, "p2p_gbyte_s": could.gbyte_s if could else None,

@@ -29,10 +29,9 @@ import polars as pl
 
 from postmortem.rules import transport_model as tm
 from postmortem.rules.base import Context, Finding
+from postmortem.rules.declare import Category, Rule, Severity
 
-CODE = "N011"
-NAME = "intra-node-network"
-SEVERITY = "warning"
+RULE = Rule(code="N011", name="intra-node-network", severity=Severity.WARNING, category=Category.PERF, since="0.1.0")
 
 
 def check(ctx: Context) -> list[Finding]:
@@ -63,12 +62,11 @@ def check(ctx: Context) -> list[Finding]:
     evidence = []
     for node in nodes[:3]:
         evidence += tm.evidence_of(ctx, rows.filter(pl.col("src_host") == node), "same host, via the network", 1)
-    return [Finding(
-        CODE, NAME, SEVERITY, 0.8, f"{where}: intra-node hops through the network", message,
+    return [RULE.finding(confidence=0.8, title=f"{where}: intra-node hops through the network", message=message,
         ranks=ranks, nodes=nodes, gpus=tm.gpus_of(ctx, ranks), evidence=evidence,
         suggestion=("On these nodes: run each node's ranks in one container or with a shared IPC namespace "
                     "(docker --ipc=host, enough --shm-size), let each process see all the node's GPUs, unset "
                     "NCCL_P2P_DISABLE / NCCL_SHM_DISABLE; confirm with NCCL_DEBUG=INFO that the hops show P2P or SHM."),
-        category="perf", culprit=True,
+        culprit=True,
         details={"nodes": nodes, "hops": rows.height, "gpu_pairs": [list(p) for p in pairs], "net": nets,
                  "settings": settings})]

@@ -39,10 +39,9 @@ import polars as pl
 from postmortem.analyzer.ranges import hostlist
 from postmortem.rules import transport_model as tm
 from postmortem.rules.base import Context, Finding, with_columns
+from postmortem.rules.declare import Category, Rule, Severity
 
-CODE = "N012"
-NAME = "sockets-despite-rdma"
-SEVERITY = "warning"
+RULE = Rule(code="N012", name="sockets-despite-rdma", severity=Severity.WARNING, category=Category.PERF, since="0.1.0")
 
 
 def check(ctx: Context) -> list[Finding]:
@@ -103,10 +102,9 @@ def check(ctx: Context) -> list[Finding]:
     text = "; ".join(fix)
     suggestion = (text[:1].upper() + text[1:]
                   + "; then check NCCL_DEBUG=INFO prints 'Using network IB' and 'via NET/IB/…/GDRDMA'.")
-    return [Finding(CODE, NAME, SEVERITY, 0.85 if causes else 0.6,
-                    f"inter-node traffic on sockets on {which} although RDMA NICs exist", message,
-                    ranks=[], nodes=nodes, evidence=evidence, suggestion=suggestion, category="perf",
-                    culprit=bool(causes),
+    return [RULE.finding(confidence=0.85 if causes else 0.6,
+                    title=f"inter-node traffic on sockets on {which} although RDMA NICs exist", message=message,
+                    ranks=[], nodes=nodes, evidence=evidence, suggestion=suggestion, culprit=bool(causes),
                     details={"nodes": nodes, "causes": causes, "nic_evidence": list(nics), "nic_gbit": rate,
                              "socket_hops": socket_hops.height})]
 
@@ -199,13 +197,13 @@ def _info(ctx: Context, f: tm.Fabric, procs: pl.DataFrame, nodes: list[str], soc
                f"{' ...' if len(nodes) > 6 else ''}): {cost}; the inputs show no RDMA NIC on any node and no setting "
                "that switched RDMA off"
                + ("; NCCL found no IB device ('NET/IB : No device found')" if not nodev.is_empty() else ""))
-    return Finding(CODE, NAME, "info", 0.5, f"inter-node traffic on TCP sockets on {len(nodes)} node(s)", message,
+    return RULE.finding(severity=Severity.INFO, confidence=0.5, title=f"inter-node traffic on TCP sockets on {len(nodes)} node(s)", message=message,
                    ranks=[], nodes=nodes, evidence=evidence,
                    suggestion=("If these nodes have RDMA NICs (ibstat, ibv_devinfo), give the processes the devices "
                                "(--device /dev/infiniband, rdma-core) so NCCL prints 'Using network IB'; otherwise "
                                "sockets are the only transport (NCCL_SOCKET_NTHREADS / NCCL_NSOCKS_PERTHREAD spread "
                                "them)."),
-                   category="perf", culprit=False,
+                   culprit=False,
                    details={"nodes": nodes, "causes": [], "nic_evidence": [], "socket_hops": socket_hops.height,
                             "rdma_seen": False})
 

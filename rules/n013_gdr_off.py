@@ -34,10 +34,9 @@ import polars as pl
 from postmortem.analyzer.transports import gdr_gaps, no_module_hosts
 from postmortem.rules import transport_model as tm
 from postmortem.rules.base import Context, Finding
+from postmortem.rules.declare import Category, Rule, Severity
 
-CODE = "N013"
-NAME = "gdr-off"
-SEVERITY = "warning"
+RULE = Rule(code="N013", name="gdr-off", severity=Severity.WARNING, category=Category.PERF, since="0.1.0")
 
 _STAGED = ("without GDR each message is staged through host memory (an extra copy over PCIe, the proxy thread's "
            "CPU)")
@@ -123,10 +122,10 @@ def _strong(ctx, f, hops, gaps, sides, net, module) -> Finding:
     evidence = (tm.evidence_of(ctx, _evidence_rows(hops, gaps), "this side of the hop lacks /GDRDMA", 2)
                 + tm.evidence_of(ctx, no_mod, "NCCL's reason", 1))
     both = not close.is_empty() and bool(on_module)
-    return Finding(CODE, NAME, SEVERITY, 0.85 if both else 0.75,
-                   f"GPUDirect RDMA off on {len(nodes)} node(s) where the GPU-NIC path allows it", message,
+    return RULE.finding(confidence=0.85 if both else 0.75,
+                   title=f"GPUDirect RDMA off on {len(nodes)} node(s) where the GPU-NIC path allows it", message=message,
                    ranks=tm.global_ranks(f, hop_rows), nodes=nodes, evidence=evidence, suggestion=_SUGGESTION,
-                   category="perf", culprit=True,
+                   culprit=True,
                    details={"nodes": nodes, "sides_without_gdr": gaps.height, "hops_without_gdr": hop_rows.height,
                             "hops_with_gdr": int(hops["gdr"].fill_null(False).sum()), "paths": paths,
                             "no_module": bool(on_module), "nodes_with_gdr": with_gdr,
@@ -146,12 +145,12 @@ def _weak(ctx, f, hops, gaps, sides) -> Finding:
                f"NCCL_NET_GDR_LEVEL); the inputs hold no nvidia-smi topo -m to tell; {_STAGED}")
     with_rows = hops.filter(pl.col("gdr").fill_null(False))
     where = ", ".join(nodes[:3]) + (" ..." if len(nodes) > 3 else "") if nodes else "some nodes"
-    return Finding(CODE, NAME, SEVERITY, 0.35, f"GPUDirect RDMA off on {where} only",
-                   message, ranks=tm.global_ranks(f, hop_rows), nodes=nodes,
+    return RULE.finding(confidence=0.35, title=f"GPUDirect RDMA off on {where} only",
+                   message=message, ranks=tm.global_ranks(f, hop_rows), nodes=nodes,
                    evidence=tm.evidence_of(ctx, _evidence_rows(hops, gaps), "this side of the hop lacks /GDRDMA", 2)
                    + tm.evidence_of(ctx, with_rows, "a hop with /GDRDMA", 1),
                    suggestion="Collect nvidia-smi topo -m of these nodes to see the GPU-NIC distance; " + _SUGGESTION,
-                   category="perf", culprit=False,
+                   culprit=False,
                    details={"nodes": nodes, "sides_without_gdr": gaps.height, "hops_without_gdr": hop_rows.height,
                             "hops_with_gdr": with_rows.height, "nics": nics, "nodes_with_gdr": with_gdr,
                             "per_node": _per_node(gaps, sides)})

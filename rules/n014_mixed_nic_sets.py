@@ -30,10 +30,9 @@ import polars as pl
 
 from postmortem.rules import transport_model as tm
 from postmortem.rules.base import Context, Finding
+from postmortem.rules.declare import Category, Rule, Severity
 
-CODE = "N014"
-NAME = "mixed-nic-sets"
-SEVERITY = "warning"
+RULE = Rule(code="N014", name="mixed-nic-sets", severity=Severity.WARNING, category=Category.NETWORK, since="0.1.0")
 
 
 def check(ctx: Context) -> list[Finding]:
@@ -91,11 +90,11 @@ def _nccl_sets(ctx: Context) -> Finding | None:
                + _describe(groups, lambda k: f"{len(k)} NIC(s) {', '.join(k[:4])}{' ...' if len(k) > 4 else ''}")
                + ("; only the names differ (same count and link layer): likely the same fabric under other names"
                   if names_only else "; rings through the nodes with fewer or other NICs are capped by them"))
-    return Finding(CODE, NAME, "info" if names_only else "warning", 0.4 if names_only else 0.7,
-                   "nodes with different NIC sets (NCCL's NIC list)", message, nodes=odd,
+    return RULE.finding(severity=Severity.INFO if names_only else Severity.WARNING, confidence=0.4 if names_only else 0.7,
+                   title="nodes with different NIC sets (NCCL's NIC list)", message=message, nodes=odd,
                    evidence=tm.evidence_of(ctx, lines, "NIC list of an odd node", 2)
                    + tm.evidence_of(ctx, others, "NIC list of the other nodes", 1),
-                   suggestion=_SUGGESTION, category="network", culprit=False,
+                   suggestion=_SUGGESTION, culprit=False,
                    details={"sets": {", ".join(k): v for k, v in groups.items()}, "names_only": names_only})
 
 
@@ -124,11 +123,11 @@ def _port_sets(ctx: Context, f: tm.Fabric) -> Finding | None:
     message = ("ibstat/ibv_devinfo show different active RDMA ports per node: " + _describe(groups, show)
                + "; NCCL uses the ports each node has, and the slowest node caps every ring through it")
     rows = active.filter(pl.col("node").is_in(odd))
-    return Finding(CODE, NAME, "warning", 0.6, "nodes with different active RDMA ports (ibstat)", message, nodes=odd,
+    return RULE.finding(confidence=0.6, title="nodes with different active RDMA ports (ibstat)", message=message, nodes=odd,
                    evidence=tm.evidence_of(
                        ctx, rows if not rows.is_empty() else ports.filter(pl.col("node").is_in(odd)),
                        "ports of an odd node", 2),
-                   suggestion=_SUGGESTION, category="network", culprit=False,
+                   suggestion=_SUGGESTION, culprit=False,
                    details={"sets": {f"{k[0]} ports {list(k[1])}": v for k, v in groups.items()}})
 
 

@@ -35,11 +35,10 @@ import polars as pl
 
 from postmortem.analyzer.ranges import hostlist, rank_ranges
 from postmortem.rules.base import Context, Finding, with_columns
+from postmortem.rules.declare import Category, Rule, Severity
 from postmortem.rules.transport_model import evidence_of
 
-CODE = "N015"
-NAME = "comm-not-formed"
-SEVERITY = "error"
+RULE = Rule(code="N015", name="comm-not-formed", severity=Severity.ERROR, category=Category.CONFIG, since="0.1.0")
 
 
 def check(ctx: Context) -> list[Finding]:
@@ -85,9 +84,9 @@ def _split_job(ctx: Context, members: pl.DataFrame, by_id: pl.DataFrame, failing
                "so each group ran as a job of its own -- each with its own rank 0 and its own rendezvous")
     evidence = evidence_of(ctx, by_id.sort("input_id", "line_no").unique("comm_id", keep="first", maintain_order=True),
                            "its own communicator (commId) of this size", 3)
-    return [Finding(CODE, NAME, SEVERITY if failing else "warning", 0.75,
-                    f"{comms.height} separate {size}-rank communicators instead of one", message,
-                    nodes=nodes, evidence=evidence, category="config", culprit=False,
+    return [RULE.finding(severity=RULE.severity if failing else Severity.WARNING, confidence=0.75,
+                    title=f"{comms.height} separate {size}-rank communicators instead of one", message=message,
+                    nodes=nodes, evidence=evidence, culprit=False,
                     suggestion=("Give every process the same rendezvous: one MASTER_ADDR/MASTER_PORT (or NCCL_COMM_ID, "
                                 "torchrun --rdzv-endpoint) for all nodes; for nccl-tests under mpirun, build with MPI=1 "
                                 "(otherwise each process thinks it is alone or rank 0)."),
@@ -106,10 +105,10 @@ def _duplicates(ctx: Context, by_id: pl.DataFrame) -> list[Finding]:
     parts = [f"rank {r['rank']} of {r['comm_id']} held by pids {', '.join(str(p) for p in r['pids'] if p is not None) or '?'} on "
              f"{hostlist([h for h in r['hosts'] if h])}" for r in dup.head(6).iter_rows(named=True)]
     nodes = sorted({h for hs in dup["hosts"].to_list() for h in hs if h})
-    return [Finding(CODE, NAME, SEVERITY, 0.8, f"the same rank held by two processes in {dup['comm_id'].n_unique()} "
-                    "communicator(s)", "; ".join(parts) + ": a duplicated launch, a wrong RANK/LOCAL_RANK, or two jobs "
+    return [RULE.finding(confidence=0.8, title=f"the same rank held by two processes in {dup['comm_id'].n_unique()} "
+                    "communicator(s)", message="; ".join(parts) + ": a duplicated launch, a wrong RANK/LOCAL_RANK, or two jobs "
                     "sharing one rendezvous", nodes=nodes, evidence=evidence_of(ctx, rows, "one of the two", 3),
-                    category="config", culprit=False,
+                    culprit=False,
                     suggestion="Start each rank once (no leftover process from an earlier run, no second launcher); "
                                "give concurrent jobs different MASTER_PORT / NCCL_COMM_ID.",
                     details={"check": "duplicate_rank", "duplicates": dup.select("comm_id", "rank", "pids").to_dicts(),
@@ -136,15 +135,15 @@ def _incomplete(ctx: Context, by_id: pl.DataFrame, failing: bool) -> list[Findin
                + ("" if failing else "; the inputs show no failure or hang, so a log cut before that line would look "
                                      "the same"))
     culprit = failing and few and bool(glob)
-    return [Finding(CODE, NAME, SEVERITY if failing else "warning", 0.65 if culprit else 0.4,
-                    f"rank(s) {rank_ranges(sorted(set(stuck['rank'].to_list())))} never completed NCCL init"
-                    + (f" on {hostlist(nodes)}" if nodes else ""), message,
+    return [RULE.finding(severity=RULE.severity if failing else Severity.WARNING, confidence=0.65 if culprit else 0.4,
+                    title=f"rank(s) {rank_ranges(sorted(set(stuck['rank'].to_list())))} never completed NCCL init"
+                    + (f" on {hostlist(nodes)}" if nodes else ""), message=message,
                     ranks=glob if culprit else [], nodes=nodes if culprit else [],
                     gpus=[ctx.gpu_of(r) for r in glob[:4]] if culprit else [],
                     evidence=evidence_of(ctx, stuck, "Init START, no Init COMPLETE", 2)
                     + evidence_of(ctx, done.filter(pl.col("complete_line").is_not_null()).select(
                         "input_id", line_no="complete_line"), "another rank's Init COMPLETE", 1),
-                    category="hang", culprit=culprit,
+                    category=Category.HANG, culprit=culprit,
                     suggestion="Read the named ranks' last NCCL lines (the connection they were setting up) and their "
                                "peers'; a py-spy dump of them shows where init waits.",
                     details={"check": "init_incomplete", "comm_ids": mixed, "stuck": stuck.select(

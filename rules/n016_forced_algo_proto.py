@@ -41,10 +41,9 @@ import polars as pl
 
 from postmortem.rules import linkbench_model as lm
 from postmortem.rules.base import Context, Finding, with_columns
+from postmortem.rules.declare import Category, Rule, Severity
 
-CODE = "N016"
-NAME = "forced-algo-proto"
-SEVERITY = "warning"
+RULE = Rule(code="N016", name="forced-algo-proto", severity=Severity.WARNING, category=Category.CONFIG, since="0.1.0")
 
 PROTOS = {"ll", "ll128", "simple"}
 ALGOS = {"ring", "tree", "collnetdirect", "collnetchain", "nvls", "nvlstree", "pat"}
@@ -162,11 +161,11 @@ def _judge(ctx: Context, key: str, rows: list[dict], world, nodes, acc) -> Findi
         if ok is None:
             return None
         if ok == {"simple"}:
-            sev, what = "warning", (f"NCCL_PROTO={value} leaves only the Simple protocol: small and medium messages lose "
+            sev, what = Severity.WARNING, (f"NCCL_PROTO={value} leaves only the Simple protocol: small and medium messages lose "
                                     "LL and LL128, whose per-step latency is a fraction of Simple's")
             disabled = {"ll", "ll128"}
         elif "ll128" not in ok and acc and acc.get("arch") in LL128_ARCHS and acc.get("nvlink"):
-            sev, what = "info", (f"NCCL_PROTO={value} disables LL128, which NCCL uses by default on {acc['name']} "
+            sev, what = Severity.INFO, (f"NCCL_PROTO={value} disables LL128, which NCCL uses by default on {acc['name']} "
                                  "(NVLink): medium messages (tens of KB to a few MB) run on LL or Simple instead")
             disabled = {"ll128"}
         else:
@@ -179,7 +178,7 @@ def _judge(ctx: Context, key: str, rows: list[dict], world, nodes, acc) -> Findi
         big = (world and world >= RING_RANKS) or (nodes and nodes >= RING_NODES)
         if not big:
             return None
-        sev = "warning"
+        sev = Severity.WARNING
         what = (f"NCCL_ALGO={value} forces Ring at {world or '?'} ranks on {nodes or '?'} nodes: a ring all-reduce takes "
                 f"2x{(world or 2) - 1} steps, each paying the network latency, where NCCL picks Tree (or PAT/NVLS) for "
                 "small and medium messages at this scale")
@@ -191,9 +190,8 @@ def _judge(ctx: Context, key: str, rows: list[dict], world, nodes, acc) -> Findi
     for r in sorted(rows, key=lambda r: (r["source"] != "sbatch export", r["node"] or "", r["line_no"] or 0))[:4]:
         if r["input_id"] is not None and r["line_no"] is not None:
             ev.append(ctx.evidence(r["input_id"], r["line_no"], f"{key}={r['value']} ({r['source']})"))
-    return Finding(CODE, NAME, sev, 0.7, f"{key}={value} forced {scope}" + (" (every node)" if nodes and
-                   len(nodes_set) == nodes and nodes > 1 else ""), msg, nodes=nodes_set, category="config",
-                   evidence=ev,
+    return RULE.finding(severity=sev, confidence=0.7, title=f"{key}={value} forced {scope}" + (" (every node)" if nodes and
+                   len(nodes_set) == nodes and nodes > 1 else ""), message=msg, nodes=nodes_set, evidence=ev,
                    suggestion=(f"Unset {key} and compare step time and all_reduce_perf -b 8 -e 128M -f 2 with and "
                                "without it; if it works around a known NCCL bug, say so in a comment next to it."),
                    details={"key": key, "value": value, "allowed": sorted(ok), "world": world, "nodes": nodes,

@@ -45,10 +45,9 @@ import polars as pl
 from postmortem.analyzer.ranges import hostlist, rank_ranges
 from postmortem.parsers import nccl_errors as catalogue
 from postmortem.rules.base import Context, Evidence, Finding, with_columns
+from postmortem.rules.declare import Category, Rule, Severity
 
-CODE = "N020"
-NAME = "nccl-stated-error"
-SEVERITY = "error"
+RULE = Rule(code="N020", name="nccl-stated-error", severity=Severity.ERROR, category=Category.NETWORK, since="0.1.0")
 LATE = True   # after the rules that explain some of these errors better (postmortem.rules.report.run_rules)
 
 # Error classes a more specific rule reads, and the rules that do: when one of them fired in this
@@ -102,7 +101,7 @@ def check(ctx: Context) -> list[Finding]:
 def _explained(ctx: Context, rows: pl.DataFrame) -> set[str]:
     """Error classes another finding of this attempt covers: a class its rule reads
     (``EXPLAINED_BY``), or the class of a line it cites as evidence."""
-    others = [f for f in ctx.findings if f.code != CODE]
+    others = [f for f in ctx.findings if f.code != RULE.code]
     codes = {f.code for f in others}
     out = {klass for klass, by in EXPLAINED_BY.items() if by & codes}
     cited = {(e.path, e.line) for f in others for e in f.evidence}
@@ -125,9 +124,9 @@ def _finding(ctx: Context, name: str, group: pl.DataFrame, consequences: pl.Data
     # one that every process printed is shared (the build, the configuration), not a faulty rank.
     shared = procs >= max(2, printers) and printers > 1
     culprit = role == "cause" and cause.where == "printer" and not shared and bool(nodes or ranks)
-    severity = "info" if role == "harmless" else cause.severity
+    severity = Severity.INFO if role == "harmless" else Severity(cause.severity)
     if role == "consequence":
-        severity = "warning"
+        severity = Severity.WARNING
     text = firsts["message"][0]
     who = _who(firsts)
     facts = _facts(firsts)
@@ -157,9 +156,9 @@ def _finding(ctx: Context, name: str, group: pl.DataFrame, consequences: pl.Data
     confidence = {"cause": 0.8, "result": 0.6, "consequence": 0.4, "harmless": 0.5}.get(role, 0.3)
     if shared and role == "cause":
         confidence = 0.7
-    category = "symptom" if role == "consequence" else ("info" if role == "harmless" else cause.category)
-    return Finding(CODE, NAME, severity, confidence, f"NCCL: {cause.title}" + (f" on {hostlist(nodes)}" if nodes else ""),
-                   message, ranks=ranks, nodes=nodes, gpus=gpus, evidence=evidence,
+    category = Category.SYMPTOM if role == "consequence" else (Category.INFO if role == "harmless" else Category(cause.category))
+    return RULE.finding(severity=severity, confidence=confidence, title=f"NCCL: {cause.title}" + (f" on {hostlist(nodes)}" if nodes else ""),
+                   message=message, ranks=ranks, nodes=nodes, gpus=gpus, evidence=evidence,
                    suggestion=cause.action + _fix_extra(ctx, name, firsts), category=category, culprit=culprit,
                    details={"cause": name, "error_class": cause.error_class, "role": role, "where": cause.where,
                             "processes": procs, "lines": group.height, "shared": shared, "drain": False,
@@ -176,12 +175,12 @@ def _unknown(ctx: Context, rows: pl.DataFrame) -> Finding:
     shown = "; ".join(f"'{_clip(m, 120)}'" for m in firsts["message"].head(3).to_list())
     message = (f"{rows.height} NCCL WARN line(s) of a kind the catalogue does not know ({_who(rows)}): {shown}"
                f"{' ...' if firsts.height > 3 else ''}; read them: NCCL prints WARN for real failures")
-    return Finding(CODE, NAME, "warning", 0.3, f"NCCL WARN not in the catalogue{' on ' + hostlist(nodes) if nodes else ''}",
-                   message, ranks=ranks, nodes=nodes,
+    return RULE.finding(severity=Severity.WARNING, confidence=0.3, title=f"NCCL WARN not in the catalogue{' on ' + hostlist(nodes) if nodes else ''}",
+                   message=message, ranks=ranks, nodes=nodes,
                    evidence=[_ev(ctx, r, "NCCL WARN") for r in firsts.head(3).iter_rows(named=True)],
                    suggestion="Read the WARN text and the lines before it on the same process; search NVIDIA/nccl "
                               "issues for the text.",
-                   category="info", culprit=False,
+                   category=Category.INFO, culprit=False,
                    details={"cause": "unknown", "role": "unknown", "lines": rows.height, "drain": False,
                             "texts": firsts["message"].head(10).to_list(), "printed_by": _printed_by(firsts)})
 

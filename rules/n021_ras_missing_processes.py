@@ -34,11 +34,10 @@ import polars as pl
 from postmortem.analyzer.ranges import hostlist, rank_ranges
 from postmortem.rules import ras_model
 from postmortem.rules.base import Context, Finding
+from postmortem.rules.declare import Category, Rule, Severity
 from postmortem.rules.transport_model import evidence_of
 
-CODE = "N021"
-NAME = "ras-missing-processes"
-SEVERITY = "error"
+RULE = Rule(code="N021", name="ras-missing-processes", severity=Severity.ERROR, category=Category.CRASH, since="0.1.0")
 LATE = True   # reads what the crash rules (X001, X004, X006) found about the same nodes
 
 
@@ -105,15 +104,15 @@ def check(ctx: Context) -> list[Finding]:
     culprit = hung and few and bool(nodes) and not bogus
     if bogus and procs.is_empty():
         hung = False   # nothing left but the report's own garbage: a warning
-    return [Finding(CODE, NAME, SEVERITY if hung else "warning", 0.75 if culprit else 0.55,
-                    f"RAS: {procs.height or counted['missing_processes'] + counted['dead_processes']} process(es) "
-                    f"missing{' on ' + hostlist(nodes) if nodes else ''}", message,
+    return [RULE.finding(severity=RULE.severity if hung else Severity.WARNING, confidence=0.75 if culprit else 0.55,
+                    title=f"RAS: {procs.height or counted['missing_processes'] + counted['dead_processes']} process(es) "
+                    f"missing{' on ' + hostlist(nodes) if nodes else ''}", message=message,
                     ranks=glob if culprit else [], nodes=nodes, gpus=[ctx.gpu_of(r) for r in glob[:4]] if culprit else [],
                     evidence=evidence,
                     suggestion=(f"Check {hostlist(nodes) if nodes else 'the named nodes'}: is the node up, did the kernel "
                                 "or the scheduler kill the processes (dmesg, OOM killer, sacct); read the processes' own "
                                 "last lines; exclude a node that is gone and restart."),
-                    category="crash", culprit=culprit,
+                    culprit=culprit,
                     details={"processes": procs.select("pid", "node", "gpu", "why").to_dicts(),
                              "comm_ranks": comm_ranks, "global_ranks": glob, "nodes": nodes, "whole_nodes": whole,
                              "dead": dead.height, "counts": counted, "drain": False})]
@@ -147,6 +146,6 @@ def _whole_nodes(ras, gone: pl.DataFrame) -> list[str]:
 
 def _own_failures(ctx: Context, nodes: list[str], ranks: list[int]) -> str:
     """What other findings say about these nodes or ranks (a crash, an OOM kill, a node failure)."""
-    hits = [f for f in ctx.findings if f.severity == "error" and f.code != CODE
+    hits = [f for f in ctx.findings if f.severity == "error" and f.code != RULE.code
             and (set(f.nodes) & set(nodes) or set(f.ranks) & set(ranks))]
     return "; ".join(f"{f.code} {f.title}" for f in hits[:3])

@@ -33,11 +33,10 @@ import polars as pl
 from postmortem.analyzer.ranges import hostlist, rank_ranges
 from postmortem.rules import ras_model
 from postmortem.rules.base import Context, Finding
+from postmortem.rules.declare import Category, Rule, Severity
 from postmortem.rules.transport_model import evidence_of
 
-CODE = "N022"
-NAME = "ras-errors"
-SEVERITY = "error"
+RULE = Rule(code="N022", name="ras-errors", severity=Severity.ERROR, category=Category.NETWORK, since="0.1.0")
 LATE = True   # after the hang rules, whose watchdog evidence it cross-checks
 
 
@@ -57,12 +56,12 @@ def check(ctx: Context) -> list[Finding]:
     timeouts = ras.reports["timeouts"][0] if "timeouts" in ras.reports.columns else None
     if timeouts:
         rows = ras.findings.filter(pl.col("what") == "timeouts") if not ras.findings.is_empty() else ras.findings
-        out.append(Finding(CODE, NAME, "warning", 0.4, f"RAS: {timeouts} communication timeout(s) while gathering data",
-                           f"the RAS client had {timeouts} timeout(s) collecting the report: some processes answered "
+        out.append(RULE.finding(severity=Severity.WARNING, confidence=0.4, title=f"RAS: {timeouts} communication timeout(s) while gathering data",
+                           message=f"the RAS client had {timeouts} timeout(s) collecting the report: some processes answered "
                            "late or not at all (a stuck host, a dead network path); the report may be incomplete",
                            evidence=evidence_of(ctx, rows, "RAS collection timeouts", 1),
                            suggestion="Repeat the query (ncclras) and compare; check the hosts that answered late.",
-                           category="network", culprit=False, details={"check": "timeouts", "timeouts": timeouts}))
+                           culprit=False, details={"check": "timeouts", "timeouts": timeouts}))
     out += _healthy_but_timed_out(ctx, ras)
     return out
 
@@ -85,14 +84,14 @@ def _errors(ctx, ras, rows: pl.DataFrame) -> Finding:
                + (f"; global rank {rank_ranges(glob)}" if glob else "")
                + ("; a Remote process error is a reaction: the peer it talks to failed first" if remote_only else ""))
     culprit = bool(glob) and not remote_only and len(comm) <= 2
-    return Finding(CODE, NAME, SEVERITY, 0.7 if culprit else 0.5,
-                   f"RAS: NCCL error on rank(s) {rank_ranges(comm)}" + (f" on {hostlist(nodes)}" if nodes else ""),
-                   message, ranks=glob if culprit else [], nodes=nodes if culprit else [],
+    return RULE.finding(confidence=0.7 if culprit else 0.5,
+                   title=f"RAS: NCCL error on rank(s) {rank_ranges(comm)}" + (f" on {hostlist(nodes)}" if nodes else ""),
+                   message=message, ranks=glob if culprit else [], nodes=nodes if culprit else [],
                    gpus=[ctx.gpu_of(r) for r in glob[:4]] if culprit else [],
                    evidence=evidence_of(ctx, rows, "RAS: a rank's NCCL error", 3),
                    suggestion=("Read these ranks' own logs near the report's time (NCCL_DEBUG=WARN shows the WARN "
                                "behind the error); for a Remote process error, the peer's."),
-                   category="network" if "Remote process error" in kinds else "crash", culprit=culprit,
+                   category=Category.NETWORK if "Remote process error" in kinds else Category.CRASH, culprit=culprit,
                    details={"check": "errors", "comm_ranks": comm, "global_ranks": glob, "errors": kinds, "drain": False})
 
 
@@ -103,12 +102,12 @@ def _statuses(ctx, ras, rows: pl.DataFrame) -> Finding:
     meaning = {"ABORT": "aborted (by the watchdog or the application)", "INIT": "never finished joining",
                "NOCOMM": "no longer a member (destroyed its communicator)"}
     why = "; ".join(f"{s}: {meaning[s]}" for s in sorted(set(rows["status"].to_list())))
-    return Finding(CODE, NAME, "warning", 0.5, f"RAS: rank(s) {rank_ranges(comm)} in another state than the rest",
-                   f"RAS: communicator ranks have different status: {'; '.join(parts)} ({why})"
+    return RULE.finding(severity=Severity.WARNING, confidence=0.5, title=f"RAS: rank(s) {rank_ranges(comm)} in another state than the rest",
+                   message=f"RAS: communicator ranks have different status: {'; '.join(parts)} ({why})"
                    + (f"; global rank {rank_ranges(glob)}" if glob else ""),
                    ranks=[], nodes=nodes, evidence=evidence_of(ctx, rows, "RAS: a rank's status", 3),
                    suggestion="Read those ranks' logs: an ABORT follows an error or a timeout on that rank.",
-                   category="hang", culprit=False,
+                   category=Category.HANG, culprit=False,
                    details={"check": "status", "comm_ranks": comm, "global_ranks": glob,
                             "statuses": sorted(set(rows["status"].to_list()))})
 
@@ -122,12 +121,12 @@ def _healthy_but_timed_out(ctx, ras) -> list[Finding]:
         return []
     first = timeouts.sort("input_id", "line_no").row(0, named=True)
     what = f"{first.get('op') or 'a collective'}" + (f" SeqNum {first['seq']}" if first.get("seq") is not None else "")
-    return [Finding(CODE, NAME, "info", 0.6, "RAS reported every communicator RUNNING OK; the watchdog still timed out",
-                    f"the RAS report says {comms.height} communicator group(s) RUNNING OK, yet rank "
+    return [RULE.finding(severity=Severity.INFO, confidence=0.6, title="RAS reported every communicator RUNNING OK; the watchdog still timed out",
+                    message=f"the RAS report says {comms.height} communicator group(s) RUNNING OK, yet rank "
                     f"{first.get('rank') if first.get('rank') is not None else '?'} timed out in {what}: RAS does "
                     "not see this kind of hang (nccl#1730), so the report is no proof of health; the watchdog's "
                     "collective is where to look",
                     evidence=evidence_of(ctx, ras.comms, "RAS: OK", 1)
                     + [ctx.evidence(first["input_id"], first["line_no"], note="the watchdog timeout")],
                     suggestion="Follow the watchdog's collective (the hang findings); take py-spy dumps of the ranks.",
-                    category="info", culprit=False, details={"check": "ok_but_timeout"})]
+                    category=Category.INFO, culprit=False, details={"check": "ok_but_timeout"})]

@@ -34,11 +34,10 @@ from __future__ import annotations
 import polars as pl
 
 from postmortem.rules.base import Context, Finding
+from postmortem.rules.declare import Category, Rule, Severity
 from postmortem.rules.perf_model import fmt_params, median, model, peak, steady, train_steps
 
-CODE = "P001"
-NAME = "model-flops-utilization"
-SEVERITY = "info"
+RULE = Rule(code="P001", name="model-flops-utilization", severity=Severity.INFO, category=Category.PERF, since="0.1.0")
 
 LOW_MFU = 0.05
 DROP_RATIO = 1.5     # the last steps this much slower than the earlier steady steps
@@ -98,15 +97,15 @@ def check(ctx: Context) -> list[Finding]:
 
     drop = _drop(run_steps)
     headline = mfu if mfu is not None else framework_mfu
-    severity, reasons = "info", []
+    severity, reasons = Severity.INFO, []
     if mfu is not None and mfu < LOW_MFU and m.active_params >= 1e9:
-        severity = "warning"
+        severity = Severity.WARNING
         reasons.append(f"MFU {mfu:.1%} is far below what training a model of this size gets (>= 5 %)")
     elif headline is not None and headline < LOW_MFU:
         reasons.append(f"MFU {headline:.1%} is low, but the model's size is unknown or small "
                        "(a debug or small model runs at low MFU by design)")
     if drop:
-        severity = "warning"
+        severity = Severity.WARNING
         reasons.append(drop)
     parts = [arithmetic] if arithmetic else [f"MFU not estimated: the logs lack {'; '.join(missing)}"]
     confidence = 0.7 if mfu is not None else 0.5
@@ -123,8 +122,8 @@ def check(ctx: Context) -> list[Finding]:
         evidence.append(ctx.evidence(first["input_id"], first["line_no"], f"a median step ({step_s:.1f} s)"))
     title = (f"MFU {headline:.1%} ({'own estimate' if mfu is not None else 'framework throughput'})"
              if headline is not None else "MFU")
-    return [Finding(CODE, NAME, severity, confidence, title, ". ".join(parts) + ".",
-                    evidence=evidence, category="perf", details=details,
+    return [RULE.finding(severity=severity, confidence=confidence, title=title, message=". ".join(parts) + ".",
+                    evidence=evidence, details=details,
                     suggestion="" if severity == "info" else
                     "Compare with a known-good run (postmortem diff); check P002, the straggler and link findings; "
                     "profile one step with nsys.")]

@@ -30,11 +30,10 @@ from __future__ import annotations
 import polars as pl
 
 from postmortem.rules.base import Context, Finding
+from postmortem.rules.declare import Category, Rule, Severity
 from postmortem.rules.perf_model import median, steady, train_steps
 
-CODE = "P002"
-NAME = "irregular-iterations"
-SEVERITY = "warning"
+RULE = Rule(code="P002", name="irregular-iterations", severity=Severity.WARNING, category=Category.PERF, since="0.1.0")
 
 RATIO = 2.0
 EXPLAINING = {"checkpoint_save_start": "checkpoint save", "checkpoint_save_done": "checkpoint save",
@@ -72,7 +71,7 @@ def check(ctx: Context) -> list[Finding]:
             unexplained.append(item)
         if len(evidence) < 4 and row.get("input_id") is not None:
             evidence.append(ctx.evidence(row["input_id"], row["line_no"], why or "nothing in the logs explains it"))
-    severity = "warning" if unexplained else "info"
+    severity = Severity.WARNING if unexplained else Severity.INFO
     parts = [f"{slow.height} of {run.height} steps took more than {RATIO:g} x the median {med / 1000:.1f} s"]
     if unexplained:
         parts.append("unexplained: " + ", ".join(unexplained[:8]) + (" ..." if len(unexplained) > 8 else ""))
@@ -80,10 +79,9 @@ def check(ctx: Context) -> list[Finding]:
         parts.append("explained: " + "; ".join(explained[:8]))
     lost = float((slow["elapsed_ms"] - med).sum()) / 1000
     parts.append(f"{lost:.0f} s lost against the median")
-    return [Finding(CODE, NAME, severity, 0.7 if unexplained else 0.8,
-                    f"{slow.height} irregular step{'s' if slow.height > 1 else ''} (> {RATIO:g}x the median)",
-                    ". ".join(parts) + ".", evidence=evidence, category="perf",
-                    details={"median_ms": med, "slow": slow.select("iteration", "elapsed_ms").to_dicts(),
+    return [RULE.finding(severity=severity, confidence=0.7 if unexplained else 0.8,
+                    title=f"{slow.height} irregular step{'s' if slow.height > 1 else ''} (> {RATIO:g}x the median)",
+                    message=". ".join(parts) + ".", evidence=evidence, details={"median_ms": med, "slow": slow.select("iteration", "elapsed_ms").to_dicts(),
                              "unexplained": len(unexplained)},
                     suggestion="" if not unexplained else
                     "Check node_events and storage around those times; for GC pauses use gc.freeze() and a manual "

@@ -35,12 +35,11 @@ from __future__ import annotations
 import polars as pl
 
 from postmortem.rules.base import Context, Finding, with_columns
+from postmortem.rules.declare import Category, Rule, Severity
 from postmortem.rules.perf_model import (CKPT_BYTES_PER_PARAM, STORAGE_TIERS, checkpoint_bytes, fmt_params, median, model,
                               train_steps)
 
-CODE = "P003"
-NAME = "checkpoint-stall"
-SEVERITY = "warning"
+RULE = Rule(code="P003", name="checkpoint-stall", severity=Severity.WARNING, category=Category.PERF, since="0.1.0")
 
 SLOW_RATIO = 2.0
 SLACK_S = 60.0
@@ -134,9 +133,8 @@ def _slow(ctx, rows, m, size, rate, tier, nfs) -> Finding:
     message = (f"{len(rows)} checkpoint save{'s' if len(rows) > 1 else ''} took far longer than the storage "
                f"explains: {', '.join(items)}; {basis}{cause}. Every GPU of the job waited "
                f"{total:,.0f} s ({total * (ctx.world_size or 1) / 3600:,.1f} GPU-hours)")
-    return Finding(CODE, NAME, "warning", confidence, "Checkpoint save stalled the job", message + ".",
-                   nodes=sorted(nodes), evidence=evidence, category="perf",
-                   details={"saves": [{"iteration": r["iteration"], "duration_s": r["duration_s"],
+    return RULE.finding(confidence=confidence, title="Checkpoint save stalled the job", message=message + ".",
+                   nodes=sorted(nodes), evidence=evidence, details={"saves": [{"iteration": r["iteration"], "duration_s": r["duration_s"],
                                        "expected_s": e} for r, e in rows], "size_bytes": size,
                             "tier": tier or "NFS (assumed)"},
                    suggestion="Save asynchronously (Megatron --async-save with --ckpt-format torch_dist) or to a "
@@ -175,9 +173,8 @@ def _unfinished(ctx, row, saves, m, size, rate, nfs) -> Finding:
         parts.append(f"the NFS server stopped responding on {', '.join(nodes)} during it")
     evidence = [ctx.evidence(row["input_id"], row["line_no"], "save started, no completion line")] \
         if row.get("input_id") is not None else []
-    return Finding(CODE, NAME, "warning", 0.7 if nodes else 0.6, f"Checkpoint save of {what} never finished",
-                   "; ".join(parts) + ".", nodes=nodes, evidence=evidence, category="perf",
-                   details={"iteration": it, "last_complete": last_ok, "waited_s": waited, "size_bytes": size},
+    return RULE.finding(confidence=0.7 if nodes else 0.6, title=f"Checkpoint save of {what} never finished",
+                   message="; ".join(parts) + ".", nodes=nodes, evidence=evidence, details={"iteration": it, "last_complete": last_ok, "waited_s": waited, "size_bytes": size},
                    suggestion="Restart from the last complete checkpoint (latest_checkpointed_iteration.txt) and "
                               "delete the partial folder; save asynchronously or to faster storage.")
 

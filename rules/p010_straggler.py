@@ -38,10 +38,9 @@ import polars as pl
 
 from postmortem.rules import skew_model as sm
 from postmortem.rules.base import Context, Finding
+from postmortem.rules.declare import Category, Rule, Severity
 
-CODE = "P010"
-NAME = "straggler"
-SEVERITY = "warning"
+RULE = Rule(code="P010", name="straggler", severity=Severity.WARNING, category=Category.PERF, since="0.1.0")
 
 MIN_COLLECTIVES = 20
 LAST_SHARE = 0.6
@@ -128,9 +127,8 @@ def _finding(ctx: Context, source: str, r: dict, lag: int, share: float, basis: 
     where = f"rank {rank} ({node}" + (f", GPU {dev})" if dev is not None else ")")
     msg = (f"{where} arrived last in {100 * share:.0f}% of {colls} "
            f"collectives ({label}); median lag {lag / 1e6:.2f} ms {basis}{cost}.{structural}")
-    return Finding(
-        CODE, NAME, SEVERITY, conf, f"Straggler: {where} arrives {lag / 1e6:.2f} ms late at every collective", msg,
-        ranks=[rank], nodes=[node] if not node.startswith("?") else [], gpus=[gpu], category="perf", culprit=True,
+    return RULE.finding(confidence=conf, title=f"Straggler: {where} arrives {lag / 1e6:.2f} ms late at every collective", message=msg,
+        ranks=[rank], nodes=[node] if not node.startswith("?") else [], gpus=[gpu], culprit=True,
         suggestion=(f"Check GPU {dev if dev is not None else '?'} on {node}: nvidia-smi -q -d "
                     "PERFORMANCE,CLOCK,POWER,TEMPERATURE (throttle reasons), nvidia-smi -q -d PCIE (link width), "
                     "other processes on the GPU and the rank's CPU affinity; rerun with the node excluded "

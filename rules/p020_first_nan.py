@@ -42,12 +42,11 @@ Known false positives
 from __future__ import annotations
 
 from postmortem.rules.base import Context, Finding
+from postmortem.rules.declare import Category, Rule, Severity
 from postmortem.rules.hw_model import job_nodes
 from postmortem.rules.numerics_model import fault_before, gpu_faults, read_numerics
 
-CODE = "P020"
-NAME = "first-nan"
-SEVERITY = "error"
+RULE = Rule(code="P020", name="first-nan", severity=Severity.ERROR, category=Category.PERF, since="0.1.0")
 
 
 def check(ctx: Context) -> list[Finding]:
@@ -92,10 +91,10 @@ def check(ctx: Context) -> list[Finding]:
                    + (f" (rank {frank}'s GPU)" if frank is not None else "")
                    + f" came at or before it: the NaN is the GPU fault's symptom, not a numerics problem; {persisted}")
         details.update(xid=xid, fault_node=fnode, fault_rank=frank)
-        return [Finding(CODE, NAME, "error" if diverged else "warning", 0.8,
-                        f"NaN at {where} after Xid {xid} on {fnode}", message,
+        return [RULE.finding(severity=Severity.ERROR if diverged else Severity.WARNING, confidence=0.8,
+                        title=f"NaN at {where} after Xid {xid} on {fnode}", message=message,
                         ranks=[int(frank)] if frank is not None else ([first.rank] if first.rank is not None else []),
-                        nodes=[fnode], gpus=[gpu], evidence=evidence[:3], category="symptom", culprit=False,
+                        nodes=[fnode], gpus=[gpu], evidence=evidence[:3], category=Category.SYMPTOM, culprit=False,
                         suggestion=(f"Treat the GPU fault on {fnode} first (G001): drain it, then resume from the "
                                     f"last checkpoint before iteration {first.iteration} with --exclude={fnode}; "
                                     "checkpoints written after the NaN are poisoned."),
@@ -112,10 +111,10 @@ def check(ctx: Context) -> list[Finding]:
                "batch at that iteration, fp16 overflow past the loss scale, a faulty GPU computing garbage")
     ranks = [first.rank] if first.rank is not None else []
     confidence = 0.6 if first.named_by == "rerun" else 0.35 if first.what.startswith("loss left out") else 0.5
-    return [Finding(CODE, NAME, "error" if diverged else "warning", confidence,
-                    f"NaN/inf at {where}" + (": training diverged" if diverged else ""), message, ranks=ranks,
+    return [RULE.finding(severity=Severity.ERROR if diverged else Severity.WARNING, confidence=confidence,
+                    title=f"NaN/inf at {where}" + (": training diverged" if diverged else ""), message=message, ranks=ranks,
                     nodes=[first.node] if first.node else [], gpus=[ctx.gpu_of(r) for r in ranks],
-                    evidence=evidence[:3], category="perf", culprit=False,
+                    evidence=evidence[:3], culprit=False,
                     suggestion=(f"Resume from the last checkpoint before iteration {first.iteration} and rerun the "
                                 "step on another node: if it does not reproduce, suspect the GPU (dcgmi diag -r 3); "
                                 "if it does, lower the learning rate / lengthen warm-up, inspect that batch, prefer "

@@ -32,11 +32,10 @@ import math
 import statistics
 
 from postmortem.rules.base import Context, Finding
+from postmortem.rules.declare import Category, Rule, Severity
 from postmortem.rules.numerics_model import training_rows
 
-CODE = "P021"
-NAME = "loss-spike"
-SEVERITY = "warning"
+RULE = Rule(code="P021", name="loss-spike", severity=Severity.WARNING, category=Category.PERF, since="0.1.0")
 
 K = 3.0          # times the running median
 DEVIATIONS = 8.0  # robust deviations above the median
@@ -88,9 +87,9 @@ def check(ctx: Context) -> list[Finding]:
     more = f" and {len(found) - 6} more" if len(found) > 6 else ""
     evidence = [ctx.evidence(s["input_id"], s["line_no"], note="loss spike") for s in found[:3]]
     iters = [s["iteration"] for s in found if s["iteration"] is not None]
-    return [Finding(CODE, NAME, SEVERITY, 0.6, f"{len(found)} loss spike(s) after warm-up",
-                    f"{len(found)} loss spike(s) more than {K:.0f}x the running median of the last {WINDOW} "
-                    f"losses: {'; '.join(parts)}{more}", evidence=evidence, category="perf", culprit=False,
+    return [RULE.finding(confidence=0.6, title=f"{len(found)} loss spike(s) after warm-up",
+                    message=f"{len(found)} loss spike(s) more than {K:.0f}x the running median of the last {WINDOW} "
+                    f"losses: {'; '.join(parts)}{more}", evidence=evidence, culprit=False,
                     suggestion=("Inspect the batches at those iterations (consumed samples gives the position); "
                                 "lower the learning rate or lengthen warm-up, clip gradients (--clip-grad 1.0); "
                                 "Megatron: --rerun-mode validate_results reruns a spiky step."),

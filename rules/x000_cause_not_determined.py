@@ -27,10 +27,9 @@ from __future__ import annotations
 
 from postmortem.analyzer.outcome import rank_tails
 from postmortem.rules.base import Context, Evidence, Finding
+from postmortem.rules.declare import Category, Rule, Severity
 
-CODE = "X000"
-NAME = "failed-cause-not-determined"
-SEVERITY = "error"
+RULE = Rule(code="X000", name="failed-cause-not-determined", severity=Severity.ERROR, category=Category.OUTCOME, since="0.1.0")
 FALLBACK = True  # runs after every other rule; its finding is kept only when none of them found an error
 
 
@@ -54,8 +53,8 @@ def check(ctx: Context) -> list[Finding]:
         f = t["first_failure"]
         if f.get("input_id") is not None and f.get("line") is not None:
             evidence.append(ctx.evidence(f["input_id"], f["line"], f"rank {t['rank']}'s first failure"))
-    return [Finding(CODE, NAME, SEVERITY, 0.5, title, message, evidence=[e for e in evidence if e],
-                    category="outcome", details={"outcome": outcome["outcome"], "basis": basis, "ranks": tails},
+    return [RULE.finding(confidence=0.5, title=title, message=message, evidence=[e for e in evidence if e],
+                    details={"outcome": outcome["outcome"], "basis": basis, "ranks": tails},
                     suggestion=_suggestion(ctx))]
 
 

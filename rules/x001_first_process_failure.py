@@ -39,12 +39,11 @@ from datetime import datetime
 import polars as pl
 
 from postmortem.rules.base import Context, Finding, with_columns
+from postmortem.rules.declare import Category, Rule, Severity
 from postmortem.rules.crash_model import Failure, explain_exit, first_failure, first_timeout, oom_kills, timed_out_ranks
 from postmortem.rules.hang_model import analyse_hang
 
-CODE = "X001"
-NAME = "first-process-failure"
-SEVERITY = "error"
+RULE = Rule(code="X001", name="first-process-failure", severity=Severity.ERROR, category=Category.CRASH, since="0.1.0")
 
 SIGNALS = {-9: "SIGKILL", -6: "SIGABRT", -11: "SIGSEGV", -15: "SIGTERM", -7: "SIGBUS", -4: "SIGILL", -8: "SIGFPE"}
 _HOW = {"teardown": "stopped with SIGTERM (the agent or Slurm tearing the job down)",
@@ -86,9 +85,9 @@ def check(ctx: Context) -> list[Finding]:
                         + (f" at {f.t:%H:%M:%S}" if f.t else "") + ")" for f in [first, *tied])
         message = (f"{len(names)} ranks failed within the clock uncertainty of each other, so the order is not "
                    f"known: {who}; this is a shared cause or an unresolved order, not a single culprit")
-        return [Finding(CODE, NAME, SEVERITY, 0.4, f"ranks {', '.join(map(str, names))} failed simultaneously",
-                        message, ranks=names, nodes=sorted({f.node for f in [first, *tied] if f.node}),
-                        gpus=[ctx.gpu_of(r) for r in names], evidence=evidence, category="crash", culprit=False,
+        return [RULE.finding(confidence=0.4, title=f"ranks {', '.join(map(str, names))} failed simultaneously",
+                        message=message, ranks=names, nodes=sorted({f.node for f in [first, *tied] if f.node}),
+                        gpus=[ctx.gpu_of(r) for r in names], evidence=evidence, culprit=False,
                         suggestion="Read each named rank's traceback; look for what they share (input batch, code "
                                    "path, node). Synchronise the node clocks (chrony) to order such failures.",
                         details={"order_confidence": "simultaneous", "first": _row(first),
@@ -114,9 +113,9 @@ def check(ctx: Context) -> list[Finding]:
         suggestion = f"Look at rank {first.rank}'s last lines and core dump; the exit code says how it ended."
     if order == "low":
         confidence = min(confidence, 0.6)
-    return [Finding(CODE, NAME, SEVERITY, confidence, f"rank {first.rank} failed first", message, ranks=[first.rank],
+    return [RULE.finding(confidence=confidence, title=f"rank {first.rank} failed first", message=message, ranks=[first.rank],
                     nodes=[node] if node else [], gpus=[gpu], evidence=evidence, suggestion=suggestion,
-                    category="crash", culprit=True,
+                    culprit=True,
                     details={"exitcode": first.exitcode, "signal": first.signal, "how": first.how,
                              "exception": first.message or None, "time": str(first.t) if first.t else None,
                              "order_basis": first.order_basis, "order_confidence": order, "gap_s": gap,

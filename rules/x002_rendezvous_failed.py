@@ -32,10 +32,9 @@ import polars as pl
 
 from postmortem.rules import h007_init_hang
 from postmortem.rules.base import Context, Finding
+from postmortem.rules.declare import Category, Rule, Severity
 
-CODE = "X002"
-NAME = "rendezvous-failed"
-SEVERITY = "error"
+RULE = Rule(code="X002", name="rendezvous-failed", severity=Severity.ERROR, category=Category.CRASH, since="0.1.0")
 
 
 def check(ctx: Context) -> list[Finding]:
@@ -51,16 +50,16 @@ def check(ctx: Context) -> list[Finding]:
     what = first.get("detail") or "a rendezvous error"
     missing = _nodes_without_logs(ctx)
     message = f"the launcher failed to form the job ({what}); no training step or worker exit is in the logs"
-    category = "crash"
+    category = Category.CRASH
     if missing:
         message += f"; the scheduler expected node(s) {', '.join(missing)}, which left no log at all"
     named = [f for f in h007_init_hang.check(ctx) if f.culprit]
     if named:
         # H007 names the node that never joined: the rendezvous error is what the others saw.
-        category = "symptom"
+        category = Category.SYMPTOM
         message += (f"; the agents that did start waited for {', '.join(named[0].nodes)} and timed out: a symptom "
                     "of that node never joining (H007)")
-    return [Finding(CODE, NAME, SEVERITY, 0.85, f"rendezvous failed: {what}", message, nodes=missing,
+    return [RULE.finding(confidence=0.85, title=f"rendezvous failed: {what}", message=message, nodes=missing,
                     evidence=[ctx.evidence(first["input_id"], first["line_no"], note="first rendezvous error")],
                     suggestion="Check that every expected node started its agent, that --nnodes / the world size is "
                                "right, and that the rendezvous endpoint (MASTER_ADDR:port) is reachable from all "

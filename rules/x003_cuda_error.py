@@ -31,11 +31,10 @@ from __future__ import annotations
 import polars as pl
 
 from postmortem.rules.base import Context, Finding
+from postmortem.rules.declare import Category, Rule, Severity
 from postmortem.rules.crash_model import first_timeout
 
-CODE = "X003"
-NAME = "cuda-error"
-SEVERITY = "error"
+RULE = Rule(code="X003", name="cuda-error", severity=Severity.ERROR, category=Category.CRASH, since="0.1.0")
 
 MEANING = {
     "illegal_memory_access": "an illegal memory access (a kernel read or wrote out of bounds)",
@@ -81,18 +80,18 @@ def check(ctx: Context) -> list[Finding]:
                       if ecc else
                       "Rerun with CUDA_LAUNCH_BLOCKING=1 (and TORCH_USE_CUDA_DSA=1 for asserts) to find the kernel; "
                       "this is a software fault on this rank's data or code path, not a reason to drain the node.")
-        return [Finding(CODE, NAME, SEVERITY, 0.85 if ecc else 0.8, f"CUDA error on rank {rank}: {cls}", message,
+        return [RULE.finding(confidence=0.85 if ecc else 0.8, title=f"CUDA error on rank {rank}: {cls}", message=message,
                         ranks=[rank], nodes=[gpu["node"]] if gpu.get("node") else [], gpus=[gpu],
-                        evidence=evidence, suggestion=suggestion, category="hardware" if ecc else "crash",
+                        evidence=evidence, suggestion=suggestion, category=Category.HARDWARE if ecc else Category.CRASH,
                         culprit=True, details={"error_class": cls, "drain": ecc})]
     every = bool(world) and len(ranks) >= max(2, world)
     spread = "every rank" if every else f"{len(ranks)} ranks ({', '.join(map(str, ranks[:8]))}" + \
         (", ..." if len(ranks) > 8 else "") + ")"
     message = (f"{spread} reported {' / '.join(MEANING[c].split(' (')[0] for c in classes)}: a cause the ranks share "
                "(the model code, the input batch, a library), not a single faulty rank or GPU")
-    return [Finding(CODE, NAME, "warning" if every else SEVERITY, 0.5, f"the same CUDA error on {spread}", message,
+    return [RULE.finding(severity=Severity.WARNING if every else RULE.severity, confidence=0.5, title=f"the same CUDA error on {spread}", message=message,
                     ranks=ranks, nodes=sorted({ctx.gpu_of(r).get("node") for r in ranks} - {None}),
-                    evidence=evidence, category="crash", culprit=False,
+                    evidence=evidence, culprit=False,
                     suggestion="Reproduce on one GPU with CUDA_LAUNCH_BLOCKING=1; do not drain nodes for this.",
                     details={"error_classes": classes, "ranks": ranks, "single_rank": False})]
 

@@ -31,11 +31,10 @@ from __future__ import annotations
 import polars as pl
 
 from postmortem.rules.base import Context, Finding, with_columns
+from postmortem.rules.declare import Category, Rule, Severity
 from postmortem.rules.crash_model import first_failure, first_timeout, oom_kills
 
-CODE = "X004"
-NAME = "oom-killed"
-SEVERITY = "error"
+RULE = Rule(code="X004", name="oom-killed", severity=Severity.ERROR, category=Category.EXTERNAL, since="0.1.0")
 
 
 def check(ctx: Context) -> list[Finding]:
@@ -74,16 +73,16 @@ def _kernel(ctx: Context, kills: list[dict]) -> list[Finding]:
                   "Lower host memory use per node (DataLoader num_workers and prefetch_factor, pinned-memory buffers, "
                   "CPU offload, in-RAM checkpoint staging) or check what else ran on the node; no drain needed.")
     if late:
-        return [Finding(CODE, NAME, "warning", 0.5, f"OOM kill on {node} after the job had already failed",
-                        message + "; it came after the first failure or timeout, so it is not the cause",
+        return [RULE.finding(severity=Severity.WARNING, confidence=0.5, title=f"OOM kill on {node} after the job had already failed",
+                        message=message + "; it came after the first failure or timeout, so it is not the cause",
                         ranks=[rank] if rank is not None else [], nodes=[node] if node else [], evidence=evidence,
-                        suggestion=suggestion, category="symptom", culprit=False, details=details)]
+                        suggestion=suggestion, category=Category.SYMPTOM, culprit=False, details=details)]
     confidence = 0.9 if rank is not None else 0.6
     title = f"{'cgroup' if kill['cgroup'] else 'host'} OOM killer killed " + \
         (f"rank {rank} on {node}" if rank is not None else f"pid {kill['pid']} on {node}")
-    return [Finding(CODE, NAME, SEVERITY, confidence, title, message, ranks=[rank] if rank is not None else [],
+    return [RULE.finding(confidence=confidence, title=title, message=message, ranks=[rank] if rank is not None else [],
                     nodes=[node] if node else [], gpus=[gpu] if rank is not None else [], evidence=evidence,
-                    suggestion=suggestion, category="external", culprit=True, details=details)]
+                    suggestion=suggestion, culprit=True, details=details)]
 
 
 def _scheduler(ctx: Context) -> list[Finding]:
@@ -118,14 +117,14 @@ def _scheduler(ctx: Context) -> list[Finding]:
         node = first.node
     message = text + (f"; rank {ranks[0]} is the process that was killed (SIGKILL)" if ranks else
                       "; which process was killed is not in these logs (no kernel log)")
-    return [Finding(CODE, NAME, SEVERITY, 0.8 if ranks else 0.6,
-                    "memory limit kill" + (f" of rank {ranks[0]}" if ranks else "") + (f" on {node}" if node else ""),
-                    message, ranks=ranks, nodes=[node] if node else [],
+    return [RULE.finding(confidence=0.8 if ranks else 0.6,
+                    title="memory limit kill" + (f" of rank {ranks[0]}" if ranks else "") + (f" on {node}" if node else ""),
+                    message=message, ranks=ranks, nodes=[node] if node else [],
                     gpus=[ctx.gpu_of(r) for r in ranks], evidence=[ctx.evidence(row["input_id"], row["line_no"],
                                                                                  note="the scheduler's record")],
                     suggestion="Raise the memory limit (sbatch --mem, resources.limits.memory) or lower host memory "
                                "use; collect the node's kernel log (journalctl -k) to see which process was killed.",
-                    category="external", culprit=bool(ranks or node),
+                    culprit=bool(ranks or node),
                     details={"source": row.get("source") or row.get("kind"), "drain": False})]
 
 

@@ -30,12 +30,11 @@ from datetime import timedelta
 import polars as pl
 
 from postmortem.rules.base import Context, Finding
+from postmortem.rules.declare import Category, Rule, Severity
 from postmortem.rules.crash_model import first_failure
 from postmortem.rules.hang_model import analyse_hang
 
-CODE = "X005"
-NAME = "scheduler-ended-job"
-SEVERITY = "error"
+RULE = Rule(code="X005", name="scheduler-ended-job", severity=Severity.ERROR, category=Category.EXTERNAL, since="0.1.0")
 
 
 def check(ctx: Context) -> list[Finding]:
@@ -61,9 +60,9 @@ def check(ctx: Context) -> list[Finding]:
                   "limit (sbatch --signal=B:USR1@300 and a handler that checkpoints)." if kind == "time limit" else
                   "Resume from the last complete checkpoint; use a partition/QoS without preemption or make the job "
                   "requeue-safe (--requeue, resume from checkpoint).")
-    return [Finding(CODE, NAME, SEVERITY, 0.85, f"job ended by the scheduler: {kind}", message,
+    return [RULE.finding(confidence=0.85, title=f"job ended by the scheduler: {kind}", message=message,
                     evidence=[ctx.evidence(i, n, note=note) for i, n, note in evidence[:2]], suggestion=suggestion,
-                    category="external", culprit=True,
+                    culprit=True,
                     details={"kind": kind, "time": str(when) if when else None, "drain": False, "faulty": False})]
 
 

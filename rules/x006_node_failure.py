@@ -27,10 +27,9 @@ import polars as pl
 
 from postmortem.analyzer import commands
 from postmortem.rules.base import Context, Finding
+from postmortem.rules.declare import Category, Rule, Severity
 
-CODE = "X006"
-NAME = "node-failure"
-SEVERITY = "error"
+RULE = Rule(code="X006", name="node-failure", severity=Severity.ERROR, category=Category.EXTERNAL, since="0.1.0")
 
 
 def check(ctx: Context) -> list[Finding]:
@@ -47,15 +46,15 @@ def check(ctx: Context) -> list[Finding]:
     if node is not None:
         message = (f"Slurm ended the job with NODE_FAIL; {node}'s ranks stopped logging {gap:.0f} s before any other "
                    "node's: it is the node that failed")
-        return [Finding(CODE, NAME, SEVERITY, 0.75, f"node failure: {node}", message, nodes=[node],
-                        evidence=evidence, category="external", culprit=True,
+        return [RULE.finding(confidence=0.75, title=f"node failure: {node}", message=message, nodes=[node],
+                        evidence=evidence, culprit=True,
                         suggestion=f"{commands.sh('scontrol', 'show', 'node', commands.shown(node, commands.host))}; "
                                    "check its BMC event log and kernel log; resubmit with "
                                    f"{commands.sh('--exclude=' + commands.shown(node, commands.host))} until it is checked.",
                         details={"node": node, "silent_first_s": gap, "drain": True})]
-    return [Finding(CODE, NAME, SEVERITY, 0.6, "node failure (the node is not named in these logs)",
-                    "Slurm ended the job with NODE_FAIL; the logs do not show which node failed",
-                    evidence=evidence, category="external", culprit=False,
+    return [RULE.finding(confidence=0.6, title="node failure (the node is not named in these logs)",
+                    message="Slurm ended the job with NODE_FAIL; the logs do not show which node failed",
+                    evidence=evidence, culprit=False,
                     suggestion="sacct -j JOBID -o NodeList,State and scontrol show node / the slurmctld log name the "
                                "node that went down; exclude it from the resubmitted job.",
                     details={"drain": None})]

@@ -30,11 +30,10 @@ from __future__ import annotations
 import polars as pl
 
 from postmortem.rules.base import Context, Finding
+from postmortem.rules.declare import Category, Rule, Severity
 from postmortem.rules.crash_model import first_failure
 
-CODE = "X009"
-NAME = "store-host-lost"
-SEVERITY = "error"
+RULE = Rule(code="X009", name="store-host-lost", severity=Severity.ERROR, category=Category.SYMPTOM, since="0.1.0")
 
 _STORE_LOST = "should dump|TCPStore server|Broken pipe|recvValue failed|sendBytes failed|Connection reset by peer"
 
@@ -59,8 +58,8 @@ def check(ctx: Context) -> list[Finding]:
         message += f"; rank {first.rank} is the first rank whose own failure is in these logs (see X001)"
     evidence = [ctx.evidence(i, n, note="a surviving rank's store error") for i, n in
                 rows.select("input_id", "line_no").head(2).iter_rows()]
-    return [Finding(CODE, NAME, SEVERITY, 0.6, "TCPStore host went away; the store errors are symptoms", message,
-                    ranks=ranks, evidence=evidence, category="symptom", culprit=False,
+    return [RULE.finding(confidence=0.6, title="TCPStore host went away; the store errors are symptoms", message=message,
+                    ranks=ranks, evidence=evidence, culprit=False,
                     suggestion="Look at the store host's log and exit (rank 0 / MASTER_ADDR / the rdzv_endpoint host): "
                                "why did it end first? Make every rank call destroy_process_group before rank 0 exits.",
                     details={"store_host": host, "ranks": ranks, "origin": "store host"})]
