@@ -28,6 +28,12 @@ class Severity(StrEnum):
         """0 for the worst (error): the order findings sort by and ``--fail-on`` compares."""
         return list(Severity).index(self)
 
+    @classmethod
+    def rank_of(cls, value) -> int:
+        """The rank of a severity string; after every severity for one that is none (a report
+        read back from a file may carry anything)."""
+        return cls(value).rank if value in cls._value2member_map_ else len(cls)
+
 
 class Category(StrEnum):
     """What kind of cause or consequence a finding is, with how deep it lies (``layer``).

@@ -465,7 +465,7 @@ def _ended(ctx) -> bool:
 
 
 def _gpu_hours(ctx) -> dict | None:
-    from postmortem.rules.why_no_timeout import hang_span
+    from postmortem.rules.hang.why_no_timeout import hang_span
 
     from postmortem.rules.evidence_model import uses_gpus
 
