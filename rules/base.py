@@ -8,6 +8,7 @@ it makes with ``RULE.finding``. Rules read the store through ``ctx`` and never i
 
 from __future__ import annotations
 
+import functools
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
@@ -73,6 +74,19 @@ def with_columns(frame: pl.DataFrame, **dtypes) -> pl.DataFrame:
     return frame.with_columns(missing) if missing else frame
 
 
+def memoised(build):
+    """``build(ctx, *args)`` computed once per ``Context`` and arguments: a model several rules read
+    (the hang analysis, the crash failures) is built by the first that asks. The arguments must be
+    hashable."""
+    @functools.wraps(build)
+    def cached(ctx: Context, *args):
+        key = (cached, args)
+        if key not in ctx._memo:
+            ctx._memo[key] = build(ctx, *args)
+        return ctx._memo[key]
+    return cached
+
+
 # NCCL's COLL trace rows in ``collectives`` (postmortem.parsers.nccl)
 COLL_TRACE = "nccl_coll"
 _THIS_ATTEMPT = "attempt = ? OR attempt IS NULL"
@@ -86,7 +100,7 @@ class Context:
         self.attempt = attempt
         self._cache: dict = {}
         self._text_cache: dict = {}
-        self.shared: dict = {}
+        self._memo: dict = {}       # what @memoised model builders computed for this context
         self.rule_errors: list[dict] = []  # rules that raised (postmortem.rules.report.rule_error)
         self.findings: list[Finding] = []  # the findings of the rules that ran before (postmortem.rules.report.run_rules)
 

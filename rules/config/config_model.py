@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from postmortem.rules.base import Context, Evidence
+from postmortem.rules.base import Context, Evidence, memoised
 
 ECHO, DUMP = "NCCL INFO", "env dump"
 UNSET = "<unset>"
@@ -69,15 +69,12 @@ def _norm(key: str, value: str | None) -> str:
     return value.casefold() if key in _CASELESS else value
 
 
+@memoised
 def setting_mismatches(ctx: Context, classes: tuple[str, ...]) -> list[Mismatch]:
     """Variables of ``classes`` whose value differs between nodes, echo first."""
-    key_cache = ("config_mismatches", classes)
-    if key_cache in ctx.shared:
-        return ctx.shared[key_cache]
     env = ctx.table("env_nodes")
     out: list[Mismatch] = []
     if env.is_empty():
-        ctx.shared[key_cache] = out
         return out
     env = env.filter(pl.col("node").is_not_null() & (pl.col("node") != "?"))
     echo_nodes = set(env.filter(pl.col("basis") == ECHO)["node"].to_list())
@@ -125,7 +122,6 @@ def setting_mismatches(ctx: Context, classes: tuple[str, ...]) -> list[Mismatch]
         else:
             basis = "dump, not echoed" if echo_nodes & set(minority) else "dump"
         out.append(Mismatch(key, klass, values, majority, minority, basis, contradicted))
-    ctx.shared[key_cache] = out
     return out
 
 

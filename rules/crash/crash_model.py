@@ -1,8 +1,8 @@
 """What the crash rules (X001, X003-X009) share: exit codes and signals explained, the failures
 of one attempt with their times on one clock, and kills from outside joined to ranks.
 
-Not a rule (no code in its name). Every function takes a ``Context`` and caches in
-``ctx.shared`` where the work is repeated.
+Not a rule (no code in its name). Every function takes a ``Context``; those whose work is
+repeated are ``@memoised`` (``postmortem.rules.base``).
 
 Exit codes come in three spellings for the same death:
 
@@ -26,7 +26,7 @@ from datetime import datetime, timedelta
 
 import polars as pl
 
-from postmortem.rules.base import Context, with_columns
+from postmortem.rules.base import Context, memoised, with_columns
 
 SIGNAL_NAMES = {1: "SIGHUP", 2: "SIGINT", 4: "SIGILL", 6: "SIGABRT", 7: "SIGBUS", 8: "SIGFPE", 9: "SIGKILL",
                 11: "SIGSEGV", 13: "SIGPIPE", 15: "SIGTERM"}
@@ -128,20 +128,19 @@ def node_clock(ctx: Context, node: str | None) -> tuple[float, float, str]:
     return _node_clocks(ctx).get(node, (0.0, UNKNOWN_CLOCK_S, "none"))
 
 
+@memoised
 def _node_clocks(ctx: Context) -> dict[str, tuple[float, float, str]]:
     """``node_clock`` of every node in ``node_clocks``, read once per context (postmortem.rules ask it
     per failure and per rank: 20,000 times in a 10,000-rank run)."""
-    if "node_clocks" not in ctx.shared:
-        clocks = ctx.table("node_clocks")
-        known: dict[str, tuple[float, float, str]] = {}
-        if not clocks.is_empty() and "node" in clocks.columns:
-            for r in clocks.iter_rows(named=True):
-                conf = r.get("confidence") or "none"
-                if r["node"] is not None and r["node"] not in known:   # the first row, as before
-                    known[r["node"]] = (float(r.get("offset_s") or 0.0),
-                                        CLOCK_UNCERTAINTY_S.get(conf, UNKNOWN_CLOCK_S), conf)
-        ctx.shared["node_clocks"] = known
-    return ctx.shared["node_clocks"]
+    clocks = ctx.table("node_clocks")
+    known: dict[str, tuple[float, float, str]] = {}
+    if not clocks.is_empty() and "node" in clocks.columns:
+        for r in clocks.iter_rows(named=True):
+            conf = r.get("confidence") or "none"
+            if r["node"] is not None and r["node"] not in known:   # the first row, as before
+                known[r["node"]] = (float(r.get("offset_s") or 0.0),
+                                    CLOCK_UNCERTAINTY_S.get(conf, UNKNOWN_CLOCK_S), conf)
+    return known
 
 
 def _short(host: str | None) -> str | None:
@@ -167,11 +166,9 @@ def monitor_interval(ctx: Context) -> float:
     return 5.0
 
 
+@memoised
 def rank_exceptions(ctx: Context) -> dict[int, dict]:
     """Each rank's first exception or CUDA fault (intrinsic ones first), with its line."""
-    key = "crash_rank_exceptions"
-    if key in ctx.shared:
-        return ctx.shared[key]
     events = ctx.table("events")
     out: dict[int, dict] = {}
     if not events.is_empty() and {"rank", "kind"} <= set(events.columns):
@@ -190,31 +187,28 @@ def rank_exceptions(ctx: Context) -> dict[int, dict]:
             if have is None or (have["consequence"] and not cand["consequence"]) or (cand["cuda"] and not have["cuda"]
                                                                                      and not cand["consequence"]):
                 out[row["rank"]] = cand
-    ctx.shared[key] = out
     return out
 
 
+@memoised
 def watchdog_ranks(ctx: Context) -> set[int]:
     """Ranks with a line of the c10d watchdog or heartbeat monitor (their SIGABRT is its abort)."""
-    if "watchdog_ranks" not in ctx.shared:
-        events = ctx.table("events")
-        kinds = ["watchdog_exception", "teardown", "heartbeat_timeout", "watchdog_stuck", "fr_dump", "nccl_error"]
-        ranks = set(timed_out_ranks(ctx))
-        if {"kind", "rank"} <= set(events.columns):
-            ranks |= set(events.filter(pl.col("kind").is_in(kinds))["rank"].drop_nulls().to_list())
-        ctx.shared["watchdog_ranks"] = ranks
-    return ctx.shared["watchdog_ranks"]
+    events = ctx.table("events")
+    kinds = ["watchdog_exception", "teardown", "heartbeat_timeout", "watchdog_stuck", "fr_dump", "nccl_error"]
+    ranks = set(timed_out_ranks(ctx))
+    if {"kind", "rank"} <= set(events.columns):
+        ranks |= set(events.filter(pl.col("kind").is_in(kinds))["rank"].drop_nulls().to_list())
+    return ranks
 
 
+@memoised
 def caught_lines(ctx: Context) -> set[tuple[int, int]]:
     """(input_id, line_no) of errors the job ran past (``postmortem.analyzer.outcome.caught_errors``): a
     caught traceback's header and exception lines."""
-    if "caught_lines" not in ctx.shared:
-        from postmortem.analyzer.outcome import caught_errors
+    from postmortem.analyzer.outcome import caught_errors
 
-        rows = caught_errors(ctx.run, ctx.attempt)
-        ctx.shared["caught_lines"] = {(i, ln) for i, a, b in rows.iter_rows() for ln in (a, b) if ln is not None}
-    return ctx.shared["caught_lines"]
+    rows = caught_errors(ctx.run, ctx.attempt)
+    return {(i, ln) for i, a, b in rows.iter_rows() for ln in (a, b) if ln is not None}
 
 
 def timed_out_ranks(ctx: Context) -> dict[int, datetime | None]:
@@ -235,12 +229,10 @@ def timed_out_ranks(ctx: Context) -> dict[int, datetime | None]:
     return out
 
 
+@memoised
 def failures(ctx: Context) -> list[Failure]:
     """Every rank's failure in this attempt, from torchrun's tables, srun's task lines, the
     exceptions the ranks printed and the kernel's OOM kills."""
-    key = "crash_failures"
-    if key in ctx.shared:
-        return ctx.shared[key]
     nodes = _rank_nodes(ctx)
     raised = rank_exceptions(ctx)
     timed_out = timed_out_ranks(ctx)
@@ -286,7 +278,6 @@ def failures(ctx: Context) -> list[Failure]:
             f.t, f.uncertainty_s = kill["t"], kill["uncertainty_s"]
             f.order_basis = "kernel OOM-killer time (node_events.ts_utc)"
     out = sorted(by_rank.values(), key=lambda f: (f.t is None, f.t or datetime.max, f.rank))
-    ctx.shared[key] = out
     return out
 
 
@@ -361,11 +352,9 @@ def _task_list(text: str) -> list[int]:
     return out
 
 
+@memoised
 def oom_kills(ctx: Context) -> list[dict]:
     """The kernel's OOM kills (host or cgroup) with the killed pid joined to a rank."""
-    key = "crash_oom_kills"
-    if key in ctx.shared:
-        return ctx.shared[key]
     ev = ctx.table("node_events")
     out: list[dict] = []
     if not ev.is_empty() and "kind" in ev.columns:
@@ -395,7 +384,6 @@ def oom_kills(ctx: Context) -> list[dict]:
             out.append({"node": node, "pid": pid, "process": row.get("process"), "rank": rank, "cgroup": memcg,
                         "t": row.get("ts_utc"), "uncertainty_s": unc, "order_confidence": conf,
                         "input_id": row["input_id"], "line_no": row["line_no"], "message": row.get("message")})
-    ctx.shared[key] = out
     return out
 
 

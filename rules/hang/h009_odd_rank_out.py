@@ -42,7 +42,7 @@ import polars as pl
 
 from postmortem.analyzer.outcome import PROGRESS_KINDS, rank_tails
 from postmortem.analyzer.ranges import rank_ranges
-from postmortem.rules.base import Context, Finding
+from postmortem.rules.base import Context, Finding, memoised
 from postmortem.rules.declare import Category, Rule, Severity
 
 RULE = Rule(code="H009", name="odd-rank-out", severity=Severity.ERROR, category=Category.HANG, since="0.1.0")
@@ -279,11 +279,14 @@ def _progress_counts(ctx: Context) -> pl.DataFrame:
         SELECT rank, n, input_id, line_no FROM ranked WHERE k = 1 ORDER BY rank""")
 
 
+@memoised
+def _tails(ctx: Context) -> dict[int, dict]:
+    """Each rank's tail (``postmortem.analyzer.tails.rank_tails``) by rank, read once."""
+    return {t["rank"]: t for t in rank_tails(ctx.run, ctx.attempt, limit=10_000)}
+
+
 def _last_lines(ctx: Context, rank: int, limit: int = 3) -> list[dict]:
-    tails = ctx.shared.get("rank_tails")
-    if tails is None:
-        tails = ctx.shared["rank_tails"] = {t["rank"]: t for t in rank_tails(ctx.run, ctx.attempt, limit=10_000)}
-    lines = tails.get(rank, {}).get("last_lines", [])[-limit:]
+    lines = _tails(ctx).get(rank, {}).get("last_lines", [])[-limit:]
     ids = dict(ctx.frame("SELECT path, input_id FROM inputs").iter_rows())
     return [{"input_id": ids[x["path"]], "line_no": x["line"]} for x in lines if x["path"] in ids]
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from postmortem.analyzer.ranges import rank_ranges
-from postmortem.rules.base import Context, with_columns
+from postmortem.rules.base import Context, memoised, with_columns
 
 P2P_OPS = {"SEND", "RECV", "_SEND", "_RECV", "COALESCED"}
 DEFAULT_PG = "default_pg"
@@ -218,16 +218,14 @@ def _mode(values: list):
     return max(sorted(set(values)), key=values.count)
 
 
+@memoised
 def pg_states(ctx: Context) -> list[PGState]:
-    if "pg_states" in ctx.shared:
-        return ctx.shared["pg_states"]
     snap = snapshots(ctx)
     states = []
     if not snap.is_empty():
         seen = list(ctx.logged_ranks())
         for (pg,), rows in snap.group_by("pg", maintain_order=True):
             states.append(_classify(pg, rows, ctx.world_size, seen))
-    ctx.shared["pg_states"] = states
     return states
 
 
@@ -315,11 +313,10 @@ def stacks_of(ctx: Context, ranks: list[int]) -> pl.DataFrame:
     return stacks.filter(pl.col("stack_rank").is_in(pl.Series(list(ranks), dtype=stacks.schema["stack_rank"]).implode()))
 
 
+@memoised
 def _stacks(ctx: Context) -> pl.DataFrame:
     """py-spy frames with the rank they belong to, computed once per attempt context."""
-    if "stacks_by_rank" not in ctx.shared:
-        ctx.shared["stacks_by_rank"] = _stacks_by_rank(ctx)
-    return ctx.shared["stacks_by_rank"]
+    return _stacks_by_rank(ctx)
 
 
 def _stacks_by_rank(ctx: Context) -> pl.DataFrame:
@@ -486,14 +483,13 @@ def chain_text(chain: list[dict]) -> str:
 NCCL_COMM = "NCCL comm "
 
 
+@memoised
 def nccl_comm_states(ctx: Context) -> list[PGState]:
     """Per NCCL communicator, each member's last COLL ``opCount`` (``NCCL_DEBUG_SUBSYS=COLL``):
     the ops a rank enqueued on that communicator. Members whose last opCount is below the
     majority's never enqueued the op the others sit in. The global rank comes from the
     communicator's member table (``nccl_members``: host, pid -> global rank)."""
-    if "nccl_states" in ctx.shared:
-        return ctx.shared["nccl_states"]
-    ctx.shared["nccl_states"] = out = []
+    out = []
     rows = ctx.coll_trace_ends()
     if rows.is_empty():
         return out
@@ -543,13 +539,11 @@ def nccl_comm_states(ctx: Context) -> list[PGState]:
 MIN_CONFIDENCE_TO_BLAME = {"certain": 1.0, "derived": 0.85}
 
 
+@memoised
 def analyse_hang(ctx: Context) -> HangAnalysis:
-    if "hang" in ctx.shared:
-        return ctx.shared["hang"]
     states = pg_states(ctx)
     hang_states = [s for s in states if s.wait_seq is not None]
     result = HangAnalysis(states, hang_states)
-    ctx.shared["hang"] = result
     if not hang_states:
         _stack_only(ctx, result)
         return result
@@ -669,14 +663,12 @@ def _check_culprits(ctx: Context, result: HangAnalysis) -> None:
 
 # -- slow solo work (H006) ------------------------------------------------------------------
 
+@memoised
 def solo_work(ctx: Context) -> dict | None:
     """Evidence that the one rank the others wait for was still *working* after they began to
     wait (so it would have entered late): its own timestamped progress after the wait began
     (iteration/validation lines, checkpoint-save lines, c10d counters advancing in another
     group), or live stacks that moved between dumps. None when there is no such evidence."""
-    if "solo_work" in ctx.shared:
-        return ctx.shared["solo_work"]
-    ctx.shared["solo_work"] = None
     hang = analyse_hang(ctx)
     if len(hang.culprits) != 1 or hang.inconclusive:
         return None
@@ -724,7 +716,6 @@ def solo_work(ctx: Context) -> dict | None:
     if not signs:
         return None
     result = {"rank": rank, "signs": signs, "refs": refs[:3], "wait_start": t_wait}
-    ctx.shared["solo_work"] = result
     return result
 
 

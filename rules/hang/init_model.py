@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from postmortem.rules.base import Context, with_columns
+from postmortem.rules.base import Context, memoised, with_columns
 
 STAGES = ("scheduled", "launched", "workers", "nccl_init", "training")
 _BARRIER = re.compile(r"rank: (?P<rank>\d+).*\(world_size=(?P<world>\d+), worker_count=(?P<count>\d+), "
@@ -57,11 +57,9 @@ class InitPicture:
         return reached[-1] if reached else None
 
 
+@memoised
 def init_picture(ctx: Context) -> InitPicture:
-    if "init_picture" in ctx.shared:
-        return ctx.shared["init_picture"]
     pic = InitPicture()
-    ctx.shared["init_picture"] = pic
     iterations = ctx.table("iterations")
     pic.trained = not iterations.is_empty()
     jobs = ctx.table("job_nodes")

@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 
 import polars as pl
 
-from postmortem.rules.base import Context
+from postmortem.rules.base import Context, memoised
 
 # Events that mark a failure of the job (the first of them is "the first error").
 ERROR_EVENT_KINDS = ["watchdog_timeout", "blocking_wait_timeout", "heartbeat_timeout", "watchdog_exception",
@@ -55,11 +55,10 @@ def _timed(frame: pl.DataFrame, ts: str, kind: pl.Expr) -> pl.DataFrame:
         input_id=pl.col("input_id").cast(pl.Int64), line_no=pl.col("line_no").cast(pl.Int64))
 
 
+@memoised
 def first_error(ctx: Context) -> FirstError | None:
     """The earliest failure of this attempt: a watchdog timeout, an exception or CUDA error,
     or a non-zero exit, with its node's clock offset removed."""
-    if "first_error" in ctx.shared:
-        return ctx.shared["first_error"]
     parts = []
     coll = ctx.table("collectives")
     if not coll.is_empty() and "kind" in coll.columns:
@@ -92,7 +91,6 @@ def first_error(ctx: Context) -> FirstError | None:
         row = rows.sort("ts", "input_id", "line_no").row(0, named=True)
         result = FirstError(row["ts"], row["kind"], row["rank"], row["node"], row["input_id"], row["line_no"],
                             single or row["node"] in known)
-    ctx.shared["first_error"] = result
     return result
 
 

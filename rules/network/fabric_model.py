@@ -1,8 +1,8 @@
 """What the fabric rules (N001-N009) share: IB/RoCE completion errors read into pairs of
 endpoints, addresses resolved to hosts, NIC link flaps from kernel logs, bootstrap interfaces.
 
-Not a rule (no ``CODE``). Everything is read from the store through ``Context`` and cached in
-``ctx.shared``.
+Not a rule (no code in its name). Everything is read from the store through ``Context``, once
+per context (``@memoised``).
 
 Completion errors (docs/formats/nccl.md section 3.11), every wording::
 
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from postmortem.rules.base import Context, with_columns
+from postmortem.rules.base import Context, memoised, with_columns
 
 # ibv_wc_status values NCCL prints (docs/formats/nccl.md 3.11).
 STATUS = {
@@ -85,19 +85,17 @@ def _events(ctx: Context) -> pl.DataFrame:
     return events
 
 
+@memoised
 def completion_errors(ctx: Context) -> pl.DataFrame:
     """One row per IB/RoCE completion-error WARN, with its fields parsed, the local endpoint (the
     node that printed it), the remote one resolved to a node where the inputs allow, and
     ``noise`` (after the process's own abort, or a flush) with the reason."""
-    if "completion_errors" in ctx.shared:
-        return ctx.shared["completion_errors"]
     events = _events(ctx)
     if events.is_empty() or "error_class" not in events.columns:
         out = pl.DataFrame()
     else:
         warns = events.filter((pl.col("kind") == "nccl_warn") & (pl.col("error_class") == "ib_completion_error"))
         out = _parse(ctx, warns, events) if not warns.is_empty() else pl.DataFrame()
-    ctx.shared["completion_errors"] = out
     return out
 
 
@@ -154,11 +152,10 @@ def _abort_lines(events: pl.DataFrame) -> dict[int, int]:
     return dict(kinds.group_by("input_id").agg(pl.col("line_no").min()).iter_rows())
 
 
+@memoised
 def addr_hosts(ctx: Context) -> dict[str, str]:
     """Address -> the one host that uses it (bootstrap and socket interfaces of NCCL processes);
     loopback and addresses seen on two hosts resolve to nothing."""
-    if "addr_hosts" in ctx.shared:
-        return ctx.shared["addr_hosts"]
     seen: dict[str, set] = {}
     for p in processes(ctx):
         for _, addr in [(p["bootstrap_if"], p["bootstrap_addr"]), *p["socket"]]:
@@ -166,14 +163,12 @@ def addr_hosts(ctx: Context) -> dict[str, str]:
             if a and not is_loopback(a) and p["host"]:
                 seen.setdefault(a, set()).add(p["host"])
     out = {a: next(iter(h)) for a, h in seen.items() if len(h) == 1}
-    ctx.shared["addr_hosts"] = out
     return out
 
 
+@memoised
 def processes(ctx: Context) -> list[dict]:
     """NCCL processes with their bootstrap interface and the socket interfaces as (if, addr)."""
-    if "fabric_processes" in ctx.shared:
-        return ctx.shared["fabric_processes"]
     table = ctx.table("nccl_processes")
     out = []
     if not table.is_empty() and "host" in table.columns:
@@ -186,7 +181,6 @@ def processes(ctx: Context) -> list[dict]:
                 socket.append((name, addr.split("<")[0] if addr else None))
             r["socket"] = socket
             out.append(r)
-    ctx.shared["fabric_processes"] = out
     return out
 
 
@@ -215,10 +209,9 @@ def job_window(ctx: Context):
     return start, end
 
 
+@memoised
 def link_flaps(ctx: Context) -> dict[str, list[Flap]]:
     """Node -> NIC ports whose link went down during the job (or at an unknown time)."""
-    if "link_flaps" in ctx.shared:
-        return ctx.shared["link_flaps"]
     events = ctx.table("node_events")
     out: dict[str, list[Flap]] = {}
     if not events.is_empty() and "kind" in events.columns:
@@ -245,7 +238,6 @@ def link_flaps(ctx: Context) -> dict[str, list[Flap]]:
                 refs = group.select("input_id", "line_no").rows()
                 downs = int(group["flaps"].max() or len(group))
                 out.setdefault(node, []).append(Flap(node, device, downs, False, refs))
-    ctx.shared["link_flaps"] = out
     return out
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from postmortem.rules.base import Context, with_columns
+from postmortem.rules.base import Context, memoised, with_columns
 
 
 @dataclass
@@ -61,16 +61,14 @@ _FINDING_COLS = dict(report_line=pl.UInt32, block_line=pl.UInt32, section=pl.Str
                      line_no=pl.UInt32)
 
 
+@memoised
 def latest(ctx: Context) -> Ras:
     """The attempt's last RAS report (in input and line order) with its rows, read once."""
-    if "ras" in ctx.shared:
-        return ctx.shared["ras"]
     reports = with_columns(ctx.table("ras_reports"), input_id=pl.UInt32, line_no=pl.UInt32, nodes=pl.Int64,
                            processes=pl.Int64, gpus=pl.Int64, nccl_version=pl.String, timestamp=pl.String,
                            format=pl.String, timeouts=pl.Int64)
     empty = Ras(pl.DataFrame(), pl.DataFrame(), pl.DataFrame(), pl.DataFrame())
     if reports.is_empty():
-        ctx.shared["ras"] = empty
         return empty
     last = reports.sort("input_id", "line_no").tail(1)
     input_id, line = last["input_id"][0], last["line_no"][0]
@@ -100,7 +98,6 @@ def latest(ctx: Context) -> Ras:
     # network spans the job; a JSON report has no summary).
     seen = ras.ranks.select("node", "pid").drop_nulls().unique().height if not ras.ranks.is_empty() else 0
     ras.world = ctx.world_size or (int(last["gpus"][0]) if last["gpus"][0] is not None else None) or seen or None
-    ctx.shared["ras"] = ras
     return ras
 
 

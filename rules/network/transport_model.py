@@ -1,6 +1,6 @@
 """What the transport rules (N010-N014, L001) share: the hops NCCL picked and what the hardware allows.
 
-Built once per report (``ctx.shared``) from ``nccl_hops``, ``nccl_members``, ``nccl_processes``,
+Built once per context (``@memoised``) from ``nccl_hops``, ``nccl_members``, ``nccl_processes``,
 ``nccl_env``, ``nccl_net``, the ``topology`` / ``topo_nics`` matrices of ``nvidia-smi topo -m``,
 ``nic_ports`` (ibstat, ibv_devinfo), ``gpus`` (the GPU model) and ``analyzer/hardware.toml``.
 Not a rule module (its name has no code).
@@ -15,7 +15,7 @@ import polars as pl
 from postmortem.analyzer import hardware, topology
 from postmortem.analyzer.topology import GDR_PATHS, Topology  # noqa: F401 -- GDR_PATHS: the rules read it here
 from postmortem.analyzer.transports import accelerator
-from postmortem.rules.base import Context, Evidence, with_columns
+from postmortem.rules.base import Context, Evidence, memoised, with_columns
 
 RDMA_TIERS = {"IB", "IB GDR", "RoCE", "RoCE GDR", "NET", "NET GDR", "CollNet"}
 
@@ -59,9 +59,8 @@ class Fabric:
         return self.global_rank.get((comm_key, rank)) if rank is not None else None
 
 
+@memoised
 def fabric(ctx: Context) -> Fabric:
-    if "transport_fabric" in ctx.shared:
-        return ctx.shared["transport_fabric"]
     hops = ctx.table("nccl_hops")
     acc, source = accelerator(ctx.run)
     f = Fabric(hops, acc, source, topology.load(ctx.table("topology"), ctx.table("topo_nics")))
@@ -74,7 +73,6 @@ def fabric(ctx: Context) -> Fabric:
     if not members.is_empty():
         for m in members.filter(pl.col("global_rank").is_not_null()).iter_rows(named=True):
             f.global_rank[(m["comm_key"], m["rank"])] = m["global_rank"]
-    ctx.shared["transport_fabric"] = f
     return f
 
 

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 
 import polars as pl
 
-from postmortem.rules.base import Context, with_columns
+from postmortem.rules.base import Context, memoised, with_columns
 from postmortem.rules.hardware.hw_model import offsets
 
 # Xids that corrupt results or stop a GPU (rules/hardware/g001_gpu_fault.py FATAL, without the app ones)
@@ -59,9 +59,8 @@ def training_rows(ctx: Context) -> pl.DataFrame:
     return it.filter(~pl.col("validation").fill_null(False)).sort("input_id", "line_no")
 
 
+@memoised
 def read_numerics(ctx: Context) -> Numerics:
-    if "numerics" in ctx.shared:
-        return ctx.shared["numerics"]
     out = Numerics()
     rows = training_rows(ctx)
     bad_lines: set[tuple] = set()
@@ -121,7 +120,6 @@ def read_numerics(ctx: Context) -> Numerics:
     # earliest iteration first; at one iteration the rerun machine's report (it names the rank) first
     out.bad.sort(key=lambda b: (b.iteration if b.iteration is not None else 1 << 62, b.named_by != "rerun",
                                 b.ts or datetime.max, b.input_id or 0, b.line_no or 0))
-    ctx.shared["numerics"] = out
     return out
 
 

@@ -16,7 +16,7 @@ import polars as pl
 
 from postmortem.analyzer import hardware
 from postmortem.analyzer.transports import accelerator
-from postmortem.rules.base import Context, with_columns
+from postmortem.rules.base import Context, memoised, with_columns
 
 # Bytes per parameter of a mixed-precision Adam checkpoint: bf16/fp16 weights (2) + fp32 master
 # weights (4) + Adam first and second moments (4 + 4).
@@ -46,20 +46,19 @@ class Model:
     missing: list[str] = field(default_factory=list)
 
 
+@memoised
 def config(ctx: Context) -> dict[str, str]:
     """job_config as key -> value (the arguments dump first, then other sources)."""
-    if "config" not in ctx.shared:
-        # Every config parser writes key and value, but not every one a source.
-        df = with_columns(ctx.table("job_config"), key=pl.String, value=pl.String, source=pl.String)
-        out: dict[str, str] = {}
-        if not df.is_empty():
-            rank = {"megatron-args": 0, "megatron-model": 1, "megatron-theory": 1}
-            rows = sorted(df.select("key", "value", "source").iter_rows(), key=lambda r: rank.get(r[2] or "", 5))
-            for key, value, _ in rows:
-                if key is not None and value not in (None, "", "None") and key not in out:
-                    out[key] = value
-        ctx.shared["config"] = out
-    return ctx.shared["config"]
+    # Every config parser writes key and value, but not every one a source.
+    df = with_columns(ctx.table("job_config"), key=pl.String, value=pl.String, source=pl.String)
+    out: dict[str, str] = {}
+    if not df.is_empty():
+        rank = {"megatron-args": 0, "megatron-model": 1, "megatron-theory": 1}
+        rows = sorted(df.select("key", "value", "source").iter_rows(), key=lambda r: rank.get(r[2] or "", 5))
+        for key, value, _ in rows:
+            if key is not None and value not in (None, "", "None") and key not in out:
+                out[key] = value
+    return out
 
 
 def _num(value) -> float | None:
