@@ -7,7 +7,7 @@ process that ran it.
 Output:
 
 * rows appended to ``collectives`` with ``kind`` = ``nsys_kernel`` / ``kineto_kernel``
-  (never a watchdog kind: ``postmortem.rules.hang_model`` reads only watchdog/blocking-wait rows, and a
+  (never a watchdog kind: ``postmortem.rules.hang.hang_model`` reads only watchdog/blocking-wait rows, and a
   completed kernel is not a timeout);
 * ``collective_timing``: one row per (collective instance, rank): ``coll_index`` (the k-th
   instance of that collective on its communicator), ``op``, ``rank``, ``start``/``end``,

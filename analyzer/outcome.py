@@ -253,7 +253,7 @@ def caught_errors(run, attempt, ev: pl.DataFrame | None = None, finished: set | 
     rank printed a line of its own (a training line or the script's own print, not an error
     line) later in the same input, the job reached its last step and no launcher or
     scheduler failure was recorded, or the traceback ended a thread, not the process. Columns input_id, line_no, exc_line_no: crash rules drop
-    these lines too (``postmortem.rules.crash_model``)."""
+    these lines too (``postmortem.rules.crash.crash_model``)."""
     if ev is None:
         kinds = ", ".join(f"'{k}'" for k in MAYBE_CAUGHT)
         ev = _rows(run, "events", attempt, f"kind IN ({kinds})", (*_WHERE, "kind", "exc_line_no")) \

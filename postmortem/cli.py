@@ -75,9 +75,6 @@ _CODES = {
               "4 internal error",
 }
 
-SEVERITY_RANK = {"error": 0, "warning": 1, "info": 2}
-
-
 class _Formatter(argparse.HelpFormatter):
     """Wraps one-line descriptions to the terminal as usual, but keeps the line breaks of text
     laid out by hand (examples, the exit code table)."""
@@ -579,8 +576,10 @@ def _exit_code(report: dict, fail_on: str) -> int:
         return PARTIAL
     if fail_on == "never":
         return OK
-    limit = SEVERITY_RANK[fail_on]
-    return FINDINGS if any(SEVERITY_RANK[f["severity"]] <= limit for f in report["findings"]) else OK
+    from postmortem.rules.declare import Severity
+
+    limit = Severity(fail_on).rank
+    return FINDINGS if any(Severity(f["severity"]).rank <= limit for f in report["findings"]) else OK
 
 
 def _ingest(args) -> int:
@@ -1017,41 +1016,43 @@ def _tui(args) -> int:
 
 
 def _rules(args) -> int:
-    from postmortem.rules import RULES
+    # The catalogue reads the rule files without importing them (no Polars, DuckDB or parsers).
+    from postmortem.rules.catalogue import entries
 
-    for rule in RULES:
-        summary = (rule.__doc__ or "").strip().splitlines()[0].removeprefix(f"{rule.CODE} ")
-        print(f"{rule.CODE}  {rule.SEVERITY:<8} {summary}")
+    for entry in entries():
+        rule = entry.rule
+        summary = entry.doc.strip().splitlines()[0].removeprefix(f"{rule.code} ")
+        print(f"{rule.code}  {rule.severity:<8} {summary}")
     return 0
 
 
 def _explain(args) -> int:
-    from postmortem.rules import BY_CODE
+    from postmortem.rules.catalogue import by_code
 
-    rule = BY_CODE.get(args.code.upper())
-    if rule is None:
+    entry = by_code().get(args.code.upper())
+    if entry is None:
         print(f"postmortem: no rule {args.code}; see postmortem rules", file=sys.stderr)
         return 2
-    title, body = _rule_doc(rule)
+    title, body = rule_doc(entry.rule, entry.doc)
     print(title + "\n")
     if body:
         print(body)
     return 0
 
 
-def _rule_doc(rule) -> tuple[str, str]:
+def rule_doc(rule, doc: str) -> tuple[str, str]:
     """A rule's docstring as plain text: the title once (``CODE name (severity): summary``), then
     the sections, with reStructuredText marks (double backticks, ``::``, bold) taken out."""
     import inspect
 
-    doc = inspect.cleandoc(rule.__doc__ or "")
+    doc = inspect.cleandoc(doc)
     head, _, body = doc.partition("\n\n")
     summary = " ".join(head.split())
-    for prefix in (f"{rule.CODE} {rule.NAME}:", f"{rule.CODE} {rule.NAME}", f"{rule.CODE}:", rule.CODE):
+    for prefix in (f"{rule.code} {rule.name}:", f"{rule.code} {rule.name}", f"{rule.code}:", rule.code):
         if summary.startswith(prefix):
             summary = summary[len(prefix):].strip()
             break
-    title = f"{rule.CODE} {rule.NAME} ({rule.SEVERITY})" + (f": {summary}" if summary else "")
+    title = f"{rule.code} {rule.name} ({rule.severity})" + (f": {summary}" if summary else "")
     return _plain(title), _plain(body.strip())
 
 

@@ -1,18 +1,24 @@
-"""Rules: one module per rule, each with CODE, NAME, SEVERITY, a docstring and ``check``.
+"""Rules: one module per rule, in family folders (``rules/hang/``, ``rules/network/``...) beside the
+model they share; each has a docstring, a ``RULE`` declaration (``postmortem.rules.declare``) and
+``check``.
 
-A rule module is named after its code and name (``h001_rank_never_entered.py``); every such
-module in this package is a rule, so adding a rule is adding a file. They run in code order.
+A rule module is named after its code and name (``hang/h001_rank_never_entered_collective.py``);
+every such module in a family folder is a rule, so adding a rule is adding a file. They run in
+code order. ``RULES`` and ``BY_CODE`` import them on first use: ``postmortem.rules.catalogue``
+reads their declarations without importing them (and so without Polars or DuckDB).
 """
 
 from __future__ import annotations
 
 import importlib
-import pkgutil
-import re
 
-_RULE_MODULE = re.compile(r"^[a-z]\d{3}_[a-z0-9_]+$")
 
-RULES = [importlib.import_module(f"{__name__}.{info.name}")
-         for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name)
-         if _RULE_MODULE.match(info.name)]
-BY_CODE = {rule.CODE: rule for rule in RULES}
+def __getattr__(name: str):
+    """``RULES`` (the rule modules in code order) and ``BY_CODE``, imported on first use."""
+    if name not in ("RULES", "BY_CODE"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from postmortem.rules.catalogue import entries
+
+    rules = [importlib.import_module(entry.module) for entry in entries()]
+    globals().update(RULES=rules, BY_CODE={rule.RULE.code: rule for rule in rules})
+    return globals()[name]

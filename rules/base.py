@@ -1,21 +1,24 @@
-"""What a rule is and what it returns.
+"""What a rule reads and what it returns.
 
-A rule is a module in ``rules/`` with ``CODE`` (stable, e.g. ``H001``), ``NAME``
-(kebab-case), ``SEVERITY``, a docstring (what it detects, why it matters, what to do,
-known false positives) and ``check(ctx: Context) -> list[Finding]``. Rules read the store
-through ``ctx`` and never import Textual.
+A rule is a module in a family folder of ``rules/`` (``rules/hang/h001_...py``) with a docstring
+(what it detects, why it matters, what to do, known false positives), a ``RULE`` declaration
+(``postmortem.rules.declare.Rule``) and ``check(ctx: Context) -> list[Finding]``, whose findings
+it makes with ``RULE.finding``. Rules read the store through ``ctx`` and never import Textual.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
 
 import polars as pl
 
-from postmortem.analyzer.pipeline import Run
 from postmortem.analyzer.store import line_text
+from postmortem.rules.declare import Category, Severity
 
-SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
+if TYPE_CHECKING:
+    from postmortem.analyzer.pipeline import Run
 
 
 @dataclass
@@ -30,9 +33,13 @@ class Evidence:
 
 @dataclass
 class Finding:
+    """One thing a rule found (made by ``Rule.finding``). ``severity`` and ``category`` are the
+    enums (a string is converted, and one that names no member raises); ``to_dict`` has their
+    strings, as the report carries them."""
+
     code: str
     name: str
-    severity: str
+    severity: Severity
     confidence: float
     title: str
     message: str
@@ -43,14 +50,19 @@ class Finding:
     suggestion: str = ""
     caused_by: list[str] = field(default_factory=list)
     attempt: int | None = None
-    category: str = ""
+    category: Category = ""         # required in practice: "" names no category and raises
     culprit: bool = False           # the finding names the cause (not a symptom)
     details: dict = field(default_factory=dict)
     id: str = ""
 
+    def __post_init__(self):
+        self.severity = Severity(self.severity)
+        self.category = Category(self.category)
+
     def to_dict(self) -> dict:
         data = asdict(self)
         data["confidence"] = round(self.confidence, 2)
+        data["severity"], data["category"] = str(self.severity), str(self.category)
         return data
 
 
@@ -60,6 +72,19 @@ def with_columns(frame: pl.DataFrame, **dtypes) -> pl.DataFrame:
     rule that reads an optional column asks for it here instead of failing on its absence."""
     missing = [pl.lit(None, dtype=dtype).alias(name) for name, dtype in dtypes.items() if name not in frame.columns]
     return frame.with_columns(missing) if missing else frame
+
+
+def memoised(build):
+    """``build(ctx, *args)`` computed once per ``Context`` and arguments: a model several rules read
+    (the hang analysis, the crash failures) is built by the first that asks. The arguments must be
+    hashable."""
+    @functools.wraps(build)
+    def cached(ctx: Context, *args):
+        key = (cached, args)
+        if key not in ctx._memo:
+            ctx._memo[key] = build(ctx, *args)
+        return ctx._memo[key]
+    return cached
 
 
 # NCCL's COLL trace rows in ``collectives`` (postmortem.parsers.nccl)
@@ -75,7 +100,7 @@ class Context:
         self.attempt = attempt
         self._cache: dict = {}
         self._text_cache: dict = {}
-        self.shared: dict = {}
+        self._memo: dict = {}       # what @memoised model builders computed for this context
         self.rule_errors: list[dict] = []  # rules that raised (postmortem.rules.report.rule_error)
         self.findings: list[Finding] = []  # the findings of the rules that ran before (postmortem.rules.report.run_rules)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from postmortem.rules.base import Context
+from postmortem.rules.base import Context, memoised
 
 # Flight Recorder: both spellings (TORCH_FR_* since PyTorch 2.7, TORCH_NCCL_* before and after).
 FR_BUFFER = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")
@@ -28,12 +28,10 @@ def _count(ctx: Context, sql: str) -> int:
         return 0
 
 
+@memoised
 def setting(ctx: Context, keys: tuple[str, ...]) -> str | None:
     """The value of the first of ``keys`` that every node with environment evidence sets (the
     most common value), or None when some node does not set any of them."""
-    key = ("evidence_setting", keys)
-    if key in ctx.shared:
-        return ctx.shared[key]
     env = ctx.table("env_nodes")
     value = None
     if not env.is_empty() and {"node", "key", "value"} <= set(env.columns):
@@ -44,7 +42,6 @@ def setting(ctx: Context, keys: tuple[str, ...]) -> str | None:
             if nodes and set(have) >= nodes:
                 value = Counter(have.values()).most_common(1)[0][0]
                 break
-    ctx.shared[key] = value
     return value
 
 
@@ -103,25 +100,23 @@ def _fr_wanted(fr: dict) -> list[str]:
     return wanted
 
 
+@memoised
 def uses_gpus(ctx: Context) -> bool:
     """Whether anything in the inputs shows GPUs at work: NCCL output, a GPU per rank, nvidia-smi,
     CUDA memory lines, GPU kernel-log lines. A CPU job (gloo) loses CPU-hours, not GPU-hours."""
-    if "uses_gpus" not in ctx.shared:
-        ctx.shared["uses_gpus"] = any(_count(ctx, sql) for sql in (
-            "SELECT count(*) FROM lines WHERE kind = 'nccl'",
-            "SELECT count(*) FROM ranks WHERE cuda_dev IS NOT NULL OR bus_id IS NOT NULL",
-            "SELECT count(*) FROM gpu_health", "SELECT count(*) FROM memory",
-            "SELECT count(*) FROM node_events WHERE kind IN ('xid', 'gpu_identity', 'gpu_off_bus')"))
-    return ctx.shared["uses_gpus"]
+    return any(_count(ctx, sql) for sql in (
+        "SELECT count(*) FROM lines WHERE kind = 'nccl'",
+        "SELECT count(*) FROM ranks WHERE cuda_dev IS NOT NULL OR bus_id IS NOT NULL",
+        "SELECT count(*) FROM gpu_health", "SELECT count(*) FROM memory",
+        "SELECT count(*) FROM node_events WHERE kind IN ('xid', 'gpu_identity', 'gpu_off_bus')"))
 
 
+@memoised
 def cpu_only(ctx: Context) -> bool:
     """A job that ran on CPUs with gloo: no sign of GPUs, and gloo in its lines. Advice about
     NCCL output or nvidia-smi does not apply to it."""
-    if "cpu_only" not in ctx.shared:
-        ctx.shared["cpu_only"] = not uses_gpus(ctx) and _count(
-            ctx, "SELECT count(*) FROM (SELECT 1 FROM lines WHERE text ILIKE '%gloo%' LIMIT 1)") > 0
-    return ctx.shared["cpu_only"]
+    return not uses_gpus(ctx) and _count(
+        ctx, "SELECT count(*) FROM (SELECT 1 FROM lines WHERE text ILIKE '%gloo%' LIMIT 1)") > 0
 
 
 def has_nccl_output(ctx: Context) -> bool:

@@ -18,23 +18,21 @@ from postmortem.analyzer import commands
 from postmortem.analyzer.pipeline import Run
 from postmortem.analyzer.ranges import hostlist, rank_ranges
 from postmortem.analyzer.timeline import log_bounds
+from postmortem.rules.declare import Category
 
 SCHEMA = "postmortem.report/1"
 VERSION = "0.1.0"
 
 
-# How deep a cause lies: a culprit finding explains findings of later layers that share a rank or
-# a node with it (a GPU that fell off the bus explains the rank that never entered the collective,
-# which explains the others' timeouts). Findings with no rank and no node (everyone stuck alike,
-# the waiting ranks' timeouts) are explained by any deeper culprit.
-LAYERS = {"hardware": 0, "network": 1, "external": 2, "config": 2, "crash": 3, "hang": 4, "desync": 4,
-          "perf": 5, "symptom": 6, "outcome": 6, "info": 7}
-_JOB_WIDE = ("crash", "hang", "desync", "symptom", "outcome")
+# How deep a cause lies is its category's ``layer`` (postmortem.rules.declare.Category). Findings
+# with no rank and no node of these categories (everyone stuck alike, the waiting ranks' timeouts)
+# are explained by any deeper culprit.
+_JOB_WIDE = (Category.CRASH, Category.HANG, Category.DESYNC, Category.SYMPTOM, Category.OUTCOME)
 
 
 def run_rules(run: Run, attempt: int | None):
     from postmortem.rules import RULES
-    from postmortem.rules.base import SEVERITY_ORDER, Context
+    from postmortem.rules.base import Context
 
     ctx = Context(run, attempt)
     findings = []
@@ -54,7 +52,7 @@ def run_rules(run: Run, attempt: int | None):
             ctx.rule_errors.append(rule_error(rule, exc, attempt))
     for f in findings:
         f.attempt = attempt
-    findings.sort(key=lambda f: (SEVERITY_ORDER[f.severity], not f.culprit, _layer(f), f.code, f.ranks, f.title))
+    findings.sort(key=lambda f: (f.severity.rank, not f.culprit, _layer(f), f.code, f.ranks, f.title))
     counts: dict[str, int] = {}
     for f in findings:
         counts[f.code] = counts.get(f.code, 0) + 1
@@ -76,16 +74,17 @@ def rule_error(rule, exc: BaseException, attempt: int | None) -> dict:
 
     frames = traceback.extract_tb(exc.__traceback__)
     where = f"{frames[-1].filename.rsplit('/', 1)[-1]}:{frames[-1].lineno}" if frames else None
-    error = {"rule": rule.CODE, "name": getattr(rule, "NAME", rule.__name__), "attempt": attempt,
+    code = rule.RULE.code
+    error = {"rule": code, "name": rule.RULE.name, "attempt": attempt,
              "exception": type(exc).__name__, "message": str(exc)[:500], "where": where,
-             "effect": f"{rule.CODE}'s findings are missing from this report; the other rules and the verdict stand"}
-    print(f"postmortem: internal error: rule {rule.CODE} failed ({error['exception']}: {error['message'][:200]}"
+             "effect": f"{code}'s findings are missing from this report; the other rules and the verdict stand"}
+    print(f"postmortem: internal error: rule {code} failed ({error['exception']}: {error['message'][:200]}"
           f"{' at ' + where if where else ''}); its findings are missing", file=sys.stderr)
     return error
 
 
 def _layer(finding) -> int:
-    return LAYERS.get(finding.category, len(LAYERS))
+    return finding.category.layer
 
 
 def link_causes(findings) -> None:
@@ -237,9 +236,9 @@ def store_findings(run: Run, findings) -> None:
     """The rules' output as the ``findings`` table (evidence and details as JSON text)."""
     from postmortem.analyzer.store import write_table
 
-    rows = [{"id": f.id, "attempt": f.attempt, "code": f.code, "name": f.name, "severity": f.severity,
+    rows = [{"id": f.id, "attempt": f.attempt, "code": f.code, "name": f.name, "severity": str(f.severity),
              "confidence": round(f.confidence, 2), "title": f.title, "message": f.message, "ranks": f.ranks,
-             "nodes": f.nodes, "culprit": f.culprit, "category": f.category, "caused_by": f.caused_by,
+             "nodes": f.nodes, "culprit": f.culprit, "category": str(f.category), "caused_by": f.caused_by,
              "suggestion": f.suggestion,
              "evidence": json.dumps([e.__dict__ for e in f.evidence], default=str),
              "details": json.dumps(f.details, default=str)} for f in findings]
@@ -265,7 +264,7 @@ def _verdict(findings, outcome: dict | None = None) -> dict:
     warnings = [f for f in findings if f.severity == "warning" and f.category not in ("symptom", "info")]
     # A deeper-layer error that could not choose between places (two ends of one failing link):
     # it explains an all-stuck hang better than "no single culprit", but names nobody.
-    torn = [f for f in errors if not f.culprit and f.details.get("competing") and _layer(f) < LAYERS["crash"]]
+    torn = [f for f in errors if not f.culprit and f.details.get("competing") and _layer(f) < Category.CRASH.layer]
     if torn:
         top = max(torn, key=lambda f: f.confidence)
         competing = [f"{top.code} points at {c}" for c in top.details["competing"]]
@@ -334,7 +333,7 @@ def _sentence(*parts: str) -> str:
 
 
 def _verdict_of(status, top, sentence, ids, competing, culprit=None) -> dict:
-    return {"status": status, "category": top.category, "confidence": round(top.confidence, 2),
+    return {"status": status, "category": str(top.category), "confidence": round(top.confidence, 2),
             "sentence": sentence, "culprit": culprit or dict(_NOBODY), "finding_ids": ids, "competing": competing}
 
 
@@ -466,7 +465,7 @@ def _ended(ctx) -> bool:
 
 
 def _gpu_hours(ctx) -> dict | None:
-    from postmortem.rules.why_no_timeout import hang_span
+    from postmortem.rules.hang.why_no_timeout import hang_span
 
     from postmortem.rules.evidence_model import uses_gpus
 

@@ -20,13 +20,13 @@ from tests.scenario import write_scenario
 
 # -- explain -------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("rule", RULES, ids=lambda r: r.CODE)
+@pytest.mark.parametrize("rule", RULES, ids=lambda r: r.RULE.code)
 def test_explain_is_clean_text_with_the_title_once(rule, capsys):
-    assert main(["explain", rule.CODE]) == 0
+    assert main(["explain", rule.RULE.code]) == 0
     out = capsys.readouterr().out
     first, *rest = out.splitlines()
-    assert first.startswith(f"{rule.CODE} {rule.NAME} ({rule.SEVERITY}): ")
-    assert out.count(f"{rule.CODE} {rule.NAME}") == 1, out[:300]        # the title once
+    assert first.startswith(f"{rule.RULE.code} {rule.RULE.name} ({rule.RULE.severity}): ")
+    assert out.count(f"{rule.RULE.code} {rule.RULE.name}") == 1, out[:300]        # the title once
     assert "``" not in out and not re.search(r"(?<!\*)\*\*(?!\*)", out) and not re.search(r"\S::\s*$", out, re.M)
     for name in re.findall(r"(?:\.\./)?(?:shared/)?(?:docs/)?formats/([a-z-]+\.md)", out):
         assert f"docs/formats/{name}" in out and (ROOT / "docs" / "formats" / name).is_file()

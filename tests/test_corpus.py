@@ -86,7 +86,7 @@ def test_a_failure_no_rule_explains_is_failed_cause_not_determined(name, tmp_pat
     """With every rule but X000 silenced, a failed case says "failed, cause not determined",
     with each rank's first failure and last lines, and exits as an error."""
     from postmortem import rules
-    monkeypatch.setattr(rules, "RULES", [r for r in rules.RULES if r.CODE == "X000"])
+    monkeypatch.setattr(rules, "RULES", [r for r in rules.RULES if r.RULE.code == "X000"])
     shutil.copytree(CORPUS / name, tmp_path / name)
     report = _report(tmp_path / name)
     assert report["verdict"]["status"] == "undetermined"

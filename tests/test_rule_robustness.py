@@ -113,7 +113,7 @@ def crashes(store: Store, mutations) -> list[str]:
             except Exception as exc:  # noqa: BLE001 -- what the test is looking for
                 ours = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename.startswith(str(ROOT)) and "site-packages" not in f.filename]
                 where = f" at {Path(ours[-1].filename).name}:{ours[-1].lineno}" if ours else ""
-                failures.append(f"{rule.CODE}: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}{where}")
+                failures.append(f"{rule.RULE.code}: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}{where}")
     con.close()
     return failures
 

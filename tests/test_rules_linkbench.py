@@ -186,7 +186,7 @@ def test_no_forced_setting_is_quiet(tmp_path):
 
 
 def test_allowed_sets():
-    from postmortem.rules.n016_forced_algo_proto import ALGOS, PROTOS, allowed
+    from postmortem.rules.network.n016_forced_algo_proto import ALGOS, PROTOS, allowed
     assert allowed("Simple", PROTOS) == {"simple"}
     assert allowed("^LL,LL128", PROTOS) == {"simple"}
     assert allowed("^ll128", PROTOS) == {"ll", "simple"}

@@ -2,12 +2,12 @@
 
 Environment: a matrix of variables by node from ``env_nodes`` (analyzer/env_model.py: the class
 of each variable, NCCL's ``set by environment`` echoes and the env dumps per node). A node's
-value is chosen as the configuration rules choose it (rules/config_model.py): NCCL's own echo
+value is chosen as the configuration rules choose it (rules/config/config_model.py): NCCL's own echo
 where the variable was echoed anywhere and the node printed echo lines, else the node's dump.
 Which must-match variables differ, and which nodes are the odd ones out, is what E001/E002
 compute (``setting_mismatches``), never re-derived here.
 
-Memory: per-rank peaks (rules/memory_model.py ``peaks``) against the card's capacity (the memory
+Memory: per-rank peaks (rules/memory/memory_model.py ``peaks``) against the card's capacity (the memory
 lines, else the report's GPU model), CUDA OOMs (``ooms`` and M001) and host OOM kills
 (``oom_kills`` and X004) marked on the ranks they hit.
 """
@@ -22,7 +22,7 @@ import polars as pl
 
 from postmortem.analyzer.pipeline import Run
 from postmortem.rules.base import Context
-from postmortem.rules.config_model import DUMP, ECHO, UNSET, setting_mismatches
+from postmortem.rules.config.config_model import DUMP, ECHO, UNSET, setting_mismatches
 # The memory numbers live in rules.memory_view, shared with the HTML report's memory chart.
 from postmortem.views.memory_view import NEAR, MemoryView, RankMemory, gib, memory_view, percent, sort_rows  # noqa: F401
 

@@ -55,8 +55,8 @@ class MemoryView:
 
 
 def memory_view(run: Run, report: dict) -> MemoryView:
-    from postmortem.rules.crash_model import oom_kills
-    from postmortem.rules.memory_model import capacity_mib, ooms, peaks
+    from postmortem.rules.crash.crash_model import oom_kills
+    from postmortem.rules.memory.memory_model import capacity_mib, ooms, peaks
 
     ctx = Context(run, None)
     capacity, source = capacity_mib(ctx)

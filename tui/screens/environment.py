@@ -13,7 +13,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widgets import DataTable, Input, Static
 
-from postmortem.rules.config_model import ECHO, UNSET
+from postmortem.rules.config.config_model import ECHO, UNSET
 from postmortem.views.env_memory_data import CLASS_LABEL, CLASS_MEANING, EnvVar, EnvView, env_view, matches
 from postmortem.tui.screens.base import BaseScreen, Table
 from postmortem.tui.text import cell, join, plain

@@ -24,11 +24,11 @@ from textual.widgets import DataTable, OptionList, Static
 from textual.widgets.option_list import Option
 
 from postmortem.analyzer.ranges import hostlist, rank_ranges
+from postmortem.rules.declare import Severity
 from postmortem.views.render import action_items, finding_details, known, or_unknown, outcome_lines, rank_count
 from postmortem.tui.screens.base import BaseScreen, Table
 from postmortem.tui.text import SEVERITY_STYLE, cell, join, plain
 
-SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
 # Rich styles that read on dark and light themes (yellow is too weak on light).
 SEVERITY_LABEL = {"error": "error", "warning": "warn", "info": "info"}
 STATUS_STYLE = {
@@ -49,7 +49,7 @@ SEGMENT_STYLE = {"t": "", "b": "bold", "c": "underline"}  # action_items: plain,
 def sorted_findings(report: dict) -> list[dict]:
     """Errors, then warnings, then infos; within a severity the report's own order (causes before
     symptoms)."""
-    return sorted(report.get("findings", []), key=lambda f: SEVERITY_ORDER.get(f.get("severity"), 3))
+    return sorted(report.get("findings", []), key=lambda f: Severity.rank_of(f.get("severity")))
 
 
 def where(f: dict) -> str:
@@ -240,7 +240,7 @@ def path_line(path: str, line, width: int = 0) -> str:
 
 
 def findings_heading(findings: list[dict]) -> Text:
-    counts = {sev: sum(1 for f in findings if f.get("severity") == sev) for sev in SEVERITY_ORDER}
+    counts = {sev: sum(1 for f in findings if f.get("severity") == sev) for sev in Severity}
     out = Text("Findings ", style="bold")
     parts = [plain(f"{n} {sev}{'s' if n != 1 and sev != 'info' else ''}", SEVERITY_STYLE[sev])
              for sev, n in counts.items() if n]

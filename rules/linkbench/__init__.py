@@ -1,0 +1,1 @@
+"""Link benchmark rules (L0xx): measured bandwidth below what the link should carry; their model."""
