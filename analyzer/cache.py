@@ -127,10 +127,11 @@ def rules_version() -> str:
     return digest.hexdigest()[:16]
 
 
-def report_key(run_key: str, info: dict) -> str:
-    """The key of the report on a store of key ``run_key`` with ``info`` (``Run.info``)."""
-    options = json.dumps(info, sort_keys=True, default=str)
-    return hashlib.sha256(f"{run_key}\0{rules_version()}\0{options}".encode()).hexdigest()[:32]
+def report_key(run_key: str, info: dict, options: dict) -> str:
+    """The key of the report on a store of key ``run_key`` with ``info`` (``Run.info``) and the
+    user's ``options`` (``--gpu`` and the like, ``postmortem.rules.base.Options``)."""
+    asked = json.dumps({"info": info, "options": options}, sort_keys=True, default=str)
+    return hashlib.sha256(f"{run_key}\0{rules_version()}\0{asked}".encode()).hexdigest()[:32]
 
 
 def key(items: list[InputFile]) -> str:

@@ -499,6 +499,7 @@ def _with_status(phase: str, quiet: bool, work):
 def _report(args) -> int:
     from postmortem.html_report import html_report
     from postmortem.views.render import markdown_report, text_report
+    from postmortem.rules.base import Options
     from postmortem.rules.report import build_report, to_json
 
     formats = _formats(args.format, REPORT_FILES)
@@ -512,13 +513,10 @@ def _report(args) -> int:
                    follow_symlinks=args.follow_symlinks)
     if run is None:
         return USAGE
-    if args.gpu:
-        run.info["gpu"] = args.gpu
-    if getattr(args, "what_if_gpu", None):
-        run.info["what_if_gpu"] = args.what_if_gpu
-    report = _with_status("running the rules", args.quiet, lambda: build_report(run))
+    options = Options(gpu=args.gpu, what_if_gpu=getattr(args, "what_if_gpu", None))
+    report = _with_status("running the rules", args.quiet, lambda: build_report(run, options))
     renderers = {"text": text_report, "md": markdown_report, "json": to_json,
-                 "html": lambda r: html_report(r, run)}
+                 "html": lambda r: html_report(r, run, args.gpu)}
     if paths is None:
         for f in formats:
             sys.stdout.write(renderers[f](report))

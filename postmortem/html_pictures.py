@@ -499,7 +499,7 @@ def tier_class(tier: str | None) -> str:
     return "unknown"
 
 
-def ring_map(run, culprit_nodes: list[str] | None = None) -> str | None:
+def ring_map(run, culprit_nodes: list[str] | None = None, gpu: str | None = None) -> str | None:
     """The largest communicator's channel-0 ring: host boxes up to ``MATRIX_ABOVE`` hosts, a node
     matrix above. The hosts the verdict names are outlined."""
     if not run.columns("nccl_hops"):
@@ -507,7 +507,7 @@ def ring_map(run, culprit_nodes: list[str] | None = None) -> str | None:
     from postmortem.views.transports import view
 
     try:
-        comms = view(run, gpu=run.info.get("gpu"))["communicators"]
+        comms = view(run, gpu=gpu)["communicators"]
     except Exception:  # noqa: BLE001 -- a picture must never cost the report
         return None
     comms = [c for c in comms if c.get("rings")]

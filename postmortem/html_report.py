@@ -37,9 +37,10 @@ a{color:var(--pcie)}.muted{color:var(--muted)}.finding{margin:10px 0 18px}
 """ + pictures.CSS
 
 
-def html_report(report: dict, run=None) -> str:
+def html_report(report: dict, run=None, gpu: str | None = None) -> str:
     """The whole page; ``run`` (the analysed store) adds the pictures, the report dict alone
-    still gives verdict, actions, findings and coverage."""
+    still gives verdict, actions, findings and coverage; ``gpu`` is ``report --gpu``, the card
+    the ring map prices hops against."""
     v = report["verdict"]
     colour = STATUS_COLOURS.get(v["status"], "#546e7a")
     parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
@@ -52,7 +53,7 @@ def html_report(report: dict, run=None) -> str:
     parts += _rule_errors(report)
     parts += _actions(report)
     if run is not None:
-        parts += _pictures(report, run)
+        parts += _pictures(report, run, gpu)
     parts += _findings(report["findings"])
     parts += _gaps(report["missing_evidence"])
     parts += _coverage(report)
@@ -147,12 +148,12 @@ PICTURES = ("Around the failure, per rank", "Ring transport map", "Memory peak p
             "Step time per iteration")
 
 
-def _pictures(report: dict, run) -> list[str]:
+def _pictures(report: dict, run, gpu: str | None) -> list[str]:
     """The four pictures (``postmortem.html_pictures``); one that cannot be drawn is left out, and a
     picture that fails costs only itself."""
     out = []
     culprit_nodes = report["verdict"]["culprit"]["nodes"]
-    draws = (lambda: pictures.timeline(run, report), lambda: pictures.ring_map(run, culprit_nodes),
+    draws = (lambda: pictures.timeline(run, report), lambda: pictures.ring_map(run, culprit_nodes, gpu),
              lambda: pictures.memory(run, report), lambda: pictures.steps(run))
     for title, draw in zip(PICTURES, draws):
         try:

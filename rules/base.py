@@ -92,12 +92,22 @@ COLL_TRACE = "nccl_coll"
 _THIS_ATTEMPT = "attempt = ? OR attempt IS NULL"
 
 
+@dataclass(frozen=True)
+class Options:
+    """What the user asked for beyond the inputs: ``report --gpu`` (judge against this card, not the
+    one nvidia-smi names) and ``--what-if-gpu`` (M003). The rules read them from ``ctx.options``;
+    the report cache keys on them."""
+    gpu: str | None = None
+    what_if_gpu: str | None = None
+
+
 class Context:
     """A run and one attempt, with helpers rules share (evidence lines, the rank map)."""
 
-    def __init__(self, run: Run, attempt: int | None):
+    def __init__(self, run: Run, attempt: int | None, options: Options | None = None):
         self.run = run
         self.attempt = attempt
+        self.options = options or Options()
         self._cache: dict = {}
         self._text_cache: dict = {}
         self._memo: dict = {}       # what @memoised model builders computed for this context

@@ -9,6 +9,7 @@ accounting. ``docs/report.md`` documents every field.
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from datetime import datetime
 
 import duckdb
@@ -18,6 +19,7 @@ from postmortem.analyzer import commands
 from postmortem.analyzer.pipeline import Run
 from postmortem.analyzer.ranges import hostlist, rank_ranges
 from postmortem.analyzer.timeline import log_bounds
+from postmortem.rules.base import Options
 from postmortem.rules.declare import Category
 
 SCHEMA = "postmortem.report/1"
@@ -30,11 +32,11 @@ VERSION = "0.1.0"
 _JOB_WIDE = (Category.CRASH, Category.HANG, Category.DESYNC, Category.SYMPTOM, Category.OUTCOME)
 
 
-def run_rules(run: Run, attempt: int | None):
+def run_rules(run: Run, attempt: int | None, options: Options | None = None):
     from postmortem.rules import RULES
     from postmortem.rules.base import Context
 
-    ctx = Context(run, attempt)
+    ctx = Context(run, attempt, options)
     findings = []
     ctx.findings = findings   # what the rules before it found (a LATE rule defers to them)
     # Late rules (N020: every error NCCL stated that no other rule explained) run after the
@@ -116,27 +118,28 @@ def root_causes(findings) -> list:
     return sorted(roots, key=lambda f: (_layer(f), -f.confidence, f.code))
 
 
-def build_report(run: Run) -> dict:
+def build_report(run: Run, options: Options | None = None) -> dict:
     """The report of ``run``; its ``findings`` and ``report`` tables are written to the store.
     On a store from the cache, a report the same rules made with the same options is reused
     (``postmortem.analyzer.cache.load_report``)."""
     from postmortem.analyzer import cache
 
-    key = cache.report_key(run.cache_key, run.info) if run.cache_key else None
+    options = options or Options()
+    key = cache.report_key(run.cache_key, run.info, asdict(options)) if run.cache_key else None
     cached = cache.load_report(key, run.con) if key else None
     if cached is not None:
         cached["timings"] = {**run.timings, "report": "cached"}
         store_report(run, cached)
         return cached
-    report = _fresh_report(run)
+    report = _fresh_report(run, options)
     if key and not report["rule_errors"]:  # a partial report is not worth keeping: rerun the rules
         cache.save_report(key, run.con, report)
     return report
 
 
-def _fresh_report(run: Run) -> dict:
+def _fresh_report(run: Run, options: Options) -> dict:
     attempts = run.info.get("attempts") or [0]
-    per_attempt = {a: run_rules(run, a) for a in attempts}
+    per_attempt = {a: run_rules(run, a, options) for a in attempts}
     verdicts = {a: _verdict(per_attempt[a][1], per_attempt[a][0].outcome) for a in attempts}
     analysed = _analysed_attempt(attempts, per_attempt, verdicts)
     ctx, findings = per_attempt[analysed]
@@ -552,7 +555,7 @@ def _run_summary(run: Run, ctx) -> dict:
         "ranks_source": run.info.get("world_size_source"),
         "ranks_seen": len(ranks),
         "nodes": _nodes(run, ranks),
-        "gpu_model": _gpu_model(run),
+        "gpu_model": _gpu_model(run, ctx.options.gpu),
         "nccl_versions": versions,
         "time_span": {"start": str(first["ts"]) if first else None, "end": str(last["ts"]) if last else None,
                       "end_basis": _bound_basis(last), "source": run.info.get("time_source"),
@@ -578,11 +581,11 @@ def _nodes(run: Run, ranks) -> list[str]:
     return sorted(hosts)
 
 
-def _gpu_model(run: Run) -> dict | None:
+def _gpu_model(run: Run, gpu: str | None) -> dict | None:
     """The accelerator of the hardware model the run was judged against, and how it was found."""
     from postmortem.analyzer.transports import accelerator
 
-    acc, basis = accelerator(run, run.info.get("gpu"))
+    acc, basis = accelerator(run, gpu)
     if acc is None:
         return {"name": None, "basis": basis}
     return {"name": acc.get("name"), "id": acc.get("id"), "basis": basis}

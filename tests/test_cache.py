@@ -13,6 +13,7 @@ import pytest
 
 from postmortem.analyzer import cache
 from postmortem.analyzer.pipeline import analyze
+from postmortem.rules.base import Options
 from postmortem.rules.report import build_report
 from tests.conftest import ROOT
 
@@ -131,8 +132,7 @@ def test_other_options_or_other_rules_run_the_rules_again(cache_dir, tmp_path, m
     shutil.copytree(SAMPLE, job)
     build_report(analyze([job]))
     other = analyze([job])
-    other.info["gpu"] = "A100-80GB"      # what `report --gpu A100-80GB` does
-    assert "report" not in build_report(other)["timings"]
+    assert "report" not in build_report(other, Options(gpu="A100-80GB"))["timings"]   # report --gpu A100-80GB
     assert len(list(cache_dir.glob("*.report"))) == 2
     monkeypatch.setattr(cache, "rules_version", lambda: "a changed rule")
     assert "report" not in build_report(analyze([job]))["timings"]

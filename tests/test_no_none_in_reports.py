@@ -60,7 +60,7 @@ def test_no_report_format_says_none(folder: Path):
     report = without_log_text(build_report(run))
     outputs = {"text": text_report(report), "md": markdown_report(report),
                "html": MARK_TITLE.sub("<title></title>", html_report(report, run))}
-    transports = view(run, gpu=run.info.get("gpu"))
+    transports = view(run)
     for refusal in transports["p2p_refusals"]:
         refusal["message"] = LOG
     outputs["transports"] = render_text(transports, all_hops=True)

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from postmortem.analyzer.pipeline import analyze
+from postmortem.rules.base import Options
 from postmortem.rules.report import build_report
 from postmortem.generator import RunSpec, generate_run
 
@@ -28,10 +29,7 @@ def _codes(report: dict, code: str) -> list[dict]:
 
 
 def _run(path: Path, what_if: str | None = None) -> dict:
-    run = analyze([path])
-    if what_if:
-        run.info["what_if_gpu"] = what_if
-    return build_report(run)
+    return build_report(analyze([path]), Options(what_if_gpu=what_if))
 
 
 @pytest.fixture(scope="module")

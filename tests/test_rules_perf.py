@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from postmortem.analyzer.pipeline import analyze
+from postmortem.rules.base import Options
 from postmortem.rules.report import build_report
 from postmortem.generator import RunSpec, generate_run
 
@@ -33,10 +34,7 @@ def _codes(report: dict, code: str) -> list[dict]:
 
 
 def _report(path: Path, gpu: str | None = None) -> dict:
-    run = analyze([path])
-    if gpu:
-        run.info["gpu"] = gpu
-    return build_report(run)
+    return build_report(analyze([path]), Options(gpu=gpu))
 
 
 # -- generated runs ----------------------------------------------------------------------------

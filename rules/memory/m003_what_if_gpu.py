@@ -32,7 +32,7 @@ HEADROOM_MIB = 2.5 * GIB      # CUDA context, NCCL buffers, allocator slack
 
 
 def check(ctx: Context) -> list[Finding]:
-    name = ctx.run.info.get("what_if_gpu")
+    name = ctx.options.what_if_gpu
     if not name:
         return []
     acc = target(name)

@@ -95,7 +95,7 @@ def capacity_mib(ctx) -> tuple[float | None, str]:
         caps = mem["capacity_mib"].drop_nulls()
         if len(caps):
             return float(caps.max()), "the framework's memory lines"
-    acc, source = accelerator(ctx.run, ctx.run.info.get("gpu"))
+    acc, source = accelerator(ctx.run, ctx.options.gpu)
     if acc and acc.get("memory_gb"):
         return float(acc["memory_gb"]) * GIB, f"the hardware model ({acc['name']}, {source})"
     return None, "unknown"

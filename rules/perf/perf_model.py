@@ -133,7 +133,7 @@ def median(values: list[float]) -> float | None:
 
 def peak(ctx: Context) -> tuple[float | None, dict | None, str]:
     """(cluster dense BF16 peak in FLOP/s, the accelerator, how we know)."""
-    acc, basis = accelerator(ctx.run, ctx.run.info.get("gpu"))
+    acc, basis = accelerator(ctx.run, ctx.options.gpu)
     world = ctx.world_size
     if not acc or not acc.get("bf16_dense_tflops"):
         return None, acc, "the GPU model is unknown (give report --gpu)"

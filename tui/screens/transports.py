@@ -103,7 +103,7 @@ in Logs.
         self.query_one("#hops", DataTable).add_columns(*(plain(c) for c in HOP_COLUMNS))
         self.query_one("#hops", DataTable).focus()
         # the view reads every NCCL table: off the UI thread
-        self.load_view(lambda run, _report: tr.load(run, gpu=run.info.get("gpu")), self._loaded, self._failed)
+        self.load_view(lambda run, _report: tr.load(run), self._loaded, self._failed)
 
     def _failed(self, why: str) -> None:
         self.query_one("#summary", Static).update(plain(f"Cannot read the transports: {why}", OFF_STYLE))
