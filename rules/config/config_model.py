@@ -182,10 +182,6 @@ def majority_split(values: dict[str, str]) -> tuple[str | None, list[str]]:
     return top, sorted(n for n, v in values.items() if v != top)
 
 
-def hostlist_text(nodes: list[str]) -> str:
-    return ", ".join(sorted(nodes))
-
-
 # -- versions ----------------------------------------------------------------------------------
 
 

@@ -57,8 +57,6 @@ CONSEQUENCE = ("Connection closed by peer", "Connection reset", "Timed out waiti
                "recvValue failed", "sendBytes failed", "Socket Timeout", "DistNetworkError", "DistStoreError",
                "heartbeat", "Heartbeat", "Detected mismatch between collectives", "failed to pass monitoredBarrier",
                "successfully reached monitoredBarrier")
-CONSEQUENCE_KINDS = ("watchdog_timeout", "gloo_error", "store_error", "teardown", "watchdog_exception", "terminate",
-                     "dump_signal", "heartbeat", "nccl_error", "collective_timeout")
 
 
 def signal_of(code: int | None, basis: str = "torchrun") -> str | None:
@@ -85,21 +83,6 @@ def explain_exit(code: int | None, basis: str = "torchrun", short: bool = False)
     if short:
         return f"exit code {spelled} = {sig}"
     return f"exit code {spelled} = {sig}: {SIGNAL_MEANING.get(sig, 'killed by a signal')}"
-
-
-def explain_slurm_exit(text: str | None) -> str:
-    """Slurm's ``E:S`` ExitCode (``0:9``, ``1:0``, ``0:15``)."""
-    if not text or ":" not in str(text):
-        return f"Slurm exit code {text}"
-    e, _, s = str(text).partition(":")
-    try:
-        e_i, s_i = int(e), int(s)
-    except ValueError:
-        return f"Slurm exit code {text}"
-    if s_i:
-        sig = SIGNAL_NAMES.get(s_i, f"signal {s_i}")
-        return f"Slurm ExitCode {text}: the step ended on {sig}"
-    return f"Slurm ExitCode {text}: exit status {e_i}, no signal"
 
 
 def is_consequence(message: str | None) -> bool:

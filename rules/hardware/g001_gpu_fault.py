@@ -50,7 +50,6 @@ from postmortem.rules.hardware.hw_model import (attempt_start, first_error, fmt_
 RULE = Rule(code="G001", name="gpu-fault", severity=Severity.ERROR, category=Category.HARDWARE, since="0.1.0")
 
 FATAL = {48, 62, 64, 74, 79, 94, 95, 119, 120, 121, 140, 144, 145, 146, 147, 148, 149, 150, 154}
-RECORDED = {63, 92}       # a remap recorded / a high single-bit rate: the GPU needs attention, not a crash
 APPLICATION = {13, 31}    # usually the program (illegal instruction / address)
 AFTERMATH = {43, 45}      # channel reset and cleanup after processes were killed: ignored
 
@@ -65,15 +64,6 @@ ADVICE = {
     120: "GSP firmware error: reset the GPU; if it recurs, update the driver/firmware or RMA",
 }
 _PRIORITY = [79, 95, 64, 48, 94, 74, 154, 140, 119, 120, 121, 62, 144, 145, 146, 147, 148, 149, 150, 63, 92, 13, 31]
-
-
-def _code(row: dict) -> int | None:
-    if row["kind"] == "gpu_off_bus":
-        return 79
-    try:
-        return int(row["code"])
-    except (TypeError, ValueError):
-        return None
 
 
 def _events(ctx: Context) -> pl.DataFrame:

@@ -17,8 +17,6 @@ from postmortem.analyzer.topology import GDR_PATHS, Topology  # noqa: F401 -- GD
 from postmortem.analyzer.transports import accelerator
 from postmortem.rules.base import Context, Evidence, memoised, with_columns
 
-RDMA_TIERS = {"IB", "IB GDR", "RoCE", "RoCE GDR", "NET", "NET GDR", "CollNet"}
-
 
 @dataclass
 class Fabric:
