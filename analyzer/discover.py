@@ -1,11 +1,10 @@
 """Find the inputs under the paths a user gave, read their bytes, and sniff what they are.
 
 Inputs are only ever opened for reading. Compressed files (.gz, .zst, .bz2, .xz) are read
-as they are; a truncated stream keeps what could be decompressed and says so. Binary files,
-Nsight Systems SQLite exports and Kineto JSON traces go to their readers (``postmortem.analyzer.ingest``);
-other SQLite databases are not logs: they are listed with a reason and skipped. Pickles and
-FR-shaped JSON are offered to the Flight Recorder reader (never ``pickle.load``; see
-``postmortem.parsers.flight_recorder``).
+as they are; a truncated stream keeps what could be decompressed and says so. Formats read as
+one document (profiles, dumps) are claimed by their parsers' ``sniff`` hooks
+(``postmortem.parsers.WHOLE_FILE``) and read whole by ``postmortem.analyzer.ingest``; other
+binary files are not logs: they are listed with a reason and skipped.
 """
 
 from __future__ import annotations
@@ -21,6 +20,8 @@ from pathlib import Path
 
 import zstandard
 
+from postmortem import parsers
+
 COMPRESSED = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd", ".bz2": "bz2", ".xz": "xz"}
 # Decompressed size above which we stop: protects a login node from a compression bomb.
 MAX_DECOMPRESSED = 8 << 30
@@ -33,7 +34,7 @@ class InputFile:
     size: int
     mtime: float
     compression: str | None = None
-    kind: str = "log"               # log | pyspy | env | flight_recorder | nsys | kineto | skipped
+    kind: str = "log"               # log | pyspy | env | skipped | a whole-file parser's NAME (parsers.WHOLE_FILE)
     problems: list[str] = field(default_factory=list)
     source: str | None = None       # archive members: "<absolute archive path>!/<member>" (postmortem.analyzer.archives);
                                     # a decoded copy (``materialize``): the file it was decoded from
@@ -717,7 +718,9 @@ _PYSPY_HEAD = re.compile(rb"^Process \d+: ", re.M)
 
 
 def sniff(item: InputFile, data: bytes) -> str:
-    """Classify an input by content: log, pyspy, env, or raise InputError for non-logs."""
+    """Classify an input by content: the ``NAME`` of the whole-file parser that claims it
+    (``postmortem.parsers.WHOLE_FILE``, asked in order), pyspy, log, or raise InputError for
+    non-logs."""
     head = data[:65536]
     if not data:
         raise InputError(f"{item.display}: empty file")
@@ -726,54 +729,20 @@ def sniff(item: InputFile, data: bytes) -> str:
         if not head:
             raise InputError(f"{item.display}: only NUL bytes (a log truncated while its writer kept writing?); "
                              "skipped")
-    if head.startswith(b"SQLite format 3\x00"):
-        # Uncompressed nsys exports never get here (postmortem.analyzer.ingest routes them to parsers.nsys).
-        raise InputError(f"{item.display}: SQLite database that is not a readable Nsight Systems export "
-                         "(compressed, or no nsys tables); skipped")
+    name = item.display.rsplit("/", 1)[-1]
+    for module in parsers.WHOLE_FILE:
+        if module.sniff(name, head, data):
+            return module.NAME
     if item.path.name.endswith(("-journal", "-wal", "-shm")) and (head.startswith(_SQLITE_SIDE) or _looks_binary(head)):
         # a SQLite rollback journal, write-ahead log or its index, left by a writer of the database beside it
         raise InputError(f"{item.display}: SQLite {item.path.name.rsplit('-', 1)[1]} file of "
                          f"{item.path.name.rsplit('-', 1)[0]} (another process is writing that database, or "
                          "was when it stopped); not a log; skipped")
-    if item.path.suffix.lower() in (".nsys-rep", ".qdrep"):
-        # Issue 8: the report itself is a proprietary format; the SQLite export is what we read.
-        raise InputError(f"{item.display}: Nsight Systems report (needs nsys to read); export it with "
-                         f"`nsys export --type sqlite {item.path.name}` and analyse the .sqlite; skipped")
-    # PyTorch profiler / Kineto Chrome traces (issue 8): a JSON object with "traceEvents"
-    # (before the Flight Recorder check: newer Kineto traces carry "pg_config" too).
-    if head.lstrip()[:1] == b"{" and b'"traceEvents"' in data[:1 << 22]:
-        return "kineto"
-    # Pickles and FR-shaped JSON go to the Flight Recorder reader (postmortem.parsers.flight_recorder),
-    # which unpickles with a find_class that refuses every global and rejects anything that is
-    # not FR-shaped with a message; plain pickle.load is never used.
-    if _flight_recorder_shaped(item, head):
-        return "flight_recorder"
     if _looks_binary(head):
         raise InputError(f"{item.display}: binary file, not a text log; skipped")
     if _PYSPY_HEAD.match(head) and b"\nThread " in head:
         return "pyspy"
     return "log"
-
-
-_FR_NAME = re.compile(r"(?:nccl_trace|flight_?recorder|fr_?trace|fr)[_-]?(?:rank[_-]?)?\d+(?:\.(?:pkl|pickle|bin|dump))?$"
-                      r"|\.(?:pkl|pickle)$", re.IGNORECASE)
-_FR_KEYS = (b"entries", b"pg_status", b"pg_config", b"version")
-
-
-def _flight_recorder_shaped(item: InputFile, head: bytes) -> bool:
-    """Whether an input is offered to the Flight Recorder reader: a pickle (protocol 2-5) whose
-    file name has a dump's shape (``nccl_trace_rank_3``, ``*.pkl``) or whose content opens with a
-    dict holding one of the dump's keys; a JSON object with the dump's keys. Any other pickle is a
-    binary file, never unpickled."""
-    if head[:1] == b"\x80" and len(head) > 1 and head[1] in (2, 3, 4, 5):
-        if _FR_NAME.search(item.display.rsplit("/", 1)[-1]):
-            return True
-        body = head[2:]
-        if body[:1] == b"\x95":          # a protocol 4+ FRAME and its 8-byte length
-            body = body[9:]
-        return body[:1] == b"}" and any(k in head[:4096] for k in _FR_KEYS)
-    stripped = head.lstrip()
-    return stripped[:1] == b"{" and (b'"entries"' in head or b'"pg_status"' in head or b'"pg_config"' in head)
 
 
 # Control bytes no text log has (tab, newlines, form feed and ESC of ANSI colours excepted).

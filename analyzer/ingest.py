@@ -31,6 +31,7 @@ from postmortem.analyzer import bulk
 from postmortem.analyzer import budget
 from postmortem.analyzer.discover import (SMALL_DECOMPRESSED, Capped, InputError, InputFile, capped_bytes, cut_message,
                                decode_to, is_utf16, leading_nuls, max_decompressed, open_input, path_text, read_capped, sniff)
+from postmortem.parsers.base import Unreadable, WholeFile
 from postmortem.parsers.lines import envelope_frame, split_inputs
 
 
@@ -73,9 +74,10 @@ class Parsed:
 
 
 def read_input(input_id: int, item: InputFile, piece=None) -> tuple[FileResult, bytes | None]:
-    """Read and sniff one input. Whole-file formats (nsys, Flight Recorder, Kineto) are parsed
-    here; for a text input the bytes come back, to be enveloped with the others (lines longer than
-    the cap cut, leading NULs skipped, CR line ends read as lines: ``result.capped`` says where).
+    """Read and sniff one input. A whole-file format (``parsers.WHOLE_FILE``) is read here by the
+    parser that claimed it (``_read_whole``; no ``lines`` rows); for a text input the bytes come
+    back, to be enveloped with the others (lines longer than the cap cut, leading NULs skipped,
+    CR line ends read as lines: ``result.capped`` says where).
     ``piece``: a segment of a large log (``Piece``), read from its byte range; its kind is known."""
     result = FileResult(input_id, item)
     if item.failure:
@@ -85,10 +87,6 @@ def read_input(input_id: int, item: InputFile, piece=None) -> tuple[FileResult, 
     try:
         if piece is not None and piece.end is not None:
             return result, _text(result, item, piece.start, piece.end)
-        if item.compression is None and _is_sqlite(item):
-            # Nsight Systems SQLite exports (issue 8) are read from the file by parsers.nsys;
-            # other SQLite files are skipped there with a message. No `lines` rows.
-            return _parse_nsys(result), None
         if item.compression is None:
             with open_input(item.path) as handle:
                 nuls = leading_nuls(handle)
@@ -102,46 +100,56 @@ def read_input(input_id: int, item: InputFile, piece=None) -> tuple[FileResult, 
                 item.kind = sniff(item, data)
                 return result, _text_of(result, item, data)
             item.kind = sniff(item, head)
-            if item.kind in WHOLE_FILE_KINDS:
-                data = _whole(item)
-            else:
+            if (reader := _whole_file_parser(item.kind)) is None:
                 return result, _text(result, item, 0, None)
+            source = WholeFile(item.display, head, item.path, lambda: _whole(item))
         else:
             data = _small_decompressed(item)
             if is_utf16(data[:4]):
                 data = _utf16(item, data)
             item.kind = sniff(item, data)
-            if item.kind not in WHOLE_FILE_KINDS:
+            if (reader := _whole_file_parser(item.kind)) is None:
                 return result, _text_of(result, item, data)
-    except InputError as exc:
-        item.kind = "skipped"
-        result.error = str(exc) if str(exc).startswith(item.display) else f"{item.display}: {exc}"
+            source = WholeFile(item.display, data.lstrip(b"\0") if data[:1] == b"\0" else data, None, lambda: data)
+    except (InputError, OSError) as exc:
+        _skip(result, exc)
         return result, None
-    except OSError as exc:
-        item.kind = "skipped"
-        result.error = f"{item.display}: cannot read: {exc.strerror or exc}"
-        return result, None
-    if item.kind == "flight_recorder":
-        # Flight Recorder dumps (pickle or JSON) are not line logs: their tables come whole
-        # from postmortem.parsers.flight_recorder (a bounded reader, no unpickling); no `lines` rows.
-        return _parse_flight_recorder(result, data), None
-    # PyTorch profiler / Kineto traces (issue 8): tables come whole from postmortem.parsers.kineto.
-    return _parse_kineto(result, data), None
+    return _read_whole(result, reader, source), None
 
 
-# What sniffing reads of a plain input (Kineto traces are told by a key in their first 4 MB).
+# What sniffing reads of a plain input (a whole-file parser may look that deep for its key).
 SNIFF_BYTES = 4 << 20
-WHOLE_FILE_KINDS = ("flight_recorder", "kineto")
+
+
+def _whole_file_parser(kind: str):
+    """The whole-file parser (``parsers.WHOLE_FILE``) whose ``NAME`` is ``kind``, if any."""
+    return next((module for module in parsers.WHOLE_FILE if module.NAME == kind), None)
+
+
+def _skip(result: FileResult, exc: InputError | OSError) -> None:
+    result.item.kind = "skipped"
+    result.error = _why_skipped(result.item, exc)
+
+
+def _why_skipped(item: InputFile, exc: InputError | OSError) -> str:
+    """Why an input is skipped, naming it."""
+    if isinstance(exc, OSError):
+        return f"{item.display}: cannot read: {exc.strerror or exc}"
+    return str(exc) if str(exc).startswith(item.display) else f"{item.display}: {exc}"
 
 
 def _whole(item: InputFile) -> bytes:
-    """A whole-file input, at most ``budget.whole_file_bytes``."""
+    """A whole-file input, at most ``budget.whole_file_bytes``; a larger or unreadable one is
+    ``Unreadable`` (its reader asks for the bytes: ``WholeFile.data``)."""
     limit = budget.whole_file_bytes()
-    if item.size > limit:
-        raise InputError(f"{_mb_text(item.size)} {item.kind.replace('_', ' ')} file, more than the "
-                         f"{_mb_text(limit)} one file may take whole (a sixteenth of POSTMORTEM_MEMORY); skipped")
-    with open_input(item.path) as handle:
-        return handle.read(limit + 1)
+    try:
+        if item.size > limit:
+            raise InputError(f"{_mb_text(item.size)} {item.kind.replace('_', ' ')} file, more than the "
+                             f"{_mb_text(limit)} one file may take whole (a sixteenth of POSTMORTEM_MEMORY); skipped")
+        with open_input(item.path) as handle:
+            return handle.read(limit + 1)
+    except (InputError, OSError) as exc:
+        raise Unreadable(_why_skipped(item, exc)) from None
 
 
 def _small_decompressed(item: InputFile) -> bytes:
@@ -250,70 +258,27 @@ def parse_text(result: FileResult, lines: pl.DataFrame, others: pl.DataFrame,
     return result
 
 
-def _read_whole(result: FileResult, name: str, label: str, read, refused: type[Exception],
-                refusal_names_file: bool = True, problem_prefix: str = "") -> FileResult:
-    """A whole-file input (no ``lines`` rows): its reader's tables stamped with the input, its
-    problems kept. A refusal (not this format, damaged) or a reader bug skips the file with a
-    message naming it; the rest of the run is still analysed."""
+def _read_whole(result: FileResult, module, source: WholeFile) -> FileResult:
+    """A whole-file input (no ``lines`` rows): ``module.read_whole``'s tables stamped with the
+    input, its problems kept. A refusal (not this format, damaged, too large to take whole) or a
+    reader bug skips the file with a message naming it; the rest of the run is still analysed."""
     item = result.item
     try:
-        tables, problems = read()
-    except refused as exc:
+        tables, problems = module.read_whole(source)
+    except Unreadable as exc:
         item.kind = "skipped"
-        result.error = str(exc) if refusal_names_file else f"{item.display}: {exc}"
+        result.error = str(exc)
         return result
     except Exception as exc:  # a reader bug must not cost the rest of the run
         item.kind = "skipped"
-        result.error = f"{item.display}: {label} reader failed ({type(exc).__name__}: {exc}); skipped"
+        result.error = f"{item.display}: {module.LABEL} reader failed ({type(exc).__name__}: {exc}); skipped"
         return result
-    item.problems.extend(f"{problem_prefix}{p}" for p in problems)
+    item.problems.extend(problems)
     for table, frame in tables.items():
         if not frame.is_empty():
             result.tables[table] = frame.with_columns(input_id=pl.lit(result.input_id, dtype=pl.UInt32),
-                                                      parser=pl.lit(name))
+                                                      parser=pl.lit(module.NAME))
     return result
-
-
-def _parse_flight_recorder(result: FileResult, data: bytes) -> FileResult:
-    """Flight Recorder dumps, pickle (safe unpickler) or JSON."""
-    from postmortem.parsers import flight_recorder
-
-    def read():
-        parsed, problems = flight_recorder.parse_dump(data, result.item.display)
-        return parsed.tables, problems
-    return _read_whole(result, flight_recorder.NAME, "Flight Recorder", read, flight_recorder.NotFlightRecorder,
-                       refusal_names_file=False, problem_prefix="Flight Recorder dump: ")
-
-
-def _is_sqlite(item: InputFile) -> bool:
-    try:
-        with open_input(item.path) as handle:
-            return handle.read(16) == b"SQLite format 3\x00"
-    except OSError:
-        return False
-
-
-def _parse_nsys(result: FileResult) -> FileResult:
-    """Issue 8: an nsys export -> kernels, nvtx, memcpy, gpu_memory, gpus, profile_* tables."""
-    from postmortem.parsers import nsys
-
-    item = result.item
-    ok, why = nsys.is_nsys_export(item.path)
-    if not ok:
-        item.kind, result.error = "skipped", f"{item.display}: {why}; skipped"
-        return result
-    result = _read_whole(result, nsys.NAME, "nsys", lambda: nsys.read(item.path, item.display), nsys.NsysError)
-    if result.error is None:
-        item.kind = "nsys"
-    return result
-
-
-def _parse_kineto(result: FileResult, data: bytes) -> FileResult:
-    """Issue 8: a Kineto trace -> kernels, cpu_ops, profile_* tables."""
-    from postmortem.parsers import kineto
-
-    return _read_whole(result, kineto.NAME, "Kineto", lambda: kineto.read(data, result.item.display),
-                       kineto.KinetoError)
 
 
 def _parse_batched(results: list[FileResult]) -> Batched:

@@ -3,13 +3,17 @@
 ``LOG_PARSERS`` run on every text log (each filters its own lines by literal first, so a
 file interleaving NCCL, PyTorch and framework output is classified line by line). The order
 decides which parser's name a line gets in ``lines.kind`` when two understand it.
-Whole-file inputs have their own readers, chosen by ``postmortem.analyzer.discover.sniff``: Flight
-Recorder dumps (``flight_recorder``), nsys SQLite exports (``nsys``), Kineto traces
-(``kineto``), environment dumps (``ENV_PARSERS``).
+``WHOLE_FILE`` parsers read formats that are one document, not lines: each owns its format
+through two hooks (``sniff`` and ``read_whole``, see ``postmortem.parsers.base``), so
+``postmortem.analyzer.discover.sniff`` asks them in this order and ``postmortem.analyzer.ingest``
+hands the input to the one that claimed it, neither naming a format; a new whole-file format
+needs only its module and its entry here. Environment dumps are text logs recognised by their
+lines (``ENV_PARSERS``).
 """
 
-from postmortem.parsers import (c10d, config, deepspeed, envdump, health, hf_trainer, hwtools, kernel, linkbench, megatron, nccl,
-                     nccl_inspector, nccl_ras, pyspy, scheduler, titan_lightning, torch_errors, torchrun)
+from postmortem.parsers import (c10d, config, deepspeed, envdump, flight_recorder, health, hf_trainer, hwtools, kernel, kineto,
+                                linkbench, megatron, nccl, nccl_inspector, nccl_ras, nsys, pyspy, scheduler, titan_lightning,
+                                torch_errors, torchrun)
 
 LOG_PARSERS = [
     c10d, nccl, torchrun, megatron, pyspy, nccl_ras,   # PyTorch distributed, NCCL, launchers, Megatron
@@ -31,4 +35,11 @@ LOG_PARSERS = [
 PER_FILE = (nccl_ras, nccl_inspector, hwtools, linkbench, config, kernel, health, scheduler)
 BATCHED = [m for m in LOG_PARSERS if m not in PER_FILE]
 ENV_PARSERS = [envdump]
+# Whole-file formats, in the order they are asked (the first whose ``sniff`` says yes reads it):
+WHOLE_FILE = [
+    nsys,               # SQLite databases (Nsight Systems exports; others refused) and .nsys-rep reports by name
+    kineto,             # PyTorch profiler / Kineto JSON traces: before the Flight Recorder, as newer
+                        # traces carry "pg_config" too
+    flight_recorder,    # Flight Recorder dumps, pickle (never unpickled) or JSON
+]
 ALL_PARSERS = LOG_PARSERS + ENV_PARSERS

@@ -16,11 +16,28 @@ that to the envelope's prefixes and the input's path. Rows of every table carry
 
 Whole-file, vectorised: a parser filters with literal ``str.contains`` first and then uses
 a few small regexes on the survivors. No Python loop over lines.
+
+A whole-file parser (``postmortem.parsers.WHOLE_FILE``: a format read as one document, not as
+lines) is a module with
+
+* ``NAME`` -- the input kind it gives (``inputs.kind``) and the ``parser`` of its rows;
+* ``LABEL`` -- how messages name the format ("Flight Recorder");
+* ``sniff(name, head, data) -> bool`` -- whether an input is this format (or claims to be, so
+  that its refusal is the one the user reads): ``name`` is the input's file name (the last part
+  of its display name), ``head`` its first 64 KiB past leading NUL bytes, ``data`` everything
+  read to sniff it (4 MiB of a plain file, all of a compressed one);
+* ``read_whole(source: WholeFile) -> (tables, problems)`` -- its tables (with ``line_no``) and
+  the problems worth telling the user; ``Unreadable`` (message naming the file) refuses it.
+
+``postmortem.analyzer.discover.sniff`` asks them in registry order; ``postmortem.analyzer.ingest``
+hands the input to the one that claimed it. Neither knows a format.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import polars as pl
 
@@ -29,6 +46,21 @@ import polars as pl
 class ParseResult:
     tables: dict[str, pl.DataFrame] = field(default_factory=dict)
     consumed: pl.Series = field(default_factory=lambda: pl.Series("line_no", [], dtype=pl.UInt32))
+
+
+@dataclass(frozen=True)
+class WholeFile:
+    """A whole-file input as ingest hands it to its parser's ``read_whole``."""
+    display: str                    # its name in reports (an archive member: ``archive!/member``)
+    head: bytes                     # its bytes from the first that is not NUL, as far as sniffing read them
+    path: Path | None               # the file, stored plain, for a format read in place (a database); None
+                                    # when the input is compressed (only ``data`` holds its bytes)
+    data: Callable[[], bytes]       # its bytes, decompressed, at most the whole-file budget (else ``Unreadable``)
+
+
+class Unreadable(Exception):
+    """A whole-file parser's refusal: the input is not a readable instance of its format. The
+    message names the input and says why; the input is skipped with it."""
 
 
 def empty_result() -> ParseResult:

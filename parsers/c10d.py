@@ -106,7 +106,12 @@ KINDS: list[Kind] = [
          samples=('[E1019 01:04:03.357615073 ProcessGroupNCCL.cpp:1375] [PG 3 Rank 7] First PG on this rank that detected no heartbeat of its watchdog.',)),
     Kind("watchdog_stuck", "events", r"watchdog got stuck for (?P<stuck_s>\d+) seconds",
          samples=("[F1019 01:14:03.356851194 ProcessGroupNCCL.cpp:1224] [PG 3 Rank 2] [PG 3 Rank 2] ProcessGroupNCCL's watchdog got stuck for 600 seconds without making progress in monitoring enqueued collectives.",)),
-    Kind("watchdog_stuck", "events", r"monitor thread is disabled, but would have terminated"),
+    # TORCH_NCCL_ENABLE_MONITORING=0: the monitor logs what it would have done (PyTorch prints no
+    # space between "process" and "after").
+    Kind("watchdog_stuck", "events", r"monitor thread is disabled, but would have terminated",
+         samples=("[E1019 01:14:03.357002190 ProcessGroupNCCL.cpp:1488] [PG ID 0 PG GUID 0(default_pg) Rank 2] "
+                  "ProcessGroupNCCL monitor thread is disabled, but would have terminated the processafter "
+                  "attempting to dump debug info, due to ProcessGroupNCCL watchdog hang.",)),
     Kind("watchdog_exception", "events", r"(?:Process group|NCCL) watchdog thread terminated with exception: (?P<detail>.*)",
          samples=('[I ProcessGroupNCCL.cpp:854] [Rank 0] NCCL watchdog thread terminated with exception: traceMap[thisSeq][myRank].second == kEventStart INTERNAL ASSERT FAILED',)),
     Kind("teardown", "events", r"Some NCCL operations have failed or timed out|we are taking the entire process down",

@@ -40,7 +40,7 @@ from __future__ import annotations
 import polars as pl
 
 from postmortem.parsers import trainlog
-from postmortem.parsers.kinds import Kind
+from postmortem.parsers.kinds import Kind, samples_of
 from postmortem.parsers.base import ParseResult, consumed_of, to_int
 from postmortem.parsers.lines import with_stream
 
@@ -49,16 +49,6 @@ NAME = "deepspeed"
 BATCH_LITERAL = ""
 
 SAMPLE_LINES = [
-    "[2023-09-12 00:26:08,683] [INFO] [logging.py:96:log_dist] [Rank 0] DeepSpeed info: version=0.10.2, "
-    "git-hash=unknown, git-branch=unknown",
-    "[2023-09-12 00:26:08,983] [INFO] [logging.py:96:log_dist] [Rank 0] DeepSpeed Basic Optimizer = FusedAdam",
-    "[2023-09-12 00:26:09,983] [INFO] [logging.py:96:log_dist] [Rank 0] DeepSpeed Final Optimizer = FusedAdam",
-    "  10 [2023-09-12 00:26:08,983] [INFO] [logging.py:96:log_dist] [Rank 0] Creating fp16 ZeRO stage 3 optimizer, "
-    "MiCS is enabled False, Hierarchical params gather False",
-    "[2023-09-12 00:26:08,984] [INFO] [logging.py:96:log_dist] [Rank 0] Creating torch.float16 ZeRO stage 3 optimizer",
-    "[2023-09-12 00:26:08,985] [INFO] [stage_1_and_2.py:149:__init__] Reduce bucket size 500000000",
-    "[2023-09-12 00:26:08,985] [INFO] [stage_1_and_2.py:150:__init__] Allgather bucket size 500000000",
-    "[2023-09-12 00:26:08,985] [INFO] [stage_1_and_2.py:151:__init__] CPU Offload: False",
     "[2023-09-12 00:26:10,100] [INFO] [stage3.py:380:_setup_for_real_optimizer] optimizer state initialized",
     "[2025-02-07 01:13:40,175] [INFO] [utils.py:781:see_memory_usage] Before initializing optimizer states",
     "[2025-02-07 01:13:40,176] [INFO] [utils.py:782:see_memory_usage] MA 0.0 GB         Max_MA 0.0 GB         "
@@ -92,19 +82,11 @@ SAMPLE_LINES = [
     "/ckpt/global_step1000/mp_rank_00_model_states.pt",
     "[2023-05-01 11:00:42,500] [INFO] [engine.py:3411:_save_zero_checkpoint] [Torch] Checkpoint global_step1000 "
     "is ready now!",
-    "[2023-03-24 10:26:48,202] [INFO] [multinode_runner.py:67:get_cmd] Running on the following workers: "
-    "node01,gpu1505",
     "[2023-03-24 10:26:48,202] [INFO] [runner.py:550:main] cmd = pdsh -S -f 1024 -w node01,gpu1505 export "
     "NCCL_IB_DISABLE=1; export PYTHONPATH=/work;  cd /work; /usr/bin/python3 -u -m deepspeed.launcher.launch "
     "--world_info=eyJub2RlMDEiOiBbMF19 --node_rank=%n --master_addr=node01 --master_port=9901 train.py",
-    "[2023-03-24 10:26:51,118] [INFO] [launch.py:142:main] WORLD INFO DICT: {'node01': [0], 'gpu1505': [0]}",
-    "[2023-03-24 10:26:51,118] [INFO] [launch.py:148:main] nnodes=2, num_local_procs=1, node_rank=0",
-    "[2023-03-24 10:26:51,118] [INFO] [launch.py:161:main] dist_world_size=2",
     "[2023-05-01 09:00:00,000] [INFO] [config.py:953:print] DeepSpeedEngine configuration:",
     "[2023-05-01 09:00:00,000] [INFO] [config.py:957:print]   train_micro_batch_size_per_gpu  4",
-    "[2023-09-12 00:26:08,874] [INFO] [logging.py:96:log_dist] [Rank 0] DeepSpeed Flops Profiler Enabled: False",
-    "[2026-07-24 08:00:04,196] [INFO] [real_accelerator.py:203:get_accelerator] Setting ds_accelerator to cuda "
-    "(auto detect)",
     "[2023-05-01 09:00:00,000] [INFO] [config.py:957:print]   zero_optimization_stage ...... 3",
 ]
 
@@ -133,32 +115,53 @@ _CONFIG = r"^\s{2,}(?P<k>[A-Za-z_][\w.]*) (?:\.+ |\s+)(?P<v>.*?)\s*$"
 # Settings lines (``postmortem.parsers.kinds``): each named group in ``keys`` gives one ``job_config`` row.
 SETTING_KINDS: list[Kind] = [
     Kind("deepspeed_version", "job_config", r"^DeepSpeed info: version=(?P<v>[^,]+), git-hash=(?P<h>[^,]+), git-branch=(?P<b>\S+)",
-         literal="DeepSpeed info:", keys=(("v", "deepspeed_version"), ("h", "deepspeed_git_hash"), ("b", "deepspeed_git_branch"))),
+         literal="DeepSpeed info:", keys=(("v", "deepspeed_version"), ("h", "deepspeed_git_hash"), ("b", "deepspeed_git_branch")),
+         samples=("[2023-09-12 00:26:08,683] [INFO] [logging.py:96:log_dist] [Rank 0] DeepSpeed info: version=0.10.2, "
+                  "git-hash=unknown, git-branch=unknown",)),
     Kind("basic_optimizer", "job_config", r"^DeepSpeed Basic Optimizer = (?P<o>\S+)",
-         literal="Basic Optimizer", keys=(("o", "basic_optimizer"),)),
+         literal="Basic Optimizer", keys=(("o", "basic_optimizer"),),
+         samples=("[2023-09-12 00:26:08,983] [INFO] [logging.py:96:log_dist] [Rank 0] DeepSpeed Basic Optimizer = FusedAdam",)),
     Kind("optimizer", "job_config", r"^DeepSpeed Final Optimizer = (?P<o>\S+)",
-         literal="Final Optimizer", keys=(("o", "optimizer"),)),
+         literal="Final Optimizer", keys=(("o", "optimizer"),),
+         samples=("[2023-09-12 00:26:09,983] [INFO] [logging.py:96:log_dist] [Rank 0] DeepSpeed Final Optimizer = FusedAdam",)),
     Kind("zero_dtype", "job_config", r"^Creating (?P<d>\S+) ZeRO stage (?P<s>\d+) optimizer(?:, MiCS is enabled (?P<m>\w+), Hierarchical params gather (?P<hp>\w+))?",
-         literal="ZeRO stage", keys=(("d", "zero_dtype"), ("s", "zero_stage"), ("m", "mics"), ("hp", "hierarchical_params_gather"))),
+         literal="ZeRO stage", keys=(("d", "zero_dtype"), ("s", "zero_stage"), ("m", "mics"), ("hp", "hierarchical_params_gather")),
+         samples=(
+             "  10 [2023-09-12 00:26:08,983] [INFO] [logging.py:96:log_dist] [Rank 0] Creating fp16 ZeRO stage 3 optimizer, "
+             "MiCS is enabled False, Hierarchical params gather False",
+             "[2023-09-12 00:26:08,984] [INFO] [logging.py:96:log_dist] [Rank 0] Creating torch.float16 ZeRO stage 3 optimizer",
+         )),
     Kind("reduce_bucket_size", "job_config", r"^Reduce bucket size (?P<n>\d+)",
-         literal="Reduce bucket size", keys=(("n", "reduce_bucket_size"),)),
+         literal="Reduce bucket size", keys=(("n", "reduce_bucket_size"),),
+         samples=("[2023-09-12 00:26:08,985] [INFO] [stage_1_and_2.py:149:__init__] Reduce bucket size 500000000",)),
     Kind("allgather_bucket_size", "job_config", r"^Allgather bucket size (?P<n>\d+)",
-         literal="Allgather bucket size", keys=(("n", "allgather_bucket_size"),)),
+         literal="Allgather bucket size", keys=(("n", "allgather_bucket_size"),),
+         samples=("[2023-09-12 00:26:08,985] [INFO] [stage_1_and_2.py:150:__init__] Allgather bucket size 500000000",)),
     Kind("cpu_offload", "job_config", r"^CPU Offload: (?P<b>\w+)",
-         literal="CPU Offload:", keys=(("b", "cpu_offload"),)),
+         literal="CPU Offload:", keys=(("b", "cpu_offload"),),
+         samples=("[2023-09-12 00:26:08,985] [INFO] [stage_1_and_2.py:151:__init__] CPU Offload: False",)),
     Kind("hosts", "job_config", r"^Running on the following workers: (?P<h>\S+)",
-         literal="following workers:", keys=(("h", "hosts"),)),
+         literal="following workers:", keys=(("h", "hosts"),),
+         samples=("[2023-03-24 10:26:48,202] [INFO] [multinode_runner.py:67:get_cmd] Running on the following workers: "
+                  "node01,gpu1505",)),
     Kind("world_info", "job_config", r"^WORLD INFO DICT: (?P<w>\{.*\})",
-         literal="WORLD INFO DICT:", keys=(("w", "world_info"),)),
+         literal="WORLD INFO DICT:", keys=(("w", "world_info"),),
+         samples=("[2023-03-24 10:26:51,118] [INFO] [launch.py:142:main] WORLD INFO DICT: {'node01': [0], 'gpu1505': [0]}",)),
     Kind("nnodes", "job_config", r"^nnodes=(?P<n>\d+), num_local_procs=(?P<l>\d+), node_rank=(?P<r>\d+)",
-         literal="nnodes=", keys=(("n", "nnodes"), ("l", "gpus_per_node"), ("r", "node_rank"))),
+         literal="nnodes=", keys=(("n", "nnodes"), ("l", "gpus_per_node"), ("r", "node_rank")),
+         samples=("[2023-03-24 10:26:51,118] [INFO] [launch.py:148:main] nnodes=2, num_local_procs=1, node_rank=0",)),
     Kind("world_size", "job_config", r"^dist_world_size=(?P<w>\d+)",
-         literal="dist_world_size=", keys=(("w", "world_size"),)),
+         literal="dist_world_size=", keys=(("w", "world_size"),),
+         samples=("[2023-03-24 10:26:51,118] [INFO] [launch.py:161:main] dist_world_size=2",)),
     Kind("accelerator", "job_config", r"^Setting ds_accelerator to (?P<a>\w+)",
-         literal="ds_accelerator", keys=(("a", "accelerator"),)),
+         literal="ds_accelerator", keys=(("a", "accelerator"),),
+         samples=("[2026-07-24 08:00:04,196] [INFO] [real_accelerator.py:203:get_accelerator] Setting ds_accelerator to cuda "
+                  "(auto detect)",)),
     Kind("flops_profiler", "job_config", r"^DeepSpeed Flops Profiler Enabled: (?P<b>\w+)",
-         literal="Flops Profiler Enabled", keys=(("b", "flops_profiler"),)),
+         literal="Flops Profiler Enabled", keys=(("b", "flops_profiler"),),
+         samples=("[2023-09-12 00:26:08,874] [INFO] [logging.py:96:log_dist] [Rank 0] DeepSpeed Flops Profiler Enabled: False",)),
 ]
+SAMPLE_LINES += samples_of(SETTING_KINDS)
 
 
 def _empty_tables() -> dict[str, pl.DataFrame]:

@@ -56,9 +56,10 @@ from datetime import UTC, datetime
 
 import polars as pl
 
-from postmortem.parsers.base import ParseResult
+from postmortem.parsers.base import ParseResult, Unreadable, WholeFile
 
 NAME = "flight_recorder"
+LABEL = "Flight Recorder"
 SAMPLE_LINES: list[str] = []   # not a line format: read whole files with ``parse_dump``
 
 KIND = "flight_recorder"
@@ -484,6 +485,37 @@ def salvage(exc: Damaged):
         pending = parent
     top = frames[0][0] if frames and frames[0] else None
     return top if isinstance(top, dict) else None
+
+
+# -- the whole-file hooks (postmortem.parsers.base) ------------------------------------------------
+
+_DUMP_NAME = re.compile(r"(?:nccl_trace|flight_?recorder|fr_?trace|fr)[_-]?(?:rank[_-]?)?\d+(?:\.(?:pkl|pickle|bin|dump))?$"
+                        r"|\.(?:pkl|pickle)$", re.IGNORECASE)
+_DUMP_KEYS = (b"entries", b"pg_status", b"pg_config", b"version")
+
+
+def sniff(name: str, head: bytes, data: bytes) -> bool:
+    """Whether an input is offered to this reader: a pickle (protocol 2-5) whose file name has a
+    dump's shape (``nccl_trace_rank_3``, ``*.pkl``) or whose content opens with a dict holding
+    one of the dump's keys; a JSON object with the dump's keys. Any other pickle is a binary
+    file, never unpickled (and this reader never unpickles either: ``read_pickle``)."""
+    if looks_like_pickle(head):
+        if _DUMP_NAME.search(name):
+            return True
+        body = head[2:]
+        if body[:1] == b"\x95":          # a protocol 4+ FRAME and its 8-byte length
+            body = body[9:]
+        return body[:1] == b"}" and any(k in head[:4096] for k in _DUMP_KEYS)
+    return looks_like_json_dump(head)
+
+
+def read_whole(source: WholeFile) -> tuple[dict[str, pl.DataFrame], list[str]]:
+    """A dump's tables (``parse_dump``) and its problems, said to be the dump's."""
+    try:
+        parsed, problems = parse_dump(source.data(), source.display)
+    except NotFlightRecorder as exc:
+        raise Unreadable(f"{source.display}: {exc}") from None
+    return parsed.tables, [f"Flight Recorder dump: {p}" for p in problems]
 
 
 def looks_like_pickle(head: bytes) -> bool:

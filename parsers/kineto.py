@@ -33,9 +33,11 @@ from pathlib import Path
 
 import polars as pl
 
+from postmortem.parsers.base import Unreadable, WholeFile
 from postmortem.parsers.nsys import KERNEL_SCHEMA, TYPE_BYTES, kernel_fields
 
 NAME = "kineto"
+LABEL = "Kineto"
 
 DTYPES = {"Float": "f32", "BFloat16": "bf16", "Half": "f16", "Double": "f64", "Int": "i32", "Long": "i64",
           "Short": "i16", "Byte": "u8", "Char": "i8", "Bool": "u8", "Float8_e4m3fn": "f8e4m3",
@@ -67,8 +69,19 @@ def _show(value) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-class KinetoError(Exception):
+class KinetoError(Unreadable):
     """Not a readable Kineto trace; the message names the file and why."""
+
+
+def sniff(name: str, head: bytes, data: bytes) -> bool:
+    """A JSON object with ``"traceEvents"`` in its first 4 MiB (the whole-file hook,
+    ``postmortem.parsers.base``)."""
+    return head.lstrip()[:1] == b"{" and b'"traceEvents"' in data[:1 << 22]
+
+
+def read_whole(source: WholeFile) -> tuple[dict[str, pl.DataFrame], list[str]]:
+    """``read`` of the input's bytes."""
+    return read(source.data(), source.display)
 
 
 def read(data: bytes, display: str) -> tuple[dict[str, pl.DataFrame], list[str]]:

@@ -47,7 +47,10 @@ from pathlib import Path
 
 import polars as pl
 
+from postmortem.parsers.base import Unreadable, WholeFile
+
 NAME = "nsys"
+LABEL = "nsys"
 SIGNATURE_TABLES = {"StringIds", "TARGET_INFO_SESSION_START_TIME", "CUPTI_ACTIVITY_KIND_KERNEL",
                     "NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_RUNTIME", "ANALYSIS_DETAILS"}
 CHUNK_ROWS = 250_000
@@ -85,8 +88,41 @@ KERNEL_SCHEMA = {
 }
 
 
-class NsysError(Exception):
+class NsysError(Unreadable):
     """The file is not a readable nsys export; the message says why."""
+
+
+SQLITE_HEADER = b"SQLite format 3\x00"
+REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
+
+
+def sniff(name: str, head: bytes, data: bytes) -> bool:
+    """A SQLite database (an export, or another database, which ``read_whole`` refuses) or an
+    Nsight Systems report by its name (the whole-file hook, ``postmortem.parsers.base``)."""
+    return head.startswith(SQLITE_HEADER) or Path(name).suffix.lower() in REPORT_SUFFIXES
+
+
+def read_whole(source: WholeFile) -> tuple[dict[str, pl.DataFrame], list[str]]:
+    """``read`` of a plain SQLite export, read in place (never into memory). A compressed database,
+    one without the nsys tables and a report (issue 8: a proprietary format; its SQLite export
+    is what is read) are refused with what to do."""
+    if source.path is not None and _is_database(source.path):
+        ok, why = is_nsys_export(source.path)
+        if not ok:
+            raise Unreadable(f"{source.display}: {why}; skipped")
+        return read(source.path, source.display)
+    if source.head.startswith(SQLITE_HEADER):
+        raise Unreadable(f"{source.display}: SQLite database that is not a readable Nsight Systems export "
+                         "(compressed, or no nsys tables); skipped")
+    name = (source.path or Path(source.display)).name
+    raise Unreadable(f"{source.display}: Nsight Systems report (needs nsys to read); export it with "
+                     f"`nsys export --type sqlite {name}` and analyse the .sqlite; skipped")
+
+
+def _is_database(path: Path) -> bool:
+    """Whether the file itself starts as a SQLite database (what ``sqlite3`` opens)."""
+    with open(path, "rb") as handle:
+        return handle.read(len(SQLITE_HEADER)) == SQLITE_HEADER
 
 
 def is_nsys_export(path: str | Path) -> tuple[bool, str]:

@@ -73,17 +73,6 @@ SAMPLE_LINES = [
     "{'data_parallel_shard_degree': -1, 'tensor_parallel_degree': 2, 'pipeline_parallel_degree': 1, "
     "'context_parallel_degree': 1, 'expert_parallel_degree': 8}}",
     "[titan] 2026-02-24 19:46:16,500 - root - INFO - Building 2-D device mesh with ['dp_shard', 'tp'], [4, 2]",
-    "[titan] 2026-02-24 19:47:19,000 - root - WARNING - 3 CUDA memory allocation retries.",
-    "[titan] 2026-02-24 19:47:19,001 - root - WARNING - 1 CUDA OOM errors thrown.",
-    "[titan] 2025-06-16 22:30:48,735 - root - INFO - [GC] Peforming periodical GC collection. 0.06 seconds.",
-    "[titan] 2025-06-16 22:30:50,758 - root - INFO - Dumping profiler traces at step 200",
-    "[titan] 2025-06-16 22:30:50,976 - root - INFO - Finished dumping profiler traces in 0.22 seconds",
-    "[titan] 2025-06-16 22:40:00,000 - root - INFO - Saving the checkpoint (or staging if async is enabled).",
-    "[titan] 2025-06-16 22:40:31,000 - root - INFO - [GC] Performing periodical GC collection took 0.05 seconds",
-    "[titan] 2025-06-16 22:40:31,500 - root - INFO - Finished saving the checkpoint (or staging if async is "
-    "enabled)in 31.50 seconds.",
-    "[titan] 2025-06-16 22:00:00,000 - root - INFO - Loading the checkpoint at step 100.",
-    "[titan] 2025-06-16 22:00:09,000 - root - INFO - Finished loading the checkpoint in 9.00 seconds.",
     "Epoch 0:  45%|████▌     | 30/67 [27:15<23:13, 37.65s/it, loss=2.31, v_num=0]",
     "Epoch 3: 100%|██████████| 67/67 [00:41<00:00,  1.62it/s, v_num=1, train_loss=0.912]",
 ]
@@ -99,17 +88,34 @@ _STARTS = (r"^Training starts at step (?P<s>\d+)(?:, with local batch size (?P<l
            r"(?:, sequence length (?P<sl>\d+))?, total steps (?P<ts>\d+) \(warmup (?P<wu>\d+)\))?")
 _ARG_PAIR = r"'(\w+)': ('[^']*'|[^,{}\[\]]+|\[[^\]]*\])"
 _MESH = r"^Building \d+-D device mesh with \[(?P<names>[^\]]*)\], \[(?P<sizes>[^\]]*)\]"
-_TITAN_EVENTS = [
-    ("alloc_retries", r"^(?P<v>\d+) CUDA memory allocation retries", "warning"),
-    ("oom_errors", r"^(?P<v>\d+) CUDA OOM errors thrown", "error"),
-    ("gc", r"^\[GC\] Pe(?:r)?f?orming periodical GC collection(?:\.| took) (?P<d>[\d.]+) seconds", "info"),
-    ("profiler_dump_start", r"^Dumping profiler traces at step (?P<it>\d+)", "info"),
-    ("profiler_dump_done", r"^Finished dumping profiler traces in (?P<d>[\d.]+) seconds", "info"),
-    ("checkpoint_save_start", r"^Saving (?:the )?checkpoint(?: at step (?P<it>\d+))?", "info"),
-    ("checkpoint_save_done", r"^Finished saving the checkpoint.*?in (?P<d>[\d.]+) seconds", "info"),
-    ("checkpoint_load_start", r"^Loading the checkpoint(?: at step (?P<it>\d+))?", "info"),
-    ("checkpoint_load_done", r"^Finished loading the checkpoint in (?P<d>[\d.]+) seconds", "info"),
+# torchtitan's events (on the message after the logger header), first match wins; level: _TITAN_LEVELS.
+TITAN_EVENT_KINDS: list[Kind] = [
+    Kind("alloc_retries", "events", r"^(?P<v>\d+) CUDA memory allocation retries",
+         samples=("[titan] 2026-02-24 19:47:19,000 - root - WARNING - 3 CUDA memory allocation retries.",)),
+    Kind("oom_errors", "events", r"^(?P<v>\d+) CUDA OOM errors thrown",
+         samples=("[titan] 2026-02-24 19:47:19,001 - root - WARNING - 1 CUDA OOM errors thrown.",)),
+    Kind("gc", "events", r"^\[GC\] Pe(?:r)?f?orming periodical GC collection(?:\.| took) (?P<d>[\d.]+) seconds",
+         samples=(
+             "[titan] 2025-06-16 22:30:48,735 - root - INFO - [GC] Peforming periodical GC collection. 0.06 seconds.",
+             "[titan] 2025-06-16 22:40:31,000 - root - INFO - [GC] Performing periodical GC collection took 0.05 seconds",
+         )),
+    Kind("profiler_dump_start", "events", r"^Dumping profiler traces at step (?P<it>\d+)",
+         samples=("[titan] 2025-06-16 22:30:50,758 - root - INFO - Dumping profiler traces at step 200",)),
+    Kind("profiler_dump_done", "events", r"^Finished dumping profiler traces in (?P<d>[\d.]+) seconds",
+         samples=("[titan] 2025-06-16 22:30:50,976 - root - INFO - Finished dumping profiler traces in 0.22 seconds",)),
+    Kind("checkpoint_save_start", "events", r"^Saving (?:the )?checkpoint(?: at step (?P<it>\d+))?",
+         samples=("[titan] 2025-06-16 22:40:00,000 - root - INFO - Saving the checkpoint (or staging if async is enabled).",)),
+    Kind("checkpoint_save_done", "events", r"^Finished saving the checkpoint.*?in (?P<d>[\d.]+) seconds",
+         samples=("[titan] 2025-06-16 22:40:31,500 - root - INFO - Finished saving the checkpoint (or staging if async is "
+                  "enabled)in 31.50 seconds.",)),
+    Kind("checkpoint_load_start", "events", r"^Loading the checkpoint(?: at step (?P<it>\d+))?",
+         samples=("[titan] 2025-06-16 22:00:00,000 - root - INFO - Loading the checkpoint at step 100.",)),
+    Kind("checkpoint_load_done", "events", r"^Finished loading the checkpoint in (?P<d>[\d.]+) seconds",
+         samples=("[titan] 2025-06-16 22:00:09,000 - root - INFO - Finished loading the checkpoint in 9.00 seconds.",)),
 ]
+_TITAN_LEVELS = {"alloc_retries": "warning", "oom_errors": "error"}   # the rest: info
+SAMPLE_LINES += samples_of(TITAN_EVENT_KINDS)
+
 # Settings lines (``postmortem.parsers.kinds``): each named group in ``keys`` gives one ``job_config`` row.
 LIGHTNING_SETTING_KINDS: list[Kind] = [
     Kind("gpu_available", "job_config", r"^GPU available: (?P<a>\w+)(?: \((?P<k>\w+)\))?, used: (?P<u>\w+)\s*$",
@@ -217,7 +223,8 @@ def _titan(df: pl.DataFrame) -> tuple[list, list, list, list]:
                                 key=pl.col("raw_key").replace({"dp": "dp", "dp_shard": "dp_shard",
                                                                "dp_replicate": "dp_replicate"}),
                                 framework=pl.lit("torchtitan")))
-    for kind, pattern, level in _TITAN_EVENTS:
+    for event in TITAN_EVENT_KINDS:
+        kind, pattern, level = event.name, event.pattern, _TITAN_LEVELS.get(event.name, "info")
         e = heads.filter(msg.str.contains(pattern))
         if e.is_empty():
             continue

@@ -72,6 +72,7 @@ from __future__ import annotations
 import polars as pl
 
 from postmortem.parsers.base import GLOG, ParseResult, conform, consumed_of, glog_timestamp, to_int
+from postmortem.parsers.kinds import Kind, samples_of
 from postmortem.parsers.lines import with_stream
 
 NAME = "torch_errors"
@@ -84,13 +85,7 @@ SAMPLE_LINES = [
     "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 786.00 MiB (GPU 0; 31.74 GiB total capacity; 28.82 GiB already allocated; 577.12 MiB free; 29.97 GiB reserved in total by PyTorch) If reserved memory is >> allocated memory try setting max_split_size_mb to avoid fragmentation.  See documentation for Memory Management and PYTORCH_CUDA_ALLOC_CONF",
     "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacty of 79.15 GiB of which 1.06 GiB is free. Process 12345 has 78.08 GiB memory in use. Of the allocated memory 75.20 GiB is allocated by PyTorch, and 1.38 GiB is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting max_split_size_mb to avoid fragmentation.  See documentation for Memory Management and PYTORCH_CUDA_ALLOC_CONF",
     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.26 GiB. GPU 3 has a total capacity of 95.00 GiB of which 204.81 MiB is free. Including non-PyTorch memory, this process has 94.79 GiB memory in use. Of the allocated memory 90.11 GiB is allocated by PyTorch, with 1.50 GiB allocated in private pools (e.g., CUDA Graphs), and 2.43 GiB is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)",
-    "RuntimeError: CUDA error: out of memory",
-    "RuntimeError: CUDA error: device-side assert triggered",
     "/pytorch/aten/src/ATen/native/cuda/IndexKernel.cu:92: operator(): block: [0,0,0], thread: [0,0,0] Assertion `-sizes[i] <= index && index < sizes[i] && \"index out of bounds\"` failed.",
-    "torch.AcceleratorError: CUDA error: an illegal memory access was encountered",
-    "RuntimeError: CUDA error: uncorrectable ECC error encountered",
-    "RuntimeError: CUDA error: unspecified launch failure",
-    "RuntimeError: CUDA error: misaligned address",
     "Traceback (most recent call last):",
     '  File "/usr/lib/python3.10/runpy.py", line 196, in _run_module_as_main',
     "    return _run_code(code, main_globals, None,",
@@ -102,51 +97,11 @@ SAMPLE_LINES = [
     "Current thread 0x00007f3a2d1f4740 (most recent call first):",
     '  File "/workspace/train.py", line 88 in forward',
     "Stack (most recent call first):",
-    "[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [10.1.2.3]:23456",
-    "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:598] Connection closed by peer [10.1.2.3]:41072",
-    "RuntimeError: [/opt/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 1800000ms for recv operation to complete",
-    "RuntimeError: Timed out waiting 12000ms for send operation to complete",
-    "RuntimeError: Gloo connectFullMesh failed with [../third_party/gloo/gloo/transport/tcp/pair.cc:144] no error",
-    # real torch 2.13 gloo output (tests/torch_runs: a rank killed or exiting mid all_reduce, a
-    # size mismatch between ranks, a restart whose peers are gone, a bad GLOO_SOCKET_IFNAME)
-    "RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:55211. This is typically caused by a remote worker crashing. Check the logs of the remote worker before reporting an error. GLHF! 🏖️",
-    "RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:537] Read error [127.0.0.1]:11666: Connection reset by peer. This is typically caused by a remote worker hanging or bugs in the application. Check the logs of the remote worker before reporting an error. GLHF! 🏖️",
-    "RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 6000ms for recv operation to complete",
-    "RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:129] Timed out waiting 6000ms for send operation to complete",
-    "  what():  [enforce fail at /__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:456] op.preamble.length <= op.nbytes. 2048 vs 1024. Received data size doesn't match expected size. Is there a distributed collective mismatch in your code?",
-    "[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/debug_logger.cc:9] ERROR failed to connect, willRetry=0, retry=4, retryLimit=3, rank=2, size=4, local=[127.0.0.1]:18589, remote=[127.0.0.1]:28590$2, error=SO_ERROR: Connection refused, remote=",
-    "[E1203 08:11:58.255772279 ProcessGroupGloo.cpp:67] Gloo connectFullMesh failed with [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:152] timed out connecting: SO_ERROR: Connection refused, remote=[127.0.0.1]:28590$2",
-    "RuntimeError: Gloo connectFullMesh failed with [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:152] timed out connecting: SO_ERROR: Connection refused, remote=[127.0.0.1]:28590$2",
-    "RuntimeError: [enforce fail at /__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/device.cc:84] ifa != nullptr. Unable to find address for: nonexistent0",
+    # real torch 2.13 output (tests/torch_runs: a rank aborted mid all_reduce)
     "Fatal Python error: Aborted",
     "Thread 0x00007f91af218b80 (most recent call first):",
     '  File "/tmp/torchenv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", line 3252 in all_reduce',
     "Extension modules: numpy._core._multiarray_umath, numpy.linalg._umath_linalg, torch._C, torch._C._dynamo.autograd_compiler, torch._C._dynamo.eval_frame, torch._C._dynamo.guards, torch._C._dynamo.utils, torch._C._fft, torch._C._linalg, torch._C._nested, torch._C._nn, torch._C._sparse, torch._C._special (total: 13)",
-    "torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError",
-    "torch.distributed.elastic.rendezvous.api.RendezvousClosedError",
-    "torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: The connection to the C10d store has failed. See inner exception for details.",
-    "torch.distributed.DistStoreError: Timed out after 1801 seconds waiting for clients. 1/3 clients joined.",
-    "torch.distributed.DistNetworkError: The server socket has failed to listen on any local network address. port: 29500, useIpv6: 0, code: -98, name: EADDRINUSE, message: address already in use",
-    "*** SIGSEGV (@0x0) received by PID 1734 (TID 0x7f3a2d1f4740) from PID 0; stack trace: ***",
-    "Segmentation fault (core dumped)",
-    "Aborted (core dumped)",
-    "/var/spool/slurmd/job4242/slurm_script: line 12:  1734 Killed                  python train.py",
-    "Not all ranks joining collective, sequence number: 7219",
-    "internal record id: 11058",
-    "group info: 0:default_pg",
-    "collective: nccl:_all_gather_base",
-    "missing ranks: {17}",
-    "input sizes: [[8069120]]",
-    "output sizes: [[322764800]]",
-    "world size: 40",
-    "expected ranks: {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39}",
-    "collective state: scheduled",
-    "error msg: Culprit rank 17; Error type: COLLECTIVE_TYPE_MISMATCH, Expected collective type: 'all_reduce' does not match found collective type: 'broadcast'",
-    "collective stack trace:",
-    "Input/output mismatch in the collective sequence number: 12",
-    "Collective sequence number: 12 has errors",
-    "We cannot decide what's wrong with this collective entry because we missed FR dumps from ranks ({3}) so we don't have enough information. If you want to debug further use -j to dump all raw trace",
-    "No errors found for this collective entry, There could be some other reasons why we see collective timeout.",
 ]
 
 _LITERALS = ["out of memory", "CUDA error", "Assertion `", "Traceback (most recent call last)", '  File "',
@@ -197,44 +152,106 @@ _CALLOC = r"Failed to CUDA calloc (\d+) bytes"
 _OOM_RAW = r"CUDA error: out of memory|Cuda failure '?out of memory'?|CUDA out of memory"
 _EXC_HEAD = r"^\s*(?P<exc>(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit|Warning))(?::\s*(?P<msg>.*))?$"
 
-_CUDA_CLASSES = [
-    ("device_side_assert", r"device-side assert"),
-    ("illegal_memory_access", r"illegal memory access"),
-    ("ecc", r"ECC error"),
-    ("launch_failure", r"unspecified launch failure|launch failure"),
-    ("misaligned_address", r"misaligned address"),
-    ("illegal_instruction", r"illegal instruction"),
-    ("out_of_memory", r"out of memory"),
-    ("launch_timeout", r"launch timed out"),
+# The class of a ``cuda_fault`` event (its ``detail``) by the CUDA error's text: first match wins.
+CUDA_FAULT_CLASSES: list[Kind] = [
+    Kind("device_side_assert", "events", r"device-side assert",
+         samples=("RuntimeError: CUDA error: device-side assert triggered",)),
+    Kind("illegal_memory_access", "events", r"illegal memory access",
+         samples=("torch.AcceleratorError: CUDA error: an illegal memory access was encountered",)),
+    Kind("ecc", "events", r"ECC error",
+         samples=("RuntimeError: CUDA error: uncorrectable ECC error encountered",)),
+    Kind("launch_failure", "events", r"unspecified launch failure|launch failure",
+         samples=("RuntimeError: CUDA error: unspecified launch failure",)),
+    Kind("misaligned_address", "events", r"misaligned address",
+         samples=("RuntimeError: CUDA error: misaligned address",)),
+    Kind("illegal_instruction", "events", r"illegal instruction",
+         samples=("RuntimeError: CUDA error: an illegal instruction was encountered",)),
+    Kind("out_of_memory", "events", r"out of memory",
+         samples=("RuntimeError: CUDA error: out of memory",)),
+    Kind("launch_timeout", "events", r"launch timed out",
+         samples=("RuntimeError: CUDA error: the launch timed out and was terminated",)),
 ]
 
-# (kind, regex on text, detail group or None)
-_SINGLE = [
+# One-line events, first match wins; group 1 (``d``) of the pattern is the event's detail.
+SINGLE_KINDS: list[Kind] = [
     # gloo refusing a message larger than the buffer posted for it: the ranks called the
     # collective with different sizes (a desync, not a consequence of another failure).
-    ("gloo_size_mismatch", r"gloo/[\w/]+\.(?:cc|h):\d+\]\s*(?P<d>.*Received data size doesn't match expected size.*)$", "d"),
-    ("gloo_error", r"Gloo connectFullMesh failed with\s*(?:\[[^\]]*gloo/[\w/]+\.(?:cc|h):\d+\]\s*)?(?P<d>.*)$", "d"),
-    ("gloo_error", r"gloo/[\w/]+\.(?:cc|h):\d+\]\s*(?P<d>.*)$", "d"),
-    ("gloo_error", r"(?P<d>Timed out waiting \d+ms for (?:send|recv)(?: operation)?)", "d"),
-    ("gloo_error", r"Gloo connectFullMesh failed(?: with)?\s*(?P<d>.*)$", "d"),
-    ("rendezvous_error", r"(?P<d>Rendezvous(?:Timeout|Closed|Connection|State)?Error)\b", "d"),
-    ("rendezvous_error", r"(?P<d>Timed out after \d+ seconds waiting for clients\. \d+/\d+ clients joined)", "d"),
-    ("rendezvous_error", r"DistNetworkError: (?P<d>.*)$", "d"),
-    ("signal", r"^\*\*\* (?P<d>SIG[A-Z]+) \(@0x[0-9a-f]+\) received by PID \d+", "d"),
+    Kind("gloo_size_mismatch", "events", r"gloo/[\w/]+\.(?:cc|h):\d+\]\s*(?P<d>.*Received data size doesn't match expected size.*)$",
+         samples=("  what():  [enforce fail at /__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:456] op.preamble.length <= op.nbytes. 2048 vs 1024. Received data size doesn't match expected size. Is there a distributed collective mismatch in your code?",)),
+    Kind("gloo_error", "events", r"Gloo connectFullMesh failed with\s*(?:\[[^\]]*gloo/[\w/]+\.(?:cc|h):\d+\]\s*)?(?P<d>.*)$",
+         samples=(
+             "RuntimeError: Gloo connectFullMesh failed with [../third_party/gloo/gloo/transport/tcp/pair.cc:144] no error",
+             "[E1203 08:11:58.255772279 ProcessGroupGloo.cpp:67] Gloo connectFullMesh failed with [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:152] timed out connecting: SO_ERROR: Connection refused, remote=[127.0.0.1]:28590$2",
+             "RuntimeError: Gloo connectFullMesh failed with [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:152] timed out connecting: SO_ERROR: Connection refused, remote=[127.0.0.1]:28590$2",
+         )),
+    Kind("gloo_error", "events", r"gloo/[\w/]+\.(?:cc|h):\d+\]\s*(?P<d>.*)$",
+         samples=(
+             "[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [10.1.2.3]:23456",
+             "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:598] Connection closed by peer [10.1.2.3]:41072",
+             "RuntimeError: [/opt/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 1800000ms for recv operation to complete",
+             "RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:55211. This is typically caused by a remote worker crashing. Check the logs of the remote worker before reporting an error. GLHF! 🏖️",
+             "RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:537] Read error [127.0.0.1]:11666: Connection reset by peer. This is typically caused by a remote worker hanging or bugs in the application. Check the logs of the remote worker before reporting an error. GLHF! 🏖️",
+             "RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 6000ms for recv operation to complete",
+             "RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:129] Timed out waiting 6000ms for send operation to complete",
+             "[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/debug_logger.cc:9] ERROR failed to connect, willRetry=0, retry=4, retryLimit=3, rank=2, size=4, local=[127.0.0.1]:18589, remote=[127.0.0.1]:28590$2, error=SO_ERROR: Connection refused, remote=",
+             "RuntimeError: [enforce fail at /__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/device.cc:84] ifa != nullptr. Unable to find address for: nonexistent0",
+         )),
+    Kind("gloo_error", "events", r"(?P<d>Timed out waiting \d+ms for (?:send|recv)(?: operation)?)",
+         samples=("RuntimeError: Timed out waiting 12000ms for send operation to complete",)),
+    # the message cut after "failed" (a wrapped or truncated line)
+    Kind("gloo_error", "events", r"Gloo connectFullMesh failed(?: with)?\s*(?P<d>.*)$",
+         samples=("RuntimeError: Gloo connectFullMesh failed",)),
+    Kind("rendezvous_error", "events", r"(?P<d>Rendezvous(?:Timeout|Closed|Connection|State)?Error)\b",
+         samples=(
+             "torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError",
+             "torch.distributed.elastic.rendezvous.api.RendezvousClosedError",
+             "torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: The connection to the C10d store has failed. See inner exception for details.",
+         )),
+    Kind("rendezvous_error", "events", r"(?P<d>Timed out after \d+ seconds waiting for clients\. \d+/\d+ clients joined)",
+         samples=("torch.distributed.DistStoreError: Timed out after 1801 seconds waiting for clients. 1/3 clients joined.",)),
+    Kind("rendezvous_error", "events", r"DistNetworkError: (?P<d>.*)$",
+         samples=("torch.distributed.DistNetworkError: The server socket has failed to listen on any local network address. port: 29500, useIpv6: 0, code: -98, name: EADDRINUSE, message: address already in use",)),
+    Kind("signal", "events", r"^\*\*\* (?P<d>SIG[A-Z]+) \(@0x[0-9a-f]+\) received by PID \d+",
+         samples=("*** SIGSEGV (@0x0) received by PID 1734 (TID 0x7f3a2d1f4740) from PID 0; stack trace: ***",)),
     # torch.distributed.flight_recorder.fr_trace output (pytorch-failures.md 9.5): the verdict
     # lines (value = the sequence number) and the block of fields printed under each.
-    ("fr_trace", r"(?P<d>Not all ranks joining collective)[,:] sequence number: \d+", "d"),
-    ("fr_trace", r"(?P<d>Input/output mismatch) in the collective sequence number: \d+", "d"),
-    ("fr_trace", r"^Collective sequence number: \d+ (?P<d>has errors)", "d"),
-    ("fr_trace", r"(?P<d>We cannot decide what's wrong with this collective entry) because we missed FR dumps", "d"),
-    ("fr_trace", r"(?P<d>No errors found for this collective entry), There could be some other reasons", "d"),
-    ("fr_trace", r"(?P<d>Too many mismatches for process_group) \S+: aborting", "d"),
-    ("fr_trace_detail", r"^\s*(?P<d>internal record id|group info|collective|missing ranks|input sizes|output sizes|world size|expected ranks|collective state|error msg|collective stack trace):(?:\s|$)", "d"),
+    Kind("fr_trace", "events", r"(?P<d>Not all ranks joining collective)[,:] sequence number: \d+",
+         samples=("Not all ranks joining collective, sequence number: 7219",)),
+    Kind("fr_trace", "events", r"(?P<d>Input/output mismatch) in the collective sequence number: \d+",
+         samples=("Input/output mismatch in the collective sequence number: 12",)),
+    Kind("fr_trace", "events", r"^Collective sequence number: \d+ (?P<d>has errors)",
+         samples=("Collective sequence number: 12 has errors",)),
+    Kind("fr_trace", "events", r"(?P<d>We cannot decide what's wrong with this collective entry) because we missed FR dumps",
+         samples=("We cannot decide what's wrong with this collective entry because we missed FR dumps from ranks ({3}) so we don't have enough information. If you want to debug further use -j to dump all raw trace",)),
+    Kind("fr_trace", "events", r"(?P<d>No errors found for this collective entry), There could be some other reasons",
+         samples=("No errors found for this collective entry, There could be some other reasons why we see collective timeout.",)),
+    Kind("fr_trace", "events", r"(?P<d>Too many mismatches for process_group) \S+: aborting",
+         samples=("Too many mismatches for process_group 0: aborting",)),
+    Kind("fr_trace_detail", "events", r"^\s*(?P<d>internal record id|group info|collective|missing ranks|input sizes|output sizes|world size|expected ranks|collective state|error msg|collective stack trace):(?:\s|$)",
+         samples=(
+             "internal record id: 11058",
+             "group info: 0:default_pg",
+             "collective: nccl:_all_gather_base",
+             "missing ranks: {17}",
+             "input sizes: [[8069120]]",
+             "output sizes: [[322764800]]",
+             "world size: 40",
+             "expected ranks: {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39}",
+             "collective state: scheduled",
+             "error msg: Culprit rank 17; Error type: COLLECTIVE_TYPE_MISMATCH, Expected collective type: 'all_reduce' does not match found collective type: 'broadcast'",
+             "collective stack trace:",
+         )),
     # The shell's report of a dead child: `Segmentation fault (core dumped)`, or bash's
     # `bash: line 1:  1734 Aborted  (core dumped) python train.py`; not faulthandler's header.
-    ("signal", r"^(?P<d>Segmentation fault|Aborted|Bus error|Illegal instruction|Floating point exception)(?:\s+\(core dumped\))?\s*$", "d"),
-    ("signal", r"line \d+:\s+\d+ (?P<d>Segmentation fault|Aborted|Bus error|Illegal instruction|Floating point exception|Killed)\b", "d"),
+    Kind("signal", "events", r"^(?P<d>Segmentation fault|Aborted|Bus error|Illegal instruction|Floating point exception)(?:\s+\(core dumped\))?\s*$",
+         samples=(
+             "Segmentation fault (core dumped)",
+             "Aborted (core dumped)",
+         )),
+    Kind("signal", "events", r"line \d+:\s+\d+ (?P<d>Segmentation fault|Aborted|Bus error|Illegal instruction|Floating point exception|Killed)\b",
+         samples=("/var/spool/slurmd/job4242/slurm_script: line 12:  1734 Killed                  python train.py",)),
 ]
+SAMPLE_LINES += samples_of(CUDA_FAULT_CLASSES) + samples_of(SINGLE_KINDS)
 
 
 def _mib(size: pl.Expr) -> pl.Expr:
@@ -320,8 +337,8 @@ def _cuda_faults(df: pl.DataFrame) -> pl.DataFrame:
     if sub.is_empty():
         return pl.DataFrame(schema=EVENTS_SCHEMA)
     cls = pl.lit("other")
-    for name, pattern in reversed(_CUDA_CLASSES):
-        cls = pl.when(pl.col("text").str.contains(pattern)).then(pl.lit(name)).otherwise(cls)
+    for kind in reversed(CUDA_FAULT_CLASSES):
+        cls = pl.when(pl.col("text").str.contains(kind.pattern)).then(pl.lit(kind.name)).otherwise(cls)
     cls = pl.when(assertion).then(pl.lit("device_side_assert")).otherwise(cls)
     out = sub.select(
         "line_no", kind=pl.lit("cuda_fault"),
@@ -431,7 +448,8 @@ def _glog_ts(text: pl.Expr) -> pl.Expr:
 def _singles(df: pl.DataFrame) -> pl.DataFrame:
     parts = []
     taken = pl.Series("line_no", [], dtype=pl.UInt32)
-    for kind, pattern, group in _SINGLE:
+    for single in SINGLE_KINDS:
+        kind, pattern = single.name, single.pattern
         sub = df.filter(pl.col("text").str.contains(pattern) & ~pl.col("line_no").is_in(taken.implode()))
         if sub.is_empty():
             continue
@@ -439,7 +457,7 @@ def _singles(df: pl.DataFrame) -> pl.DataFrame:
         parts.append(conform(sub.select(
             "line_no", kind=pl.lit(kind),
             exc_type=pl.col("text").str.extract(r"^\s*((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception)):?", 1),
-            detail=pl.col("text").str.extract(pattern, 1) if group else pl.lit(None, dtype=pl.String),
+            detail=pl.col("text").str.extract(pattern, 1),
             message=pl.col("text"),
             value=pl.coalesce(pl.col("text").str.extract(r"Timed out waiting (\d+)ms", 1),
                               pl.col("text").str.extract(r"sequence number: (\d+)", 1),
