@@ -494,10 +494,6 @@ def _copy_decoded(item: InputFile, scratch, utf16) -> None:
     item.path, item.size, item.compression = target, size, None
 
 
-def _decompress(data: bytes, item: InputFile) -> bytes:
-    return _decompress_from(io.BytesIO(data), item)
-
-
 def max_decompressed() -> int:
     """Decompressed size above which one input is skipped (``POSTMORTEM_MAX_DECOMPRESSED``, bytes)."""
     try:

@@ -63,10 +63,6 @@ class Unreadable(Exception):
     message names the input and says why; the input is skipped with it."""
 
 
-def empty_result() -> ParseResult:
-    return ParseResult()
-
-
 def consumed_of(*frames: pl.DataFrame) -> pl.Series:
     """The union of the ``line_no`` columns of ``frames``."""
     parts = [f["line_no"] for f in frames if f is not None and not f.is_empty()]

@@ -263,8 +263,6 @@ def _split_header(df: pl.DataFrame) -> pl.DataFrame:
     return df.with_columns(pg_guid=pl.when(pl.col("pg_guid") == "").then(None).otherwise(pl.col("pg_guid")))
 
 
-_COMMON = ["line_no", "ts", "level", "src_file", "pg_id", "pg_guid", "pg_desc", "pg_rank"]
-
 COLLECTIVES_SCHEMA = {
     "line_no": pl.UInt32, "ts": pl.Datetime("us"), "level": pl.String, "src_file": pl.String,
     "pg_id": pl.Int64, "pg_guid": pl.String, "pg_desc": pl.String, "pg_rank": pl.Int64,

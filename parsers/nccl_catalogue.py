@@ -324,8 +324,6 @@ KINDS: list[Kind] = [
          ("ncclMaxSharedMem 214784 exceeds device/fn maxSharedMem 101376",)),
 ]
 
-KINDS_BY_NAME = {k.name: k for k in KINDS}
-
 
 # -- WARN lines: every one is an event; the class says what kind of failure it reports ---------
 # (class, pattern on the message, what it usually means), first match wins: the coarse view of
@@ -341,16 +339,6 @@ DATATYPES = {0: "int8", 1: "uint8", 2: "int32", 3: "uint32", 4: "int64", 5: "uin
              7: "float32", 8: "float64", 9: "bfloat16", 10: "float8e4m3", 11: "float8e5m2"}
 DATATYPE_BYTES = {0: 1, 1: 1, 2: 4, 3: 4, 4: 8, 5: 8, 6: 2, 7: 4, 8: 8, 9: 2, 10: 1, 11: 1}
 RED_OPS = {0: "sum", 1: "prod", 2: "max", 3: "min", 4: "avg"}
-
-# Section 3.14.1: numeric algorithm ids by version (minor) and protocol ids.
-PROTOCOLS = {0: "LL", 1: "LL128", 2: "Simple"}
-
-
-def algorithm_name(algo_id: int, minor: int | None) -> str:
-    names = ["Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT"]
-    if minor is not None and minor <= 13 and algo_id == 2:
-        return "CollNet"
-    return names[algo_id] if 0 <= algo_id < len(names) else f"algo{algo_id}"
 
 
 # -- version fingerprints (section 4 and 3.14.6): message shapes only some releases print ------

@@ -441,7 +441,6 @@ _KINDS: list[tuple[str, str, bool]] = [
     ("affected", r"^From node (?P<node>\S+) process (?P<pid>\d+) to node \S+ process \d+: observed travel "
                  r"time of (?P<secs>-?[\d.]+)s$", True),
 ]
-_PATTERN = {k: p for k, p, _ in _KINDS}
 _STRONG = [k for k, _, s in _KINDS if s]
 
 # Lines that start a block (the header values of a block are forward-filled from them).
@@ -1012,7 +1011,6 @@ def _json_reports(df: pl.DataFrame) -> dict[str, pl.DataFrame]:
 
 def _empty_tables() -> dict[str, pl.DataFrame]:
     return {name: pl.DataFrame(schema=schema) for name, schema in TABLES.items()}
-
 
 
 def file_gate(text: pl.Expr) -> pl.Expr:

@@ -51,8 +51,6 @@ from postmortem.parsers.base import Unreadable, WholeFile
 
 NAME = "nsys"
 LABEL = "nsys"
-SIGNATURE_TABLES = {"StringIds", "TARGET_INFO_SESSION_START_TIME", "CUPTI_ACTIVITY_KIND_KERNEL",
-                    "NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_RUNTIME", "ANALYSIS_DETAILS"}
 CHUNK_ROWS = 250_000
 
 # --- NCCL kernel names (reference section 4.2) -------------------------------------------
