@@ -221,7 +221,7 @@ def _notes(app) -> list[str]:
 
 def test_h_goes_to_the_hangs_start_and_f_to_the_first_failure(sample_store):
     """gpu-fell-off-bus: the last step 09:21:14, then rank 21's watchdog timeout at 09:32:57 (the
-    moments the HTML report's picture centres on, postmortem.views.moments.moments)."""
+    moments the HTML report's picture centres on, postmortem.views.timeline.moments)."""
     app = app_of(sample_store("gpu-fell-off-bus"), start="timeline")
     said = _notes(app)
 
