@@ -33,8 +33,8 @@ from datetime import datetime, timedelta
 
 
 from postmortem.analyzer.ranges import rank_ranges
-from postmortem.views.moments import (NODE_MAJOR, Mark, col, frame, moments, node_events, read_marks, steps_times,
-                                      timed)
+from postmortem.views.timeline import (NODE_MAJOR, Entry, failure_marks, moments, node_events, progress_states,
+                                       rank_nodes, steps_times, store_of)
 from postmortem.views.render import known, safe
 
 # Estimated advance of a sans-serif glyph, as a fraction of the font size (system-ui, DejaVu
@@ -203,9 +203,10 @@ def _window(anchor: datetime, keys: list[datetime], step_s: float | None, end: d
 
 def timeline(run, report: dict) -> str | None:
     """The per-rank picture around the hang's start or the first failure (see the module doc)."""
-    marks = read_marks(run)
-    nodes_ev = node_events(run)
-    steps = steps_times(run)
+    store = store_of(run, quiet=True)
+    marks = failure_marks(store)
+    nodes_ev = node_events(store)
+    steps = steps_times(store)
     at = moments(run, marks, steps)
     if at is None:
         return None
@@ -222,13 +223,13 @@ def timeline(run, report: dict) -> str | None:
     keys = [anchor] + ([fail_ts] if fail_ts and fail_ts - anchor <= timedelta(hours=2) else []) + [m.ts for m in faults]
     lo, hi = _window(anchor, keys, step_s, end, first_log)
 
-    ranks_known = _rank_nodes(run)
+    ranks_known, _ = rank_nodes(store)
     culprits = [r for r in report["verdict"]["culprit"]["ranks"]]
     shown = _lanes(run, ranks_known, culprits, marks, nodes_ev, lo, hi, first_fail)
     if not shown:
         return None
     node_lanes = sorted({m.node for m in nodes_ev if m.node and lo <= m.ts <= hi}, key=_natural)[:6]
-    states = _states(run, shown, lo, hi)
+    states = _states(store, shown, lo, hi)
 
     left, right = 190, 16
     plot = WIDTH - left - right
@@ -296,13 +297,13 @@ def timeline(run, report: dict) -> str | None:
         svg.append(text(lx, ly, label, 10, anchor_side, "bad" if cls == "an-bad" else ""))
 
     # lanes
-    by_rank: dict[int, list[Mark]] = {}
+    by_rank: dict[int, list[Entry]] = {}
     for m in marks:
         if m.rank is not None and lo <= m.ts <= hi:
             by_rank.setdefault(int(m.rank), []).append(m)
     for m in nodes_ev:
         if m.rank is not None and lo <= m.ts <= hi:
-            by_rank.setdefault(int(m.rank), []).append(Mark(m.ts, m.rank, m.node, "node", m.text))
+            by_rank.setdefault(int(m.rank), []).append(Entry(m.us, m.rank, m.node, "node", m.text))
     for i, (kind, key) in enumerate(rows):
         y = top + i * (lane_h + lane_gap)
         if kind == "steps":
@@ -314,7 +315,7 @@ def timeline(run, report: dict) -> str | None:
             svg += _mark_shapes([m for m in marks if m.kind == "job" and lo <= m.ts <= hi], x, y, lane_h)
         elif kind == "node":
             svg.append(text(left - 8, y + 11, fit(f"node {key}", 11, left - 12), 11, "end"))
-            svg += _mark_shapes([Mark(m.ts, None, m.node, "node", m.text) for m in nodes_ev
+            svg += _mark_shapes([Entry(m.us, None, m.node, "node", m.text) for m in nodes_ev
                                  if m.node == key and lo <= m.ts <= hi], x, y, lane_h)
         else:
             node = ranks_known.get(key)
@@ -357,13 +358,6 @@ def _natural(name: str) -> tuple:
     return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name or ""))
 
 
-def _rank_nodes(run) -> dict[int, str | None]:
-    if "rank" not in run.columns("ranks"):
-        return {}
-    rows = frame(run, f"SELECT rank, {col(run, 'ranks', 'node')} AS node FROM ranks WHERE rank IS NOT NULL ORDER BY rank")
-    return {int(r): n for r, n in rows.iter_rows()}
-
-
 def _lanes(run, ranks_known, culprits, marks, nodes_ev, lo, hi, first_fail) -> list[int]:
     """The ranks drawn: the culprits, the ranks of node events and of the first failures, then the
     lowest ranks; the culprits first, then in rank order."""
@@ -383,29 +377,18 @@ def _lanes(run, ranks_known, culprits, marks, nodes_ev, lo, hi, first_fail) -> l
     return pinned + sorted(r for r in chosen if r not in pinned)
 
 
-def _states(run, ranks: list[int], lo: datetime, hi: datetime) -> dict[int, list[tuple[float, float, int]]]:
+def _states(store, ranks: list[int], lo: datetime, hi: datetime) -> dict[int, list[tuple[float, float, int]]]:
     """Per rank, stretches in pixels of the plot (from ``lo``) with the state its c10d status lines
     give between two lines of one process group: 3 the completed counter moved, 2 it did not and
     work was in flight, 1 nothing in flight. A rank in several groups takes the busiest state."""
-    cols = set(run.columns("progress"))
-    if not ranks or not timed(run, "progress") or not {"rank", "last_enqueued", "last_completed"} <= cols:
+    rows = progress_states(store, ranks, lo, hi)
+    if not rows:
         return {}
-    pg = f"coalesce({col(run, 'progress', 'pg_desc')}, {col(run, 'progress', 'pg_id', 'VARCHAR')}::VARCHAR, '?')"
     span = (hi - lo).total_seconds()
-    rows = frame(run, f"""
-        SELECT rank, t0, t1, CASE WHEN comp > prev_comp THEN 3 WHEN enq > comp THEN 2 ELSE 1 END AS state FROM (
-            SELECT rank, ts AS t1, last_enqueued AS enq, last_completed AS comp,
-                   lag(ts) OVER w AS t0, lag(last_completed) OVER w AS prev_comp
-            FROM progress WHERE ts IS NOT NULL AND list_contains(?, rank)
-                AND ts BETWEEN ?::TIMESTAMP - INTERVAL 2 HOUR AND ?::TIMESTAMP + INTERVAL 2 HOUR
-            WINDOW w AS (PARTITION BY rank, {pg} ORDER BY ts))
-        WHERE t0 IS NOT NULL AND t1 >= ?::TIMESTAMP AND t0 <= ?::TIMESTAMP""", [ranks, lo, hi, lo, hi])
-    if rows.is_empty():
-        return {}
     plot = WIDTH - 190 - 16
     cells = 400
     grid: dict[int, list[int]] = {}
-    for rank, t0, t1, state in rows.iter_rows():
+    for rank, t0, t1, state in rows:
         a = max(0, int(cells * (t0 - lo).total_seconds() / span))
         b = min(cells - 1, int(cells * (t1 - lo).total_seconds() / span))
         g = grid.setdefault(int(rank), [0] * cells)
@@ -428,10 +411,10 @@ _SHAPE = {"timeout": "m-timeout", "error": "m-error", "warning": "m-warning", "n
 _DRAW_ORDER = ("last", "warning", "job", "error", "timeout", "node")
 
 
-def _mark_shapes(marks: list[Mark], x, y: float, h: float) -> list[str]:
+def _mark_shapes(marks: list[Entry], x, y: float, h: float) -> list[str]:
     """One shape per kind and pixel column (the first mark's text as its tooltip, with a count)."""
     out = []
-    groups: dict[tuple[str, int], list[Mark]] = {}
+    groups: dict[tuple[str, int], list[Entry]] = {}
     for m in marks:
         groups.setdefault((m.kind, int(x(m.ts) // 3)), []).append(m)
     for kind in _DRAW_ORDER:
@@ -785,10 +768,11 @@ def memory(run, report: dict) -> str | None:
 # == step time ==================================================================================
 
 def steps(run) -> str | None:
-    if not {"iteration", "elapsed_ms"} <= set(run.columns("iterations")):
+    store = store_of(run, quiet=True)
+    if not {"iteration", "elapsed_ms"} <= set(store.columns("iterations")):
         return None
-    valid = f"NOT coalesce({col(run, 'iterations', 'validation', 'BOOLEAN')}, false)"
-    rows = frame(run, "SELECT iteration, median(elapsed_ms) AS ms FROM iterations WHERE iteration IS NOT NULL "
+    valid = f"NOT coalesce({store.col('iterations', 'validation', 'BOOLEAN')}, false)"
+    rows = store.frame("SELECT iteration, median(elapsed_ms) AS ms FROM iterations WHERE iteration IS NOT NULL "
                       f"AND elapsed_ms IS NOT NULL AND {valid} GROUP BY iteration ORDER BY iteration")
     if rows.height < 2:
         return None

@@ -191,7 +191,7 @@ def test_perfetto_generated_timeouts_xid_and_flight_recorder(generated, tmp_path
     assert {int(threads[(e["pid"], e["tid"])].split()[1]) for e in timeouts} == {0, 2, 3}
     for e in timeouts:
         assert e["ph"] == "X" and e["dur"] >= 590e6 and "timed out" in e["name"]
-    xids = [e for e in events if e["cat"] == "node" and "xid" in e["name"]]
+    xids = [e for e in events if e["cat"] == "node" and "Xid" in e["name"]]
     assert xids and all(threads[(e["pid"], e["tid"])].startswith("node") for e in xids)
     assert any(e["name"].startswith("FR ") for e in events)
 

@@ -221,7 +221,7 @@ def _notes(app) -> list[str]:
 
 def test_h_goes_to_the_hangs_start_and_f_to_the_first_failure(sample_store):
     """gpu-fell-off-bus: the last step 09:21:14, then rank 21's watchdog timeout at 09:32:57 (the
-    moments the HTML report's picture centres on, postmortem.views.moments.moments)."""
+    moments the HTML report's picture centres on, postmortem.views.timeline.moments)."""
     app = app_of(sample_store("gpu-fell-off-bus"), start="timeline")
     said = _notes(app)
 
@@ -302,10 +302,10 @@ def test_no_table_without_a_time_is_guessed(tmp_path):
     con.execute("INSERT INTO node_events VALUES ('b', '2026-01-01 10:04:00', 'xid', '79', 'fell off'), "
                 "('b', '2025-12-01 10:00:00', 'xid', '48', 'long before')")
     data = td.load(con, [1], ["b"])
-    assert {(m.kind, m.text) for m in data.rank_lanes[0].marks} == {("init", "init"),
-                                                                    ("last", "last line: (text not stored)")}
+    assert {(m.kind, m.text) for m in data.rank_lanes[0].marks} == {("init", "pg_options: init"),
+                                                                    ("last", "its last timestamped line: (text not stored)")}
     assert {m.kind for m in data.rank_lanes[1].marks} == {"timeout", "last"}
-    assert [m.text for m in data.node_lanes["b"].marks] == ["xid 79: fell off"]
+    assert [m.text for m in data.node_lanes["b"].marks] == ["Xid 79: fell off"]
     assert data.notes and "1 kernel-log event" in data.notes[0]
     assert td.clock_text(data, data.end) == "10:05:00" and td.clock_text(data, data.start) == "10:00:00"
 

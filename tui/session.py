@@ -49,10 +49,10 @@ class Session:
         return self.run.con.cursor()
 
     def moments(self):
-        """The hang's start and the first failure (``postmortem.views.moments.Moments``, what the
+        """The hang's start and the first failure (``postmortem.views.timeline.Moments``, what the
         HTML report's per-rank picture centres on, or None when nothing has a time): read once,
         on a cursor of its own, because the Timeline and Logs screens ask from worker threads."""
-        from postmortem.views.moments import moments
+        from postmortem.views.timeline import moments
 
         with self._moments_lock:
             if not self._moments:
@@ -137,7 +137,7 @@ class _LineStream(io.TextIOBase):
 
 def moment_of(moments, which: str) -> tuple | None:
     """(time as logged, (input_id, line_no) or None, rank or None, words for the notification) of
-    the hang's start or the first failure in ``moments`` (``postmortem.views.moments.Moments``);
+    the hang's start or the first failure in ``moments`` (``postmortem.views.timeline.Moments``);
     None when the run has none. The Timeline and Logs screens go to them (keys H and F)."""
     if moments is None:
         return None

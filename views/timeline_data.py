@@ -4,17 +4,14 @@ One *lane* per rank, grouped by node; each node also has a lane of its own (kern
 events and launcher lines that name a node but no rank) and, collapsed, a lane that merges
 its ranks. A lane holds *marks*: timestamped rows of the store, one kind each (``KINDS``).
 
-Sources (only rows with a time of their own: tables or rows without one are skipped, no time
-is guessed): ``iterations``; ``progress`` (the c10d status lines: a *collective* mark where a
-rank's enqueued/completed counters moved, a *timeout* where the watchdog reported a failure);
-``collectives`` (watchdog timeouts, Flight Recorder entries, NCCL COLL lines) where that table
-has a time column; ``collective_timing`` (profiler collectives); ``events`` (init, warnings,
-errors; lines already in ``collectives``/``progress`` are not repeated); ``agent``, ``exits``
-and ``slurm`` (launcher and scheduler); ``node_events`` (kernel log: Xid, link down, ...)
-inside the run's span; and each rank's *last line*, its latest timestamped row of any table.
+Sources: the rows of ``postmortem.views.timeline`` (the timeline reader shared with the HTML
+report and the Perfetto export; only rows with a time of their own, no time is guessed):
+iterations, c10d status lines, collectives, profiler collectives, events (lines already read
+from ``collectives``/``progress`` are not repeated), the launcher, exits, the scheduler, each
+rank's *last line*, and kernel-log events inside the run's span.
 
 Times are seconds from ``TimelineData.origin`` (epoch microseconds, UTC as logged), with the
-node's clock offset from ``node_clocks`` taken off like ``postmortem export perfetto`` does.
+node's clock offset taken off (``timeline.Clock``, as the Perfetto export does).
 
 Drawing cost: ``Lane.cells`` finds the kind of each screen column by bisecting per-kind sorted
 time lists at column boundaries, so one lane costs O(width x kinds x log n), whatever its size.
@@ -22,10 +19,11 @@ time lists at column boundaries, so one lane costs O(width x kinds x log n), wha
 
 from __future__ import annotations
 
-import re
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+
+from postmortem.views import timeline
 
 # Mark kinds, most important first: a screen column shows the first kind it holds.
 # "inflight" is not a mark: it fills the empty columns where a rank had collective work enqueued
@@ -39,17 +37,6 @@ LABEL = {"timeout": "timeout", "error": "error", "last": "last line", "node": "n
          "inflight": "work in flight"}
 ALARM_KINDS = ("timeout", "error")
 
-# ``events`` kinds that are no mark (periodic status lines live in ``progress``; frames belong
-# to their exception) and the kinds that mark a process or process group starting.
-_NOISE = {"work_update", "service_thread", "traceback", "cpp_frames", "fr_trace_detail", "launch_config"}
-_INIT = re.compile(r"^(pg_options|env_banner|megatron_startup)$|(^|_)(init|startup|process_start|worker_start)($|_)")
-_TIMEOUT = re.compile(r"timeout|pg_status|watchdog")
-_ERROR = re.compile(r"exception|traceback|error|terminate|fault|oom|signal|abort|nan|inf_|killed|fail|teardown")
-_WARNING = re.compile(r"warn|desync|mismatch|dump|heartbeat|missing|retry|slow")
-_ERROR_LEVELS = {"E", "ERROR", "F", "FATAL", "CRITICAL"}
-_WARNING_LEVELS = {"W", "WARN", "WARNING"}
-# kernel-log rows that are context, not events (identity lines, driver banner, detail lines)
-_NODE_CONTEXT = {"gpu_identity", "nvrm_driver", "hung_task_detail", "oom_constraint"}
 # node events this long before the first or after the last log line are left out (a kernel
 # journal may span days; the run is what the timeline is about)
 NODE_EVENT_MARGIN_S = 300.0
@@ -289,49 +276,35 @@ def ruler(data: TimelineData, t0: float, dt: float, width: int) -> tuple[str, li
     return "".join(chars), ticks
 
 
-# --- reading the store ---------------------------------------------------------------------
+# --- from the timeline reader --------------------------------------------------------------
+
+# the timeline reader's rows the lanes show, one reader per kind of row
+_READERS = (timeline.iterations, timeline.progress, timeline.collectives, timeline.collective_timing,
+            timeline.events, timeline.agent, timeline.exits, timeline.slurm, timeline.last_lines)
+
 
 def load(con, culprit_ranks: list[int] | None = None, culprit_nodes: list[str] | None = None) -> TimelineData:
     """Everything the Timeline draws, from a DuckDB connection (or cursor) on a store."""
-    have = _tables(con)
-    offsets = _offsets(con, have)
-    rank_node, gpu_of = _ranks(con, have)
-    rows: list[tuple] = []   # (rank, node, epoch_us, kind, text, input_id, line_no)
-    for source in (_iterations, _progress, _collectives, _collective_timing, _events, _agent, _exits, _slurm,
-                   _last_lines):
-        rows += source(con, have)
-    node_rows = _node_events(con, have)
-    data = _assemble(con, have, rows, node_rows, offsets, rank_node, gpu_of,
+    store = timeline.Store(con)
+    clock = timeline.Clock(store)
+    rank_node, gpu_of = timeline.rank_nodes(store)
+    rows: list[timeline.Entry] = []
+    for read in _READERS:
+        # an events line that is a collective or a status line too is marked from that table
+        rows += [e for e in read(store) if e.source != "repeated"]
+    data = _assemble(store, rows, timeline.node_events(store, clock), clock, rank_node, gpu_of,
                      list(culprit_ranks or []), list(culprit_nodes or []))
-    _add_in_flight(data, _in_flight(con, have), offsets)
+    _add_in_flight(data, timeline.in_flight(store), clock)
     return data
 
 
-def _in_flight(con, have) -> list[tuple]:
-    """(rank, node, start_us, end_us) where a process group of the rank had work enqueued but not
-    completed: from one c10d progress line to the next of the same group (the state holds
-    between lines)."""
-    cols = have.get("progress", {})
-    if not _timed(have, "progress") or not {"last_enqueued", "last_completed", "rank"} <= set(cols):
-        return []
-    c = lambda name, cast="": _col(have, "progress", name, cast)  # noqa: E731
-    pg = f"coalesce({c('pg_desc')}, {c('pg_id', 'VARCHAR')}, '?')"
-    return con.execute(f"""
-        SELECT rank, node, us, coalesce(next_us, us) FROM (
-            SELECT rank, {c('node')} AS node, epoch_us(ts) AS us, last_enqueued > last_completed AS busy,
-                   lead(epoch_us(ts)) OVER (PARTITION BY rank, {c('node')}, {c('attempt')}, {pg}
-                                            ORDER BY ts, {c('line_no')}) AS next_us
-            FROM progress WHERE ts IS NOT NULL AND rank IS NOT NULL)
-        WHERE busy""").fetchall()
-
-
-def _add_in_flight(data: TimelineData, spans: list[tuple], offsets: dict[str, float]) -> None:
+def _add_in_flight(data: TimelineData, spans: list[tuple], clock: timeline.Clock) -> None:
     for rank, node, start_us, end_us in spans:
         lane = data.rank_lanes.get(int(rank))
         if lane is None:
             continue
-        shift = int(offsets.get(lane.node or node, 0.0) * 1e6)
-        lane.busy.append(((start_us - shift - data.origin_us) / 1e6, (end_us - shift - data.origin_us) / 1e6))
+        start, end = (clock.us(us, lane.node or node) for us in (start_us, end_us))
+        lane.busy.append(((start - data.origin_us) / 1e6, (end - data.origin_us) / 1e6))
     for lane in data.rank_lanes.values():
         lane.busy = _merge_spans(lane.busy)
     data._merged.clear()
@@ -347,286 +320,26 @@ def _merge_spans(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
     return out
 
 
-def _tables(con) -> dict[str, dict[str, str]]:
-    out: dict[str, dict[str, str]] = {}
-    for table, column, dtype in con.execute(
-            "SELECT table_name, column_name, data_type FROM information_schema.columns "
-            "WHERE table_schema = 'main'").fetchall():
-        out.setdefault(table, {})[column] = dtype
-    return out
-
-
-def _timed(have, table: str, column: str = "ts") -> bool:
-    return have.get(table, {}).get(column, "").upper().startswith("TIMESTAMP")
-
-
-def _col(have, table: str, column: str, cast: str = "") -> str:
-    """The column, or NULL where this store's table lacks it."""
-    if column in have.get(table, {}):
-        return f'"{column}"' + (f"::{cast}" if cast else "")
-    return f"NULL::{cast or 'VARCHAR'}"
-
-
-def _offsets(con, have) -> dict[str, float]:
-    if "offset_s" not in have.get("node_clocks", {}):
-        return {}
-    return {n: float(o) for n, o in con.execute(
-        "SELECT node, offset_s FROM node_clocks WHERE offset_s IS NOT NULL AND node IS NOT NULL").fetchall()}
-
-
-def _ranks(con, have) -> tuple[dict[int, str | None], dict[int, int]]:
-    if "rank" not in have.get("ranks", {}):
-        return {}, {}
-    gpu = _col(have, "ranks", "cuda_dev", "BIGINT")
-    rank_node, gpu_of = {}, {}
-    for rank, node, dev in con.execute(f"SELECT rank, {_col(have, 'ranks', 'node')}, {gpu} FROM ranks "
-                                       "WHERE rank IS NOT NULL ORDER BY rank").fetchall():
-        rank_node[int(rank)] = node
-        if dev is not None:
-            gpu_of[int(rank)] = int(dev)
-    return rank_node, gpu_of
-
-
-def _base(have, table: str) -> str:
-    return (f"{_col(have, table, 'rank', 'BIGINT')} AS rank, {_col(have, table, 'node')} AS node, "
-            f"{_col(have, table, 'input_id', 'BIGINT')} AS input_id, {_col(have, table, 'line_no', 'BIGINT')} AS line_no")
-
-
-def _iterations(con, have) -> list[tuple]:
-    if not _timed(have, "iterations"):
-        return []
-    c = lambda name, cast="": _col(have, "iterations", name, cast)  # noqa: E731
-    sql = (f"SELECT {_base(have, 'iterations')}, epoch_us(ts) AS us, "
-           f"concat('iteration ', coalesce({c('iteration', 'VARCHAR')}, '?'), "
-           f"CASE WHEN {c('validation', 'BOOLEAN')} THEN ' (validation)' ELSE '' END, "
-           f"CASE WHEN {c('lm_loss', 'DOUBLE')} IS NOT NULL THEN concat(', loss ', round({c('lm_loss', 'DOUBLE')}, 4)) ELSE '' END, "
-           f"CASE WHEN {c('grad_norm', 'DOUBLE')} IS NOT NULL THEN concat(', grad norm ', round({c('grad_norm', 'DOUBLE')}, 3)) ELSE '' END, "
-           f"CASE WHEN {c('elapsed_ms', 'DOUBLE')} IS NOT NULL THEN concat(', ', round({c('elapsed_ms', 'DOUBLE')} / 1000, 2), ' s/step') ELSE '' END) "
-           f"FROM iterations WHERE ts IS NOT NULL")
-    return [(r, n, us, "iteration", text, i, ln) for r, n, i, ln, us, text in con.execute(sql).fetchall()]
-
-
-def _progress(con, have) -> list[tuple]:
-    """A mark where a rank's counters of a process group moved (or its first status line), and
-    the watchdog's failure/dump lines; unchanged periodic lines only count for the last line."""
-    cols = have.get("progress", {})
-    if not _timed(have, "progress") or not {"last_enqueued", "last_completed"} <= set(cols):
-        return []
-    c = lambda name, cast="": _col(have, "progress", name, cast)  # noqa: E731
-    pg = f"coalesce({c('pg_desc')}, concat('PG ', {c('pg_id', 'VARCHAR')}), 'PG ?')"
-    sql = f"""
-        WITH p AS (
-            SELECT {_base(have, 'progress')}, ts, {c('kind')} AS kind, {pg} AS pg, last_enqueued AS enq,
-                   last_completed AS comp, {c('failing_seq', 'BIGINT')} AS failing, {c('detector_rank', 'BIGINT')} AS detector,
-                   lag(last_enqueued) OVER w AS prev_enq, lag(last_completed) OVER w AS prev_comp
-            FROM progress WHERE ts IS NOT NULL
-            WINDOW w AS (PARTITION BY {c('rank')}, {c('node')}, {c('attempt')}, {pg} ORDER BY ts, {c('line_no')}))
-        SELECT rank, node, input_id, line_no, epoch_us(ts), kind, pg, enq, comp, failing, detector FROM p
-        WHERE kind IN ('pg_status', 'dump_signal') OR prev_enq IS NULL
-           OR prev_enq IS DISTINCT FROM enq OR prev_comp IS DISTINCT FROM comp"""
-    out = []
-    for r, n, i, ln, us, kind, pg, enq, comp, failing, detector in con.execute(sql).fetchall():
-        if kind == "pg_status":
-            mk, text = "timeout", f"{pg}: watchdog failure at #{failing if failing is not None else '?'}"
-        elif kind == "dump_signal":
-            who = f"rank {detector}" if detector is not None else "a peer"
-            mk, text = "warning", f"{pg}: dump signal from {who}"
-        else:
-            mk = "collective"
-            state = (f"waiting in #{comp + 1}" if enq is not None and comp is not None and enq > comp
-                     else "nothing in flight")
-            text = f"{pg}: last enqueued #{enq}, last completed #{comp} ({state})"
-        out.append((r, n, us, mk, text, i, ln))
-    return out
-
-
-def _collectives(con, have) -> list[tuple]:
-    cols = have.get("collectives", {})
-    clocks = [c for c in ("ts", "time_started", "time_created", "time_completed")
-              if cols.get(c, "").upper().startswith("TIMESTAMP")]
-    if not clocks:
-        return []
-    c = lambda name, cast="": _col(have, "collectives", name, cast)  # noqa: E731
-    when = "coalesce(" + ", ".join(clocks) + ")"
-    sql = (f"SELECT {_base(have, 'collectives')}, epoch_us({when}), {c('kind')}, {c('op')}, {c('seq', 'BIGINT')}, "
-           f"coalesce({c('pg_desc')}, concat('PG ', {c('pg_id', 'VARCHAR')})), {c('state')}, {c('ran_for_ms', 'DOUBLE')} "
-           f"FROM collectives WHERE {when} IS NOT NULL "
-           f"AND coalesce({c('kind')}, '') NOT IN ('nsys_kernel', 'kineto_kernel', 'profile_kernel')")
-    out = []
-    for r, n, i, ln, us, kind, op, seq, pg, state, ran in con.execute(sql).fetchall():
-        kind = kind or "collective"
-        bits = [kind.replace("_", " "), (op or "").upper(), f"#{seq}" if seq is not None else "",
-                f"on {pg}" if pg else "", f"({state})" if state else "",
-                f"ran for {ran / 1000:g} s" if ran is not None else ""]
-        mk = "timeout" if "timeout" in kind else "collective"
-        out.append((r, n, us, mk, " ".join(b for b in bits if b), i, ln))
-    return out
-
-
-def _collective_timing(con, have) -> list[tuple]:
-    if not _timed(have, "collective_timing", "start"):
-        return []
-    c = lambda name, cast="": _col(have, "collective_timing", name, cast)  # noqa: E731
-    sql = (f"SELECT {c('rank', 'BIGINT')}, epoch_us(start), {c('op')}, {c('coll_index', 'BIGINT')}, {c('pg')}, "
-           f"{c('skew_ns', 'BIGINT')}, {c('busbw_gbyte_s', 'DOUBLE')}, {c('input_id', 'BIGINT')}, {c('source')} "
-           f"FROM collective_timing WHERE start IS NOT NULL")
-    out = []
-    for r, us, op, idx, pg, skew, busbw, i, src in con.execute(sql).fetchall():
-        bits = [f"profile {(op or '?')} #{idx}", f"on {pg}" if pg else "",
-                f"arrived {skew / 1e6:.3g} ms after the first" if skew is not None else "",
-                f"busbw {busbw:.3g} GB/s" if busbw is not None else "", f"({src})" if src else ""]
-        out.append((r, None, us, "collective", " ".join(b for b in bits if b), i, None))
-    return out
-
-
-def _events(con, have) -> list[tuple]:
-    if not _timed(have, "events"):
-        return []
-    c = lambda name, cast="": _col(have, "events", name, cast)  # noqa: E731
-    noise = ", ".join(f"'{k}'" for k in sorted(_NOISE))
-    skip = ""
-    for table in ("collectives", "progress"):   # their lines are marked from those tables already
-        if {"input_id", "line_no"} <= set(have.get(table, {})) and {"input_id", "line_no"} <= set(have["events"]):
-            skip += (f" AND NOT EXISTS (SELECT 1 FROM {table} x WHERE x.input_id = e.input_id "
-                     f"AND x.line_no = e.line_no)")
-    sql = (f"SELECT {_base(have, 'events')}, epoch_us(ts), {c('kind')}, {c('level')}, "
-           f"coalesce({c('message')}, {c('detail')}, {c('kind')}) FROM events e "
-           f"WHERE ts IS NOT NULL AND coalesce({c('kind')}, '') NOT IN ({noise}){skip}")
-    return [(r, n, us, event_kind(kind, level), text or "", i, ln)
-            for r, n, i, ln, us, kind, level, text in con.execute(sql).fetchall()]
-
-
-def event_kind(kind: str | None, level: str | None) -> str:
-    """The mark kind of an ``events`` row, from its kind and level."""
-    kind = (kind or "").lower()
-    level = (level or "").upper()
-    if _INIT.search(kind):
-        return "init"
-    if "timeout" in kind:
-        return "timeout"
-    if _ERROR.search(kind) or level in _ERROR_LEVELS:
-        return "error"
-    if _WARNING.search(kind) or level in _WARNING_LEVELS:
-        return "warning"
-    return "event"
-
-
-def _agent(con, have) -> list[tuple]:
-    if not _timed(have, "agent"):
-        return []
-    c = lambda name, cast="": _col(have, "agent", name, cast)  # noqa: E731
-    sql = (f"SELECT {_base(have, 'agent')}, epoch_us(ts), {c('kind')}, {c('signal')}, {c('exitcode', 'BIGINT')}, "
-           f"{c('pid', 'BIGINT')} FROM agent WHERE ts IS NOT NULL AND coalesce({c('kind')}, '') <> 'launch_config'")
-    # the launcher's lines are on the rank whose worker pid they name, else on the node/job lane
-    pid_rank = {}
-    if {"pid", "rank"} <= set(have.get("ranks", {})):
-        pid_rank = dict(con.execute("SELECT pid, min(rank) FROM ranks WHERE pid IS NOT NULL GROUP BY pid").fetchall())
-    out = []
-    for r, n, i, ln, us, kind, sig, code, pid in con.execute(sql).fetchall():
-        kind = kind or "agent"
-        r = pid_rank.get(pid, r) if pid is not None else r
-        text = " ".join(str(b) for b in (f"torchrun: {kind.replace('_', ' ')}", sig,
-                                         f"exit {code}" if code is not None else None,
-                                         f"pid {pid}" if pid is not None else None) if b)
-        if _INIT.search(kind):
-            mk = "init"
-        elif "closing" in kind:     # the launcher tearing workers down: a consequence, not the fault
-            mk = "warning"
-        else:
-            mk = "error" if (sig or code not in (None, 0)) else "event"
-        out.append((r, n, us, mk, text, i, ln))
-    return out
-
-
-def _exits(con, have) -> list[tuple]:
-    if not _timed(have, "exits", "time"):
-        return []
-    c = lambda name, cast="": _col(have, "exits", name, cast)  # noqa: E731
-    sql = (f"SELECT {_base(have, 'exits')}, epoch_us(time), {c('exitcode', 'BIGINT')}, {c('signal')}, "
-           f"{c('root_cause', 'BOOLEAN')} FROM exits WHERE time IS NOT NULL")
-    out = []
-    for r, n, i, ln, us, code, sig, root in con.execute(sql).fetchall():
-        text = f"exit code {code}" + (f" ({sig})" if sig else "") + (", root cause" if root else "")
-        out.append((r, n, us, "error" if code not in (None, 0) else "event", text, i, ln))
-    return out
-
-
-def _slurm(con, have) -> list[tuple]:
-    if not _timed(have, "slurm"):
-        return []
-    c = lambda name, cast="": _col(have, "slurm", name, cast)  # noqa: E731
-    sql = (f"SELECT {_base(have, 'slurm')}, epoch_us(ts), {c('kind')}, {c('reason')}, {c('job_id')} "
-           f"FROM slurm WHERE ts IS NOT NULL")
-    out = []
-    for r, n, i, ln, us, kind, reason, job in con.execute(sql).fetchall():
-        kind = kind or "slurm"
-        text = f"slurm job {job or '?'}: {kind.replace('_', ' ')}" + (f" ({reason})" if reason else "")
-        mk = "error" if re.search(r"cancel|abort|fail|timeout|kill|oom", kind) else "event"
-        out.append((r, n, us, mk, text, i, ln))
-    return out
-
-
-_LAST_TABLES = ("events", "progress", "iterations", "collectives", "agent")
-
-
-def _last_lines(con, have) -> list[tuple]:
-    """Each rank's latest timestamped row of any log table, with the text of its line."""
-    parts = [f"SELECT rank::BIGINT AS rank, node, ts, input_id::BIGINT AS input_id, line_no::BIGINT AS line_no FROM {t} "
-             f"WHERE ts IS NOT NULL AND rank IS NOT NULL"
-             for t in _LAST_TABLES if _timed(have, t) and {"rank", "node", "input_id", "line_no"} <= set(have[t])]
-    if not parts:
-        return []
-    text = "l.text" if {"text", "input_id", "line_no"} <= set(have.get("lines", {})) else "NULL"
-    join = "LEFT JOIN lines l USING (input_id, line_no)" if text != "NULL" else ""
-    sql = f"""
-        WITH a AS ({' UNION ALL '.join(parts)}),
-        b AS (SELECT *, row_number() OVER (PARTITION BY rank ORDER BY ts DESC, input_id DESC, line_no DESC) AS k FROM a)
-        SELECT b.rank, b.node, epoch_us(b.ts), {text}, b.input_id, b.line_no FROM b {join} WHERE b.k = 1"""
-    return [(r, n, us, "last", "last line: " + (t if t is not None else "(text not stored)"), i, ln)
-            for r, n, us, t, i, ln in con.execute(sql).fetchall()]
-
-
-def _node_events(con, have) -> list[tuple]:
-    cols = have.get("node_events", {})
-    clocks = [c for c in ("ts_utc", "ts") if cols.get(c, "").upper().startswith("TIMESTAMP")]
-    if not clocks:
-        return []
-    c = lambda name, cast="": _col(have, "node_events", name, cast)  # noqa: E731
-    when = "coalesce(" + ", ".join(clocks) + ")"
-    corrected = "ts_utc IS NOT NULL" if "ts_utc" in clocks else "FALSE"
-    skip = ", ".join(f"'{k}'" for k in sorted(_NODE_CONTEXT))
-    sql = (f"SELECT {c('global_rank', 'BIGINT')}, coalesce({c('node')}, {c('host')}), epoch_us({when}), {corrected}, "
-           f"{c('kind')}, {c('code')}, {c('meaning')}, {c('message')}, {c('input_id', 'BIGINT')}, {c('line_no', 'BIGINT')} "
-           f"FROM node_events WHERE {when} IS NOT NULL AND coalesce({c('kind')}, '') NOT IN ({skip})")
-    out = []
-    for r, n, us, utc, kind, code, meaning, message, i, ln in con.execute(sql).fetchall():
-        head = " ".join(str(b) for b in (kind, code) if b) or "kernel event"
-        text = head + (f" ({meaning})" if meaning else "") + (f": {message}" if message else "")
-        out.append((r, n, us, utc, text, i, ln))
-    return out
-
-
-def _assemble(con, have, rows, node_rows, offsets, rank_node, gpu_of, culprit_ranks, culprit_nodes) -> TimelineData:
+def _assemble(store, rows, node_rows, clock, rank_node, gpu_of, culprit_ranks, culprit_nodes) -> TimelineData:
     def node_of(rank, node):
         return rank_node.get(rank) or node if rank is not None else node
 
-    # common axis: log times minus the node's clock offset
+    # common axis: log times minus the node's clock offset (node events are on it already)
     fixed = []
-    for r, n, us, kind, text, i, ln in rows:
-        node = node_of(r, n)
-        fixed.append((r, node, us - int(offsets.get(node, 0.0) * 1e6) if node in offsets else us, kind, text, i, ln))
+    for e in rows:
+        node = node_of(e.rank, e.node)
+        fixed.append((e.rank, node, clock.us(e.us, node), e.kind, e.full_text, e.input_id, e.line_no))
     log_times = [row[2] for row in fixed]
     lo, hi = (min(log_times), max(log_times)) if log_times else (None, None)
     dropped = 0
-    for r, n, us, utc, text, i, ln in node_rows:
-        if not utc and n in offsets:
-            us -= int(offsets[n] * 1e6)
+    for e in node_rows:
+        us, text = e.us, e.full_text
         if lo is not None and not (lo - NODE_EVENT_MARGIN_S * 1e6 <= us <= hi + NODE_EVENT_MARGIN_S * 1e6):
             dropped += 1
             continue
-        fixed.append((None, n, us, "node", text, i, ln))
-        if r is not None:   # an Xid that maps to a GPU is on that rank's lane too
-            fixed.append((int(r), node_of(int(r), n), us, "node", text, i, ln))
+        fixed.append((None, e.node, us, "node", text, e.input_id, e.line_no))
+        if e.rank is not None:   # an Xid that maps to a GPU, an OOM kill of a rank: on that rank's lane too
+            fixed.append((int(e.rank), node_of(int(e.rank), e.node), us, "node", text, e.input_id, e.line_no))
     origin = min((row[2] for row in fixed), default=0)
 
     nodes = sorted({n for n in rank_node.values() if n} | {row[1] for row in fixed if row[1]})
@@ -662,8 +375,8 @@ def _assemble(con, have, rows, node_rows, offsets, rank_node, gpu_of, culprit_ra
     times = [lane.times[k] for lane in [*rank_lanes.values(), *node_lanes.values(), job] if lane.times
              for k in (0, -1)]
     paths = {}
-    if {"input_id", "path"} <= set(have.get("inputs", {})):
-        paths = {int(i): p for i, p in con.execute("SELECT input_id, path FROM inputs").fetchall()}
+    if {"input_id", "path"} <= set(store.columns("inputs")):
+        paths = {int(i): p for i, p in store.rows("SELECT input_id, path FROM inputs")}
     notes = [f"{dropped} kernel-log event(s) more than {NODE_EVENT_MARGIN_S:g} s outside the run's logs left out"] \
         if dropped else []
     return TimelineData(origin, min(times, default=0.0), max(times, default=0.0), nodes, ranks_of, rank_lanes,

@@ -380,7 +380,7 @@ fall in one column the first of that list is shown. The panel lists the marks un
         super().__init__(*args, **kwargs)
         self.panel_every_lane = False
         self.loaded = False
-        self.moments = None    # postmortem.views.moments.Moments, read with the lanes
+        self.moments = None    # postmortem.views.timeline.Moments, read with the lanes
         self._legend_theme: str | None = None
 
     @property

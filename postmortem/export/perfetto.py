@@ -1,4 +1,4 @@
-"""Exports of a store: a Chrome/Perfetto trace of the last minutes, and Parquet in a hive layout.
+"""The Perfetto export: a Chrome/Perfetto trace of the last minutes of a store.
 
 ``perfetto(con, ...)`` -> a Chrome Trace Event Format document (``{"traceEvents": [...],
 "displayTimeUnit": "ms"}``) that Perfetto (ui.perfetto.dev, trace processor) and
@@ -31,21 +31,19 @@ last 30 minutes before the end of the logs), optionally a set of ranks, and at m
 ``max_events`` events (errors and timeouts first, then collective states, steps, NVTX,
 kernels; the latest first within each). Output is deterministic: the same store gives the
 same bytes.
-
-``parquet(con, out, ...)`` writes every store table to ``OUT/job=<id>/table=<name>/part-0.parquet``.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import shutil
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from pathlib import Path
 
-import duckdb
 import polars as pl
+
+from postmortem.export.common import ExportError, columns, job_id_of
+from postmortem.views import timeline
 
 DEFAULT_WINDOW_MIN = 30.0
 DEFAULT_MAX_EVENTS = 250_000
@@ -64,23 +62,6 @@ _WATCHDOG_KIND = re.compile(r"timeout|watchdog|heartbeat|desync|fingerprint|barr
 JOB_PID = 1
 RANK_TID_BASE = 100_000
 LANES_PER_RANK = 100
-
-
-class ExportError(Exception):
-    """Bad usage or nothing to export (exit code 2); the message says why."""
-
-
-# --- helpers -------------------------------------------------------------------------------
-
-def columns(con: duckdb.DuckDBPyConnection, table: str) -> dict[str, str]:
-    rows = con.execute("SELECT column_name, data_type FROM information_schema.columns WHERE table_name = ? "
-                       "AND table_schema = 'main' ORDER BY ordinal_position", [table]).fetchall()
-    return {name: dtype for name, dtype in rows}
-
-
-def tables(con: duckdb.DuckDBPyConnection) -> list[str]:
-    return [r[0] for r in con.execute("SELECT table_name FROM information_schema.tables WHERE table_schema = 'main' "
-                                      "ORDER BY table_name").fetchall()]
 
 
 def parse_ranks(text: str) -> set[int]:
@@ -176,25 +157,6 @@ class Event:
         return self.t + (self.dur or 0)
 
 
-# --- time --------------------------------------------------------------------------------
-
-class Clock:
-    """Log times -> the common axis: minus the node's offset from ``node_clocks``."""
-
-    def __init__(self, con):
-        self.offset_ns: dict[str, int] = {}
-        if "offset_s" in columns(con, "node_clocks"):
-            rows = con.execute("SELECT node, offset_s FROM node_clocks WHERE offset_s IS NOT NULL").fetchall()
-            for node, off in rows:
-                self.offset_ns[node] = int(round(off * 1e9))
-
-    def expr(self, ts: str = "ts", node: str = "node") -> pl.Expr:
-        """Polars: epoch ns of ``ts`` corrected for ``node``'s offset."""
-        off = pl.col(node).replace_strict(self.offset_ns, default=0, return_dtype=pl.Int64) if self.offset_ns \
-            else pl.lit(0, dtype=pl.Int64)
-        return pl.col(ts).cast(pl.Datetime("ns")).dt.epoch("ns") - off
-
-
 def _frame(con, sql: str) -> pl.DataFrame:
     return con.sql(sql).pl()
 
@@ -211,7 +173,7 @@ def _select(con, table: str, wanted: list[str], where: str = "") -> pl.DataFrame
 _TIMED_LOG_TABLES = ["events", "progress", "agent", "iterations", "collectives", "slurm"]
 
 
-def end_of_logs(con, clock: Clock) -> int | None:
+def end_of_logs(con, clock: timeline.Clock) -> int | None:
     """The latest time of the job's own logs (rank logs, launcher, scheduler, profiles), epoch ns.
     Node kernel logs count only when nothing else has a time (a journal may run for days)."""
     best = None
@@ -238,7 +200,7 @@ def end_of_logs(con, clock: Clock) -> int | None:
     return best
 
 
-def _anchors(con, input_ids: list[int], clock: Clock) -> pl.DataFrame:
+def _anchors(con, input_ids: list[int], clock: timeline.Clock) -> pl.DataFrame:
     """(input_id, line_no, t) of every timed line of these inputs, for rows with no time."""
     parts = []
     ids = ",".join(str(int(i)) for i in sorted(set(input_ids)))
@@ -257,7 +219,7 @@ def _anchors(con, input_ids: list[int], clock: Clock) -> pl.DataFrame:
     return pl.concat(parts).unique(["input_id", "line_no"], keep="first").sort("input_id", "line_no")
 
 
-def _with_time(con, df: pl.DataFrame, clock: Clock, ts: str = "ts") -> pl.DataFrame:
+def _with_time(con, df: pl.DataFrame, clock: timeline.Clock, ts: str = "ts") -> pl.DataFrame:
     """Adds ``t`` (epoch ns on the common axis) and ``t_inferred`` (the line whose time was borrowed)."""
     df = df.with_columns(t=clock.expr(ts), t_inferred=pl.lit(None, dtype=pl.Int64))
     missing = df.filter(pl.col("t").is_null() & pl.col("input_id").is_not_null() & pl.col("line_no").is_not_null())
@@ -335,12 +297,6 @@ def _iterations(con, clock, paths, lo, hi) -> list[Event]:
     return out
 
 
-def _pg_name(pg_desc, pg_id) -> str:
-    if pg_desc:
-        return str(pg_desc)
-    return f"PG {pg_id}" if pg_id is not None else "PG not named on the line"
-
-
 def _progress(con, clock, paths, lo, hi) -> list[Event]:
     """Stretches where a rank's PG counters did not move, and the watchdog's status lines."""
     df = _select(con, "progress", ["rank", "node", "attempt", "ts", "pg_id", "pg_desc", "kind", "last_enqueued",
@@ -349,7 +305,7 @@ def _progress(con, clock, paths, lo, hi) -> list[Event]:
     if df is None or df.is_empty():
         return []
     df = df.with_columns(t=clock.expr(), pg=pl.coalesce(pl.col("pg_desc"), pl.concat_str(
-        [pl.lit("PG "), pl.col("pg_id").cast(pl.String)]), pl.lit("PG ?")))
+        [pl.lit("PG "), pl.col("pg_id").cast(pl.String)]), pl.lit("PG not named on the line")))
     keys = ["rank", "node", "attempt", "pg"]
     df = df.sort(*keys, "t", "line_no", nulls_last=True)
     changed = ((pl.col("last_enqueued") != pl.col("last_enqueued").shift(1).over(keys))
@@ -379,10 +335,9 @@ def _progress(con, clock, paths, lo, hi) -> list[Event]:
     marks = df.filter(pl.col("kind").is_in(["pg_status", "dump_signal"]) & pl.col("t").is_between(lo, hi))
     for r in marks.iter_rows(named=True):
         if r["kind"] == "pg_status":
-            name = f"{r['pg']}: watchdog failure at #{r['failing_seq'] if r['failing_seq'] is not None else '?'}"
+            name = timeline.watchdog_failure_text(r["pg"], r["failing_seq"])
         else:
-            who = f"rank {r['detector_rank']}" if r["detector_rank"] is not None else "this rank"
-            name = f"{r['pg']}: dump signal from {who}"
+            name = timeline.dump_signal_text(r["pg"], r["detector_rank"])
         out.append(Event(r["t"], None, name, "watchdog", r["rank"], r["node"], track=f"pg:{r['pg']}",
                          args=_base_args(r, paths) | {"last_enqueued": r["last_enqueued"],
                                                       "last_completed": r["last_completed"]}))
@@ -412,7 +367,7 @@ def _collectives(con, clock, paths, lo, hi) -> list[Event]:
             pg_id=pl.col("pg_id").drop_nulls().first().over(same)).unique(same, keep="first", maintain_order=True),
         logged.filter(~timeout)])
     for r in logged.iter_rows(named=True):
-        pg = _pg_name(r["pg_desc"], r["pg_id"])
+        pg = timeline.pg_name(r["pg_desc"], r["pg_id"])
         op = (r["op"] or "collective").upper()
         seq = f" #{r['seq']}" if r["seq"] is not None else ""
         args = _base_args(r, paths) | {k: r[k] for k in ("kind", "seq", "op", "numel_in", "numel_out", "timeout_ms",
@@ -438,7 +393,7 @@ def _collectives(con, clock, paths, lo, hi) -> list[Event]:
             continue
         t0 = _ns(times[0])
         t1 = _ns(r["time_completed"]) if r["time_completed"] is not None else None
-        pg = _pg_name(r["pg_desc"], r["pg_id"])
+        pg = timeline.pg_name(r["pg_desc"], r["pg_id"])
         name = f"FR {(r['op'] or '?').upper()} #{r['seq']} ({r['state'] or '?'})"
         args = _base_args(r, paths) | {"state": r["state"], "seq": r["seq"], "process_group": pg}
         if t1 is not None and t1 >= t0 and t1 >= lo and t0 <= hi:
@@ -524,7 +479,7 @@ def _exits(con, clock, paths, lo, hi) -> list[Event]:
         for r in df.filter(pl.col("t").is_between(lo, hi)).iter_rows(named=True):
             sig = f" ({r['signal']})" if r["signal"] else ""
             root = ", root cause" if r["root_cause"] else ""
-            out.append(Event(r["t"], None, f"exit code {r['exitcode']}{sig}{root}", "exit", r["rank"],
+            out.append(Event(r["t"], None, f"process exit code {r['exitcode']}{sig}{root}", "exit", r["rank"],
                              r["node"] or r["host"], args=_base_args(r, paths) | {
                                  k: r[k] for k in ("exitcode", "signal", "local_rank", "pid") if r[k] is not None}))
     ag = _select(con, "agent", ["rank", "node", "attempt", "ts", "kind", "exitcode", "signal", "pid", "local_rank",
@@ -543,9 +498,9 @@ def _exits(con, clock, paths, lo, hi) -> list[Event]:
                                            if r[k] is not None}
             if worker is None and r["rank"] is not None:
                 args["rank_in_store"] = r["rank"]
-            what = " ".join(str(x) for x in (r["signal"], f"exit {r['exitcode']}" if r["exitcode"] is not None
-                                             else None) if x)
-            out.append(Event(r["t"], None, f"torchrun: {(r['kind'] or '').replace('_', ' ')} {what}".strip(), "exit",
+            name = f"torchrun: {timeline.words(r['kind'], 'agent')}" + (f" ({r['signal']})" if r["signal"] else "") \
+                + (f", exit {r['exitcode']}" if r["exitcode"] is not None else "")
+            out.append(Event(r["t"], None, name, "exit",
                              worker, None if worker is not None else r["node"], args=args))
     return out
 
@@ -559,7 +514,8 @@ def _scheduler(con, clock, paths, lo, hi) -> list[Event]:
         for r in sl.filter(pl.col("t").is_between(lo, hi)).iter_rows(named=True):
             bits = [x for x in (r["host"], r["tasks"], r["reason"],
                                 f"exit {r['exit_code']}" if r["exit_code"] is not None else None) if x]
-            out.append(Event(r["t"], None, f"slurm: {(r['kind'] or '').replace('_', ' ')}", "job", job=True,
+            name = f"slurm: {timeline.words(r['kind'], 'slurm')}" + (f" ({r['reason']})" if r["reason"] else "")
+            out.append(Event(r["t"], None, name, "job", job=True,
                              scope="g" if r["kind"] == "cancelled" else "t",
                              args=_base_args(r, paths) | {"detail": "; ".join(map(str, bits)), "job_id": r["job_id"]}))
     jb = _select(con, "job", ["job_id", "step", "source", "name", "state", "reason", "start", "end", "input_id",
@@ -589,7 +545,8 @@ def _node_events(con, clock, paths, lo, hi) -> list[Event]:
         return []
     df = _select(con, "node_events", ["node", "host", "ts", "ts_utc", "kind", "code", "category", "meaning", "device",
                                       "pci", "gpu_index", "global_rank", "message", "ts_basis", "order_confidence",
-                                      "input_id", "line_no"], "coalesce(ts_utc, ts) IS NOT NULL")
+                                      "input_id", "line_no"],
+                 f"coalesce(ts_utc, ts) IS NOT NULL AND coalesce(kind, '') NOT IN ({timeline.node_context_sql()})")
     if df.is_empty():
         return []
     # ts_utc already carries the zone and the node's clock offset; a bare ts gets the offset
@@ -597,9 +554,7 @@ def _node_events(con, clock, paths, lo, hi) -> list[Event]:
                          node=pl.coalesce("node", "host"))
     out = []
     for r in df.filter(pl.col("t").is_between(lo, hi)).iter_rows(named=True):
-        name = " ".join(str(x) for x in (r["kind"], r["code"]) if x) or "kernel event"
-        if r["meaning"]:
-            name += f": {_short(r['meaning'], 60)}"
+        name = _short(timeline.node_event_text(r["kind"], r["code"], r["meaning"], r["device"]), 90)
         args = _base_args(r, paths) | {k: _clean(r[k]) for k in ("kind", "code", "category", "meaning", "device", "pci",
                                                                   "gpu_index", "global_rank", "ts_basis",
                                                                   "order_confidence") if r[k] is not None}
@@ -661,7 +616,7 @@ class Window:
     how: str
 
 
-def window(con, clock: Clock, start: str | None = None, end: str | None = None,
+def window(con, clock: timeline.Clock, start: str | None = None, end: str | None = None,
            last_min: float | None = None) -> Window:
     eol = end_of_logs(con, clock)
     ref = datetime(1970, 1, 1) + timedelta(microseconds=eol // 1000) if eol is not None else None
@@ -727,7 +682,7 @@ def perfetto(con, start: str | None = None, end: str | None = None, last_min: fl
              messages: list[str] | None = None) -> dict:
     """The Chrome trace document for a window of the store (see the module docstring)."""
     messages = messages if messages is not None else []
-    clock = Clock(con)
+    clock = timeline.Clock(timeline.Store(con))
     win = window(con, clock, start, end, last_min)
     lo, hi = win.lo, win.hi
     paths = dict(con.execute("SELECT input_id, path FROM inputs").fetchall()) if columns(con, "inputs") else {}
@@ -893,176 +848,3 @@ def dumps(doc: dict) -> str:
     events = ",\n".join(json.dumps(e, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
                         for e in doc["traceEvents"])
     return "{\"traceEvents\": [\n" + events + "\n], " + head[1:] + "\n"
-
-
-# --- parquet ---------------------------------------------------------------------------------
-
-def job_id_of(con) -> str | None:
-    """The job's id from the store: the scheduler's record of the whole job, else Slurm lines."""
-    queries = []
-    if "job_id" in columns(con, "job"):
-        if "step" in columns(con, "job"):
-            queries.append("SELECT job_id, count(*) AS n FROM job WHERE job_id IS NOT NULL AND step IS NULL "
-                           "GROUP BY job_id ORDER BY n DESC, job_id LIMIT 1")
-        queries.append("SELECT job_id, count(*) AS n FROM job WHERE job_id IS NOT NULL GROUP BY job_id "
-                       "ORDER BY n DESC, job_id LIMIT 1")
-    if "job_id" in columns(con, "slurm"):
-        queries.append("SELECT job_id, count(*) AS n FROM slurm WHERE job_id IS NOT NULL GROUP BY job_id "
-                       "ORDER BY n DESC, job_id LIMIT 1")
-    for sql in queries:
-        rows = con.execute(sql).fetchall()
-        if rows:
-            return str(rows[0][0])
-    return None
-
-
-def safe_partition_value(value: str) -> str:
-    """A job id usable as a hive partition value (no '/', '=', spaces, leading dots)."""
-    text = re.sub(r"[^A-Za-z0-9._+-]", "_", str(value)).lstrip(".")
-    return text[:200] or "job"
-
-
-MARKER = "_postmortem.json"
-
-
-def parquet(con, out: str | Path, job: str | None = None, store_path: str | None = None,
-            replace: bool = False, messages: list[str] | None = None) -> dict:
-    """Every store table (but ``store.INTERNAL``) -> ``OUT/job=<id>/table=<name>/part-0.parquet``.
-
-    Only this job's partition is written: an existing ``job=<id>`` written from the same
-    store is replaced; one written from another store is left alone (ExportError) unless
-    ``replace``. Returns ``{"job": id, "dir": path, "tables": {name: rows}}``."""
-    from postmortem.analyzer.store import INTERNAL
-
-    messages = messages if messages is not None else []
-    source = "--job"
-    if job is None:
-        job, source = job_id_of(con), "the store's job table / Slurm lines"
-    if job is None and store_path:
-        job, source = Path(store_path).stem, "the store file's name (no job id in the store)"
-    if job is None:
-        raise ExportError("no job id in the store; give --job ID")
-    value = safe_partition_value(job)
-    if value != job:
-        messages.append(f"job id {job!r} written as job={value} (characters a partition path cannot hold replaced)")
-    root = Path(out)
-    root.mkdir(parents=True, exist_ok=True)
-    final = root / f"job={value}"
-    origin = str(Path(store_path).resolve()) if store_path else None
-    if final.exists():
-        marker = final / MARKER
-        previous = None
-        if marker.exists():
-            try:
-                previous = json.loads(marker.read_text(encoding="utf-8")).get("store")
-            except (OSError, ValueError):
-                previous = None
-        if previous != origin and not replace:
-            raise ExportError(f"{final} already holds {'an export of ' + previous if previous else 'data'} "
-                              f"not written from this store; give --job to name this job differently, or "
-                              f"--replace to overwrite it")
-        messages.append(f"replacing the existing partition {final}")
-    tmp = root / f".job={value}.tmp"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
-    counts = {}
-    try:
-        for name in tables(con):
-            if name in INTERNAL:
-                continue
-            target = tmp / f"table={name}"
-            target.mkdir()
-            path = str(target / "part-0.parquet").replace("'", "''")
-            con.execute(f"COPY (SELECT * FROM \"{name}\") TO '{path}' (FORMAT parquet, COMPRESSION zstd)")
-            counts[name] = con.execute(f'SELECT count(*) FROM "{name}"').fetchall()[0][0]
-        (tmp / MARKER).write_text(json.dumps({"job": job, "job_source": source, "store": origin,
-                                              "tables": counts}, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-        if final.exists():
-            shutil.rmtree(final)
-        tmp.rename(final)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    return {"job": job, "job_source": source, "dir": str(final), "tables": counts}
-
-
-# --- command line ------------------------------------------------------------------------------
-
-def _say(message: str) -> None:
-    import sys
-
-    print(f"postmortem: {message}", file=sys.stderr)
-
-
-def run_cli(args) -> int:
-    """``postmortem export perfetto|parquet`` (postmortem.cli builds the arguments)."""
-    import sys
-
-    if getattr(args, "export_kind", None) is None:
-        args.export_parser.print_help(sys.stderr)
-        return 2
-    if not Path(args.db).exists():
-        _say(f"{args.db}: no such database")
-        return 2
-    try:
-        con = duckdb.connect(args.db, read_only=True)
-    except duckdb.Error as exc:
-        _say(f"{args.db}: cannot open: {exc}")
-        return 2
-    messages: list[str] = []
-    try:
-        if args.export_kind == "perfetto":
-            return _cli_perfetto(con, args, messages)
-        return _cli_parquet(con, args, messages)
-    except ExportError as exc:
-        for m in messages:
-            _say(m)
-        _say(str(exc))
-        return 2
-    finally:
-        con.close()
-
-
-def _cli_perfetto(con, args, messages: list[str]) -> int:
-    import sys
-
-    if args.last is not None and (args.start or args.end):
-        raise ExportError("give either --last or --from/--to, not both")
-    if args.last is not None and args.last <= 0:
-        raise ExportError("--last needs a positive number of minutes")
-    if args.max_events < 1:
-        raise ExportError("--max-events needs a positive number")
-    try:
-        ranks = parse_ranks(args.ranks) if args.ranks else None
-    except ValueError as exc:
-        raise ExportError(f"--ranks: {exc}") from None
-    doc = perfetto(con, start=args.start, end=args.end, last_min=args.last, ranks=ranks,
-                   max_events=args.max_events, messages=messages)
-    meta = doc["otherData"]
-    _say(f"window: {meta['window']}")
-    for m in messages:
-        _say(m)
-    text = dumps(doc)
-    if args.out == "-":
-        sys.stdout.write(text)
-    else:
-        Path(args.out).write_text(text, encoding="utf-8")
-    threads = sum(1 for e in doc["traceEvents"] if e["ph"] == "M" and e["name"] == "thread_name")
-    procs = sum(1 for e in doc["traceEvents"] if e["ph"] == "M" and e["name"] == "process_name")
-    where = "stdout" if args.out == "-" else args.out
-    _say(f"wrote {where}: {meta['events']} events on {threads} threads in {procs} processes; "
-         f"open it at https://ui.perfetto.dev or chrome://tracing")
-    if meta["events"] == 0:
-        _say("the window holds no events: try --last with more minutes or --from/--to")
-    return 0
-
-
-def _cli_parquet(con, args, messages: list[str]) -> int:
-    result = parquet(con, args.out, job=args.job, store_path=args.db, replace=args.replace, messages=messages)
-    for m in messages:
-        _say(m)
-    rows = sum(result["tables"].values())
-    _say(f"job {result['job']} (from {result['job_source']}): wrote {len(result['tables'])} tables, {rows} rows "
-         f"to {result['dir']}")
-    return 0

@@ -1,0 +1,597 @@
+"""The timeline reader: what happened when, read from the store once, in one wording, for every
+front end that draws time (the TUI's Timeline through ``postmortem.views.timeline_data``, the
+HTML report's per-rank picture in ``postmortem.html_pictures``, the Perfetto export in
+``postmortem.export.perfetto``) and the TUI's go-to keys (``Moments``).
+
+One function per kind of row, each reading its table once:
+
+* ``events`` (inits, warnings, errors, timeouts of the ranks), ``exits``, ``agent`` (torchrun)
+  and ``slurm`` (the launcher and the scheduler), ``iterations``, ``progress`` (the c10d status
+  lines: counters that moved, watchdog failures, dump signals), ``in_flight`` and
+  ``progress_states`` (what the status lines say between two of them), ``collectives`` and
+  ``collective_timing``, ``last_lines`` (each rank's latest timestamped row) and
+  ``node_events`` (the kernel log);
+* ``Entry`` is their row: the time as logged (``us``), rank, node, the mark kind (``KINDS``
+  of the TUI's lanes: timeout, error, warning, init, ...), ``text`` (the one wording) and
+  ``more`` (further facts that a wide view appends to it), and the log line it came from.
+
+Only rows with a time of their own are read (the Perfetto export borrows a time for the rest,
+``with_time``). Clocks: ``Clock`` holds each node's offset from ``node_clocks`` (node clock
+minus the reference); ``node_events`` are on the logs' common clock (``ts_utc``, or a bare
+``ts`` less the node's offset), every other row keeps its time as logged, and a front end that
+draws ranks of several nodes on one axis takes the offset off (``Clock.us``).
+
+Every query tolerates a store without the table or with older columns (a missing column reads
+as NULL); ``Store(con, quiet=True)`` also turns a failing query into no rows, so that a picture
+never costs the report.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timedelta
+
+import polars as pl
+
+EPOCH = datetime(1970, 1, 1)
+
+# ``events`` kinds that are no mark (periodic status lines live in ``progress``; frames belong to
+# their exception).
+_NOISE = ("work_update", "service_thread", "traceback", "cpp_frames", "fr_trace_detail", "launch_config")
+# start-up banners: the process (group) starting, whatever their level
+_BANNER = re.compile(r"^(pg_options|env_banner|megatron_startup)$")
+_INIT = re.compile(r"(^|_)(init|startup|process_start|worker_start)($|_)")
+_TIMEOUT = re.compile(r"timeout|pg_status|watchdog")
+_ERROR = re.compile(r"exception|error|terminate|fault|oom|signal|abort|killed|fail|teardown|nan")
+_WARNING = re.compile(r"warn|desync|mismatch|dump|heartbeat|retry|slow")
+_ERROR_LEVELS = ("E", "ERROR", "F", "FATAL", "CRITICAL")
+_WARNING_LEVELS = ("W", "WARN", "WARNING")
+# launcher and scheduler lines that report a failure
+_JOB_FAILURE = re.compile(r"cancel|abort|fail|timeout|kill|oom|signal|error")
+
+# kernel-log rows that are context (identities, banners, detail lines), not events
+_NODE_CONTEXT = ("gpu_identity", "nvrm_driver", "aer_detail", "hung_task_detail", "oom_constraint", "oom_reaped",
+                 "nfs_ok")
+# node events worth a labelled line across the HTML picture
+NODE_MAJOR = re.compile(r"^(xid|link_down|oom_kill|hung_task|nic_health|mce)$")
+
+# the tables whose rows are a rank's log lines (its last line is the latest of them)
+_LAST_TABLES = ("events", "progress", "iterations", "collectives", "agent")
+
+
+# --- the store ---------------------------------------------------------------------------------
+
+class Store:
+    """A DuckDB connection (or cursor) with the store's columns and their types, read once."""
+
+    def __init__(self, con, quiet: bool = False):
+        self.con, self.quiet = con, quiet
+        self.have: dict[str, dict[str, str]] = {}
+        for table, column, dtype in self.rows("SELECT table_name, column_name, data_type FROM "
+                                              "information_schema.columns WHERE table_schema = 'main'"):
+            self.have.setdefault(table, {})[column] = dtype
+
+    def columns(self, table: str) -> dict[str, str]:
+        return self.have.get(table, {})
+
+    def timed(self, table: str, column: str = "ts") -> bool:
+        return self.columns(table).get(column, "").upper().startswith("TIMESTAMP")
+
+    def col(self, table: str, name: str, cast: str = "") -> str:
+        """The column, or a typed NULL where this store's table lacks it."""
+        if name in self.columns(table):
+            return f'"{name}"' + (f"::{cast}" if cast else "")
+        return f"NULL::{cast or 'VARCHAR'}"
+
+    def base(self, table: str) -> str:
+        """rank, node, input_id, line_no of a table's rows."""
+        c = lambda name, cast="": self.col(table, name, cast)  # noqa: E731
+        return (f"{c('rank', 'BIGINT')} AS rank, {c('node')} AS node, {c('input_id', 'BIGINT')} AS input_id, "
+                f"{c('line_no', 'BIGINT')} AS line_no")
+
+    def rows(self, sql: str, params: list | None = None) -> list[tuple]:
+        try:
+            return self.con.execute(sql, params or []).fetchall()
+        except Exception:  # noqa: BLE001 -- quiet: a picture must never cost the report
+            if self.quiet:
+                return []
+            raise
+
+    def frame(self, sql: str, params: list | None = None) -> pl.DataFrame:
+        try:
+            return self.con.sql(sql, params=params or None).pl()
+        except Exception:  # noqa: BLE001 -- quiet: a picture must never cost the report
+            if self.quiet:
+                return pl.DataFrame()
+            raise
+
+
+def store_of(source, quiet: bool = False) -> Store:
+    """A ``Store`` from a ``Store``, a ``Run`` (``.con``) or a DuckDB connection."""
+    if isinstance(source, Store):
+        return source
+    return Store(getattr(source, "con", source), quiet)
+
+
+# --- the clock ---------------------------------------------------------------------------------
+
+class Clock:
+    """Each node's clock offset from ``node_clocks`` (node clock minus the reference; subtract it),
+    in whole microseconds."""
+
+    def __init__(self, store: Store):
+        self.offset_us: dict[str, int] = {}
+        if "offset_s" in store.columns("node_clocks"):
+            for node, off in store.rows("SELECT node, offset_s FROM node_clocks WHERE offset_s IS NOT NULL "
+                                        "AND node IS NOT NULL"):
+                self.offset_us[node] = round(float(off) * 1e6)
+
+    def us(self, us: int, node: str | None) -> int:
+        """A time as logged on ``node`` (epoch µs) on the common clock."""
+        return us - self.offset_us.get(node, 0) if node is not None else us
+
+    def expr(self, ts: str = "ts", node: str = "node") -> pl.Expr:
+        """Polars: epoch ns of ``ts`` on the common clock (``node``'s offset taken off)."""
+        offset_ns = {n: off * 1000 for n, off in self.offset_us.items()}
+        off = pl.col(node).replace_strict(offset_ns, default=0, return_dtype=pl.Int64) if offset_ns \
+            else pl.lit(0, dtype=pl.Int64)
+        return pl.col(ts).cast(pl.Datetime("ns")).dt.epoch("ns") - off
+
+
+def wall(us: int) -> datetime:
+    """Epoch µs as a naive datetime (the store's times are naive)."""
+    return EPOCH + timedelta(microseconds=us)
+
+
+# --- the rows ----------------------------------------------------------------------------------
+
+class Entry:
+    """One timestamped row: ``us`` its time as logged (epoch µs; node events: on the common clock),
+    ``kind`` its mark kind, ``text`` the one wording, ``more`` further facts for a wide view
+    (starts with its own separator, may be empty), and the log line it came from."""
+
+    __slots__ = ("us", "rank", "node", "kind", "text", "more", "input_id", "line_no", "source")
+
+    def __init__(self, us, rank, node, kind, text, input_id=None, line_no=None, more="", source=""):
+        self.us, self.rank, self.node, self.kind, self.text = us, rank, node, kind, text
+        self.input_id, self.line_no, self.more, self.source = input_id, line_no, more, source
+
+    @property
+    def ts(self) -> datetime:
+        return wall(self.us)
+
+    @property
+    def line(self) -> tuple[int, int] | None:
+        """(input_id, line_no) where the row has both (the TUI opens it)."""
+        return (self.input_id, self.line_no) if self.input_id is not None and self.line_no is not None else None
+
+    @property
+    def full_text(self) -> str:
+        return self.text + self.more
+
+    def __repr__(self) -> str:
+        return f"Entry({self.ts}, {self.kind!r}, rank={self.rank}, node={self.node!r}, {self.text!r})"
+
+
+# --- wording -----------------------------------------------------------------------------------
+
+def words(kind: str | None, default: str) -> str:
+    return (kind or default).replace("_", " ")
+
+
+def pg_name(pg_desc, pg_id) -> str:
+    """A process group's name: its description, else its id."""
+    if pg_desc:
+        return str(pg_desc)
+    return f"PG {pg_id}" if pg_id is not None else "PG not named on the line"
+
+
+def pg_sql(store: Store, table: str) -> str:
+    """``pg_name`` in SQL (``||`` is NULL when the id is: DuckDB's concat would give 'PG ')."""
+    return (f"coalesce({store.col(table, 'pg_desc')}, 'PG ' || {store.col(table, 'pg_id', 'VARCHAR')}, "
+            f"'PG not named on the line')")
+
+
+def watchdog_failure_text(pg: str, failing_seq) -> str:
+    return f"{pg}: watchdog failure at #{failing_seq if failing_seq is not None else '?'}"
+
+
+def dump_signal_text(pg: str, detector_rank) -> str:
+    """c10d names the rank whose timeout raised the signal, or says "this local rank"."""
+    return f"{pg}: dump signal from {f'rank {detector_rank}' if detector_rank is not None else 'this rank'}"
+
+
+def node_event_text(kind, code, meaning, device) -> str:
+    name = "Xid " + str(code) if kind == "xid" else words(kind, "kernel event")
+    return name + (f" ({meaning})" if meaning else "") + (f" {device}" if device else "")
+
+
+def node_context_sql() -> str:
+    """The kernel-log kinds that are context, not events, as an SQL list."""
+    return ", ".join(f"'{k}'" for k in _NODE_CONTEXT)
+
+
+def event_kind(kind: str | None, level: str | None) -> str:
+    """The mark kind of an ``events`` row, from its kind and level: a failure wins over the
+    start-up words (``init_failed`` is an error)."""
+    kind, level = (kind or "").lower(), (level or "").upper()
+    if _BANNER.search(kind):
+        return "init"
+    if _TIMEOUT.search(kind):
+        return "timeout"
+    if _ERROR.search(kind) or level in _ERROR_LEVELS:
+        return "error"
+    if _WARNING.search(kind) or level in _WARNING_LEVELS:
+        return "warning"
+    if _INIT.search(kind):
+        return "init"
+    return "event"
+
+
+# --- the readers -------------------------------------------------------------------------------
+
+def rank_nodes(store: Store) -> tuple[dict[int, str | None], dict[int, int]]:
+    """Each rank's node and, where known, its GPU (``cuda_dev``), in rank order."""
+    if "rank" not in store.columns("ranks"):
+        return {}, {}
+    rank_node, gpu_of = {}, {}
+    for rank, node, dev in store.rows(f"SELECT rank, {store.col('ranks', 'node')}, "
+                                      f"{store.col('ranks', 'cuda_dev', 'BIGINT')} FROM ranks "
+                                      "WHERE rank IS NOT NULL ORDER BY rank"):
+        rank_node[int(rank)] = node
+        if dev is not None:
+            gpu_of[int(rank)] = int(dev)
+    return rank_node, gpu_of
+
+
+def events(store: Store) -> list[Entry]:
+    """``events`` rows but noise; ``source`` is "repeated" where the same line is a row of
+    ``collectives`` or ``progress`` too (a view that reads those skips it)."""
+    if not store.timed("events"):
+        return []
+    c = lambda name, cast="": store.col("events", name, cast)  # noqa: E731
+    noise = ", ".join(f"'{k}'" for k in _NOISE)
+    repeated = []
+    for table in ("collectives", "progress"):
+        if {"input_id", "line_no"} <= set(store.columns(table)) and {"input_id", "line_no"} <= set(store.columns("events")):
+            repeated.append(f"EXISTS (SELECT 1 FROM {table} x WHERE x.input_id = e.input_id AND x.line_no = e.line_no)")
+    sql = (f"SELECT {store.base('events')}, epoch_us(ts), {c('kind')}, {c('level')}, "
+           f"coalesce({c('message')}, {c('detail')}, {c('kind')}), {' OR '.join(repeated) or 'FALSE'} FROM events e "
+           f"WHERE ts IS NOT NULL AND coalesce({c('kind')}, '') NOT IN ({noise}) ORDER BY e.rowid")
+    return [Entry(us, r, n, event_kind(kind, level), f"{kind}: {text}", i, ln, source="repeated" if rep else "")
+            for r, n, i, ln, us, kind, level, text, rep in store.rows(sql)]
+
+
+def exits(store: Store) -> list[Entry]:
+    """Process exits with a time: an error where the code is not 0."""
+    if not store.timed("exits", "time"):
+        return []
+    c = lambda name, cast="": store.col("exits", name, cast)  # noqa: E731
+    sql = (f"SELECT {store.base('exits')}, epoch_us(time), {c('exitcode', 'BIGINT')}, {c('signal')}, "
+           f"{c('root_cause', 'BOOLEAN')} FROM exits WHERE time IS NOT NULL")
+    return [Entry(us, r, n, "error" if code not in (None, 0) else "event",
+                  f"process exit code {code}" + (f" ({sig})" if sig else ""), i, ln,
+                  more=", root cause" if root else "")
+            for r, n, i, ln, us, code, sig, root in store.rows(sql)]
+
+
+def _pid_ranks(store: Store) -> dict[int, int]:
+    if not {"pid", "rank"} <= set(store.columns("ranks")):
+        return {}
+    return dict(store.rows("SELECT pid, min(rank) FROM ranks WHERE pid IS NOT NULL GROUP BY pid"))
+
+
+def agent(store: Store) -> list[Entry]:
+    """torchrun's lines, on the rank whose worker pid they name (``source`` "worker"), else on
+    their node: a failure is an error, workers being closed a warning (a consequence, not the
+    fault), the start an init. ``source`` "failure" where the line reports a failure."""
+    if not store.timed("agent"):
+        return []
+    c = lambda name, cast="": store.col("agent", name, cast)  # noqa: E731
+    sql = (f"SELECT {store.base('agent')}, epoch_us(ts), {c('kind')}, {c('signal')}, {c('exitcode', 'BIGINT')}, "
+           f"{c('pid', 'BIGINT')} FROM agent WHERE ts IS NOT NULL AND coalesce({c('kind')}, '') <> 'launch_config'")
+    pid_rank = _pid_ranks(store)
+    out = []
+    for r, n, i, ln, us, kind, sig, code, pid in store.rows(sql):
+        kind = (kind or "").lower()
+        text = f"torchrun: {words(kind, 'agent')}" + (f" ({sig})" if sig else "")
+        more = "".join(b for b in (f", exit {code}" if code is not None else "",
+                                   f", pid {pid}" if pid is not None else ""))
+        if _BANNER.search(kind) or _INIT.search(kind):
+            mk = "init"
+        elif "closing" in kind:
+            mk = "warning"
+        else:
+            mk = "error" if (sig or code not in (None, 0)) else "event"
+        worker = pid_rank.get(pid) if pid is not None else None
+        failure = bool(_JOB_FAILURE.search(kind) or sig)
+        out.append(Entry(us, worker if worker is not None else r, n, mk, text, i, ln, more,
+                         "failure" if failure else ""))
+    return out
+
+
+def slurm(store: Store) -> list[Entry]:
+    """The scheduler's lines: an error where one reports a failure (``source`` "failure")."""
+    if not store.timed("slurm"):
+        return []
+    c = lambda name, cast="": store.col("slurm", name, cast)  # noqa: E731
+    sql = (f"SELECT {store.base('slurm')}, epoch_us(ts), {c('kind')}, {c('reason')}, {c('job_id')} "
+           f"FROM slurm WHERE ts IS NOT NULL")
+    out = []
+    for r, n, i, ln, us, kind, reason, job in store.rows(sql):
+        kind = (kind or "").lower()
+        failure = bool(_JOB_FAILURE.search(kind))
+        text = f"slurm: {words(kind, 'slurm')}" + (f" ({reason})" if reason else "")
+        out.append(Entry(us, r, n, "error" if failure else "event", text, i, ln,
+                         f", job {job}" if job else "", "failure" if failure else ""))
+    return out
+
+
+def iterations(store: Store) -> list[Entry]:
+    """Logged training (and validation) steps, with loss, grad norm and step time."""
+    if not store.timed("iterations"):
+        return []
+    c = lambda name, cast="": store.col("iterations", name, cast)  # noqa: E731
+    sql = (f"SELECT {store.base('iterations')}, epoch_us(ts) AS us, "
+           f"concat('iteration ', coalesce({c('iteration', 'VARCHAR')}, '?'), "
+           f"CASE WHEN {c('validation', 'BOOLEAN')} THEN ' (validation)' ELSE '' END, "
+           f"CASE WHEN {c('lm_loss', 'DOUBLE')} IS NOT NULL THEN concat(', loss ', round({c('lm_loss', 'DOUBLE')}, 4)) ELSE '' END, "
+           f"CASE WHEN {c('grad_norm', 'DOUBLE')} IS NOT NULL THEN concat(', grad norm ', round({c('grad_norm', 'DOUBLE')}, 3)) ELSE '' END, "
+           f"CASE WHEN {c('elapsed_ms', 'DOUBLE')} IS NOT NULL THEN concat(', ', round({c('elapsed_ms', 'DOUBLE')} / 1000, 2), ' s/step') ELSE '' END) "
+           f"FROM iterations WHERE ts IS NOT NULL")
+    return [Entry(us, r, n, "iteration", text, i, ln) for r, n, i, ln, us, text in store.rows(sql)]
+
+
+def steps_times(store: Store) -> list[tuple[datetime, int | None]]:
+    """(time, iteration) of the training steps (not validation), in time order."""
+    if not store.timed("iterations"):
+        return []
+    c = lambda name, cast="": store.col("iterations", name, cast)  # noqa: E731
+    return store.rows(f"SELECT DISTINCT ts, {c('iteration', 'BIGINT')} AS it FROM iterations WHERE ts IS NOT NULL "
+                      f"AND NOT coalesce({c('validation', 'BOOLEAN')}, false) ORDER BY ts")
+
+
+def progress(store: Store) -> list[Entry]:
+    """The c10d status lines where a rank's counters of a process group moved (or its first
+    line), and the watchdog's failure and dump-signal lines; unchanged periodic lines only count
+    for the last line."""
+    if not store.timed("progress") or not {"last_enqueued", "last_completed"} <= set(store.columns("progress")):
+        return []
+    c = lambda name, cast="": store.col("progress", name, cast)  # noqa: E731
+    sql = f"""
+        WITH p AS (
+            SELECT {store.base('progress')}, ts, {c('kind')} AS kind, {pg_sql(store, 'progress')} AS pg,
+                   last_enqueued AS enq, last_completed AS comp, {c('failing_seq', 'BIGINT')} AS failing,
+                   {c('detector_rank', 'BIGINT')} AS detector,
+                   lag(last_enqueued) OVER w AS prev_enq, lag(last_completed) OVER w AS prev_comp
+            FROM progress WHERE ts IS NOT NULL
+            WINDOW w AS (PARTITION BY {c('rank')}, {c('node')}, {c('attempt')}, pg ORDER BY ts, {c('line_no')}))
+        SELECT rank, node, input_id, line_no, epoch_us(ts), kind, pg, enq, comp, failing, detector FROM p
+        WHERE kind IN ('pg_status', 'dump_signal') OR prev_enq IS NULL
+           OR prev_enq IS DISTINCT FROM enq OR prev_comp IS DISTINCT FROM comp"""
+    out = []
+    for r, n, i, ln, us, kind, pg, enq, comp, failing, detector in store.rows(sql):
+        if kind == "pg_status":
+            mk, text = "timeout", watchdog_failure_text(pg, failing)
+        elif kind == "dump_signal":
+            mk, text = "warning", dump_signal_text(pg, detector)
+        else:
+            mk = "collective"
+            state = (f"waiting in #{comp + 1}" if enq is not None and comp is not None and enq > comp
+                     else "nothing in flight")
+            text = f"{pg}: last enqueued #{enq}, last completed #{comp} ({state})"
+        out.append(Entry(us, r, n, mk, text, i, ln))
+    return out
+
+
+def in_flight(store: Store) -> list[tuple]:
+    """(rank, node, start_us, end_us) as logged where a process group of the rank had work
+    enqueued but not completed: from one c10d status line to the next of the same group (the
+    state holds between lines)."""
+    cols = store.columns("progress")
+    if not store.timed("progress") or not {"last_enqueued", "last_completed", "rank"} <= set(cols):
+        return []
+    c = lambda name, cast="": store.col("progress", name, cast)  # noqa: E731
+    return store.rows(f"""
+        SELECT rank, node, us, coalesce(next_us, us) FROM (
+            SELECT rank, {c('node')} AS node, epoch_us(ts) AS us, last_enqueued > last_completed AS busy,
+                   lead(epoch_us(ts)) OVER (PARTITION BY rank, {c('node')}, {c('attempt')}, {pg_sql(store, 'progress')}
+                                            ORDER BY ts, {c('line_no')}) AS next_us
+            FROM progress WHERE ts IS NOT NULL AND rank IS NOT NULL)
+        WHERE busy""")
+
+
+def progress_states(store: Store, ranks: list[int], lo: datetime, hi: datetime) -> list[tuple]:
+    """(rank, t0, t1, state) between two c10d status lines of one process group of these ranks
+    that overlap [lo, hi] (times as logged): 3 the completed counter moved, 2 it did not and
+    work was in flight, 1 nothing in flight."""
+    if not ranks or not store.timed("progress") or \
+            not {"rank", "last_enqueued", "last_completed"} <= set(store.columns("progress")):
+        return []
+    return store.rows(f"""
+        SELECT rank, t0, t1, CASE WHEN comp > prev_comp THEN 3 WHEN enq > comp THEN 2 ELSE 1 END AS state FROM (
+            SELECT rank, ts AS t1, last_enqueued AS enq, last_completed AS comp,
+                   lag(ts) OVER w AS t0, lag(last_completed) OVER w AS prev_comp
+            FROM progress WHERE ts IS NOT NULL AND list_contains(?, rank)
+                AND ts BETWEEN ?::TIMESTAMP - INTERVAL 2 HOUR AND ?::TIMESTAMP + INTERVAL 2 HOUR
+            WINDOW w AS (PARTITION BY rank, {pg_sql(store, 'progress')} ORDER BY ts))
+        WHERE t0 IS NOT NULL AND t1 >= ?::TIMESTAMP AND t0 <= ?::TIMESTAMP""", [ranks, lo, hi, lo, hi])
+
+
+def last_advance(store: Store, until: datetime) -> datetime | None:
+    """The last c10d status line, at or before ``until``, whose completed counter had moved since
+    the line before it (of the same rank and process group)."""
+    if not store.timed("progress") or not {"rank", "last_completed"} <= set(store.columns("progress")):
+        return None
+    # per group, the first line that shows its final completed count (counters only grow): one
+    # aggregate, not a window over what can be millions of status lines
+    rows = store.rows(f"""
+        SELECT max(t) AS t FROM (
+            SELECT arg_min(ts, struct_pack(c := -last_completed, ts := ts)) AS t,
+                   min(last_completed) < max(last_completed) AS moved
+            FROM progress WHERE ts IS NOT NULL AND last_completed IS NOT NULL AND ts <= ?::TIMESTAMP
+            GROUP BY rank, {pg_sql(store, 'progress')}) WHERE moved""", [until])
+    return rows[0][0] if rows else None
+
+
+def collectives(store: Store) -> list[Entry]:
+    """Watchdog timeouts, Flight Recorder entries and NCCL COLL lines, where the table has a time
+    (profiler kernels are not collectives of the log)."""
+    cols = store.columns("collectives")
+    clocks = [c for c in ("ts", "time_started", "time_created", "time_completed")
+              if cols.get(c, "").upper().startswith("TIMESTAMP")]
+    if not clocks:
+        return []
+    c = lambda name, cast="": store.col("collectives", name, cast)  # noqa: E731
+    when = "coalesce(" + ", ".join(clocks) + ")"
+    sql = (f"SELECT {store.base('collectives')}, epoch_us({when}), {c('kind')}, {c('op')}, {c('seq', 'BIGINT')}, "
+           f"{pg_sql(store, 'collectives')}, {c('state')}, {c('ran_for_ms', 'DOUBLE')} "
+           f"FROM collectives WHERE {when} IS NOT NULL "
+           f"AND coalesce({c('kind')}, '') NOT IN ('nsys_kernel', 'kineto_kernel', 'profile_kernel')")
+    out = []
+    for r, n, i, ln, us, kind, op, seq, pg, state, ran in store.rows(sql):
+        kind = kind or "collective"
+        bits = [kind.replace("_", " "), (op or "").upper(), f"#{seq}" if seq is not None else "", f"on {pg}",
+                f"({state})" if state else "", f"ran for {ran / 1000:g} s" if ran is not None else ""]
+        out.append(Entry(us, r, n, "timeout" if "timeout" in kind else "collective", " ".join(b for b in bits if b),
+                         i, ln))
+    return out
+
+
+def collective_timing(store: Store) -> list[Entry]:
+    """Profiler collectives (nsys, Kineto): arrival skew and bus bandwidth per rank."""
+    if not store.timed("collective_timing", "start"):
+        return []
+    c = lambda name, cast="": store.col("collective_timing", name, cast)  # noqa: E731
+    sql = (f"SELECT {c('rank', 'BIGINT')}, epoch_us(start), {c('op')}, {c('coll_index', 'BIGINT')}, {c('pg')}, "
+           f"{c('skew_ns', 'BIGINT')}, {c('busbw_gbyte_s', 'DOUBLE')}, {c('input_id', 'BIGINT')}, {c('source')} "
+           f"FROM collective_timing WHERE start IS NOT NULL")
+    out = []
+    for r, us, op, idx, pg, skew, busbw, i, src in store.rows(sql):
+        bits = [f"profile {(op or '?')} #{idx}", f"on {pg}" if pg else "",
+                f"arrived {skew / 1e6:.3g} ms after the first" if skew is not None else "",
+                f"busbw {busbw:.3g} GB/s" if busbw is not None else "", f"({src})" if src else ""]
+        out.append(Entry(us, r, None, "collective", " ".join(b for b in bits if b), i, None))
+    return out
+
+
+def last_lines(store: Store) -> list[Entry]:
+    """Each rank's latest timestamped row of its log tables; ``more`` is the text of that line."""
+    parts = [f"SELECT rank::BIGINT AS rank, {store.col(t, 'node')} AS node, ts, "
+             f"{store.col(t, 'input_id', 'BIGINT')} AS input_id, {store.col(t, 'line_no', 'BIGINT')} AS line_no "
+             f"FROM {t} WHERE ts IS NOT NULL AND rank IS NOT NULL"
+             for t in _LAST_TABLES if store.timed(t) and "rank" in store.columns(t)]
+    if not parts:
+        return []
+    stored = {"text", "input_id", "line_no"} <= set(store.columns("lines"))
+    text = "l.text" if stored else "NULL"
+    join = "LEFT JOIN lines l USING (input_id, line_no)" if stored else ""
+    sql = f"""
+        WITH a AS ({' UNION ALL '.join(parts)}),
+        b AS (SELECT *, row_number() OVER (PARTITION BY rank ORDER BY ts DESC, input_id DESC NULLS LAST,
+                                           line_no DESC NULLS LAST) AS k FROM a)
+        SELECT b.rank, b.node, epoch_us(b.ts), {text}, b.input_id, b.line_no FROM b {join} WHERE b.k = 1"""
+    return [Entry(us, r, n, "last", "its last timestamped line", i, ln,
+                  ": " + (t if t is not None else "(text not stored)"))
+            for r, n, us, t, i, ln in store.rows(sql)]
+
+
+def node_events(store: Store, clock: Clock | None = None) -> list[Entry]:
+    """Kernel-log events with a time, on the logs' common clock (``ts_utc`` already is; a bare
+    ``ts`` less the node's offset); context rows left out. ``kind`` is the event's own kind
+    (xid, link_down, ...); the rank is the one of the GPU it names, or of the process it names
+    (the OOM killer's victim); ``more`` is the kernel's message."""
+    cols = store.columns("node_events")
+    clocks = [c for c in ("ts_utc", "ts") if store.timed("node_events", c)]
+    if not clocks:
+        return []
+    clock = clock or Clock(store)
+    c = lambda name, cast="": store.col("node_events", name, cast)  # noqa: E731
+    skip = node_context_sql()
+    when = f"coalesce({', '.join(clocks)})"
+    utc = "ts_utc IS NOT NULL" if "ts_utc" in clocks else "FALSE"
+    sql = (f"SELECT {c('global_rank', 'BIGINT')}, coalesce({c('node')}, {c('host')}), epoch_us({when}), {utc}, "
+           f"{c('kind')}, {c('code')}, {c('meaning')}, {c('device')}, {c('pid', 'BIGINT')}, {c('message')}, "
+           f"{c('input_id', 'BIGINT')}, {c('line_no', 'BIGINT')} FROM node_events "
+           f"WHERE {when} IS NOT NULL AND coalesce({c('kind')}, '') NOT IN ({skip})")
+    by_pid = {}
+    if {"pid", "node", "rank"} <= set(store.columns("ranks")) and "pid" in cols:
+        by_pid = {(n, p): r for r, n, p in store.rows("SELECT rank, node, pid FROM ranks WHERE pid IS NOT NULL "
+                                                        "AND rank IS NOT NULL")}
+    out = []
+    for r, n, us, is_utc, kind, code, meaning, device, pid, message, i, ln in store.rows(sql):
+        if r is None and pid is not None:
+            r = by_pid.get((n, pid))
+        out.append(Entry(us if is_utc else clock.us(us, n), r, n, kind or "node",
+                         node_event_text(kind, code, meaning, device), i, ln, f": {message}" if message else ""))
+    return out
+
+
+# --- the moments -------------------------------------------------------------------------------
+
+def failure_marks(store: Store) -> list[Entry]:
+    """What the HTML picture marks and ``Moments`` looks through: the ranks' timeouts, errors and
+    warnings (``events``: banners and inits are no mark; ``exits`` that are not 0), the launcher's
+    and the scheduler's failures (kind "job", on no rank), every rank's last line."""
+    out = [m for m in events(store) if m.kind in ("timeout", "error", "warning")]
+    out += [m for m in exits(store) if m.kind == "error"]
+    out += [Entry(m.us, None, m.node, "job", m.text, source=m.source)
+            for m in agent(store) + slurm(store) if m.source == "failure"]
+    return out + last_lines(store)
+
+
+def first_mark(marks: list[Entry], kinds: tuple[str, ...]) -> Entry | None:
+    found = [m for m in marks if m.kind in kinds]
+    return min(found, key=lambda m: (m.us, m.rank if m.rank is not None else -1)) if found else None
+
+
+class Moments:
+    """The times the HTML report's per-rank picture centres on, also the TUI's go-to keys
+    (Timeline and Logs): ``first_failure``, the first timeout or error of a rank (an ``Entry``, or
+    None); ``hang_start``, the last sign of progress before the job stood still (None when it did
+    not: no stall longer than two minutes or three steps before the first failure or the end of
+    the logs); ``last_step`` (time, iteration) at or before then; ``last_advance``, the last c10d
+    status line whose completed counter had moved; ``step_s``, the median step time; ``end`` and
+    ``first_log``, the logs' bounds."""
+
+    def __init__(self, first_failure, hang_start, last_step, last_advance, step_s, end, first_log):
+        self.first_failure, self.hang_start, self.last_step = first_failure, hang_start, last_step
+        self.last_advance, self.step_s, self.end, self.first_log = last_advance, step_s, end, first_log
+
+    @property
+    def anchor(self) -> datetime:
+        """Where the picture centres: the hang's start, else the first failure, else the last step."""
+        fail_ts = self.first_failure.ts if self.first_failure else None
+        return self.hang_start or fail_ts or (self.last_step[0] if self.last_step else self.end)
+
+
+def moments(source, marks: list[Entry] | None = None, steps: list | None = None) -> Moments | None:
+    """The run's ``Moments`` (None when nothing has a time); ``source`` a ``Run`` (the logs'
+    bounds come from ``postmortem.analyzer.timeline``); ``marks`` and ``steps`` when the caller
+    has read them already (``failure_marks``, ``steps_times``)."""
+    from postmortem.analyzer.timeline import log_bounds
+
+    store = store_of(source, quiet=True)
+    marks = failure_marks(store) if marks is None else marks
+    steps = steps_times(store) if steps is None else steps
+    if not marks and not steps:
+        return None
+    first_info, end_info = log_bounds(source)
+    end = end_info["ts"] if end_info else max([m.ts for m in marks] + [t for t, _ in steps])
+    first_fail = first_mark(marks, ("timeout", "error"))
+    step_times = [t for t, _ in steps]
+    step_s = None
+    if len(step_times) >= 3:
+        gaps = sorted((b - a).total_seconds() for a, b in zip(step_times, step_times[1:]))
+        step_s = gaps[len(gaps) // 2] or None
+    until = first_fail.ts if first_fail else end
+    before = [s for s in steps if s[0] <= until]
+    last_step = before[-1] if before else None
+    # the hang began when the last sign of progress was seen: the last step, or later the last
+    # status line whose completed counter had moved (steps are logged every minute or two)
+    moved = last_advance(store, until)
+    start = max([t for t in (last_step[0] if last_step else None, moved) if t is not None], default=None)
+    stall = (until - start).total_seconds() if start else 0.0
+    hung = start is not None and stall > max(120.0, 3 * (step_s or 0))
+    return Moments(first_fail, start if hung else None, last_step, moved, step_s, end,
+                   first_info["ts"] if first_info else None)
