@@ -348,7 +348,7 @@ def steps_times(store: Store) -> list[tuple[datetime, int | None]]:
         return []
     c = lambda name, cast="": store.col("iterations", name, cast)  # noqa: E731
     return store.rows(f"SELECT DISTINCT ts, {c('iteration', 'BIGINT')} AS it FROM iterations WHERE ts IS NOT NULL "
-                      f"AND NOT coalesce({c('validation', 'BOOLEAN')}, false) ORDER BY ts")
+                      f"AND NOT coalesce({c('validation', 'BOOLEAN')}, false) ORDER BY ts, it")   # a tie (two steps logged in one second): the same picture every run
 
 
 def progress(store: Store) -> list[Entry]:
