@@ -1,6 +1,7 @@
 """Benchmark: ingest speed and memory against a plain scan and a per-line Python parser (issue 11).
 
     python -m bench.ingest_bench --ranks 8,64 [--coll] [--nsys] [--iterations 40] [--repeats 1]
+                                 [--case plain-1024,coll-64-871MB,c10d-535MB]
                                  [--json FILE] [--keep DIR] [--compare OLD.json] [--no-baseline]
 
 For each size, generates a deadlock run with ``postmortem.generator`` (8 GPUs per node, watchdog
@@ -8,7 +9,11 @@ timeouts, periodic c10d work updates during a 30-minute hang, py-spy dumps; ``--
 ``COLL`` to ``NCCL_DEBUG_SUBSYS`` and writes the COLL line of every collective of every iteration
 (``RunSpec.coll_trace``: ~18 kB per rank per iteration, 1,024 ranks x ~105 iterations is ~2 GB),
 ``--nsys`` writes an Nsight Systems SQLite export per rank),
-reads every file once so that the page cache is warm, then measures in the same run:
+``--case`` adds named cases (``CASES``) beside the ``--ranks`` sizes: ``plain-1024`` (1,024
+ranks, 40 iterations, no COLL: the many-small-files run), ``coll-64-871MB`` (64 ranks with the
+COLL trace of 742 iterations, about 871 MB) and ``c10d-535MB`` (one 535 MB training stderr of
+c10d work updates and iteration lines, ``bench.memory_bench.write_plain``: a single large log).
+Each reads every file once so that the page cache is warm, then measures in the same run:
 
 * the scan floor: ``LC_ALL=C grep -rc "" DIR`` (the best of three);
 * our ingest, ``postmortem.analyzer.pipeline.analyze([DIR])`` (in-memory store), and then, separately,
@@ -16,7 +21,9 @@ reads every file once so that the page cache is warm, then measures in the same 
   run under ``/usr/bin/time -v``: its peak RSS is the peak of ingest + report (plus the
   interpreter and imports; the import time is measured and left out of the times);
 * ``bench.lineparser_baseline`` (per-line ``re.match`` + row dicts + DuckDB), in its own child
-  process, its peak RSS measured the same way.
+  process, its peak RSS measured the same way;
+* lnav as a peer, only when ``lnav`` is on PATH: ``lnav -n -q -r DIR`` (headless, every file
+  loaded and indexed, nothing printed), best of ``--repeats``; "-" otherwise.
 
 Times are the best of ``--repeats`` (each repeat a fresh child process). Prints a table per size
 and writes every number, with the machine (cores, memory, Python/Polars/DuckDB versions, the
@@ -40,14 +47,36 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 GPUS_PER_NODE = 8
 TIME_BIN = "/usr/bin/time"
 SCHEMA = "postmortem-ingest-bench/1"
 # Numbers a --compare divides (new / old); lower is better for all of them.
-COMPARED = ("ingest_s", "report_s", "grep_s", "baseline_s", "peak_rss_mib", "peak_rss_all_mib",
+COMPARED = ("ingest_s", "report_s", "grep_s", "baseline_s", "lnav_s", "peak_rss_mib", "peak_rss_all_mib",
             "baseline_peak_rss_mib")
+
+
+@dataclass(frozen=True)
+class Case:
+    """One bench input: a generated run (``ranks``, ``iterations``, COLL, nsys), or, with
+    ``single_log_bytes``, one training stderr of that size (``bench.memory_bench.write_plain``)."""
+    key: str
+    ranks: int
+    iterations: int = 40
+    coll: bool = False
+    nsys: bool = False
+    single_log_bytes: int = 0
+
+
+# The sizes issue 26 measures and the --ranks sizes do not reach: many small files, a long COLL
+# trace (18.3 kB per rank per iteration: 742 iterations of 64 ranks are about 871 MB), one large log.
+CASES = {case.key: case for case in (
+    Case("plain-1024", ranks=1024),
+    Case("coll-64-871MB", ranks=64, iterations=742, coll=True),
+    Case("c10d-535MB", ranks=1, single_log_bytes=535_000_000),
+)}
 
 
 # -- the run ---------------------------------------------------------------------------------------
@@ -75,20 +104,34 @@ def run_key(ranks: int, coll: bool, nsys: bool) -> str:
     return f"{ranks}r" + ("-coll" if coll else "") + ("-nsys" if nsys else "")
 
 
-def generate(out: Path, spec) -> tuple[float, bool]:
-    """Write the run into ``out`` unless the same spec is there already; (seconds, reused)."""
+def case_spec(case: Case) -> dict:
+    """What ``case`` writes, as the row's ``spec`` and the reuse stamp compare it."""
     from dataclasses import asdict
 
-    from postmortem.generator import generate_run
+    if case.single_log_bytes:
+        return {"single_log_bytes": case.single_log_bytes, "writer": "bench.memory_bench.write_plain"}
+    spec = spec_for(case.ranks, case.iterations, case.coll, case.nsys)
+    return {k: v for k, v in asdict(spec).items() if v not in (None, {}, [])}
 
+
+def generate(out: Path, case: Case) -> tuple[float, bool]:
+    """Write the case's input into ``out`` unless the same spec is there already; (seconds, reused)."""
     stamp = out.parent / (out.name + ".spec.json")   # outside the run: no reader sees it
-    wanted = json.dumps(asdict(spec), sort_keys=True, default=str)
+    wanted = json.dumps(case_spec(case), sort_keys=True, default=str)
     if stamp.is_file() and stamp.read_text() == wanted:
         return 0.0, True
     if out.exists():
         shutil.rmtree(out)
     t = time.perf_counter()
-    generate_run(out, spec)
+    if case.single_log_bytes:
+        from bench.memory_bench import write_plain
+
+        out.mkdir(parents=True)
+        write_plain(out / "stderr.log", case.single_log_bytes)
+    else:
+        from postmortem.generator import generate_run
+
+        generate_run(out, spec_for(case.ranks, case.iterations, case.coll, case.nsys))
     elapsed = time.perf_counter() - t
     stamp.write_text(wanted)
     return elapsed, False
@@ -145,6 +188,23 @@ def measure_grep(run_dir: Path, repeats: int = 3) -> tuple[float, int]:
         if count.isdigit() and not is_binary(path):
             counted += int(count)
     return best, counted
+
+
+def measure_lnav(run_dir: Path, repeats: int = 1) -> float | None:
+    """Best-of-``repeats`` seconds of lnav loading and indexing every file of ``run_dir``
+    headless (``lnav -n -q -r DIR``); None when no ``lnav`` is on PATH."""
+    lnav = shutil.which("lnav")
+    if lnav is None:
+        return None
+    best = float("inf")
+    for _ in range(max(1, repeats)):
+        t = time.perf_counter()
+        proc = subprocess.run([lnav, "-n", "-q", "-r", str(run_dir)], capture_output=True, text=True,
+                              errors="replace")
+        best = min(best, time.perf_counter() - t)
+        if proc.returncode != 0:
+            raise RuntimeError(f"lnav failed (exit {proc.returncode}): {proc.stderr.strip()[-2000:]}")
+    return best
 
 
 def _child(mode: str, run_dir: Path) -> dict:
@@ -227,18 +287,16 @@ def _best(results: list[dict], key: str) -> dict:
     return min(results, key=lambda r: r[key])
 
 
-def bench_one(run_dir: Path, ranks: int, iterations: int, coll: bool, nsys: bool, repeats: int,
-              baseline: bool = True, log=print) -> dict:
-    from dataclasses import asdict
-
-    spec = spec_for(ranks, iterations, coll, nsys)
-    log(f"[{run_key(ranks, coll, nsys)}] generating {run_dir} ...")
-    gen_s, reused = generate(run_dir, spec)
-    row: dict = {"key": run_key(ranks, coll, nsys), "ranks": ranks, "coll": coll, "nsys": nsys,
-                 "iterations": iterations, "generate_s": round(gen_s, 2), "generated_reused": reused,
-                 "spec": {k: v for k, v in asdict(spec).items() if v not in (None, {}, [])}}
+def bench_one(run_dir: Path, case: Case, repeats: int, baseline: bool = True, log=print) -> dict:
+    log(f"[{case.key}] generating {run_dir} ...")
+    gen_s, reused = generate(run_dir, case)
+    row: dict = {"key": case.key, "ranks": case.ranks, "coll": case.coll, "nsys": case.nsys,
+                 "iterations": None if case.single_log_bytes else case.iterations,
+                 "single_log_bytes": case.single_log_bytes or None,
+                 "generate_s": round(gen_s, 2), "generated_reused": reused, "spec": case_spec(case)}
     row.update(census(run_dir))           # also reads every file once: the page cache is warm from here on
     row["grep_s"], row["grep_lines"] = measure_grep(run_dir)
+    row["lnav_s"] = measure_lnav(run_dir, repeats)
     log(f"[{row['key']}] {row['files']} files, {row['mb']} MB, {row['lines']} lines; ingest ...")
     runs = [_child("ingest", run_dir) for _ in range(max(1, repeats))]
     best = _best(runs, "ingest_s")
@@ -262,6 +320,7 @@ def bench_one(run_dir: Path, ranks: int, iterations: int, coll: bool, nsys: bool
     row["mb_per_s"] = row["bytes"] / 1e6 / row["ingest_s"]
     row["lines_per_s"] = row["lines"] / row["ingest_s"]
     row["ratio_ingest_grep"] = row["ingest_s"] / row["grep_s"]
+    row["ratio_lnav_ingest"] = row["lnav_s"] / row["ingest_s"] if row["lnav_s"] else None
     if baseline:
         log(f"[{row['key']}] per-line baseline ...")
         bruns = [_child("baseline", run_dir) for _ in range(max(1, repeats))]
@@ -348,7 +407,8 @@ def _fmt(value, digits=3) -> str:
 TABLE = [("files", "files", 0), ("MB", "mb", 2), ("lines", "lines", 0), ("grep -c s", "grep_s", 4),
          ("ingest s", "ingest_s", 3), ("MB/s", "mb_per_s", 2), ("lines/s", "lines_per_s", 0),
          ("ingest/grep", "ratio_ingest_grep", 1), ("baseline s", "baseline_s", 3),
-         ("baseline/ingest", "ratio_baseline_ingest", 2), ("report s", "report_s", 3),
+         ("baseline/ingest", "ratio_baseline_ingest", 2), ("lnav s", "lnav_s", 3),
+         ("lnav/ingest", "ratio_lnav_ingest", 2), ("report s", "report_s", 3),
          ("ingest+report s", "ingest_report_s", 3), ("2nd report s (cache)", "second_report_s", 3),
          ("2nd / 1st", "ratio_second_first", 3), ("workers", "workers", 0), ("peak RSS MiB", "peak_rss_mib", 1),
          ("worker peak RSS MiB", "worker_peak_rss_mib", 1), ("RSS all at once ≤ MiB", "peak_rss_all_mib", 1),
@@ -356,9 +416,10 @@ TABLE = [("files", "files", 0), ("MB", "mb", 2), ("lines", "lines", 0), ("grep -
 
 
 def format_row(row: dict) -> str:
-    head = f"== {row['key']}: {row['ranks']} ranks, {row['iterations']} iterations" + \
-           (", COLL" if row["coll"] else "") + (", nsys exports" if row["nsys"] else "") + \
-           f" (best of {row['repeats']}; grep best of 3)"
+    what = f"one {row['mb']:,.0f} MB training log" if row.get("single_log_bytes") else \
+        f"{row['ranks']} ranks, {row['iterations']} iterations"
+    head = f"== {row['key']}: {what}" + (", COLL" if row["coll"] else "") + \
+           (", nsys exports" if row["nsys"] else "") + f" (best of {row['repeats']}; grep best of 3)"
     width = max(len(label) for label, _, _ in TABLE)
     body = [f"  {label:<{width}}  {_fmt(row.get(key), digits)}" for label, key, digits in TABLE]
     if row.get("binary_files"):
@@ -404,12 +465,21 @@ def parse_ranks(text: str) -> list[int]:
     return ranks
 
 
+def parse_cases(text: str) -> list[Case]:
+    names = [x.strip() for x in text.split(",") if x.strip()]
+    unknown = [n for n in names if n not in CASES]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"--case takes a comma list of {', '.join(CASES)}; got {text!r}")
+    return [CASES[n] for n in names]
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--child"]:
         return child_main(*argv[1:4])
     p = argparse.ArgumentParser(prog="python -m bench.ingest_bench", description=__doc__.splitlines()[0])
-    p.add_argument("--ranks", type=parse_ranks, default=[8, 64], help="comma-separated world sizes (default 8,64)")
+    p.add_argument("--ranks", type=parse_ranks, help="comma-separated world sizes (default 8,64 without --case)")
+    p.add_argument("--case", type=parse_cases, default=[], help=f"comma list of named cases: {', '.join(CASES)}")
     p.add_argument("--iterations", type=int, default=40, help="training iterations before the hang (default 40)")
     p.add_argument("--coll", action="store_true", help="NCCL_DEBUG_SUBSYS with COLL and a COLL line for every collective (RunSpec.coll_trace)")
     p.add_argument("--nsys", action="store_true", help="an nsys SQLite export of every rank")
@@ -419,17 +489,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--keep", type=Path, help="generate runs into DIR/<key> and keep them (reused when the spec matches)")
     p.add_argument("--compare", type=Path, metavar="OLD.json", help="print new/old per size against an earlier --json")
     a = p.parse_args(argv)
+    if a.ranks is None:
+        a.ranks = [] if a.case else [8, 64]
+    cases = [Case(run_key(r, a.coll, a.nsys), r, a.iterations, a.coll, a.nsys) for r in a.ranks] + a.case
     old = json.loads(a.compare.read_text()) if a.compare else None
     root = a.keep or Path(tempfile.mkdtemp(prefix="ingest_bench_runs_"))
     root.mkdir(parents=True, exist_ok=True)
     result = {"schema": SCHEMA, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine_info(),
-              "args": {"ranks": a.ranks, "iterations": a.iterations, "coll": a.coll, "nsys": a.nsys,
-                       "repeats": a.repeats, "baseline": not a.no_baseline}, "runs": []}
+              "args": {"ranks": a.ranks, "cases": [c.key for c in a.case], "iterations": a.iterations,
+                       "coll": a.coll, "nsys": a.nsys, "repeats": a.repeats, "baseline": not a.no_baseline,
+                       "lnav": shutil.which("lnav")}, "runs": []}
     log = lambda msg: print(msg, file=sys.stderr, flush=True)   # noqa: E731
     try:
-        for ranks in a.ranks:
-            run_dir = root / run_key(ranks, a.coll, a.nsys)
-            row = bench_one(run_dir, ranks, a.iterations, a.coll, a.nsys, a.repeats, not a.no_baseline, log)
+        for case in cases:
+            row = bench_one(root / case.key, case, a.repeats, not a.no_baseline, log)
             result["runs"].append(row)
             a.json.write_text(json.dumps(result, indent=2, sort_keys=True, default=str) + "\n")
             print(format_row(row), flush=True)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +20,8 @@ FIELDS = {"key", "ranks", "coll", "nsys", "iterations", "generate_s", "generated
           "binary_files", "bytes", "text_bytes", "mb", "lines", "grep_s", "grep_lines", "ingest_s", "report_s",
           "ingest_report_s", "peak_rss_mib", "peak_rss_source", "import_s", "store_lines", "verdict", "findings",
           "stage_timings", "mb_per_s", "lines_per_s", "ratio_ingest_grep", "baseline_s", "baseline_rows",
-          "baseline_peak_rss_mib", "ratio_baseline_ingest", "repeats"}
+          "baseline_peak_rss_mib", "ratio_baseline_ingest", "repeats", "lnav_s", "ratio_lnav_ingest",
+          "single_log_bytes"}
 
 
 def _wc_l(run_dir: Path) -> tuple[int, int, int, int]:
@@ -73,8 +76,11 @@ def test_json_has_every_field_with_sane_values(bench_run):
     assert row["grep_lines"] == row["lines"] == row["baseline_rows"]
     assert row["store_lines"] == row["lines"]
     assert row["verdict"]["culprit_ranks"] == [5]      # the generated deadlock's culprit (ranks // 2 + 1)
-    for label in ("ingest s", "grep -c s", "baseline/ingest", "peak RSS MiB"):
+    for label in ("ingest s", "grep -c s", "baseline/ingest", "peak RSS MiB", "lnav s"):
         assert label in stdout
+    if shutil.which("lnav") is None:      # lnav is a peer only where it is installed
+        assert row["lnav_s"] is None and row["ratio_lnav_ingest"] is None
+    assert row["single_log_bytes"] is None and result["args"]["cases"] == []
 
 
 def test_the_bench_leaves_no_cache_behind(bench_run):
@@ -125,3 +131,47 @@ def test_baseline_parser_kinds(tmp_path):
     assert kinds == ["nccl", "nccl", "c10d", "iteration", "traceback", "frame", "frame", "exception", "other"]
     assert con.execute("SELECT rank, iteration FROM lines WHERE line_no IN (3, 4) ORDER BY line_no").fetchall() == \
         [(3, None), (None, 1)]
+
+
+def test_named_cases_have_the_issue_sizes():
+    """--case names the runs issue 26 measures: many small files, a long COLL trace, one large log."""
+    cases = ingest_bench.parse_cases("plain-1024,coll-64-871MB,c10d-535MB")
+    plain, coll, single = cases
+    assert (plain.ranks, plain.coll, plain.single_log_bytes) == (1024, False, 0)
+    assert (coll.ranks, coll.coll) == (64, True) and coll.iterations > 40
+    assert (single.single_log_bytes, single.coll) == (535_000_000, False)
+    with pytest.raises(argparse.ArgumentTypeError):
+        ingest_bench.parse_cases("plain-1024,nope")
+
+
+def test_single_log_case(tmp_path, monkeypatch):
+    """A one-log case at a small size: written by memory_bench's writer, then measured like a run."""
+    monkeypatch.setenv("PATH", str(tmp_path / "no-lnav") + os.pathsep + "/usr/bin:/bin")
+    case = ingest_bench.Case("c10d-small", ranks=1, single_log_bytes=300_000)
+    row = ingest_bench.bench_one(tmp_path / case.key, case, repeats=1, baseline=True, log=lambda _: None)
+    assert [p.name for p in (tmp_path / case.key).iterdir()] == ["stderr.log"]
+    assert row["files"] == 1 and 290_000 < row["bytes"] <= 300_000
+    assert row["single_log_bytes"] == 300_000 and row["iterations"] is None
+    assert row["spec"]["writer"] == "bench.memory_bench.write_plain"
+    assert row["grep_lines"] == row["store_lines"] == row["baseline_rows"] > 1000
+    # "lines" is wc -l: the writer stops at the size, mid-line, and that last line has no newline
+    ends = (tmp_path / case.key / "stderr.log").read_bytes().endswith(b"\n")
+    assert row["lines"] == row["grep_lines"] - (0 if ends else 1)
+    assert row["lnav_s"] is None
+    assert "one 0 MB training log" in ingest_bench.format_row(row)
+    again = ingest_bench.generate(tmp_path / case.key, case)
+    assert again == (0.0, True)                # the same spec: reused
+
+
+def test_lnav_is_measured_only_when_installed(tmp_path, monkeypatch):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    assert ingest_bench.measure_lnav(run_dir) is None
+    fake = tmp_path / "bin" / "lnav"
+    fake.parent.mkdir()
+    fake.write_text(f"#!/bin/sh\nprintf '%s\\n' \"$*\" >> {tmp_path / 'args'}\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", str(fake.parent))
+    assert ingest_bench.measure_lnav(run_dir, repeats=2) > 0
+    assert (tmp_path / "args").read_text().splitlines() == [f"-n -q -r {run_dir}"] * 2
