@@ -13,10 +13,16 @@ One function per kind of row, each reading its table once:
   ``node_events`` (the kernel log);
 * ``Entry`` is their row: the time as logged (``us``), rank, node, the mark kind (``KINDS``
   of the TUI's lanes: timeout, error, warning, init, ...), ``text`` (the one wording) and
-  ``more`` (further facts that a wide view appends to it), and the log line it came from.
+  ``more`` (further facts that a wide view appends to it), and the log line it came from;
+* for a trace, which draws slices and every row it can place, whole rows as Polars frames with
+  ``t`` in epoch ns on the common clock: ``step_rows`` (with the previous step), ``progress_stretches``
+  (counters that did not move, and the watchdog's lines), ``collective_lines``, ``flight_recorder``
+  (created/completed), ``event_rows``, ``nccl_warn_rows``, ``exit_rows``, ``agent_rows``,
+  ``slurm_rows``, ``job_spans``, ``node_event_rows``, ``kernel_rows`` and ``nvtx_rows``, with
+  ``end_of_logs``, ``input_paths`` and ``job_id``.
 
-Only rows with a time of their own are read (the Perfetto export borrows a time for the rest,
-``with_time``). Clocks: ``Clock`` holds each node's offset from ``node_clocks`` (node clock
+The ``Entry`` readers take only rows with a time of their own; the frame readers borrow one
+for the rest (``with_time``: the nearest earlier timed line of the same file). Clocks: ``Clock`` holds each node's offset from ``node_clocks`` (node clock
 minus the reference); ``node_events`` are on the logs' common clock (``ts_utc``, or a bare
 ``ts`` less the node's offset), every other row keeps its time as logged, and a front end that
 draws ranks of several nodes on one axis takes the offset off (``Clock.us``).
@@ -629,6 +635,26 @@ def select(store: Store, table: str, wanted: list[str], where: str = "") -> pl.D
         return None
     cols = ", ".join(f'"{c}"' if c in have else f'NULL AS "{c}"' for c in wanted)
     return store.frame(f'SELECT {cols} FROM "{table}"' + (f" WHERE {where}" if where else ""))
+
+
+def job_id(store: Store) -> str | None:
+    """The job's id: the scheduler's record of the whole job, else of any step, else the Slurm
+    lines' (the most frequent; ties by id)."""
+    queries = []
+    if "job_id" in store.columns("job"):
+        if "step" in store.columns("job"):
+            queries.append("SELECT job_id, count(*) AS n FROM job WHERE job_id IS NOT NULL AND step IS NULL "
+                           "GROUP BY job_id ORDER BY n DESC, job_id LIMIT 1")
+        queries.append("SELECT job_id, count(*) AS n FROM job WHERE job_id IS NOT NULL GROUP BY job_id "
+                       "ORDER BY n DESC, job_id LIMIT 1")
+    if "job_id" in store.columns("slurm"):
+        queries.append("SELECT job_id, count(*) AS n FROM slurm WHERE job_id IS NOT NULL GROUP BY job_id "
+                       "ORDER BY n DESC, job_id LIMIT 1")
+    for sql in queries:
+        rows = store.rows(sql)
+        if rows:
+            return str(rows[0][0])
+    return None
 
 
 def input_paths(store: Store) -> dict[int, str]:

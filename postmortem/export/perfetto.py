@@ -19,6 +19,9 @@ NVTX ranges, and a "job" process for the scheduler). What goes in:
   job's span, kernel/Xid/NIC events (``node_events``) on the node thread;
 * profiler kernels and NVTX ranges (``kernels``, ``nvtx`` from nsys exports / Kineto traces).
 
+Every row comes from the timeline reader (``postmortem.views.timeline``: its frame readers and
+wording helpers); this module only turns rows into trace events and lays them out.
+
 Times: ``node_events.ts_utc`` where the store has it (postmortem.analyzer.clocks: zone and per-node clock
 offset applied); log times minus the node's clock offset from ``node_clocks`` (the same
 correction ts_utc carries); profiler times as recorded (UTC). Lines without a time of their
@@ -42,7 +45,7 @@ from datetime import datetime, timedelta
 
 import polars as pl
 
-from postmortem.export.common import ExportError, job_id_of
+from postmortem.export.common import ExportError
 from postmortem.views import timeline
 
 DEFAULT_WINDOW_MIN = 30.0
@@ -474,7 +477,7 @@ def perfetto(con, start: str | None = None, end: str | None = None, last_min: fl
     lo, hi = win.lo, win.hi
     paths = timeline.input_paths(store)
     rank_node = timeline.rank_nodes(store)[0]
-    job_id = job_id_of(con)
+    job_id = timeline.job_id(store)
 
     events: list[Event] = []
     for source in (_iterations, _progress, _collectives, _events, _nccl_warns, _exits, _scheduler, _node_events):
