@@ -13,10 +13,16 @@ One function per kind of row, each reading its table once:
   ``node_events`` (the kernel log);
 * ``Entry`` is their row: the time as logged (``us``), rank, node, the mark kind (``KINDS``
   of the TUI's lanes: timeout, error, warning, init, ...), ``text`` (the one wording) and
-  ``more`` (further facts that a wide view appends to it), and the log line it came from.
+  ``more`` (further facts that a wide view appends to it), and the log line it came from;
+* for a trace, which draws slices and every row it can place, whole rows as Polars frames with
+  ``t`` in epoch ns on the common clock: ``step_rows`` (with the previous step), ``progress_stretches``
+  (counters that did not move, and the watchdog's lines), ``collective_lines``, ``flight_recorder``
+  (created/completed), ``event_rows``, ``nccl_warn_rows``, ``exit_rows``, ``agent_rows``,
+  ``slurm_rows``, ``job_spans``, ``node_event_rows``, ``kernel_rows`` and ``nvtx_rows``, with
+  ``end_of_logs``, ``input_paths`` and ``job_id``.
 
-Only rows with a time of their own are read (the Perfetto export borrows a time for the rest,
-``with_time``). Clocks: ``Clock`` holds each node's offset from ``node_clocks`` (node clock
+The ``Entry`` readers take only rows with a time of their own; the frame readers borrow one
+for the rest (``with_time``: the nearest earlier timed line of the same file). Clocks: ``Clock`` holds each node's offset from ``node_clocks`` (node clock
 minus the reference); ``node_events`` are on the logs' common clock (``ts_utc``, or a bare
 ``ts`` less the node's offset), every other row keeps its time as logged, and a front end that
 draws ranks of several nodes on one axis takes the offset off (``Clock.us``).
@@ -595,3 +601,343 @@ def moments(source, marks: list[Entry] | None = None, steps: list | None = None)
     hung = start is not None and stall > max(120.0, 3 * (step_s or 0))
     return Moments(first_fail, start if hung else None, last_step, moved, step_s, end,
                    first_info["ts"] if first_info else None)
+
+
+# --- frames: rows with their fields, for a trace (the Perfetto export) -------------------------
+#
+# A trace draws slices (start and end) and every row it can place, so these readers give whole
+# rows as Polars frames: ``t`` is epoch ns on the common clock (``Clock.expr``), and a row of a
+# log line without a time of its own borrows the time of the nearest earlier timed line of the
+# same file (``t_inferred``: that line's number; ``with_time``).
+
+# ``events`` kinds a trace leaves out: periodic status lines (``progress`` has them), frames of an
+# exception, start-up chatter.
+TRACE_NOISE = ("work_update", "env_banner", "pg_options", "service_thread", "traceback", "cpp_frames",
+               "megatron_startup", "fr_trace_detail", "launch_config")
+# the tables whose rows are timed log lines (a time to borrow, the end of the logs)
+_TIMED_LOG_TABLES = ("events", "progress", "agent", "iterations", "collectives", "slurm")
+_PROFILE_KINDS = ("nsys_kernel", "kineto_kernel", "profile_kernel")
+_TIMEOUT_KINDS = ("watchdog_timeout", "blocking_wait_timeout")
+
+
+def epoch_ns(value: datetime) -> int:
+    """A datetime (naive: as stored; aware: taken to UTC) as epoch ns."""
+    if value.tzinfo is not None:
+        value = value.replace(tzinfo=None) - (value.utcoffset() or timedelta(0))
+    delta = value - EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1000
+
+
+def select(store: Store, table: str, wanted: list[str], where: str = "") -> pl.DataFrame | None:
+    """The wanted columns of a table (missing ones as NULL); None without the table."""
+    have = store.columns(table)
+    if not have:
+        return None
+    cols = ", ".join(f'"{c}"' if c in have else f'NULL AS "{c}"' for c in wanted)
+    return store.frame(f'SELECT {cols} FROM "{table}"' + (f" WHERE {where}" if where else ""))
+
+
+def job_id(store: Store) -> str | None:
+    """The job's id: the scheduler's record of the whole job, else of any step, else the Slurm
+    lines' (the most frequent; ties by id)."""
+    queries = []
+    if "job_id" in store.columns("job"):
+        if "step" in store.columns("job"):
+            queries.append("SELECT job_id, count(*) AS n FROM job WHERE job_id IS NOT NULL AND step IS NULL "
+                           "GROUP BY job_id ORDER BY n DESC, job_id LIMIT 1")
+        queries.append("SELECT job_id, count(*) AS n FROM job WHERE job_id IS NOT NULL GROUP BY job_id "
+                       "ORDER BY n DESC, job_id LIMIT 1")
+    if "job_id" in store.columns("slurm"):
+        queries.append("SELECT job_id, count(*) AS n FROM slurm WHERE job_id IS NOT NULL GROUP BY job_id "
+                       "ORDER BY n DESC, job_id LIMIT 1")
+    for sql in queries:
+        rows = store.rows(sql)
+        if rows:
+            return str(rows[0][0])
+    return None
+
+
+def input_paths(store: Store) -> dict[int, str]:
+    """Each input's path, by input_id."""
+    return dict(store.rows("SELECT input_id, path FROM inputs")) if store.columns("inputs") else {}
+
+
+def end_of_logs(store: Store, clock: Clock) -> int | None:
+    """The latest time of the job's own logs (rank logs, launcher, scheduler, profiles), epoch ns on
+    the common clock. Node kernel logs count only when nothing else has a time (a journal may run
+    for days)."""
+    best = None
+    for table in _TIMED_LOG_TABLES + ("exits",):
+        tcol = "time" if table == "exits" else "ts"
+        if store.columns(table).get(tcol, "").upper() != "TIMESTAMP":
+            continue
+        node = '"node"' if "node" in store.columns(table) else "NULL"
+        df = store.frame(f'SELECT {node} AS node, max("{tcol}") AS ts FROM "{table}" WHERE "{tcol}" IS NOT NULL '
+                         f"GROUP BY ALL")
+        if not df.is_empty():
+            v = df.select(clock.expr().max()).item()
+            best = v if best is None or (v is not None and v > best) else best
+    for table in ("kernels", "nvtx"):
+        if "end" in store.columns(table):
+            v = store.rows(f'SELECT epoch_ns(max("end")) FROM "{table}"')[0][0]
+            if v is not None:
+                best = max(best or 0, int(v))
+    if best is None and "ts_utc" in store.columns("node_events"):
+        v = store.rows("SELECT max(coalesce(ts_utc, ts)) FROM node_events")[0][0]
+        if v is not None:
+            best = epoch_ns(v)
+    return best
+
+
+_NO_ANCHORS = {"input_id": pl.Int64, "line_no": pl.Int64, "t": pl.Int64}
+
+
+def _anchors(store: Store, input_ids: list[int], clock: Clock) -> pl.DataFrame:
+    """(input_id, line_no, t) of every timed line of these inputs, for rows with no time."""
+    parts = []
+    ids = ",".join(str(int(i)) for i in sorted(set(input_ids)))
+    if not ids:
+        return pl.DataFrame(schema=_NO_ANCHORS)
+    for table in _TIMED_LOG_TABLES:
+        cols = store.columns(table)
+        if cols.get("ts", "").upper() != "TIMESTAMP" or not {"input_id", "line_no"} <= set(cols):
+            continue
+        node = '"node"' if "node" in cols else "NULL::VARCHAR"
+        df = store.frame(f'SELECT input_id::BIGINT AS input_id, line_no::BIGINT AS line_no, {node} AS node, ts '
+                         f'FROM "{table}" WHERE ts IS NOT NULL AND line_no IS NOT NULL AND input_id IN ({ids})')
+        parts.append(df.select("input_id", "line_no", t=clock.expr()))
+    if not parts:
+        return pl.DataFrame(schema=_NO_ANCHORS)
+    return pl.concat(parts).unique(["input_id", "line_no"], keep="first").sort("input_id", "line_no")
+
+
+def with_time(store: Store, df: pl.DataFrame, clock: Clock, ts: str = "ts") -> pl.DataFrame:
+    """Adds ``t`` (epoch ns on the common clock) and ``t_inferred`` (the line whose time was
+    borrowed: the nearest earlier timed line of the same file, else the next one); rows that find
+    no time are left out."""
+    df = df.with_columns(t=clock.expr(ts), t_inferred=pl.lit(None, dtype=pl.Int64))
+    missing = df.filter(pl.col("t").is_null() & pl.col("input_id").is_not_null() & pl.col("line_no").is_not_null())
+    if missing.is_empty():
+        return df.filter(pl.col("t").is_not_null())
+    anchors = _anchors(store, missing["input_id"].to_list(), clock)
+    if anchors.is_empty():
+        return df.filter(pl.col("t").is_not_null())
+    df = df.with_row_index("_row").with_columns(pl.col("input_id").cast(pl.Int64), pl.col("line_no").cast(pl.Int64))
+    todo = df.filter(pl.col("t").is_null() & pl.col("line_no").is_not_null()).select("_row", "input_id", "line_no") \
+        .sort("input_id", "line_no")
+    a = anchors.rename({"line_no": "a_line", "t": "a_t"}).with_columns(a_key=pl.col("a_line"))
+    # both sides are sorted by (input_id, line_no)
+    back = todo.join_asof(a, left_on="line_no", right_on="a_key", by="input_id", strategy="backward",
+                          check_sortedness=False)
+    fwd = todo.join_asof(a, left_on="line_no", right_on="a_key", by="input_id", strategy="forward",
+                         check_sortedness=False)
+    got = back.select("_row", b_t="a_t", b_line="a_line").join(
+        fwd.select("_row", f_t="a_t", f_line="a_line"), on="_row").select(
+        "_row", _t=pl.coalesce("b_t", "f_t"),
+        _l=pl.when(pl.col("b_t").is_not_null()).then("b_line").otherwise("f_line"))
+    df = df.join(got, on="_row", how="left").with_columns(
+        t=pl.coalesce("t", "_t"), t_inferred=pl.when(pl.col("t").is_null()).then("_l")).drop("_row", "_t", "_l")
+    return df.filter(pl.col("t").is_not_null())
+
+
+def step_rows(store: Store, clock: Clock) -> pl.DataFrame | None:
+    """``iterations`` with ``t`` and, for a training step, ``prev``: the time of the rank's step
+    logged before it (the step's slice runs from there, or from its printed step time);
+    ``validation`` is a bool. Sorted by rank, node, attempt and time."""
+    df = select(store, "iterations", ["rank", "node", "attempt", "ts", "iteration", "validation", "elapsed_ms",
+                                      "lm_loss", "grad_norm", "throughput_tflops", "tokens_per_s", "mfu_pct",
+                                      "input_id", "line_no"])
+    if df is None or df.is_empty():
+        return None
+    df = with_time(store, df, clock).sort("rank", "node", "attempt", "t", "line_no", nulls_last=True)
+    df = df.with_columns(validation=pl.col("validation").fill_null(False).cast(pl.Boolean))
+    # the training steps are a sequence of their own (a validation line between two is no step)
+    prev = pl.col("t").shift(1).over(["rank", "node", "attempt", "validation"])
+    return df.with_columns(prev=pl.when(~pl.col("validation")).then(prev))
+
+
+def progress_stretches(store: Store, clock: Clock) -> tuple[pl.DataFrame, pl.DataFrame] | None:
+    """From the c10d status lines (with both counters): the stretches in which a rank's counters
+    of a process group did not move (two lines or more: ``start``, ``end``, ``n`` lines, ``enq``,
+    ``comp``, the first line's ``input_id``/``line_no`` and the ``last_line``), and the watchdog's
+    failure and dump-signal lines (with ``t``); ``pg`` is the group's name (``pg_name``)."""
+    df = select(store, "progress", ["rank", "node", "attempt", "ts", "pg_id", "pg_desc", "kind", "last_enqueued",
+                                    "last_completed", "failing_seq", "detector_rank", "input_id", "line_no"],
+                "ts IS NOT NULL AND last_enqueued IS NOT NULL AND last_completed IS NOT NULL")
+    if df is None or df.is_empty():
+        return None
+    df = df.with_columns(t=clock.expr(), pg=pl.coalesce(pl.col("pg_desc"), pl.concat_str(
+        [pl.lit("PG "), pl.col("pg_id").cast(pl.String)]), pl.lit("PG not named on the line")))
+    keys = ["rank", "node", "attempt", "pg"]
+    df = df.sort(*keys, "t", "line_no", nulls_last=True)
+    changed = ((pl.col("last_enqueued") != pl.col("last_enqueued").shift(1).over(keys))
+               | (pl.col("last_completed") != pl.col("last_completed").shift(1).over(keys))).fill_null(True)
+    df = df.with_columns(run=changed.cast(pl.Int64).cum_sum().over(keys))
+    runs = df.group_by(*keys, "run").agg(
+        start=pl.col("t").min(), end=pl.col("t").max(), n=pl.len(), enq=pl.col("last_enqueued").first(),
+        comp=pl.col("last_completed").first(), input_id=pl.col("input_id").first(),
+        line_no=pl.col("line_no").first(), last_line=pl.col("line_no").last(),
+    ).filter((pl.col("n") >= 2) & (pl.col("end") > pl.col("start"))).sort(*keys, "start", nulls_last=True)
+    return runs, df.filter(pl.col("kind").is_in(["pg_status", "dump_signal"]))
+
+
+def _collective_frame(store: Store) -> pl.DataFrame | None:
+    df = select(store, "collectives", ["rank", "node", "attempt", "ts", "kind", "pg_id", "pg_desc", "seq", "op",
+                                       "numel_in", "numel_out", "timeout_ms", "ran_for_ms", "state", "time_created",
+                                       "time_started", "time_completed", "input_id", "line_no"],
+                f"kind IS NULL OR kind NOT IN ({', '.join(repr(k) for k in _PROFILE_KINDS)})")
+    return None if df is None or df.is_empty() else df
+
+
+def collective_lines(store: Store, clock: Clock) -> pl.DataFrame | None:
+    """The logged collectives (not Flight Recorder entries, not profiler kernels) with ``t``; a
+    watchdog's timeout once per collective and rank (its later
+    re-statements, "watchdog thread terminated with exception: ...", are no second wait), named
+    by whichever of its lines names the group."""
+    df = _collective_frame(store)
+    if df is None:
+        return None
+    logged = with_time(store, df.filter(pl.col("kind") != "flight_recorder"), clock)
+    timeout = pl.col("kind").is_in(_TIMEOUT_KINDS) & pl.col("seq").is_not_null()
+    same = ["rank", "node", "attempt", "seq", "op", "kind"]
+    logged = pl.concat([
+        logged.filter(timeout).sort("t", "input_id", "line_no").with_columns(
+            pg_desc=pl.col("pg_desc").drop_nulls().first().over(same),
+            pg_id=pl.col("pg_id").drop_nulls().first().over(same)).unique(same, keep="first", maintain_order=True),
+        logged.filter(~timeout)])
+    return logged
+
+
+def flight_recorder(store: Store) -> list[dict]:
+    """Flight Recorder entries with a time: their row, ``t0`` (created, else started, else
+    completed) and ``t1`` (completed, or None), epoch ns as recorded, and ``pg`` (``pg_name``)."""
+    df = _collective_frame(store)
+    out = []
+    for r in [] if df is None else df.filter(pl.col("kind") == "flight_recorder").iter_rows(named=True):
+        times = [v for v in (r["time_created"], r["time_started"], r["time_completed"]) if v is not None]
+        if times:
+            out.append(r | {"t0": epoch_ns(times[0]), "pg": pg_name(r["pg_desc"], r["pg_id"]),
+                            "t1": epoch_ns(r["time_completed"]) if r["time_completed"] is not None else None})
+    return out
+
+
+def event_rows(store: Store, clock: Clock) -> pl.DataFrame | None:
+    """``events`` with ``t``, but ``TRACE_NOISE``, lines that are a row of ``collectives`` (a
+    timeout is a slice there) and an exception's bare line where its normalised multi-line view
+    (``python_traceback``) is a row too."""
+    noise = ", ".join(f"'{k}'" for k in sorted(TRACE_NOISE))
+    df = select(store, "events", ["rank", "node", "attempt", "ts", "kind", "level", "exc_type", "detail", "message",
+                                  "path", "duration_s", "finished", "iteration", "pg_desc", "pg_id", "input_id",
+                                  "line_no"], f"kind IS NULL OR kind NOT IN ({noise})")
+    if df is None or df.is_empty():
+        return None
+    if {"input_id", "line_no"} <= set(store.columns("collectives")):
+        seen = store.frame("SELECT DISTINCT input_id, line_no FROM collectives WHERE line_no IS NOT NULL")
+        df = df.join(seen.select(pl.col("input_id").cast(df.schema["input_id"]),
+                                 pl.col("line_no").cast(df.schema["line_no"])), on=["input_id", "line_no"], how="anti")
+    tb = df.filter(pl.col("kind") == "python_traceback").select("input_id", "message").unique()
+    df = df.join(tb.with_columns(_dup=pl.lit(True)), on=["input_id", "message"], how="left").filter(
+        ~((pl.col("kind") == "exception") & pl.col("_dup").fill_null(False))).drop("_dup")
+    return with_time(store, df, clock)
+
+
+def nccl_warn_rows(store: Store, clock: Clock) -> pl.DataFrame | None:
+    """NCCL WARN lines (``nccl_lines``) with their ``text`` and a borrowed ``t`` (they have no
+    time of their own)."""
+    if "level" not in store.columns("nccl_lines") or "text" not in store.columns("lines"):
+        return None
+    df = store.frame("SELECT n.rank, n.node, n.attempt, NULL::TIMESTAMP AS ts, n.kind, n.host, n.pid, n.cuda_dev, "
+                     "n.input_id, n.line_no, l.text FROM nccl_lines n LEFT JOIN lines l "
+                     "USING (input_id, line_no) WHERE n.level = 'WARN'")
+    return None if df.is_empty() else with_time(store, df, clock)
+
+
+def exit_rows(store: Store, clock: Clock) -> pl.DataFrame | None:
+    """``exits`` with ``t`` (from ``time``)."""
+    df = select(store, "exits", ["rank", "node", "attempt", "time", "exitcode", "signal", "root_cause", "host",
+                                 "local_rank", "pid", "input_id", "line_no"])
+    if df is None or df.is_empty():
+        return None
+    return with_time(store, df.rename({"time": "ts"}), clock)
+
+
+def agent_rows(store: Store, clock: Clock) -> pl.DataFrame | None:
+    """torchrun's lines with ``t`` and ``worker``: the rank whose worker pid the line names (a
+    closing signal to process N), else None (the line is the launcher's, on its node)."""
+    df = select(store, "agent", ["rank", "node", "attempt", "ts", "kind", "exitcode", "signal", "pid", "local_rank",
+                                 "input_id", "line_no"], "kind IS NULL OR kind <> 'launch_config'")
+    if df is None or df.is_empty():
+        return None
+    pid_rank = _pid_ranks(store)
+    df = with_time(store, df, clock)
+    workers = [pid_rank.get(pid) if pid is not None else None for pid in df["pid"].to_list()]
+    return df.with_columns(worker=pl.Series(workers, dtype=pl.Int64))
+
+
+def slurm_rows(store: Store, clock: Clock) -> pl.DataFrame | None:
+    """The scheduler's lines with ``t``."""
+    df = select(store, "slurm", ["rank", "node", "attempt", "ts", "kind", "job_id", "host", "tasks", "exit_code",
+                                 "reason", "input_id", "line_no"])
+    return None if df is None or df.is_empty() else with_time(store, df, clock)
+
+
+def job_spans(store: Store) -> list[dict]:
+    """The scheduler's records of the whole job (``job`` rows of no step, with a start), once per
+    (job, start, end): their row, ``t0`` and ``t1`` (None while running), epoch ns."""
+    df = select(store, "job", ["job_id", "step", "source", "name", "state", "reason", "start", "end", "input_id",
+                               "line_no"], "step IS NULL AND start IS NOT NULL")
+    out, seen = [], set()
+    for r in [] if df is None else df.sort("source", "line_no", nulls_last=True).iter_rows(named=True):
+        key = (r["job_id"], r["start"], r["end"])
+        if key not in seen:
+            seen.add(key)
+            out.append(r | {"t0": epoch_ns(r["start"]), "t1": epoch_ns(r["end"]) if r["end"] is not None else None})
+    return out
+
+
+def node_event_rows(store: Store, clock: Clock) -> pl.DataFrame | None:
+    """Kernel-log events (context rows left out) with ``t`` on the logs' common clock (``ts_utc``
+    already carries the zone and the node's offset; a bare ``ts`` less the offset) and ``node``
+    (else the host)."""
+    if not store.columns("node_events"):
+        return None
+    df = select(store, "node_events", ["node", "host", "ts", "ts_utc", "kind", "code", "category", "meaning",
+                                       "device", "pci", "gpu_index", "global_rank", "message", "ts_basis",
+                                       "order_confidence", "input_id", "line_no"],
+                f"coalesce(ts_utc, ts) IS NOT NULL AND coalesce(kind, '') NOT IN ({node_context_sql()})")
+    if df.is_empty():
+        return None
+    return df.with_columns(t=pl.coalesce(pl.col("ts_utc").cast(pl.Datetime("ns")).dt.epoch("ns"), clock.expr("ts")),
+                           node=pl.coalesce("node", "host"))
+
+
+def _profile_rows(store: Store, table: str, wanted: list[str], where: str, order: str,
+                  limit: int) -> tuple[pl.DataFrame, int]:
+    have = store.columns(table)
+    sel = ", ".join(f'"{c}"' if c in have else f'NULL AS "{c}"' for c in wanted)
+    total = store.rows(f"SELECT count(*) FROM {table} WHERE {where}")[0][0]
+    df = store.frame(f"SELECT {sel} FROM {table} WHERE {where} ORDER BY {order} LIMIT {int(limit)}")
+    return df.with_columns(t0=pl.col("start").cast(pl.Datetime("ns")).dt.epoch("ns"),
+                           t1=pl.col("end").cast(pl.Datetime("ns")).dt.epoch("ns")), total
+
+
+def kernel_rows(store: Store, lo: int, hi: int, limit: int) -> tuple[pl.DataFrame, int] | None:
+    """Profiler kernels (nsys, Kineto) that overlap [lo, hi] (epoch ns, as recorded: UTC), the
+    latest ``limit`` of them with ``t0``/``t1``, and how many the window holds."""
+    if not {"start", "end"} <= set(store.columns("kernels")):
+        return None
+    return _profile_rows(store, "kernels", ["rank", "host", "pid", "stream", "device", "start", "end", "name", "op",
+                                            "collective", "dtype", "algo", "proto", "bytes", "seq", "pg", "is_nccl",
+                                            "source"],
+                         f'epoch_ns("end") >= {int(lo)} AND epoch_ns(start) <= {int(hi)}',
+                         '"end" DESC, start DESC, rank, stream, name', limit)
+
+
+def nvtx_rows(store: Store, lo: int, hi: int, limit: int) -> tuple[pl.DataFrame, int] | None:
+    """NVTX ranges that overlap [lo, hi] like ``kernel_rows`` (``t1`` None for a mark)."""
+    if not {"start", "end"} <= set(store.columns("nvtx")):
+        return None
+    return _profile_rows(store, "nvtx", ["rank", "pid", "tid", "start", "end", "text", "domain", "event_type"],
+                         f'start IS NOT NULL AND epoch_ns(coalesce("end", start)) >= {int(lo)} '
+                         f'AND epoch_ns(start) <= {int(hi)}',
+                         'coalesce("end", start) DESC, start DESC, rank, tid, text', limit)

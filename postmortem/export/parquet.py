@@ -8,7 +8,8 @@ import re
 import shutil
 from pathlib import Path
 
-from postmortem.export.common import ExportError, job_id_of, tables
+from postmortem.export.common import ExportError, tables
+from postmortem.views import timeline
 
 
 def safe_partition_value(value: str) -> str:
@@ -32,7 +33,7 @@ def parquet(con, out: str | Path, job: str | None = None, store_path: str | None
     messages = messages if messages is not None else []
     source = "--job"
     if job is None:
-        job, source = job_id_of(con), "the store's job table / Slurm lines"
+        job, source = timeline.job_id(timeline.Store(con)), "the store's job table / Slurm lines"
     if job is None and store_path:
         job, source = Path(store_path).stem, "the store file's name (no job id in the store)"
     if job is None:

@@ -19,6 +19,9 @@ NVTX ranges, and a "job" process for the scheduler). What goes in:
   job's span, kernel/Xid/NIC events (``node_events``) on the node thread;
 * profiler kernels and NVTX ranges (``kernels``, ``nvtx`` from nsys exports / Kineto traces).
 
+Every row comes from the timeline reader (``postmortem.views.timeline``: its frame readers and
+wording helpers); this module only turns rows into trace events and lays them out.
+
 Times: ``node_events.ts_utc`` where the store has it (postmortem.analyzer.clocks: zone and per-node clock
 offset applied); log times minus the node's clock offset from ``node_clocks`` (the same
 correction ts_utc carries); profiler times as recorded (UTC). Lines without a time of their
@@ -42,16 +45,12 @@ from datetime import datetime, timedelta
 
 import polars as pl
 
-from postmortem.export.common import ExportError, columns, job_id_of
+from postmortem.export.common import ExportError
 from postmortem.views import timeline
 
 DEFAULT_WINDOW_MIN = 30.0
 DEFAULT_MAX_EVENTS = 250_000
 
-# Event kinds of ``events`` that are not worth a mark on a timeline (periodic status lines are
-# in ``progress``; traceback frame lines belong to their exception; startup chatter).
-NOISE_KINDS = {"work_update", "env_banner", "pg_options", "service_thread", "traceback", "cpp_frames",
-               "megatron_startup", "fr_trace_detail", "launch_config"}
 # Categories, by priority when the cap is hit (lower is kept first).
 PRIORITY = {"error": 0, "timeout": 0, "exit": 0, "node": 0, "job": 0, "nccl_warn": 0,
             "collective": 1, "progress": 1, "watchdog": 1, "checkpoint": 2, "step": 2, "event": 2,
@@ -107,13 +106,6 @@ def _naive_utc(value: datetime) -> datetime:
     return value.replace(tzinfo=None) - (value.utcoffset() or timedelta(0))
 
 
-def _ns(value: datetime) -> int:
-    value = _naive_utc(value)
-    epoch = datetime(1970, 1, 1)
-    delta = value - epoch
-    return (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1000
-
-
 def _iso(ns: int) -> str:
     secs, rem = divmod(ns, 1_000_000_000)
     base = datetime(1970, 1, 1) + timedelta(seconds=secs)
@@ -157,95 +149,6 @@ class Event:
         return self.t + (self.dur or 0)
 
 
-def _frame(con, sql: str) -> pl.DataFrame:
-    return con.sql(sql).pl()
-
-
-def _select(con, table: str, wanted: list[str], where: str = "") -> pl.DataFrame | None:
-    """``SELECT`` the wanted columns that exist (missing ones as NULL); None without the table."""
-    have = columns(con, table)
-    if not have:
-        return None
-    cols = ", ".join(f'"{c}"' if c in have else f'NULL AS "{c}"' for c in wanted)
-    return _frame(con, f'SELECT {cols} FROM "{table}"' + (f" WHERE {where}" if where else ""))
-
-
-_TIMED_LOG_TABLES = ["events", "progress", "agent", "iterations", "collectives", "slurm"]
-
-
-def end_of_logs(con, clock: timeline.Clock) -> int | None:
-    """The latest time of the job's own logs (rank logs, launcher, scheduler, profiles), epoch ns.
-    Node kernel logs count only when nothing else has a time (a journal may run for days)."""
-    best = None
-    for table in _TIMED_LOG_TABLES + ["exits"]:
-        cols = columns(con, table)
-        tcol = "time" if table == "exits" else "ts"
-        if cols.get(tcol, "").upper() != "TIMESTAMP":
-            continue
-        node = '"node"' if "node" in cols else "NULL"
-        df = _frame(con, f'SELECT {node} AS node, max("{tcol}") AS ts FROM "{table}" WHERE "{tcol}" IS NOT NULL '
-                         f"GROUP BY ALL")
-        if not df.is_empty():
-            v = df.select(clock.expr().max()).item()
-            best = v if best is None or (v is not None and v > best) else best
-    for table in ("kernels", "nvtx"):
-        if "end" in columns(con, table):
-            v = con.execute(f'SELECT epoch_ns(max("end")) FROM "{table}"').fetchall()[0][0]
-            if v is not None:
-                best = max(best or 0, int(v))
-    if best is None and "ts_utc" in columns(con, "node_events"):
-        v = con.execute("SELECT max(coalesce(ts_utc, ts)) FROM node_events").fetchall()[0][0]
-        if v is not None:
-            best = _ns(v)
-    return best
-
-
-def _anchors(con, input_ids: list[int], clock: timeline.Clock) -> pl.DataFrame:
-    """(input_id, line_no, t) of every timed line of these inputs, for rows with no time."""
-    parts = []
-    ids = ",".join(str(int(i)) for i in sorted(set(input_ids)))
-    if not ids:
-        return pl.DataFrame(schema={"input_id": pl.Int64, "line_no": pl.Int64, "t": pl.Int64})
-    for table in _TIMED_LOG_TABLES:
-        cols = columns(con, table)
-        if cols.get("ts", "").upper() != "TIMESTAMP" or not {"input_id", "line_no"} <= set(cols):
-            continue
-        node = '"node"' if "node" in cols else "NULL::VARCHAR"
-        df = _frame(con, f'SELECT input_id::BIGINT AS input_id, line_no::BIGINT AS line_no, {node} AS node, ts '
-                         f'FROM "{table}" WHERE ts IS NOT NULL AND line_no IS NOT NULL AND input_id IN ({ids})')
-        parts.append(df.select("input_id", "line_no", t=clock.expr()))
-    if not parts:
-        return pl.DataFrame(schema={"input_id": pl.Int64, "line_no": pl.Int64, "t": pl.Int64})
-    return pl.concat(parts).unique(["input_id", "line_no"], keep="first").sort("input_id", "line_no")
-
-
-def _with_time(con, df: pl.DataFrame, clock: timeline.Clock, ts: str = "ts") -> pl.DataFrame:
-    """Adds ``t`` (epoch ns on the common axis) and ``t_inferred`` (the line whose time was borrowed)."""
-    df = df.with_columns(t=clock.expr(ts), t_inferred=pl.lit(None, dtype=pl.Int64))
-    missing = df.filter(pl.col("t").is_null() & pl.col("input_id").is_not_null() & pl.col("line_no").is_not_null())
-    if missing.is_empty():
-        return df.filter(pl.col("t").is_not_null())
-    anchors = _anchors(con, missing["input_id"].to_list(), clock)
-    if anchors.is_empty():
-        return df.filter(pl.col("t").is_not_null())
-    df = df.with_row_index("_row").with_columns(pl.col("input_id").cast(pl.Int64), pl.col("line_no").cast(pl.Int64))
-    todo = df.filter(pl.col("t").is_null() & pl.col("line_no").is_not_null()).select("_row", "input_id", "line_no") \
-        .sort("input_id", "line_no")
-    a = anchors.rename({"line_no": "a_line", "t": "a_t"}).with_columns(a_key=pl.col("a_line"))
-    # both sides are sorted by (input_id, line_no)
-    back = todo.join_asof(a, left_on="line_no", right_on="a_key", by="input_id", strategy="backward",
-                          check_sortedness=False)
-    fwd = todo.join_asof(a, left_on="line_no", right_on="a_key", by="input_id", strategy="forward",
-                         check_sortedness=False)
-    got = back.select("_row", b_t="a_t", b_line="a_line").join(
-        fwd.select("_row", f_t="a_t", f_line="a_line"), on="_row").select(
-        "_row", _t=pl.coalesce("b_t", "f_t"),
-        _l=pl.when(pl.col("b_t").is_not_null()).then("b_line").otherwise("f_line"))
-    df = df.join(got, on="_row", how="left").with_columns(
-        t=pl.coalesce("t", "_t"), t_inferred=pl.when(pl.col("t").is_null()).then("_l")).drop("_row", "_t", "_l")
-    return df.filter(pl.col("t").is_not_null())
-
-
 def _src(row: dict, paths: dict[int, str]) -> str | None:
     iid, line = row.get("input_id"), row.get("line_no")
     if iid is None:
@@ -260,19 +163,14 @@ def _base_args(row: dict, paths: dict[int, str]) -> dict:
     return args
 
 
-# --- sources ---------------------------------------------------------------------------------
+# --- sources: the timeline reader's rows as trace events -------------------------------------
 
-def _iterations(con, clock, paths, lo, hi) -> list[Event]:
-    df = _select(con, "iterations", ["rank", "node", "attempt", "ts", "iteration", "validation", "elapsed_ms",
-                                     "lm_loss", "grad_norm", "throughput_tflops", "tokens_per_s", "mfu_pct",
-                                     "input_id", "line_no"])
-    if df is None or df.is_empty():
+def _iterations(store, clock, paths, lo, hi) -> list[Event]:
+    df = timeline.step_rows(store, clock)
+    if df is None:
         return []
-    df = _with_time(con, df, clock).sort("rank", "node", "attempt", "t", "line_no", nulls_last=True)
-    train = df.filter(~pl.col("validation").fill_null(False))
-    train = train.with_columns(prev=pl.col("t").shift(1).over(["rank", "node", "attempt"]))
-    train = train.filter(pl.col("t") >= lo)
     out = []
+    train = df.filter(~pl.col("validation") & (pl.col("t") >= lo))
     for r in train.iter_rows(named=True):
         if r["t"] > hi:
             continue
@@ -291,33 +189,20 @@ def _iterations(con, clock, paths, lo, hi) -> list[Event]:
             out.append(Event(r["t"], None, name, "step", r["rank"], r["node"], args=args))
         else:
             out.append(Event(start, r["t"] - start, name, "step", r["rank"], r["node"], args=args))
-    for r in df.filter(pl.col("validation").fill_null(False) & pl.col("t").is_between(lo, hi)).iter_rows(named=True):
+    for r in df.filter(pl.col("validation") & pl.col("t").is_between(lo, hi)).iter_rows(named=True):
         out.append(Event(r["t"], None, f"validation at iteration {r['iteration']}", "step", r["rank"], r["node"],
                          args=_base_args(r, paths) | {"lm_loss": _clean(r["lm_loss"])}))
     return out
 
 
-def _progress(con, clock, paths, lo, hi) -> list[Event]:
+def _progress(store, clock, paths, lo, hi) -> list[Event]:
     """Stretches where a rank's PG counters did not move, and the watchdog's status lines."""
-    df = _select(con, "progress", ["rank", "node", "attempt", "ts", "pg_id", "pg_desc", "kind", "last_enqueued",
-                                   "last_completed", "failing_seq", "detector_rank", "input_id", "line_no"],
-                 "ts IS NOT NULL AND last_enqueued IS NOT NULL AND last_completed IS NOT NULL")
-    if df is None or df.is_empty():
+    got = timeline.progress_stretches(store, clock)
+    if got is None:
         return []
-    df = df.with_columns(t=clock.expr(), pg=pl.coalesce(pl.col("pg_desc"), pl.concat_str(
-        [pl.lit("PG "), pl.col("pg_id").cast(pl.String)]), pl.lit("PG not named on the line")))
-    keys = ["rank", "node", "attempt", "pg"]
-    df = df.sort(*keys, "t", "line_no", nulls_last=True)
-    changed = ((pl.col("last_enqueued") != pl.col("last_enqueued").shift(1).over(keys))
-               | (pl.col("last_completed") != pl.col("last_completed").shift(1).over(keys))).fill_null(True)
-    df = df.with_columns(run=changed.cast(pl.Int64).cum_sum().over(keys))
-    runs = df.group_by(*keys, "run").agg(
-        start=pl.col("t").min(), end=pl.col("t").max(), n=pl.len(), enq=pl.col("last_enqueued").first(),
-        comp=pl.col("last_completed").first(), input_id=pl.col("input_id").first(),
-        line_no=pl.col("line_no").first(), last_line=pl.col("line_no").last(),
-    ).filter((pl.col("n") >= 2) & (pl.col("end") > pl.col("start")) & (pl.col("end") >= lo) & (pl.col("start") <= hi))
+    runs, signals = got
     out = []
-    for r in runs.sort(*keys, "start", nulls_last=True).iter_rows(named=True):
+    for r in runs.filter((pl.col("end") >= lo) & (pl.col("start") <= hi)).iter_rows(named=True):
         waiting = r["enq"] > r["comp"]
         if waiting:
             seq = f"#{r['comp'] + 1}" + (f"..#{r['enq']}" if r["enq"] > r["comp"] + 1 else "")
@@ -332,8 +217,7 @@ def _progress(con, clock, paths, lo, hi) -> list[Event]:
                                         "reach the next collective of this group (or the group was idle)")}
         out.append(Event(r["start"], r["end"] - r["start"], name, "progress", r["rank"], r["node"],
                          track=f"pg:{r['pg']}", args=args))
-    marks = df.filter(pl.col("kind").is_in(["pg_status", "dump_signal"]) & pl.col("t").is_between(lo, hi))
-    for r in marks.iter_rows(named=True):
+    for r in signals.filter(pl.col("t").is_between(lo, hi)).iter_rows(named=True):
         if r["kind"] == "pg_status":
             name = timeline.watchdog_failure_text(r["pg"], r["failing_seq"])
         else:
@@ -344,29 +228,12 @@ def _progress(con, clock, paths, lo, hi) -> list[Event]:
     return out
 
 
-def _collectives(con, clock, paths, lo, hi) -> list[Event]:
+def _collectives(store, clock, paths, lo, hi) -> list[Event]:
     """Timeouts (enqueue -> timeout) and Flight Recorder entries; profiler kernel rows come
     from ``kernels`` instead."""
-    df = _select(con, "collectives", ["rank", "node", "attempt", "ts", "kind", "pg_id", "pg_desc", "seq", "op",
-                                      "numel_in", "numel_out", "timeout_ms", "ran_for_ms", "state", "time_created",
-                                      "time_started", "time_completed", "input_id", "line_no"],
-                 "kind IS NULL OR kind NOT IN ('nsys_kernel', 'kineto_kernel', 'profile_kernel')")
-    if df is None or df.is_empty():
-        return []
     out = []
-    fr = df.filter(pl.col("kind") == "flight_recorder")
-    logged = _with_time(con, df.filter(pl.col("kind") != "flight_recorder"), clock)
-    # one slice per timed-out collective and rank: the watchdog's later re-statements of the same
-    # timeout ("watchdog thread terminated with exception: ...") are not a second wait
-    timeout = pl.col("kind").is_in(["watchdog_timeout", "blocking_wait_timeout"]) & pl.col("seq").is_not_null()
-    # (an older line names no PG: the group's name comes from whichever line has it)
-    same = ["rank", "node", "attempt", "seq", "op", "kind"]
-    logged = pl.concat([
-        logged.filter(timeout).sort("t", "input_id", "line_no").with_columns(
-            pg_desc=pl.col("pg_desc").drop_nulls().first().over(same),
-            pg_id=pl.col("pg_id").drop_nulls().first().over(same)).unique(same, keep="first", maintain_order=True),
-        logged.filter(~timeout)])
-    for r in logged.iter_rows(named=True):
+    logged = timeline.collective_lines(store, clock)
+    for r in [] if logged is None else logged.iter_rows(named=True):
         pg = timeline.pg_name(r["pg_desc"], r["pg_id"])
         op = (r["op"] or "collective").upper()
         seq = f" #{r['seq']}" if r["seq"] is not None else ""
@@ -387,13 +254,8 @@ def _collectives(con, clock, paths, lo, hi) -> list[Event]:
         elif lo <= r["t"] <= hi:
             out.append(Event(r["t"], None, f"{r['kind'] or 'collective'}: {op}{seq}", "collective", r["rank"],
                              r["node"], track=f"pg:{pg}", args=args))
-    for r in fr.iter_rows(named=True):
-        times = [v for v in (r["time_created"], r["time_started"], r["time_completed"]) if v is not None]
-        if not times:
-            continue
-        t0 = _ns(times[0])
-        t1 = _ns(r["time_completed"]) if r["time_completed"] is not None else None
-        pg = timeline.pg_name(r["pg_desc"], r["pg_id"])
+    for r in timeline.flight_recorder(store):
+        t0, t1, pg = r["t0"], r["t1"], r["pg"]
         name = f"FR {(r['op'] or '?').upper()} #{r['seq']} ({r['state'] or '?'})"
         args = _base_args(r, paths) | {"state": r["state"], "seq": r["seq"], "process_group": pg}
         if t1 is not None and t1 >= t0 and t1 >= lo and t0 <= hi:
@@ -404,25 +266,10 @@ def _collectives(con, clock, paths, lo, hi) -> list[Event]:
     return out
 
 
-def _events(con, clock, paths, lo, hi) -> list[Event]:
-    noise = ", ".join(f"'{k}'" for k in sorted(NOISE_KINDS))
-    df = _select(con, "events", ["rank", "node", "attempt", "ts", "kind", "level", "exc_type", "detail", "message",
-                                 "path", "duration_s", "finished", "iteration", "pg_desc", "pg_id", "input_id",
-                                 "line_no"], f"kind IS NULL OR kind NOT IN ({noise})")
-    if df is None or df.is_empty():
-        return []
-    # lines that are already a collective (a timeout slice) are not repeated as events
-    if {"input_id", "line_no"} <= set(columns(con, "collectives")):
-        seen = _frame(con, "SELECT DISTINCT input_id, line_no FROM collectives WHERE line_no IS NOT NULL")
-        df = df.join(seen.select(pl.col("input_id").cast(df.schema["input_id"]),
-                                 pl.col("line_no").cast(df.schema["line_no"])), on=["input_id", "line_no"], how="anti")
-    # one mark per exception: the normalised multi-line view wins over the bare exception line
-    tb = df.filter(pl.col("kind") == "python_traceback").select("input_id", "message").unique()
-    df = df.join(tb.with_columns(_dup=pl.lit(True)), on=["input_id", "message"], how="left").filter(
-        ~((pl.col("kind") == "exception") & pl.col("_dup").fill_null(False))).drop("_dup")
-    df = _with_time(con, df, clock)
+def _events(store, clock, paths, lo, hi) -> list[Event]:
+    df = timeline.event_rows(store, clock)
     out = []
-    for r in df.iter_rows(named=True):
+    for r in [] if df is None else df.iter_rows(named=True):
         kind = r["kind"] or "event"
         args = _base_args(r, paths) | {"kind": kind, "message": _short(r["message"], 2000)}
         for k in ("level", "exc_type", "detail", "path", "iteration", "duration_s"):
@@ -451,17 +298,10 @@ def _events(con, clock, paths, lo, hi) -> list[Event]:
     return out
 
 
-def _nccl_warns(con, clock, paths, lo, hi) -> list[Event]:
-    if "level" not in columns(con, "nccl_lines") or "text" not in columns(con, "lines"):
-        return []
-    df = _frame(con, "SELECT n.rank, n.node, n.attempt, NULL::TIMESTAMP AS ts, n.kind, n.host, n.pid, n.cuda_dev, "
-                     "n.input_id, n.line_no, l.text FROM nccl_lines n LEFT JOIN lines l "
-                     "USING (input_id, line_no) WHERE n.level = 'WARN'")
-    if df.is_empty():
-        return []
-    df = _with_time(con, df, clock)
+def _nccl_warns(store, clock, paths, lo, hi) -> list[Event]:
+    df = timeline.nccl_warn_rows(store, clock)
     out = []
-    for r in df.filter(pl.col("t").is_between(lo, hi)).iter_rows(named=True):
+    for r in [] if df is None else df.filter(pl.col("t").is_between(lo, hi)).iter_rows(named=True):
         text = r["text"] or ""
         msg = text.split("NCCL WARN", 1)[-1].strip() if "NCCL WARN" in text else text
         args = _base_args(r, paths) | {"line": _short(text, 2000), "kind": r["kind"], "host": r["host"],
@@ -470,90 +310,55 @@ def _nccl_warns(con, clock, paths, lo, hi) -> list[Event]:
     return out
 
 
-def _exits(con, clock, paths, lo, hi) -> list[Event]:
+def _exits(store, clock, paths, lo, hi) -> list[Event]:
     out = []
-    df = _select(con, "exits", ["rank", "node", "attempt", "time", "exitcode", "signal", "root_cause", "host",
-                                "local_rank", "pid", "input_id", "line_no"])
-    if df is not None and not df.is_empty():
-        df = _with_time(con, df.rename({"time": "ts"}), clock)
-        for r in df.filter(pl.col("t").is_between(lo, hi)).iter_rows(named=True):
-            sig = f" ({r['signal']})" if r["signal"] else ""
-            root = ", root cause" if r["root_cause"] else ""
-            out.append(Event(r["t"], None, f"process exit code {r['exitcode']}{sig}{root}", "exit", r["rank"],
-                             r["node"] or r["host"], args=_base_args(r, paths) | {
-                                 k: r[k] for k in ("exitcode", "signal", "local_rank", "pid") if r[k] is not None}))
-    ag = _select(con, "agent", ["rank", "node", "attempt", "ts", "kind", "exitcode", "signal", "pid", "local_rank",
-                                "input_id", "line_no"], "kind IS NULL OR kind <> 'launch_config'")
-    if ag is not None and not ag.is_empty():
-        # the agent's lines are the launcher's, not a rank's: on the rank whose worker pid the
-        # line names (closing signal to process N), else on the node thread
-        pid_rank = {}
-        if {"pid", "rank"} <= set(columns(con, "ranks")):
-            pid_rank = dict(con.execute("SELECT pid, min(rank) FROM ranks WHERE pid IS NOT NULL GROUP BY pid")
-                            .fetchall())
-        ag = _with_time(con, ag, clock)
-        for r in ag.filter(pl.col("t").is_between(lo, hi)).iter_rows(named=True):
-            worker = pid_rank.get(r["pid"]) if r["pid"] is not None else None
-            args = _base_args(r, paths) | {k: r[k] for k in ("kind", "signal", "exitcode", "pid", "local_rank")
-                                           if r[k] is not None}
-            if worker is None and r["rank"] is not None:
-                args["rank_in_store"] = r["rank"]
-            name = f"torchrun: {timeline.words(r['kind'], 'agent')}" + (f" ({r['signal']})" if r["signal"] else "") \
-                + (f", exit {r['exitcode']}" if r["exitcode"] is not None else "")
-            out.append(Event(r["t"], None, name, "exit",
-                             worker, None if worker is not None else r["node"], args=args))
+    df = timeline.exit_rows(store, clock)
+    for r in [] if df is None else df.filter(pl.col("t").is_between(lo, hi)).iter_rows(named=True):
+        sig = f" ({r['signal']})" if r["signal"] else ""
+        root = ", root cause" if r["root_cause"] else ""
+        out.append(Event(r["t"], None, f"process exit code {r['exitcode']}{sig}{root}", "exit", r["rank"],
+                         r["node"] or r["host"], args=_base_args(r, paths) | {
+                             k: r[k] for k in ("exitcode", "signal", "local_rank", "pid") if r[k] is not None}))
+    # the agent's lines are the launcher's, not a rank's: on the rank whose worker pid the line
+    # names, else on the node thread
+    ag = timeline.agent_rows(store, clock)
+    for r in [] if ag is None else ag.filter(pl.col("t").is_between(lo, hi)).iter_rows(named=True):
+        worker = r["worker"]
+        args = _base_args(r, paths) | {k: r[k] for k in ("kind", "signal", "exitcode", "pid", "local_rank")
+                                       if r[k] is not None}
+        if worker is None and r["rank"] is not None:
+            args["rank_in_store"] = r["rank"]
+        name = f"torchrun: {timeline.words(r['kind'], 'agent')}" + (f" ({r['signal']})" if r["signal"] else "") \
+            + (f", exit {r['exitcode']}" if r["exitcode"] is not None else "")
+        out.append(Event(r["t"], None, name, "exit", worker, None if worker is not None else r["node"], args=args))
     return out
 
 
-def _scheduler(con, clock, paths, lo, hi) -> list[Event]:
+def _scheduler(store, clock, paths, lo, hi) -> list[Event]:
     out = []
-    sl = _select(con, "slurm", ["rank", "node", "attempt", "ts", "kind", "job_id", "host", "tasks", "exit_code",
-                                "reason", "input_id", "line_no"])
-    if sl is not None and not sl.is_empty():
-        sl = _with_time(con, sl, clock)
-        for r in sl.filter(pl.col("t").is_between(lo, hi)).iter_rows(named=True):
-            bits = [x for x in (r["host"], r["tasks"], r["reason"],
-                                f"exit {r['exit_code']}" if r["exit_code"] is not None else None) if x]
-            name = f"slurm: {timeline.words(r['kind'], 'slurm')}" + (f" ({r['reason']})" if r["reason"] else "")
-            out.append(Event(r["t"], None, name, "job", job=True,
-                             scope="g" if r["kind"] == "cancelled" else "t",
-                             args=_base_args(r, paths) | {"detail": "; ".join(map(str, bits)), "job_id": r["job_id"]}))
-    jb = _select(con, "job", ["job_id", "step", "source", "name", "state", "reason", "start", "end", "input_id",
-                              "line_no"], "step IS NULL AND start IS NOT NULL")
-    if jb is not None and not jb.is_empty():
-        seen = set()
-        for r in jb.sort("source", "line_no", nulls_last=True).iter_rows(named=True):
-            key = (r["job_id"], r["start"], r["end"])
-            if key in seen:
-                continue
-            seen.add(key)
-            t0 = _ns(r["start"])
-            t1 = _ns(r["end"]) if r["end"] is not None else None
-            args = _base_args(r, paths) | {k: r[k] for k in ("job_id", "name", "state", "reason", "source") if r[k]}
-            args["start"], args["end"] = _iso(t0), _iso(t1) if t1 is not None else None
-            label = f"job {r['job_id']} ({r['state'] or '?'})"
-            if t1 is not None and t1 >= t0 and t1 >= lo and t0 <= hi:
-                out.append(Event(t0, t1 - t0, label, "job", job=True, args=args))
-            elif t1 is None and lo <= t0 <= hi:
-                out.append(Event(t0, None, label + " started", "job", job=True, args=args))
+    sl = timeline.slurm_rows(store, clock)
+    for r in [] if sl is None else sl.filter(pl.col("t").is_between(lo, hi)).iter_rows(named=True):
+        bits = [x for x in (r["host"], r["tasks"], r["reason"],
+                            f"exit {r['exit_code']}" if r["exit_code"] is not None else None) if x]
+        name = f"slurm: {timeline.words(r['kind'], 'slurm')}" + (f" ({r['reason']})" if r["reason"] else "")
+        out.append(Event(r["t"], None, name, "job", job=True, scope="g" if r["kind"] == "cancelled" else "t",
+                         args=_base_args(r, paths) | {"detail": "; ".join(map(str, bits)), "job_id": r["job_id"]}))
+    for r in timeline.job_spans(store):
+        t0, t1 = r["t0"], r["t1"]
+        args = _base_args(r, paths) | {k: r[k] for k in ("job_id", "name", "state", "reason", "source") if r[k]}
+        args["start"], args["end"] = _iso(t0), _iso(t1) if t1 is not None else None
+        label = f"job {r['job_id']} ({r['state'] or '?'})"
+        if t1 is not None and t1 >= t0 and t1 >= lo and t0 <= hi:
+            out.append(Event(t0, t1 - t0, label, "job", job=True, args=args))
+        elif t1 is None and lo <= t0 <= hi:
+            out.append(Event(t0, None, label + " started", "job", job=True, args=args))
     return out
 
 
-def _node_events(con, clock, paths, lo, hi) -> list[Event]:
-    cols = columns(con, "node_events")
-    if not cols:
-        return []
-    df = _select(con, "node_events", ["node", "host", "ts", "ts_utc", "kind", "code", "category", "meaning", "device",
-                                      "pci", "gpu_index", "global_rank", "message", "ts_basis", "order_confidence",
-                                      "input_id", "line_no"],
-                 f"coalesce(ts_utc, ts) IS NOT NULL AND coalesce(kind, '') NOT IN ({timeline.node_context_sql()})")
-    if df.is_empty():
-        return []
-    # ts_utc already carries the zone and the node's clock offset; a bare ts gets the offset
-    df = df.with_columns(t=pl.coalesce(pl.col("ts_utc").cast(pl.Datetime("ns")).dt.epoch("ns"), clock.expr("ts")),
-                         node=pl.coalesce("node", "host"))
+def _node_events(store, clock, paths, lo, hi) -> list[Event]:
+    df = timeline.node_event_rows(store, clock)
     out = []
-    for r in df.filter(pl.col("t").is_between(lo, hi)).iter_rows(named=True):
+    for r in [] if df is None else df.filter(pl.col("t").is_between(lo, hi)).iter_rows(named=True):
         name = _short(timeline.node_event_text(r["kind"], r["code"], r["meaning"], r["device"]), 90)
         args = _base_args(r, paths) | {k: _clean(r[k]) for k in ("kind", "code", "category", "meaning", "device", "pci",
                                                                   "gpu_index", "global_rank", "ts_basis",
@@ -563,22 +368,14 @@ def _node_events(con, clock, paths, lo, hi) -> list[Event]:
     return out
 
 
-def _profiles(con, lo, hi, limit: int) -> tuple[list[Event], int]:
+def _profiles(store, lo, hi, limit: int) -> tuple[list[Event], int]:
     """Kernels and NVTX ranges of profiler inputs (nsys, Kineto), latest first up to ``limit``;
     returns the events and how many more the window held."""
     out, dropped = [], 0
-    kc = columns(con, "kernels")
-    if {"start", "end"} <= set(kc):
-        want = ["rank", "host", "pid", "stream", "device", "start", "end", "name", "op", "collective", "dtype",
-                "algo", "proto", "bytes", "seq", "pg", "is_nccl", "source"]
-        sel = ", ".join(f'"{c}"' if c in kc else f'NULL AS "{c}"' for c in want)
-        where = f'epoch_ns("end") >= {int(lo)} AND epoch_ns(start) <= {int(hi)}'
-        total = con.execute(f"SELECT count(*) FROM kernels WHERE {where}").fetchall()[0][0]
-        df = _frame(con, f"SELECT {sel} FROM kernels WHERE {where} ORDER BY \"end\" DESC, start DESC, rank, "
-                         f"stream, name LIMIT {int(limit)}")
+    got = timeline.kernel_rows(store, lo, hi, limit)
+    if got is not None:
+        df, total = got
         dropped += max(0, total - len(df))
-        df = df.with_columns(t0=pl.col("start").cast(pl.Datetime("ns")).dt.epoch("ns"),
-                             t1=pl.col("end").cast(pl.Datetime("ns")).dt.epoch("ns"))
         for r in df.iter_rows(named=True):
             name = (f"{r['op']}" if r["is_nccl"] and r["op"] else _short(r["name"], 80)) or "kernel"
             args = {k: _clean(r[k]) for k in ("name", "collective", "op", "dtype", "algo", "proto", "bytes", "seq",
@@ -586,18 +383,10 @@ def _profiles(con, lo, hi, limit: int) -> tuple[list[Event], int]:
             args["at"] = _iso(r["t0"])
             out.append(Event(r["t0"], max(0, r["t1"] - r["t0"]), name, "kernel", r["rank"], r["host"],
                              track=f"gpu:{r['stream'] if r['stream'] is not None else '?'}", args=args))
-    nc = columns(con, "nvtx")
-    if {"start", "end"} <= set(nc) and limit - len(out) > 0:
-        want = ["rank", "pid", "tid", "start", "end", "text", "domain", "event_type"]
-        sel = ", ".join(f'"{c}"' if c in nc else f'NULL AS "{c}"' for c in want)
-        where = (f'start IS NOT NULL AND epoch_ns(coalesce("end", start)) >= {int(lo)} '
-                 f'AND epoch_ns(start) <= {int(hi)}')
-        total = con.execute(f"SELECT count(*) FROM nvtx WHERE {where}").fetchall()[0][0]
-        df = _frame(con, f"SELECT {sel} FROM nvtx WHERE {where} ORDER BY coalesce(\"end\", start) DESC, start DESC, "
-                         f"rank, tid, text LIMIT {int(limit - len(out))}")
+    got = timeline.nvtx_rows(store, lo, hi, limit - len(out)) if limit - len(out) > 0 else None
+    if got is not None:
+        df, total = got
         dropped += max(0, total - len(df))
-        df = df.with_columns(t0=pl.col("start").cast(pl.Datetime("ns")).dt.epoch("ns"),
-                             t1=pl.col("end").cast(pl.Datetime("ns")).dt.epoch("ns"))
         for r in df.iter_rows(named=True):
             args = {"domain": r["domain"], "pid": r["pid"], "tid": r["tid"], "at": _iso(r["t0"])}
             dur = None if r["t1"] is None else max(0, r["t1"] - r["t0"])
@@ -616,9 +405,9 @@ class Window:
     how: str
 
 
-def window(con, clock: timeline.Clock, start: str | None = None, end: str | None = None,
+def window(store: timeline.Store, clock: timeline.Clock, start: str | None = None, end: str | None = None,
            last_min: float | None = None) -> Window:
-    eol = end_of_logs(con, clock)
+    eol = timeline.end_of_logs(store, clock)
     ref = datetime(1970, 1, 1) + timedelta(microseconds=eol // 1000) if eol is not None else None
     if start is None and end is None:
         if eol is None:
@@ -629,8 +418,8 @@ def window(con, clock: timeline.Clock, start: str | None = None, end: str | None
                + (" (the default; see --last, --from/--to)" if last_min is None else ""))
         return Window(eol - span, eol, eol, how)
     try:
-        hi = _ns(parse_time(end, ref)) if end else None
-        lo = _ns(parse_time(start, ref)) if start else None
+        hi = timeline.epoch_ns(parse_time(end, ref)) if end else None
+        lo = timeline.epoch_ns(parse_time(start, ref)) if start else None
     except ValueError as exc:
         raise ExportError(str(exc)) from None
     if hi is None:
@@ -682,19 +471,18 @@ def perfetto(con, start: str | None = None, end: str | None = None, last_min: fl
              messages: list[str] | None = None) -> dict:
     """The Chrome trace document for a window of the store (see the module docstring)."""
     messages = messages if messages is not None else []
-    clock = timeline.Clock(timeline.Store(con))
-    win = window(con, clock, start, end, last_min)
+    store = timeline.Store(con)
+    clock = timeline.Clock(store)
+    win = window(store, clock, start, end, last_min)
     lo, hi = win.lo, win.hi
-    paths = dict(con.execute("SELECT input_id, path FROM inputs").fetchall()) if columns(con, "inputs") else {}
-    rank_node = {}
-    if {"rank", "node"} <= set(columns(con, "ranks")):
-        rank_node = dict(con.execute("SELECT rank, node FROM ranks WHERE rank IS NOT NULL").fetchall())
-    job_id = job_id_of(con)
+    paths = timeline.input_paths(store)
+    rank_node = timeline.rank_nodes(store)[0]
+    job_id = timeline.job_id(store)
 
     events: list[Event] = []
     for source in (_iterations, _progress, _collectives, _events, _nccl_warns, _exits, _scheduler, _node_events):
-        events += source(con, clock, paths, lo, hi)
-    prof, prof_dropped = _profiles(con, lo, hi, max_events)
+        events += source(store, clock, paths, lo, hi)
+    prof, prof_dropped = _profiles(store, lo, hi, max_events)
     events += prof
 
     # placement: the rank's node from ``ranks``; --ranks keeps those ranks, their nodes' node
