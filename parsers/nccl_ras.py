@@ -395,7 +395,7 @@ _N = r"(?P<count>\d+)"
 _RANK_TAIL = (r" -- (?:GPU (?P<gpu>\d+)(?: \(NVML (?P<nvml>\d+)\))? managed by process (?P<pid>\d+) on node "
               r"(?P<node>\S+)|\[process information not found\])$")
 
-# The collection lines of the RAS-network phase (nccl.md 3.13).
+# Which builds print the collection lines of the RAS-network phase (see the module docstring).
 _COLLECTION_PHASE = "compiled out of released builds; listed in the reference"
 
 # The report's line kinds (``postmortem.parsers.kinds``), tried in order on the stripped line; the
@@ -440,7 +440,7 @@ REPORT_KINDS: list[Kind] = [
          samples=("  Node 10.0.0.9 running processes 5120,5121,5122",)),
     Kind("comms_head", "ras_reports", r"^(?:Communicators\.\.\.|Gathering data about the NCCL communicators \(timeout "
                    r"(?P<timeout>[\d.]+)s\)\.\.\.)(?: \((?P<secs>[\d.]+)s\))?$",
-         versions="2.25+ `Communicators... (Xs)`; 2.24 `Gathering data about the NCCL communicators ...`",
+         versions="2.24 prints `Gathering data about the NCCL communicators ...`, later ones `Communicators...`",
          samples=("Gathering data about the NCCL communicators (timeout 5s)...", "Communicators... (0.015s)")),
     Kind("ras_net", "ras_findings", r"^Gathering data about the RAS network \(timeout (?P<timeout>[\d.]+)s\)\.\.\."
                     r"(?: obtained a result in (?P<secs>[\d.]+)s)?$",
@@ -493,7 +493,6 @@ REPORT_KINDS: list[Kind] = [
                   "  Rank 2 has not launched any operations -- GPU 2 managed by process 4413 on node 10.0.0.7",
                   "  Rank 3 has launched up to operation 88 -- [process information not found]")),
     Kind("rank_status_old", "ras_ranks", r"^Rank (?P<ranks>\d+(?:,\d+)*) has status (?P<status>\S+)$",
-         versions="2.24/2.25 (`UNKNOWN`, before `NOCOMM`)",
          samples=("  Rank 7 has status UNKNOWN",)),
     Kind("rank_list", "ras_ranks", r"^The (?P<listkind>missing|unknown) ranks?: (?P<ranks>\d+(?:,\d+)*)$",
          versions="2.24",
