@@ -121,13 +121,17 @@ import re
 import polars as pl
 
 from postmortem.parsers.base import ParseResult, conform, consumed_of, to_int
+from postmortem.parsers.kinds import Kind
 from postmortem.parsers.lines import with_stream
 
 NAME = "nccl_ras"
 
-# Written from nccl.md 3.12/3.13 and the client's format strings (not copied from a log).
+# Written from nccl.md 3.12/3.13 and the client's format strings (not copied from a log): INFO lines, one
+# text report in report order, then JSON reports. It holds every sample line of INFO_KINDS and REPORT_KINDS
+# (below; tests/test_parser_nccl_ras.py checks), which are copies of its lines.
 SAMPLE_LINES = [
     "node7:4411:4480 [3] NCCL INFO RAS client listening socket at ::1<28028>",
+    "node7:4411:4480 [3] NCCL INFO RAS failed to establish a client listening socket at ::1<28028>",
     "node7:4411:4480 [3] NCCL INFO RAS collective 10.0.0.7<28028>:17 timeout warning (5s) -- 2 responses missing",
     "node7:4411:4480 [3] NCCL INFO RAS declaring peer 10.0.0.9<28028> as DEAD; rasDeadPeersHash 0x1f2e3d4c5b6a7988",
     "node7:4411:4480 [3] NCCL INFO RAS send stuck timeout error (61s) on socket connection with 10.0.0.9<28028>",
@@ -162,6 +166,7 @@ SAMPLE_LINES = [
     "  Node 10.0.0.9 running processes 5120,5121,5122",
     "",
     "Gathering data about the RAS network (timeout 5s)... obtained a result in 0.012s",
+    " obtained a result in 0.318s",
     " Warning: encountered 1 communication timeout while gathering data",
     " Warning: missing data from 1 process (received from 6, expected 7)",
     "  The missing process:",
@@ -333,12 +338,25 @@ TABLES = {"ras_reports": REPORTS_SCHEMA, "ras_comms": COMMS_SCHEMA, "ras_finding
 # --------------------------------------------------------------------------- RAS INFO lines
 
 _INFO = r"[^\s:]*:\d+:\d+ (?:\[\d+\] )?NCCL INFO (RAS .*)$"
-_INFO_KINDS = [
-    ("ras_client_socket", r"^RAS client listening socket at (\S+)"),
-    ("ras_client_socket_failed", r"^RAS failed to establish a client listening socket at (\S+)"),
-    ("ras_coll_timeout", r"^RAS collective \S+ timeout warning \(-?\d+s\) -- (\d+) responses? missing"),
-    ("ras_dead_peer", r"^RAS declaring peer (\S+) as DEAD"),
-    ("ras_send_stuck", r"^RAS send stuck timeout error \(-?\d+s\) on socket connection with (\S+)"),
+# The RAS INFO lines' kinds, tried in order on the message after ``NCCL INFO ``; the first match
+# wins, the first group is the row's ``detail``, and any other ``RAS ...`` line is ``ras_info``.
+INFO_KINDS: list[Kind] = [
+    Kind("ras_client_socket", "events", r"^RAS client listening socket at (\S+)", versions="2.24+",
+         samples=("node7:4411:4480 [3] NCCL INFO RAS client listening socket at ::1<28028>",)),
+    Kind("ras_client_socket_failed", "events", r"^RAS failed to establish a client listening socket at (\S+)",
+         versions="2.24+",
+         samples=("node7:4411:4480 [3] NCCL INFO RAS failed to establish a client listening socket at ::1<28028>",)),
+    Kind("ras_coll_timeout", "events", r"^RAS collective \S+ timeout warning \(-?\d+s\) -- (\d+) responses? missing",
+         versions="2.24+",
+         samples=("node7:4411:4480 [3] NCCL INFO RAS collective 10.0.0.7<28028>:17 timeout warning (5s) -- 2 responses "
+                  "missing",)),
+    Kind("ras_dead_peer", "events", r"^RAS declaring peer (\S+) as DEAD", versions="2.24+",
+         samples=("node7:4411:4480 [3] NCCL INFO RAS declaring peer 10.0.0.9<28028> as DEAD; rasDeadPeersHash "
+                  "0x1f2e3d4c5b6a7988",)),
+    Kind("ras_send_stuck", "events", r"^RAS send stuck timeout error \(-?\d+s\) on socket connection with (\S+)",
+         versions="2.24+",
+         samples=("node7:4411:4480 [3] NCCL INFO RAS send stuck timeout error (61s) on socket connection with "
+                  "10.0.0.9<28028>",)),
 ]
 
 
@@ -349,10 +367,10 @@ def _info_events(df: pl.DataFrame) -> pl.DataFrame:
     sub = sub.select("line_no", msg=pl.col("text").str.extract(_INFO, 1)).filter(pl.col("msg").is_not_null())
     kind = pl.lit("ras_info")
     detail = pl.lit(None, dtype=pl.String)
-    for name, pattern in reversed(_INFO_KINDS):
-        hit = pl.col("msg").str.contains(pattern)
-        kind = pl.when(hit).then(pl.lit(name)).otherwise(kind)
-        detail = pl.when(hit).then(pl.col("msg").str.extract(pattern, 1)).otherwise(detail)
+    for k in reversed(INFO_KINDS):
+        hit = pl.col("msg").str.contains(k.pattern)
+        kind = pl.when(hit).then(pl.lit(k.name)).otherwise(kind)
+        detail = pl.when(hit).then(pl.col("msg").str.extract(k.pattern, 1)).otherwise(detail)
     return sub.select("line_no", level=pl.lit("INFO"), kind=kind, detail=detail,
                       message="msg").cast(EVENTS_SCHEMA)
 
@@ -377,71 +395,174 @@ _N = r"(?P<count>\d+)"
 _RANK_TAIL = (r" -- (?:GPU (?P<gpu>\d+)(?: \(NVML (?P<nvml>\d+)\))? managed by process (?P<pid>\d+) on node "
               r"(?P<node>\S+)|\[process information not found\])$")
 
-# (kind, pattern on the stripped line, distinctive?)  First match wins.
-_KINDS: list[tuple[str, str, bool]] = [
-    ("blank", r"^$", False),
-    ("underline", r"^=+$", False),
-    ("version", r"^NCCL version (?P<ver>\S+) compiled with CUDA (?P<cuda>\S+)$", True),
-    ("cuda_rt", r"^CUDA runtime version (?P<rt>-?\d+), driver version (?P<drv>-?\d+)$", True),
-    ("job_summary", r"^Job summary$", False),
-    ("sum_head", r"^Nodes\s+Processes(?:\s+GPUs(?:\s+Processes\s+GPUs)?)?$", True),
-    ("sum_main", r"^\(total\)\s+per node\s+per process\s+\(total\)\s+\(total\)$", True),
-    ("sum_ppn_gpp", r"^per node\s+per process$", True),
-    ("sum_ppn", r"^per node$", False),
-    ("sum_gpp_head", r"^Processes\s+GPUs$", False),
-    ("sum_gpp", r"^per process$", False),
-    ("sum_totals", r"^\(total\)\s+\(total\)\s+\(total\)$", True),
-    ("numbers", r"^\d+(?:\s+\d+){1,4}$", False),
-    ("outlier_head", r"^The outlier nodes?:$", True),
-    ("outlier_node", r"^Node (?P<node>\S+) running process(?:es)? (?P<pids>\d+(?:,\d+)*)$", True),
-    ("comms_head", r"^(?:Communicators\.\.\.|Gathering data about the NCCL communicators \(timeout "
-                   r"(?P<timeout>[\d.]+)s\)\.\.\.)(?: \((?P<secs>[\d.]+)s\))?$", True),
-    ("ras_net", r"^Gathering data about the RAS network \(timeout (?P<timeout>[\d.]+)s\)\.\.\."
-                r"(?: obtained a result in (?P<secs>[\d.]+)s)?$", True),
-    ("obtained", r"^obtained a result in (?P<secs>[\d.]+)s$", True),
-    ("table_head", r"^Group\s+Comms\s+Nodes\s+Ranks\s+Ranks\s+Ranks\s+Status\s+Errors$", True),
-    ("table_head2", r"^#\s+in group\s+per comm\s+per node\s+per comm\s+in group$", True),
-    ("table_row", r"^(?P<group>\d+)\s+(?P<cig>\d+)\s+(?P<nodes>\d+)\s+(?P<rpn>\d+(?:-\d+)?)\s+(?P<rpc>\d+)\s+"
-                  r"(?P<rig>\d+)\s+(?P<status>[A-Z]+)\s+(?P<errors>[A-Z]+(?:,[A-Z]+)*)$", True),
-    ("no_comm_data", r"^No communicator data collected!$", True),
-    ("section", r"^(?P<section>Errors|Warnings)$", False),
-    ("bare_block", r"^(?P<bkind>INCOMPLETE|DEAD|TIMEOUT)$", False),
-    ("comm_block", r"^#(?P<group>\d+)-(?P<cidx>\d+) \((?P<hash>[0-9a-fA-F]{1,16})\) (?P<bkind>[A-Z][A-Z,]*)$", True),
-    ("job_missing", r"^Missing communicator data from " + _N + r" job process(?:es)?$", True),
-    ("comm_missing", r"^Missing communicator data from " + _N + r" ranks?$", True),
-    ("dead", r"^" + _N + r" job process(?:es are| is) considered dead \(unreachable via the RAS network\)$", True),
-    ("process", r"^Process (?P<pid>\d+) on node (?P<node>\S+) managing GPUs? (?P<gpus>.+)$", True),
-    ("unlisted", r"^\[could not find information on " + _N + r" process(?:es)?\]$", True),
-    ("rank_line", r"^Rank (?P<rank>\d+)(?: has status (?P<status>\S+)| has launched up to operation "
-                  r"(?P<opc>\d+)| (?P<nolaunch>has not launched any operations)| reported (?P<reported>.+?))?"
-                  + _RANK_TAIL, True),
-    ("rank_status_old", r"^Rank (?P<ranks>\d+(?:,\d+)*) has status (?P<status>\S+)$", True),
-    ("rank_list", r"^The (?P<listkind>missing|unknown) ranks?: (?P<ranks>\d+(?:,\d+)*)$", True),
-    ("status_diff", r"^Communicator ranks have different status$", True),
-    ("op_diff", r"^Communicator ranks have different (?P<op>\S+) operation counts$", True),
-    ("have_status", r"^" + _N + r" ranks have status (?P<status>\S+)$", True),
-    ("launched", r"^" + _N + r" ranks have launched up to operation (?P<opc>\d+)$", True),
-    ("not_launched", r"^" + _N + r" ranks have not launched any operations$", True),
-    ("init_errors", r"^Initialization errors? on " + _N + r" ranks?$", True),
-    ("async_errors", r"^Asynchronous errors? on " + _N + r" ranks?$", True),
-    ("reported", r"^" + _N + r" ranks reported (?P<status>.+)$", True),
-    ("timeouts", r"^Encountered " + _N + r" communication timeouts? while gathering communicator data$", True),
-    ("coll_timeouts", r"^Warning: encountered " + _N + r" communication timeouts? while gathering data$", True),
-    ("missing_data", r"^Warning: missing data from " + _N + r" process(?:es)?(?: \(received from \d+, "
-                     r"expected (?P<expected>\d+)\))?$", True),
-    ("missing_procs_head", r"^The missing process(?:es)?:$", True),
-    ("connections", r"^Collected data about " + _N + r" unidirectional connections?$", True),
-    ("travel_head", r"^Travel times \(valid only if system clocks are synchronized between nodes\):$", True),
-    ("travel", r"^Minimum (?P<tmin>-?[\d.]+)s, maximum (?P<tmax>-?[\d.]+)s, average (?P<tavg>-?[\d.]+)s$", True),
-    ("no_conn_data", r"^No connection data collected!$", True),
-    ("negative", r"^Warning: negative travel times were observed across " + _N + r" connections?,$", True),
-    ("negative2", r"^indicating that the system clocks are \*not\* synchronized\.$", True),
-    ("negative3", r"^Ordering of events based on local timestamps should be considered unreliable$", True),
-    ("affected_head", r"^The affected connections?:$", True),
-    ("affected", r"^From node (?P<node>\S+) process (?P<pid>\d+) to node \S+ process \d+: observed travel "
-                 r"time of (?P<secs>-?[\d.]+)s$", True),
+# Which builds print the collection lines of the RAS-network phase (see the module docstring).
+_COLLECTION_PHASE = "compiled out of released builds; listed in the reference"
+
+# The report's line kinds (``postmortem.parsers.kinds``), tried in order on the stripped line; the
+# first match wins. ``table`` is where a kind's values end up (``None``: layout only).
+REPORT_KINDS: list[Kind] = [
+    Kind("blank", None, r"^$",
+         samples=("",)),
+    Kind("underline", None, r"^=+$",
+         samples=("===========", "=============", "======", "========")),
+    Kind("version", "ras_reports", r"^NCCL version (?P<ver>\S+) compiled with CUDA (?P<cuda>\S+)$",
+         samples=("NCCL version 2.27.3 compiled with CUDA 12.9",)),
+    Kind("cuda_rt", "ras_reports", r"^CUDA runtime version (?P<rt>-?\d+), driver version (?P<drv>-?\d+)$",
+         samples=("CUDA runtime version 12090, driver version 12080",)),
+    Kind("job_summary", None, r"^Job summary$",
+         samples=("Job summary",)),
+    Kind("sum_head", None, r"^Nodes\s+Processes(?:\s+GPUs(?:\s+Processes\s+GPUs)?)?$",
+         samples=("  Nodes  Processes         GPUs  Processes     GPUs",
+                  "  Nodes  Processes         GPUs",
+                  "  Nodes  Processes")),
+    Kind("sum_main", None, r"^\(total\)\s+per node\s+per process\s+\(total\)\s+\(total\)$",
+         samples=("(total)   per node  per process    (total)  (total)",)),
+    Kind("sum_ppn_gpp", None, r"^per node\s+per process$",
+         samples=("          per node  per process",)),
+    Kind("sum_ppn", None, r"^per node$",
+         samples=("          per node",)),
+    Kind("sum_gpp_head", None, r"^Processes\s+GPUs$",
+         samples=("         Processes         GPUs",)),
+    Kind("sum_gpp", None, r"^per process$",
+         samples=("                    per process",)),
+    Kind("sum_totals", None, r"^\(total\)\s+\(total\)\s+\(total\)$",
+         samples=("(total)    (total)      (total)",)),
+    Kind("numbers", "ras_reports", r"^\d+(?:\s+\d+){1,4}$",
+         samples=("      2          4            1          8        8",
+                  "      1          4            1",
+                  "      1          3            1",
+                  "      1          4",
+                  "                 7            1",
+                  "      2          7            7")),
+    Kind("outlier_head", None, r"^The outlier nodes?:$",
+         samples=("The outlier node:",)),
+    Kind("outlier_node", "ras_ranks", r"^Node (?P<node>\S+) running process(?:es)? (?P<pids>\d+(?:,\d+)*)$",
+         samples=("  Node 10.0.0.9 running processes 5120,5121,5122",)),
+    Kind("comms_head", "ras_reports", r"^(?:Communicators\.\.\.|Gathering data about the NCCL communicators \(timeout "
+                   r"(?P<timeout>[\d.]+)s\)\.\.\.)(?: \((?P<secs>[\d.]+)s\))?$",
+         versions="2.24 prints `Gathering data about the NCCL communicators ...`, later ones `Communicators...`",
+         samples=("Gathering data about the NCCL communicators (timeout 5s)...", "Communicators... (0.015s)")),
+    Kind("ras_net", "ras_findings", r"^Gathering data about the RAS network \(timeout (?P<timeout>[\d.]+)s\)\.\.\."
+                    r"(?: obtained a result in (?P<secs>[\d.]+)s)?$",
+         versions=_COLLECTION_PHASE,
+         samples=("Gathering data about the RAS network (timeout 5s)... obtained a result in 0.012s",)),
+    Kind("obtained", "ras_findings", r"^obtained a result in (?P<secs>[\d.]+)s$",
+         versions=_COLLECTION_PHASE,
+         samples=(" obtained a result in 0.318s",)),
+    Kind("table_head", None, r"^Group\s+Comms\s+Nodes\s+Ranks\s+Ranks\s+Ranks\s+Status\s+Errors$",
+         samples=("Group     Comms     Nodes     Ranks     Ranks     Ranks    Status  Errors",)),
+    Kind("table_head2", None, r"^#\s+in group\s+per comm\s+per node\s+per comm\s+in group$",
+         samples=("    #  in group  per comm  per node  per comm  in group",)),
+    Kind("table_row", "ras_comms", r"^(?P<group>\d+)\s+(?P<cig>\d+)\s+(?P<nodes>\d+)\s+(?P<rpn>\d+(?:-\d+)?)\s+(?P<rpc>\d+)\s+"
+                 r"(?P<rig>\d+)\s+(?P<status>[A-Z]+)\s+(?P<errors>[A-Z]+(?:,[A-Z]+)*)$",
+         samples=("    0         1         2       3-4         8         7  FINALIZE  INCOMPLETE,ERROR,MISMATCH",
+                  "    1         2         1         2         2         4   RUNNING      OK")),
+    Kind("no_comm_data", "ras_findings", r"^No communicator data collected!$",
+         samples=("No communicator data collected!",)),
+    Kind("section", None, r"^(?P<section>Errors|Warnings)$",
+         samples=("Errors", "Warnings")),
+    Kind("bare_block", "ras_findings", r"^(?P<bkind>INCOMPLETE|DEAD|TIMEOUT)$",
+         samples=("INCOMPLETE", "DEAD", "TIMEOUT")),
+    Kind("comm_block", "ras_findings", r"^#(?P<group>\d+)-(?P<cidx>\d+) \((?P<hash>[0-9a-fA-F]{1,16})\) (?P<bkind>[A-Z][A-Z,]*)$",
+         samples=("#0-0 (00c0ffee12345678) INCOMPLETE",
+                  "#0-0 (00c0ffee12345678) ERROR",
+                  "#0-0 (00c0ffee12345678) MISMATCH")),
+    Kind("job_missing", "ras_findings", r"^Missing communicator data from " + _N + r" job process(?:es)?$",
+         samples=("  Missing communicator data from 1 job process",)),
+    Kind("comm_missing", "ras_findings", r"^Missing communicator data from " + _N + r" ranks?$",
+         samples=("  Missing communicator data from 1 rank",)),
+    Kind("dead", "ras_findings", r"^" + _N + r" job process(?:es are| is) considered dead \(unreachable via the RAS network\)$",
+         samples=("  2 job processes are considered dead (unreachable via the RAS network)",
+                  "  1 job process is considered dead (unreachable via the RAS network)")),
+    Kind("process", "ras_ranks", r"^Process (?P<pid>\d+) on node (?P<node>\S+) managing GPUs? (?P<gpus>.+)$",
+         samples=("  Process 5122 on node 10.0.0.9 managing GPU 2",
+                  "  Process 5122 on node 10.0.0.9 managing GPUs 2,3 (NVML 4,5)")),
+    Kind("unlisted", "ras_findings", r"^\[could not find information on " + _N + r" process(?:es)?\]$",
+         samples=("  [could not find information on 1 process]",)),
+    Kind("rank_line", "ras_ranks", r"^Rank (?P<rank>\d+)(?: has status (?P<status>\S+)| has launched up to operation "
+                 r"(?P<opc>\d+)| (?P<nolaunch>has not launched any operations)| reported (?P<reported>.+?))?"
+                 + _RANK_TAIL,
+         samples=("  Rank 6 -- GPU 2 managed by process 5122 on node 10.0.0.9",
+                  "  Rank 1 -- GPU 1 (NVML 5) managed by process 4412 on node 10.0.0.7",
+                  "  Rank 2 -- [process information not found]",
+                  "  Rank 3 reported Unhandled CUDA error -- GPU 3 managed by process 4414 on node 10.0.0.7",
+                  "  Rank 4 has status FINALIZE -- GPU 0 managed by process 5120 on node 10.0.0.9",
+                  "  Rank 5 has status NOCOMM -- [process information not found]",
+                  "  Rank 0 -- GPU 0 managed by process 4411 on node 10.0.0.7",
+                  "  Rank 5 has launched up to operation 1 -- GPU 1 managed by process 5121 on node 10.0.0.9",
+                  "  Rank 2 has not launched any operations -- GPU 2 managed by process 4413 on node 10.0.0.7",
+                  "  Rank 3 has launched up to operation 88 -- [process information not found]")),
+    Kind("rank_status_old", "ras_ranks", r"^Rank (?P<ranks>\d+(?:,\d+)*) has status (?P<status>\S+)$",
+         samples=("  Rank 7 has status UNKNOWN",)),
+    Kind("rank_list", "ras_ranks", r"^The (?P<listkind>missing|unknown) ranks?: (?P<ranks>\d+(?:,\d+)*)$",
+         versions="2.24",
+         samples=("  The missing ranks: 6,7", "  The unknown ranks: 6,7")),
+    Kind("status_diff", "ras_findings", r"^Communicator ranks have different status$",
+         samples=("  Communicator ranks have different status",)),
+    Kind("op_diff", "ras_findings", r"^Communicator ranks have different (?P<op>\S+) operation counts$",
+         versions="per collective from 2.26; 2.24/2.25: `collective`",
+         samples=("  Communicator ranks have different ReduceScatter operation counts",
+                  "  Communicator ranks have different Broadcast operation counts",
+                  "  Communicator ranks have different AllReduce operation counts",
+                  "  Communicator ranks have different collective operation counts")),
+    Kind("have_status", "ras_findings", r"^" + _N + r" ranks have status (?P<status>\S+)$",
+         samples=("  5 ranks have status RUNNING",)),
+    Kind("launched", "ras_findings", r"^" + _N + r" ranks have launched up to operation (?P<opc>\d+)$",
+         samples=("  6 ranks have launched up to operation 1207", "  2 ranks have launched up to operation 1208")),
+    Kind("not_launched", "ras_findings", r"^" + _N + r" ranks have not launched any operations$",
+         samples=("  7 ranks have not launched any operations",)),
+    Kind("init_errors", "ras_findings", r"^Initialization errors? on " + _N + r" ranks?$",
+         samples=("  Initialization errors on 2 ranks",)),
+    Kind("async_errors", "ras_findings", r"^Asynchronous errors? on " + _N + r" ranks?$",
+         samples=("  Asynchronous error on 1 rank",)),
+    Kind("reported", "ras_findings", r"^" + _N + r" ranks reported (?P<status>.+)$",
+         samples=("  2 ranks reported Remote process error",)),
+    Kind("timeouts", "ras_findings", r"^Encountered " + _N + r" communication timeouts? while gathering communicator data$",
+         samples=("  Encountered 2 communication timeouts while gathering communicator data",)),
+    Kind("coll_timeouts", "ras_findings", r"^Warning: encountered " + _N + r" communication timeouts? while gathering data$",
+         versions=_COLLECTION_PHASE,
+         samples=(" Warning: encountered 1 communication timeout while gathering data",)),
+    Kind("missing_data", "ras_findings", r"^Warning: missing data from " + _N + r" process(?:es)?(?: \(received from \d+, "
+                    r"expected (?P<expected>\d+)\))?$",
+         versions=_COLLECTION_PHASE,
+         samples=(" Warning: missing data from 1 process (received from 6, expected 7)",)),
+    Kind("missing_procs_head", None, r"^The missing process(?:es)?:$",
+         versions=_COLLECTION_PHASE,
+         samples=("  The missing process:",)),
+    Kind("connections", "ras_findings", r"^Collected data about " + _N + r" unidirectional connections?$",
+         versions=_COLLECTION_PHASE,
+         samples=(" Collected data about 42 unidirectional connections",)),
+    Kind("travel_head", None, r"^Travel times \(valid only if system clocks are synchronized between nodes\):$",
+         versions=_COLLECTION_PHASE,
+         samples=(" Travel times (valid only if system clocks are synchronized between nodes):",)),
+    Kind("travel", "ras_findings", r"^Minimum (?P<tmin>-?[\d.]+)s, maximum (?P<tmax>-?[\d.]+)s, average (?P<tavg>-?[\d.]+)s$",
+         versions=_COLLECTION_PHASE,
+         samples=("  Minimum 0.000s, maximum 0.004s, average 0.001s",)),
+    Kind("no_conn_data", "ras_findings", r"^No connection data collected!$",
+         versions=_COLLECTION_PHASE,
+         samples=(" No connection data collected!",)),
+    Kind("negative", "ras_findings", r"^Warning: negative travel times were observed across " + _N + r" connections?,$",
+         versions=_COLLECTION_PHASE,
+         samples=(" Warning: negative travel times were observed across 1 connection,",)),
+    Kind("negative2", None, r"^indicating that the system clocks are \*not\* synchronized\.$",
+         versions=_COLLECTION_PHASE,
+         samples=(" indicating that the system clocks are *not* synchronized.",)),
+    Kind("negative3", None, r"^Ordering of events based on local timestamps should be considered unreliable$",
+         versions=_COLLECTION_PHASE,
+         samples=(" Ordering of events based on local timestamps should be considered unreliable",)),
+    Kind("affected_head", None, r"^The affected connections?:$",
+         versions=_COLLECTION_PHASE,
+         samples=("  The affected connection:",)),
+    Kind("affected", "ras_findings", r"^From node (?P<node>\S+) process (?P<pid>\d+) to node \S+ process \d+: observed travel "
+                    r"time of (?P<secs>-?[\d.]+)s$",
+         versions=_COLLECTION_PHASE,
+         samples=("  From node 10.0.0.7 process 4411 to node 10.0.0.9 process 5120: observed travel time of -0.002s",)),
 ]
-_STRONG = [k for k, _, s in _KINDS if s]
+# Kinds that other text prints too (blank lines, underlines, section words, bare numbers): they
+# belong to a report only inside a run that has at least one line of any other (distinctive) kind.
+_INCIDENTAL = {"blank", "underline", "job_summary", "sum_ppn", "sum_gpp_head", "sum_gpp", "numbers", "section",
+               "bare_block"}
+_STRONG = [k.name for k in REPORT_KINDS if k.name not in _INCIDENTAL]
 
 # Lines that start a block (the header values of a block are forward-filled from them).
 _BLOCK_STARTS = ["version", "job_summary", "comms_head", "ras_net", "section", "bare_block", "comm_block"]
@@ -465,8 +586,8 @@ _SECTIONS = {"Errors": "errors", "Warnings": "warnings"}
 def _classify(cand: pl.DataFrame) -> pl.DataFrame:
     s = pl.col("_s")
     kind = None
-    for name, pattern, _ in _KINDS:
-        kind = (pl.when if kind is None else kind.when)(s.str.contains(pattern)).then(pl.lit(name))
+    for k in REPORT_KINDS:
+        kind = (pl.when if kind is None else kind.when)(s.str.contains(k.pattern)).then(pl.lit(k.name))
     return cand.with_columns(_kind=kind.otherwise(pl.lit(None, dtype=pl.String)))
 
 
@@ -481,7 +602,7 @@ def _extract(rep: pl.DataFrame) -> pl.DataFrame:
     return pl.concat(parts, how="diagonal_relaxed").sort("line_no")
 
 
-_PATTERN_GROUPS = {k: p for k, p, _ in _KINDS if re.compile(p).groupindex}
+_PATTERN_GROUPS = {k.name: k.pattern for k in REPORT_KINDS if re.compile(k.pattern).groupindex}
 _GROUP_COLUMNS = sorted({g for p in _PATTERN_GROUPS.values() for g in re.compile(p).groupindex})
 
 

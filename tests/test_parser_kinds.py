@@ -5,7 +5,8 @@ the kind that wins; an overlap not listed (or one whose order flipped) fails the
 import polars as pl
 import pytest
 
-from postmortem.parsers import c10d, deepspeed, hf_trainer, kernel, megatron, nccl_catalogue, titan_lightning, torch_errors
+from postmortem.parsers import (c10d, deepspeed, hf_trainer, kernel, megatron, nccl_catalogue, nccl_ras, titan_lightning,
+                                torch_errors)
 
 
 def _c10d_messages(lines: list[str]) -> list[str]:
@@ -28,6 +29,16 @@ def _titan_messages(lines: list[str]) -> list[str]:
     return pl.Series(lines).str.extract_groups(titan_lightning._HEAD).struct.field("msg").to_list()
 
 
+def _ras_info_messages(lines: list[str]) -> list[str]:
+    """The ``RAS ...`` message after NCCL's ``host:pid:tid [dev] NCCL INFO`` header."""
+    return pl.Series(lines).str.extract(nccl_ras._INFO, 1).to_list()
+
+
+def _stripped(lines: list[str]) -> list[str]:
+    """A RAS report line without its indentation (what the report kinds read)."""
+    return [line.strip() for line in lines]
+
+
 def _as_printed(lines: list[str]) -> list[str]:
     return lines
 
@@ -44,6 +55,8 @@ PARSERS = {
     "deepspeed": (deepspeed.SETTING_KINDS, _deepspeed_messages),
     "torch_errors": (torch_errors.SINGLE_KINDS, _as_printed),
     "cuda_fault": (torch_errors.CUDA_FAULT_CLASSES, _as_printed),
+    "nccl_ras_info": (nccl_ras.INFO_KINDS, _ras_info_messages),
+    "nccl_ras": (nccl_ras.REPORT_KINDS, _stripped),
 }
 
 # (parser, the sample's kind, another kind its pattern also matches): the first wins, by order.

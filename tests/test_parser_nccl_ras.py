@@ -40,6 +40,13 @@ def consumed(result) -> set[int]:
     return set(result.consumed.to_list())
 
 
+def test_sample_lines_hold_every_kinds_samples():
+    """The kinds' samples are copies of SAMPLE_LINES' lines (the report read whole, in its order)."""
+    for kind in nccl_ras.INFO_KINDS + nccl_ras.REPORT_KINDS:
+        for sample in kind.samples:
+            assert sample in nccl_ras.SAMPLE_LINES, (kind.name, sample)
+
+
 def test_registered_as_a_log_parser():
     assert nccl_ras in parsers.LOG_PARSERS
     assert nccl_ras.NAME == "nccl_ras"
