@@ -49,6 +49,7 @@ import polars as pl
 
 from postmortem.parsers.base import GLOG, ParseResult, conform, consumed_of, glog_timestamp, to_int
 from postmortem.parsers.kinds import Kind, samples_of
+from postmortem.parsers.tables import SHARED
 
 NAME = "c10d"
 
@@ -263,23 +264,9 @@ def _split_header(df: pl.DataFrame) -> pl.DataFrame:
     return df.with_columns(pg_guid=pl.when(pl.col("pg_guid") == "").then(None).otherwise(pl.col("pg_guid")))
 
 
-COLLECTIVES_SCHEMA = {
-    "line_no": pl.UInt32, "ts": pl.Datetime("us"), "level": pl.String, "src_file": pl.String,
-    "pg_id": pl.Int64, "pg_guid": pl.String, "pg_desc": pl.String, "pg_rank": pl.Int64,
-    "kind": pl.String, "seq": pl.Int64, "op": pl.String, "numel_in": pl.Int64,
-    "numel_out": pl.Int64, "timeout_ms": pl.Int64, "ran_for_ms": pl.Int64,
-}
-PROGRESS_SCHEMA = {
-    "line_no": pl.UInt32, "ts": pl.Datetime("us"), "level": pl.String, "src_file": pl.String,
-    "pg_id": pl.Int64, "pg_guid": pl.String, "pg_desc": pl.String, "pg_rank": pl.Int64,
-    "kind": pl.String, "failing_seq": pl.Int64, "last_enqueued": pl.Int64,
-    "last_completed": pl.Int64, "detector_rank": pl.Int64,
-}
-EVENTS_SCHEMA = {
-    "line_no": pl.UInt32, "ts": pl.Datetime("us"), "level": pl.String, "src_file": pl.String,
-    "pg_id": pl.Int64, "pg_guid": pl.String, "pg_desc": pl.String, "pg_rank": pl.Int64,
-    "kind": pl.String, "exc_type": pl.String, "detail": pl.String, "message": pl.String,
-}
+COLLECTIVES_SCHEMA = SHARED["collectives"].columns_of(NAME)
+PROGRESS_SCHEMA = SHARED["progress"].columns_of(NAME)
+EVENTS_SCHEMA = SHARED["events"].columns_of(NAME)
 SETTINGS_SCHEMA = {"line_no": pl.UInt32, "source": pl.String, "key": pl.String, "value": pl.String}
 
 

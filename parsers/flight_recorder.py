@@ -57,6 +57,7 @@ from datetime import UTC, datetime
 import polars as pl
 
 from postmortem.parsers.base import ParseResult, Unreadable, WholeFile
+from postmortem.parsers.tables import SHARED
 
 NAME = "flight_recorder"
 LABEL = "Flight Recorder"
@@ -65,31 +66,9 @@ SAMPLE_LINES: list[str] = []   # not a line format: read whole files with ``pars
 KIND = "flight_recorder"
 RANK_SOURCE = "Flight Recorder file name (<prefix><global rank>)"
 
-COLLECTIVES_SCHEMA = {
-    "line_no": pl.UInt32, "ts": pl.Datetime("us"), "level": pl.String, "src_file": pl.String,
-    "pg_id": pl.Int64, "pg_guid": pl.String, "pg_desc": pl.String, "pg_rank": pl.Int64,
-    "kind": pl.String, "seq": pl.Int64, "op": pl.String, "numel_in": pl.Int64,
-    "numel_out": pl.Int64, "timeout_ms": pl.Int64, "ran_for_ms": pl.Int64,
-    "rank": pl.Int64, "rank_source": pl.String, "rank_confidence": pl.String,
-    "record_id": pl.Int64, "p2p_seq": pl.Int64, "op_id": pl.Int64, "profiling_name": pl.String,
-    "is_p2p": pl.Boolean, "peer": pl.Int64, "state": pl.String, "retired": pl.Boolean,
-    "input_sizes": pl.String, "output_sizes": pl.String, "input_dtypes": pl.String,
-    "output_dtypes": pl.String, "duration_ms": pl.Float64, "time_created": pl.Datetime("us", "UTC"),
-    "time_started": pl.Datetime("us", "UTC"), "time_completed": pl.Datetime("us", "UTC"),
-    "thread_id": pl.String, "thread_name": pl.String, "fr_version": pl.String,
-}
-PROGRESS_SCHEMA = {
-    "line_no": pl.UInt32, "ts": pl.Datetime("us"), "pg_id": pl.Int64, "pg_guid": pl.String,
-    "pg_desc": pl.String, "pg_rank": pl.Int64, "kind": pl.String, "failing_seq": pl.Int64,
-    "last_enqueued": pl.Int64, "last_started": pl.Int64, "last_completed": pl.Int64,
-    "rank": pl.Int64, "rank_source": pl.String, "rank_confidence": pl.String,
-}
-STACKS_SCHEMA = {
-    "line_no": pl.UInt32, "dump_index": pl.Int64, "pid": pl.Int64, "cmdline": pl.String,
-    "thread_id": pl.String, "thread_name": pl.String, "thread_state": pl.String, "depth": pl.Int64,
-    "function": pl.String, "file": pl.String, "file_line": pl.Int64,
-    "source": pl.String, "rank": pl.Int64, "record_id": pl.Int64,
-}
+COLLECTIVES_SCHEMA = SHARED["collectives"].columns_of(NAME)
+PROGRESS_SCHEMA = SHARED["progress"].columns_of(NAME)
+STACKS_SCHEMA = SHARED["stacks"].columns_of(NAME)
 PG_RANKS_SCHEMA = {
     "line_no": pl.UInt32, "rank": pl.Int64, "pg_guid": pl.String, "pg_desc": pl.String,
     "group_rank": pl.Int64, "global_rank": pl.Int64, "group_size": pl.Int64,

@@ -44,6 +44,7 @@ import polars as pl
 
 from postmortem.parsers.base import ParseResult, conform, consumed_of, to_int
 from postmortem.parsers.lines import with_stream
+from postmortem.parsers.tables import SHARED
 
 NAME = "hwtools"
 
@@ -158,8 +159,7 @@ NIC_PORTS_SCHEMA = {"line_no": pl.UInt32, "source": pl.String, "ca": pl.String, 
                     "link_layer": pl.String, "fw": pl.String, "ca_type": pl.String,
                     "vendor_part_id": pl.String, "node_guid": pl.String, "port_guid": pl.String,
                     "active_mtu": pl.Int64, "max_mtu": pl.Int64, "lid": pl.String, "netdev": pl.String}
-EVENTS_SCHEMA = {"line_no": pl.UInt32, "kind": pl.String, "level": pl.String, "detail": pl.String,
-                 "message": pl.String, "device": pl.String}
+EVENTS_SCHEMA = SHARED["events"].columns_of(NAME)
 TOPO_NICS_SCHEMA = {"line_no": pl.UInt32, "nic": pl.String, "device": pl.String}
 IB_LINKS_SCHEMA = {"line_no": pl.UInt32, "device": pl.String, "guid": pl.String, "lid": pl.Int64,
                    "port": pl.Int64, "width": pl.String, "lane_gbps": pl.Float64, "rate_gbps": pl.Float64,

@@ -42,6 +42,7 @@ from __future__ import annotations
 import polars as pl
 
 from postmortem.parsers.base import ParseResult, conform, consumed_of
+from postmortem.parsers.tables import SHARED
 
 NAME = "nccl_inspector"
 
@@ -102,8 +103,7 @@ RECORDS_SCHEMA = {"line_no": pl.UInt32, "end_line": pl.UInt32, "comm_id": pl.Str
                   "timing_source": pl.String, "algbw_gbs": pl.Float64, "busbw_gbs": pl.Float64,
                   "dump_ts": pl.Datetime("us"), "start": pl.Datetime("ns"), "end": pl.Datetime("ns"),
                   "channels": pl.Int64, "format_version": pl.String}
-EVENTS_SCHEMA = {"line_no": pl.UInt32, "kind": pl.String, "detail": pl.String, "message": pl.String,
-                 "level": pl.String}
+EVENTS_SCHEMA = SHARED["events"].columns_of(NAME)
 
 
 def file_gate(text: pl.Expr) -> pl.Expr:

@@ -123,6 +123,7 @@ import polars as pl
 from postmortem.parsers.base import ParseResult, conform, consumed_of, to_int
 from postmortem.parsers.kinds import Kind
 from postmortem.parsers.lines import with_stream
+from postmortem.parsers.tables import SHARED
 
 NAME = "nccl_ras"
 
@@ -329,8 +330,7 @@ RANKS_SCHEMA = {
 }
 RANK_OPS_SCHEMA = {"line_no": pl.UInt32, "report_line": pl.UInt32, "hash": pl.String, "rank": pl.Int64,
                    "op": pl.String, "op_count": pl.Int64}
-EVENTS_SCHEMA = {"line_no": pl.UInt32, "level": pl.String, "kind": pl.String, "detail": pl.String,
-                 "message": pl.String}
+EVENTS_SCHEMA = SHARED["events"].columns_of(NAME)
 
 TABLES = {"ras_reports": REPORTS_SCHEMA, "ras_comms": COMMS_SCHEMA, "ras_findings": FINDINGS_SCHEMA,
           "ras_ranks": RANKS_SCHEMA, "ras_rank_ops": RANK_OPS_SCHEMA, "events": EVENTS_SCHEMA}

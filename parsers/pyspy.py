@@ -30,6 +30,7 @@ import polars as pl
 from postmortem.parsers.lines import with_stream
 
 from postmortem.parsers.base import ParseResult, consumed_of, to_int
+from postmortem.parsers.tables import SHARED
 
 NAME = "pyspy"
 
@@ -54,20 +55,7 @@ SAMPLE_LINES = [
     " (libtorch_cuda.so)",
 ]
 
-STACKS_SCHEMA = {
-    "line_no": pl.UInt32,
-    "dump_index": pl.Int64,
-    "pid": pl.Int64,
-    "cmdline": pl.String,
-    "thread_id": pl.String,
-    "thread_name": pl.String,
-    "thread_state": pl.String,
-    "depth": pl.Int64,
-    "function": pl.String,
-    "file": pl.String,
-    "file_line": pl.Int64,
-    "dump_line": pl.UInt32,
-}
+STACKS_SCHEMA = SHARED["stacks"].columns_of(NAME)
 # ``dump_line`` holds a line number (the dump's ``Process`` header): analyzer.ingest maps it
 # back when it parses many inputs at once.
 LINE_NUMBER_COLUMNS = {"stacks": ("dump_line",)}

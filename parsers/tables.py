@@ -4,9 +4,9 @@ writes which columns.
 ``events``, ``collectives``, ``progress``, ``iterations``, ``memory`` and ``stacks`` are filled by more
 than one parser (``postmortem.analyzer.ingest`` stacks their frames, a column missing from one
 writer's frame is null on its rows). A shared column means one thing in one dtype: ``pid`` is an
-Int64 whoever writes it. Each parser keeps its own ``*_SCHEMA`` dict (it builds its frames with it);
-``tests/test_tables.py`` holds every writer's frames to the declaration here, so a writer that
-adds a column, changes a dtype or starts writing a table must say so in this file first.
+Int64 whoever writes it. Each writer takes its ``*_SCHEMA`` from here (``columns_of(NAME)``), and
+``tests/test_tables.py`` holds every writer's frames to the declaration, so a writer that adds a
+column, changes a dtype or starts writing a table must say so in this file first.
 """
 
 from __future__ import annotations
@@ -26,7 +26,20 @@ class SharedTable:
     def columns_of(self, writer: str) -> dict[str, pl.DataType]:
         """The columns ``writer`` writes, with their dtypes."""
         names = self.writers[writer]
-        return dict(self.columns) if names == ALL else {c: self.columns[c] for c in names}
+        return dict(self.columns) if names == ALL else self.select(names)
+
+    def select(self, names: tuple[str, ...]) -> dict[str, pl.DataType]:
+        """``names`` with their dtypes, in that order."""
+        return {c: self.columns[c] for c in names}
+
+
+# What every training-framework parser writes (Megatron, DeepSpeed, HF Trainer, torchtitan/Lightning:
+# their rows are built by ``postmortem.parsers.trainlog``).
+FRAMEWORK_EVENTS = ("line_no", "ts", "level", "kind", "detail", "message", "framework", "iteration", "path",
+                    "duration_s", "finished", "value", "reported_rank")
+FRAMEWORK_MEMORY = ("line_no", "reported_rank", "label", "iteration", "allocated_mib", "max_allocated_mib",
+                    "reserved_mib", "max_reserved_mib", "device_used_mib", "source_unit", "framework", "capacity_mib",
+                    "pct_of_capacity")
 
 
 SHARED: dict[str, SharedTable] = {
@@ -54,19 +67,15 @@ SHARED: dict[str, SharedTable] = {
                 "oom_unallocated_mib"),
             "torchrun": ("line_no", "kind", "exc_type", "detail", "message", "reported_rank", "reported_local_rank",
                 "reported_pid", "exitcode", "signal", "root_cause"),
-            "megatron": ("line_no", "ts", "level", "kind", "detail", "message", "framework", "iteration", "path",
-                "duration_s", "finished", "value", "reported_rank"),
+            "megatron": FRAMEWORK_EVENTS,
             "nccl_ras": ("line_no", "level", "kind", "detail", "message"),
             "nccl_inspector": ("line_no", "kind", "detail", "message", "level"),
             "torch_errors": ("line_no", "kind", "exc_type", "detail", "message", "exc_line_no", "frames", "value",
                 "cause", "peer", "op", "ts", "oom_requested_mib", "oom_capacity_mib", "oom_free_mib",
                 "oom_allocated_mib", "oom_unallocated_mib"),
-            "deepspeed": ("line_no", "ts", "level", "kind", "detail", "message", "framework", "iteration", "path",
-                "duration_s", "finished", "value", "reported_rank"),
-            "hf_trainer": ("line_no", "ts", "level", "kind", "detail", "message", "framework", "iteration", "path",
-                "duration_s", "finished", "value", "reported_rank"),
-            "titan_lightning": ("line_no", "ts", "level", "kind", "detail", "message", "framework", "iteration",
-                "path", "duration_s", "finished", "value", "reported_rank"),
+            "deepspeed": FRAMEWORK_EVENTS,
+            "hf_trainer": FRAMEWORK_EVENTS,
+            "titan_lightning": FRAMEWORK_EVENTS,
             "hwtools": ("line_no", "kind", "level", "detail", "message", "device"),
         },
     ),
@@ -142,18 +151,12 @@ SHARED: dict[str, SharedTable] = {
             "process_in_use_mib": pl.Float64, "oom_pid": pl.Int64,
         },
         writers={
-            "megatron": ("line_no", "reported_rank", "label", "iteration", "allocated_mib", "max_allocated_mib",
-                "reserved_mib", "max_reserved_mib", "device_used_mib", "source_unit", "framework", "capacity_mib",
-                "pct_of_capacity"),
+            "megatron": FRAMEWORK_MEMORY,
             "torch_errors": ("line_no", "label", "framework", "source_unit", "oom_format", "gpu", "requested_mib",
                 "capacity_mib", "free_mib", "allocated_mib", "reserved_mib", "reserved_unallocated_mib",
                 "private_pools_mib", "process_in_use_mib", "oom_pid"),
-            "deepspeed": ("line_no", "reported_rank", "label", "iteration", "allocated_mib", "max_allocated_mib",
-                "reserved_mib", "max_reserved_mib", "device_used_mib", "source_unit", "framework", "capacity_mib",
-                "pct_of_capacity"),
-            "titan_lightning": ("line_no", "reported_rank", "label", "iteration", "allocated_mib",
-                "max_allocated_mib", "reserved_mib", "max_reserved_mib", "device_used_mib", "source_unit",
-                "framework", "capacity_mib", "pct_of_capacity"),
+            "deepspeed": FRAMEWORK_MEMORY,
+            "titan_lightning": FRAMEWORK_MEMORY,
         },
     ),
     "stacks": SharedTable(

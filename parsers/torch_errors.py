@@ -74,6 +74,7 @@ import polars as pl
 from postmortem.parsers.base import GLOG, ParseResult, conform, consumed_of, glog_timestamp, to_int
 from postmortem.parsers.kinds import Kind, samples_of
 from postmortem.parsers.lines import with_stream
+from postmortem.parsers.tables import SHARED
 
 NAME = "torch_errors"
 # Columns that hold line numbers besides ``line_no`` (a traceback's exception line; a stack's
@@ -112,25 +113,9 @@ _LITERALS = ["out of memory", "CUDA error", "Assertion `", "Traceback (most rece
              "record id:", "group info:", "collective:", "missing ranks:", "input sizes:", "output sizes:",
              "world size:", "expected ranks:", "collective state:", "error msg:", "collective stack trace:"]
 
-MEMORY_SCHEMA = {
-    "line_no": pl.UInt32, "label": pl.String, "framework": pl.String, "source_unit": pl.String,
-    "oom_format": pl.String, "gpu": pl.Int64, "requested_mib": pl.Float64, "capacity_mib": pl.Float64,
-    "free_mib": pl.Float64, "allocated_mib": pl.Float64, "reserved_mib": pl.Float64,
-    "reserved_unallocated_mib": pl.Float64, "private_pools_mib": pl.Float64,
-    "process_in_use_mib": pl.Float64, "oom_pid": pl.Int64,
-}
-EVENTS_SCHEMA = {
-    "line_no": pl.UInt32, "kind": pl.String, "exc_type": pl.String, "detail": pl.String,
-    "message": pl.String, "exc_line_no": pl.UInt32, "frames": pl.Int64, "value": pl.Float64,
-    "cause": pl.String, "peer": pl.String, "op": pl.String, "ts": pl.Datetime("us"),
-    "oom_requested_mib": pl.Float64, "oom_capacity_mib": pl.Float64, "oom_free_mib": pl.Float64,
-    "oom_allocated_mib": pl.Float64, "oom_unallocated_mib": pl.Float64,
-}
-STACKS_SCHEMA = {
-    "line_no": pl.UInt32, "dump_index": pl.Int64, "pid": pl.Int64, "cmdline": pl.String,
-    "thread_id": pl.String, "thread_name": pl.String, "thread_state": pl.String, "depth": pl.Int64,
-    "function": pl.String, "file": pl.String, "file_line": pl.Int64, "source": pl.String,
-}
+MEMORY_SCHEMA = SHARED["memory"].columns_of(NAME)
+EVENTS_SCHEMA = SHARED["events"].columns_of(NAME)
+STACKS_SCHEMA = SHARED["stacks"].columns_of(NAME)
 
 _SIZE = r"[\d.]+ (?:[KMGT]iB|bytes|B)"
 _OOM_OLD = (

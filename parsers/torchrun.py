@@ -84,6 +84,7 @@ import polars as pl
 from postmortem.parsers.lines import with_stream
 
 from postmortem.parsers.base import GLOG, ParseResult, consumed_of, glog_timestamp, to_int
+from postmortem.parsers.tables import SHARED
 
 NAME = "torchrun"
 
@@ -197,19 +198,7 @@ AGENT_SCHEMA = {
 # ``reported_local_rank``, ``reported_pid`` are what the summary names (the line is the agent's, so
 # its own attribution has no rank; ``rank`` stays the attribution's, as on every event; the
 # names follow ``postmortem.parsers.trainlog``'s ``reported_rank``).
-EVENTS_SCHEMA = {
-    "line_no": pl.UInt32,
-    "kind": pl.String,
-    "exc_type": pl.String,
-    "detail": pl.String,
-    "message": pl.String,
-    "reported_rank": pl.Int64,
-    "reported_local_rank": pl.Int64,
-    "reported_pid": pl.Int64,
-    "exitcode": pl.Int64,
-    "signal": pl.String,
-    "root_cause": pl.Boolean,
-}
+EVENTS_SCHEMA = SHARED["events"].columns_of(NAME)
 
 SLURM_SCHEMA = {
     "line_no": pl.UInt32,

@@ -26,67 +26,13 @@ from __future__ import annotations
 
 import polars as pl
 
-ITERATIONS_SCHEMA = {
-    "line_no": pl.UInt32,
-    "ts": pl.Datetime("us"),
-    "validation": pl.Boolean,
-    "iteration": pl.Int64,
-    "train_iters": pl.Int64,
-    "consumed_samples": pl.Int64,
-    "elapsed_ms": pl.Float64,
-    "throughput_tflops": pl.Float64,
-    "learning_rate": pl.Float64,
-    "global_batch_size": pl.Int64,
-    "lm_loss": pl.Float64,
-    "loss_scale": pl.Float64,
-    "grad_norm": pl.Float64,
-    "skipped_iterations": pl.Int64,
-    "nan_iterations": pl.Int64,
-    "fields": pl.String,
-    "framework": pl.String,
-    "epoch": pl.Float64,
-    "tokens_per_s": pl.Float64,
-    "samples_per_s": pl.Float64,
-    "mfu_pct": pl.Float64,
-    "consumed_tokens": pl.Int64,
-    "skipped_samples": pl.Int64,
-    "num_zeros": pl.Float64,
-    "params_norm": pl.Float64,
-    "energy_j_per_gpu": pl.Float64,
-    "power_w_per_gpu": pl.Float64,
-}
+from postmortem.parsers.tables import FRAMEWORK_EVENTS, FRAMEWORK_MEMORY, SHARED
 
-MEMORY_SCHEMA = {
-    "line_no": pl.UInt32,
-    "reported_rank": pl.Int64,
-    "label": pl.String,
-    "iteration": pl.Int64,
-    "allocated_mib": pl.Float64,
-    "max_allocated_mib": pl.Float64,
-    "reserved_mib": pl.Float64,
-    "max_reserved_mib": pl.Float64,
-    "device_used_mib": pl.Float64,
-    "source_unit": pl.String,
-    "framework": pl.String,
-    "capacity_mib": pl.Float64,
-    "pct_of_capacity": pl.Float64,
-}
+ITERATIONS_SCHEMA = dict(SHARED["iterations"].columns)
 
-EVENTS_SCHEMA = {
-    "line_no": pl.UInt32,
-    "ts": pl.Datetime("us"),
-    "level": pl.String,
-    "kind": pl.String,
-    "detail": pl.String,
-    "message": pl.String,
-    "framework": pl.String,
-    "iteration": pl.Int64,
-    "path": pl.String,
-    "duration_s": pl.Float64,
-    "finished": pl.Boolean,
-    "value": pl.Float64,
-    "reported_rank": pl.Int64,
-}
+MEMORY_SCHEMA = SHARED["memory"].select(FRAMEWORK_MEMORY)
+
+EVENTS_SCHEMA = SHARED["events"].select(FRAMEWORK_EVENTS)
 
 JOB_CONFIG_SCHEMA = {
     "line_no": pl.UInt32,
