@@ -45,7 +45,8 @@ EPOCH = datetime(1970, 1, 1)
 # their exception).
 _NOISE = ("work_update", "service_thread", "traceback", "cpp_frames", "fr_trace_detail", "launch_config")
 # start-up banners: the process (group) starting, whatever their level
-_BANNER = re.compile(r"^(pg_options|env_banner|megatron_startup)$")
+_BANNERS = ("pg_options", "env_banner", "megatron_startup")
+_BANNER = re.compile(rf"^({'|'.join(_BANNERS)})$")
 _INIT = re.compile(r"(^|_)(init|startup|process_start|worker_start)($|_)")
 _TIMEOUT = re.compile(r"timeout|pg_status|watchdog")
 _ERROR = re.compile(r"exception|error|terminate|fault|oom|signal|abort|killed|fail|teardown|nan")
@@ -612,8 +613,7 @@ def moments(source, marks: list[Entry] | None = None, steps: list | None = None)
 
 # ``events`` kinds a trace leaves out: periodic status lines (``progress`` has them), frames of an
 # exception, start-up chatter.
-TRACE_NOISE = ("work_update", "env_banner", "pg_options", "service_thread", "traceback", "cpp_frames",
-               "megatron_startup", "fr_trace_detail", "launch_config")
+TRACE_NOISE = _NOISE + _BANNERS   # the trace has no init lane: start-up banners are noise there too
 # the tables whose rows are timed log lines (a time to borrow, the end of the logs)
 _TIMED_LOG_TABLES = ("events", "progress", "agent", "iterations", "collectives", "slurm")
 _PROFILE_KINDS = ("nsys_kernel", "kineto_kernel", "profile_kernel")

@@ -47,6 +47,7 @@ import polars as pl
 
 from postmortem.export.common import ExportError
 from postmortem.views import timeline
+from postmortem.views.render import clip
 
 DEFAULT_WINDOW_MIN = 30.0
 DEFAULT_MAX_EVENTS = 250_000
@@ -114,8 +115,7 @@ def _iso(ns: int) -> str:
 
 
 def _short(text, limit: int = 90) -> str:
-    text = " ".join(str(text or "").split())
-    return text if len(text) <= limit else text[:limit - 1] + "\u2026"
+    return clip(" ".join(str(text or "").split()), limit)
 
 
 def _clean(value):
