@@ -1,7 +1,7 @@
 """Benchmark: ingest speed and memory against a plain scan and a per-line Python parser (issue 11).
 
     python -m bench.ingest_bench --ranks 8,64 [--coll] [--nsys] [--iterations 40] [--repeats 1]
-                                 [--case plain-1024,coll-64-871MB,c10d-535MB]
+                                 [--case plain-1024,coll-64-871MB,c10d-535MB,...]
                                  [--json FILE] [--keep DIR] [--compare OLD.json] [--no-baseline]
 
 For each size, generates a deadlock run with ``postmortem.generator`` (8 GPUs per node, watchdog
@@ -12,7 +12,9 @@ timeouts, periodic c10d work updates during a 30-minute hang, py-spy dumps; ``--
 ``--case`` adds named cases (``CASES``) beside the ``--ranks`` sizes: ``plain-1024`` (1,024
 ranks, 40 iterations, no COLL: the many-small-files run), ``coll-64-871MB`` (64 ranks with the
 COLL trace of 742 iterations, about 871 MB) and ``c10d-535MB`` (one 535 MB training stderr of
-c10d work updates and iteration lines, ``bench.memory_bench.write_plain``: a single large log).
+c10d work updates and iteration lines, ``bench.memory_bench.write_plain``: a single large log),
+``plain-256``, ``coll-1024-2GB`` (105 iterations) and ``plain-10000`` (1 iteration; these two
+without the per-line parser).
 Each reads every file once so that the page cache is warm, then measures in the same run:
 
 * the scan floor: ``LC_ALL=C grep -rc "" DIR`` (the best of three);
@@ -68,14 +70,19 @@ class Case:
     coll: bool = False
     nsys: bool = False
     single_log_bytes: int = 0
+    baseline: bool = True           # also time the per-line parser (off for the largest runs)
 
 
-# The sizes issue 26 measures and the --ranks sizes do not reach: many small files, a long COLL
-# trace (18.3 kB per rank per iteration: 742 iterations of 64 ranks are about 871 MB), one large log.
+# The sizes issue 26 measures: many small files, a long COLL trace (18.3 kB per rank per
+# iteration: 742 iterations of 64 ranks are about 871 MB), one large log, the 2 GB COLL run and
+# the 10,000-rank run of the README's table, and the 256-rank run the per-line parser is timed on.
 CASES = {case.key: case for case in (
+    Case("plain-256", ranks=256),
     Case("plain-1024", ranks=1024),
     Case("coll-64-871MB", ranks=64, iterations=742, coll=True),
     Case("c10d-535MB", ranks=1, single_log_bytes=535_000_000),
+    Case("coll-1024-2GB", ranks=1024, iterations=105, coll=True, baseline=False),
+    Case("plain-10000", ranks=10000, iterations=1, baseline=False),
 )}
 
 
@@ -502,7 +509,7 @@ def main(argv: list[str] | None = None) -> int:
     log = lambda msg: print(msg, file=sys.stderr, flush=True)   # noqa: E731
     try:
         for case in cases:
-            row = bench_one(root / case.key, case, a.repeats, not a.no_baseline, log)
+            row = bench_one(root / case.key, case, a.repeats, case.baseline and not a.no_baseline, log)
             result["runs"].append(row)
             a.json.write_text(json.dumps(result, indent=2, sort_keys=True, default=str) + "\n")
             print(format_row(row), flush=True)
