@@ -32,7 +32,7 @@ from postmortem.analyzer import budget
 from postmortem.analyzer.discover import (SMALL_DECOMPRESSED, Capped, InputError, InputFile, capped_bytes, cut_message,
                                decode_to, is_utf16, leading_nuls, max_decompressed, open_input, path_text, read_capped, sniff)
 from postmortem.parsers.base import Unreadable, WholeFile
-from postmortem.parsers.lines import envelope_frame, split_inputs
+from postmortem.parsers.lines import envelope_frame, split_inputs, streams_shared
 
 
 @dataclass
@@ -287,41 +287,62 @@ def _parse_batched(results: list[FileResult]) -> Batched:
     A job folder holds hundreds of small per-rank files; a parser that makes a few dozen
     Polars calls per input pays that overhead per file. These parsers get one frame of all
     inputs instead, with ``line_no`` renumbered to a global row; their rows are mapped back to
-    (input_id, line_no) here, so to them and to everything after them nothing changes."""
+    (input_id, line_no) here, so to them and to everything after them nothing changes. Parsers
+    that read the same lines get the same frame object, so that its streams
+    (``with_stream``) are computed once for all of them."""
     batched = Batched()
     texts = [r for r in results if r.lines is not None and r.item.kind in ("log", "pyspy")]
     frames: dict[tuple, pl.DataFrame | None] = {}   # what a module reads, concatenated once
-    for module in parsers.BATCHED:
-        literal = getattr(module, "BATCH_LITERAL", None)
-        # Parsers written for the batch (they declare a BATCH_LITERAL) read logs; the ones that
-        # used to run per file read what they read there: logs and py-spy dumps.
-        kinds = ("log",) if literal is not None else ("log", "pyspy")
-        source = (module is parsers.nccl, kinds)
-        if source not in frames:
-            read = [r.lines if module is parsers.nccl else r.others for r in texts if r.item.kind in kinds]
-            # One buffer, not one per input: every Polars call on a frame of 10,000 pieces (a
-            # chunk of py-spy dumps) pays per piece; torch_errors took 3.0 s on it instead of 0.8.
-            frames[source] = pl.concat(read, how="vertical_relaxed", rechunk=True) if read else None
-        combined = frames[source]
-        if combined is not None and literal:   # only the inputs that mention the literal
-            mention = combined.filter(pl.col("text").str.contains(literal, literal=True))["input_id"].unique()
-            combined = combined.filter(pl.col("input_id").is_in(mention.implode()))
-        if combined is not None and not combined.is_empty():
-            _batch_parse(module, combined, texts, batched)
+    numbered: dict[tuple, _Numbered] = {}            # and renumbered once, per set of inputs
+    with streams_shared():
+        for module in parsers.BATCHED:
+            literal = getattr(module, "BATCH_LITERAL", None)
+            # Parsers written for the batch (they declare a BATCH_LITERAL) read logs; the ones that
+            # used to run per file read what they read there: logs and py-spy dumps.
+            kinds = ("log",) if literal is not None else ("log", "pyspy")
+            source = (module is parsers.nccl, kinds)
+            if source not in frames:
+                read = [r.lines if module is parsers.nccl else r.others for r in texts if r.item.kind in kinds]
+                # One buffer, not one per input: every Polars call on a frame of 10,000 pieces (a
+                # chunk of py-spy dumps) pays per piece; torch_errors took 3.0 s on it instead of 0.8.
+                frames[source] = pl.concat(read, how="vertical_relaxed", rechunk=True) if read else None
+            combined, key = frames[source], (source, literal or None)
+            if combined is not None and literal and key not in numbered:   # only the inputs that mention it
+                mention = combined.filter(pl.col("text").str.contains(literal, literal=True))["input_id"].unique()
+                combined = combined.filter(pl.col("input_id").is_in(mention.implode()))
+            if combined is not None and not combined.is_empty():
+                if key not in numbered:
+                    numbered[key] = _Numbered.of(combined)
+                _batch_parse(module, numbered[key], texts, batched)
     return batched
 
 
-def _batch_parse(module, combined: pl.DataFrame, texts: list[FileResult], batched: Batched) -> None:
-    """``module.parse`` once over ``combined``, the lines of several inputs (``input_id``), with
-    ``line_no`` renumbered to a global row for it; its rows are mapped back into ``batched``."""
-    mapping = combined.select(_row=pl.int_range(1, pl.len() + 1, dtype=pl.UInt32), input_id="input_id", _line="line_no")
+@dataclass(frozen=True)
+class _Numbered:
+    """Lines of several inputs as a batched parser reads them: ``frame`` with ``line_no``
+    renumbered to a global row, and ``mapping`` from that row back to (input_id, line_no)."""
+    frame: pl.DataFrame
+    mapping: pl.DataFrame
+
+    @classmethod
+    def of(cls, combined: pl.DataFrame) -> "_Numbered":
+        mapping = combined.select(_row=pl.int_range(1, pl.len() + 1, dtype=pl.UInt32), input_id="input_id",
+                                  _line="line_no")
+        return cls(combined.with_columns(line_no=mapping["_row"]), mapping)
+
+
+def _batch_parse(module, numbered: _Numbered, texts: list[FileResult], batched: Batched) -> None:
+    """``module.parse`` once over ``numbered``, the lines of several inputs (``input_id``); its
+    rows are mapped back into ``batched``."""
+    mapping = numbered.mapping
     try:
-        parsed = module.parse(combined.with_columns(line_no=mapping["_row"]))
+        parsed = module.parse(numbered.frame)
     except Exception as exc:  # a parser bug must not cost the rest of the run
-        failed = set(combined["input_id"].unique().to_list())
+        failed = set(numbered.frame["input_id"].unique().to_list())
         if len(failed) > 1:   # nor one input's lines the other inputs' rows: each alone, then
-            for part in combined.partition_by("input_id", maintain_order=True):
-                _batch_parse(module, part, texts, batched)
+            original = numbered.frame.with_columns(line_no=mapping["_line"])
+            for part in original.partition_by("input_id", maintain_order=True):
+                _batch_parse(module, _Numbered.of(part), texts, batched)
             return
         for r in texts:
             if r.input_id in failed:
@@ -355,7 +376,7 @@ def _parse_env_dumps(dumps: list[FileResult]) -> Batched:
     if dumps:
         combined = pl.concat([r.others for r in dumps], how="vertical_relaxed", rechunk=True)
         for module in parsers.ENV_PARSERS:
-            _batch_parse(module, combined, dumps, batched)
+            _batch_parse(module, _Numbered.of(combined), dumps, batched)
     return batched
 
 
