@@ -421,3 +421,64 @@ def with_stream(lines: pl.DataFrame) -> pl.DataFrame:
     if df.height == 0 or df["_stream"].n_unique() <= 1:
         return df.with_columns(_seq=pl.col("line_no").cast(pl.Int64))
     return df.with_columns(_seq=pl.int_range(pl.len(), dtype=pl.Int64).over("_stream"))
+
+
+def any_literal(text: pl.Expr, literals) -> pl.Expr:
+    """True where ``text`` holds one of ``literals`` (plain substrings). One regex of escaped
+    alternatives: the regex engine's SIMD multi-literal search reads a 50 MB chunk several times
+    faster than one ``str.contains`` per literal, and than ``str.contains_any`` (plain Aho-Corasick)."""
+    return text.str.contains("|".join(pl.escape_regex(literal) for literal in _without_superstrings(literals)))
+
+
+def _without_superstrings(literals) -> list[str]:
+    """``literals`` less those that hold another (a line holding ``"saving checkpoint"`` holds
+    ``"checkpoint"``): the same lines match, and fewer alternatives search faster."""
+    unique = sorted(set(literals), key=lambda literal: (len(literal), literal))
+    return [a for i, a in enumerate(unique) if not any(b in a for b in unique[:i])]
+
+
+def with_stream_where(lines: pl.DataFrame, keep: pl.Expr) -> pl.DataFrame:
+    """``with_stream(lines).filter(keep)`` (``keep`` read on ``text``, a null text as ""), without
+    building the stream key of the rows ``keep`` drops: a parser routes its candidate lines with
+    it, so the lines that are not its own cost one scan. ``_stream`` and ``_seq`` of the rows kept
+    are those of the whole frame (``_seq`` counts every line of the stream, so that two rows
+    are contiguous exactly when no line of their stream lies between them)."""
+    mask = lines.select(pl.col("text").fill_null("")).select(keep).to_series()
+    kept = lines.filter(mask)
+    if kept.is_empty():
+        return with_stream(kept)
+    split = _stream_split(lines)
+    if split is None:
+        return with_stream(lines).filter(mask)
+    if not split:      # one stream: with_stream numbers the lines by line_no
+        return with_stream(kept).with_columns(_seq=pl.col("line_no").cast(pl.Int64))
+    seq = lines.select(_seq=pl.int_range(pl.len(), dtype=pl.Int64).over(split)).filter(mask)["_seq"]
+    return with_stream(kept).with_columns(_seq=seq)
+
+
+def _stream_split(lines: pl.DataFrame) -> list[pl.Expr] | None:
+    """Columns that split ``lines`` into ``with_stream``'s streams as its key does ([]: one stream),
+    or None where that is not certain. The key joins the stream columns' text (null as "") with
+    ``|``: a column holding one value throughout splits nothing, and the others split the frame as
+    their tuple does (an integer prints without ``|``, so the joined text is ambiguous only where a
+    string column holding ``|`` varies beside another varying column)."""
+    cols = [c for c in ("input_id", *STREAM_COLUMNS) if c in lines.columns]
+    schema = lines.schema
+    if not cols:
+        return []
+    if any(not (schema[c].is_integer() or schema[c] == pl.String) for c in cols):
+        return None
+    key = {c: pl.col(c).fill_null("") if schema[c] == pl.String else pl.col(c) for c in cols}
+    # one value: every row null, or (an integer column) none null and min == max, or (a string
+    # column, null read as "") one distinct value
+    single = lines.select(
+        (pl.col(c).null_count() == pl.len())
+        | ((key[c].n_unique() == 1) if schema[c] == pl.String
+           else ((pl.col(c).null_count() == 0) & (pl.col(c).min() == pl.col(c).max())))
+        for c in cols).row(0)
+    varying = [c for c, one in zip(cols, single) if not one]
+    texts = [c for c in varying if schema[c] == pl.String]
+    if len(varying) > 1 and texts and lines.select(
+            pl.any_horizontal(pl.col(c).str.contains("|", literal=True).any() for c in texts)).item():
+        return None
+    return [key[c] for c in varying]
