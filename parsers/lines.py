@@ -469,16 +469,19 @@ def _stream_split(lines: pl.DataFrame) -> list[pl.Expr] | None:
     if any(not (schema[c].is_integer() or schema[c] == pl.String) for c in cols):
         return None
     key = {c: pl.col(c).fill_null("") if schema[c] == pl.String else pl.col(c) for c in cols}
-    # one value: every row null, or (an integer column) none null and min == max, or (a string
-    # column, null read as "") one distinct value
-    single = lines.select(
-        (pl.col(c).null_count() == pl.len())
-        | ((key[c].n_unique() == 1) if schema[c] == pl.String
-           else ((pl.col(c).null_count() == 0) & (pl.col(c).min() == pl.col(c).max())))
-        for c in cols).row(0)
-    varying = [c for c, one in zip(cols, single) if not one]
+    varying = [c for c in cols if not _one_value(lines.get_column(c))]
     texts = [c for c in varying if schema[c] == pl.String]
     if len(varying) > 1 and texts and lines.select(
             pl.any_horizontal(pl.col(c).str.contains("|", literal=True).any() for c in texts)).item():
         return None
     return [key[c] for c in varying]
+
+
+def _one_value(column: pl.Series) -> bool:
+    """Whether ``column`` reads as one value in ``with_stream``'s key (a null as "")."""
+    nulls = column.null_count()      # kept by the column: the common all-null case costs nothing
+    if nulls == column.len():
+        return True
+    if column.dtype == pl.String:
+        return column.fill_null("").n_unique() == 1
+    return nulls == 0 and column.min() == column.max()
