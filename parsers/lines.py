@@ -464,6 +464,21 @@ def with_stream_where(lines: pl.DataFrame, keep: pl.Expr) -> pl.DataFrame:
     return with_stream(kept).with_columns(_seq=seq)
 
 
+def with_stream_holding(lines: pl.DataFrame, mark: pl.Expr) -> pl.DataFrame:
+    """``with_stream(lines)`` at every line of the streams that hold a line ``mark`` picks (read
+    on ``text``, a null text as ""): a parser that follows blocks through any line of a stream
+    (tracebacks, faulthandler dumps) reads only the streams it has something in. ``_stream`` and
+    ``_seq`` are the whole frame's."""
+    split = _stream_split(lines)
+    if split is None:   # a stream key this shortcut cannot vouch for: the whole frame's
+        return with_stream(lines).filter(mark.any().over("_stream"))
+    filled = lines.with_columns(pl.col("text").fill_null(""))
+    if not split:       # one stream
+        return with_stream(lines if filled.select(mark.any()).item() else lines.clear())
+    picked = filled.select(_keep=mark.any().over(split), _seq=pl.int_range(pl.len(), dtype=pl.Int64).over(split))
+    return with_stream(lines.filter(picked["_keep"])).with_columns(_seq=picked.filter("_keep")["_seq"])
+
+
 def _stream_split(lines: pl.DataFrame) -> list[pl.Expr] | None:
     """Columns that split ``lines`` into ``with_stream``'s streams as its key does ([]: one stream),
     or None where that is not certain. The key joins the stream columns' text (null as "") with
