@@ -42,7 +42,7 @@ import polars as pl
 from postmortem.parsers import trainlog
 from postmortem.parsers.kinds import Kind, samples_of
 from postmortem.parsers.base import ParseResult, consumed_of, to_int
-from postmortem.parsers.lines import with_stream
+from postmortem.parsers.lines import with_stream, with_stream_where
 
 NAME = "deepspeed"
 # Batched over every log input (postmortem.analyzer.ingest): its many small passes would cost more per file.
@@ -90,7 +90,9 @@ SAMPLE_LINES = [
     "[2023-05-01 09:00:00,000] [INFO] [config.py:957:print]   zero_optimization_stage ...... 3",
 ]
 
-_HEAD = (r"^\s*(?:\d{1,5} +)?\[(?P<ts>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2},\d{3})\] \[(?P<lvl>\w+)\] "
+# The logger header's start: every line ``parse`` reads past its router is one that holds it.
+_HEAD_START = r"^\s*(?:\d{1,5} +)?\[(?P<ts>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2},\d{3})\] \["
+_HEAD = (_HEAD_START + r"(?P<lvl>\w+)\] "
          r"\[(?P<file>[^:\]]+):(?P<line>\d+):(?P<func>[^\]]+)\] (?:\[Rank (?P<rank>-?\d+)\] )?(?P<msg>.*)$")
 
 _STEP = r"^step=(?P<step>\d+), skipped=(?P<skipped>\d+), lr=\[(?P<lr>[^\],]*)[^\]]*\](?:, mom=(?P<mom>.*))?$"
@@ -176,11 +178,14 @@ def _gib(expr: pl.Expr) -> pl.Expr:
     return trainlog.num(expr) * 1024.0
 
 
-def _cmd(df: pl.DataFrame, heads: pl.DataFrame) -> tuple[pl.DataFrame, pl.Series]:
+def _cmd(lines: pl.DataFrame, heads: pl.DataFrame) -> tuple[pl.DataFrame, pl.Series]:
     """The launcher's ``cmd = ...`` line, with hard-wrapped continuation lines re-joined."""
     starts = heads.filter(pl.col("msg").str.starts_with("cmd = "))
     if starts.is_empty():
         return pl.DataFrame(), pl.Series("line_no", [], dtype=pl.UInt32)
+    # The continuation lines have no header (and no literal to route them by): here, where a
+    # launcher printed its command, every line of the input and its streams.
+    df = with_stream(lines)
     s = "_stream"
     is_head = pl.col("text").str.contains(_HEAD)
     prev_len = pl.col("text").str.len_chars().shift(1).over(s)
@@ -216,7 +221,9 @@ def _cmd(df: pl.DataFrame, heads: pl.DataFrame) -> tuple[pl.DataFrame, pl.Series
 def parse(lines: pl.DataFrame) -> ParseResult:
     if lines is None or lines.is_empty() or "text" not in lines.columns:
         return ParseResult(tables=_empty_tables())
-    df = with_stream(lines)
+    # The line router: every line read below (but _cmd's continuations) holds the logger header
+    # (``heads``); one anchored match drops the rest (half of a c10d log holds "] [").
+    df = with_stream_where(lines, pl.col("text").str.contains(_HEAD_START))
     t = pl.col("text")
     sub = df.filter(t.str.contains("] [", literal=True))
     if sub.is_empty():
@@ -350,7 +357,7 @@ def parse(lines: pl.DataFrame) -> ParseResult:
                                       key=trainlog.canonical(g.struct.field("k")), value=g.struct.field("v"),
                                       raw_key=g.struct.field("k")))
     banner = heads.filter(msg.str.strip_chars().is_in(["DeepSpeedEngine configuration:", "DeepSpeed Config:"]))
-    cmd, cmd_lines = _cmd(df, heads)
+    cmd, cmd_lines = _cmd(lines, heads)
     cmd_lines = pl.concat([cmd_lines, banner["line_no"].cast(pl.UInt32)])
     if not cmd.is_empty():
         cfg_frames.append(cmd)

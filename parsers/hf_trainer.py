@@ -31,7 +31,7 @@ import polars as pl
 from postmortem.parsers import trainlog
 from postmortem.parsers.kinds import Kind, samples_of
 from postmortem.parsers.base import ParseResult, consumed_of, to_int
-from postmortem.parsers.lines import with_stream
+from postmortem.parsers.lines import any_literal, with_stream_where
 
 NAME = "hf_trainer"
 # Batched over every log input (postmortem.analyzer.ingest): its many small passes would cost more per file.
@@ -230,10 +230,35 @@ def _config(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.Series]:
     return trainlog.stack(frames, trainlog.JOB_CONFIG_SCHEMA), extra.cast(pl.UInt32)
 
 
+# The line router: every literal the functions above and ``parse`` filter the lines on (of two
+# ANDed ones, one: ``|`` for a tqdm bar). A line with none of them is no function's: one scan
+# drops it. A new filter on a literal must add it here (its sample would go unconsumed otherwise).
+_ROUTE = [
+    "|",                                                                    # _progress
+    "{'",                                                                   # _dicts
+    "TrainingArguments(", " = ", "***** Running ",                          # _config
+    *(kind.literal for kind in SETTING_KINDS),                              # trainlog.settings_rows
+    "Saving model checkpoint to ",                                          # parse
+]
+# A TrainingArguments dump's ``key=value`` lines and its closing ``)``: read only where the
+# input holds the dump's opening line (``_config``'s has_dump), so routed only there.
+_DUMP_ROUTE = ["=", ")"]
+
+
+def _routed(lines: pl.DataFrame) -> pl.DataFrame:
+    """``with_stream(lines)`` at the lines some function of this parser reads (``_ROUTE``); each
+    keeps its ``_stream`` and ``_seq``, so blocks followed per stream end where they did."""
+    text = pl.col("text")
+    keep = any_literal(text, _ROUTE)
+    if lines.select(text.str.contains("TrainingArguments(", literal=True).any()).item():
+        keep = keep | any_literal(text, _DUMP_ROUTE)
+    return with_stream_where(lines, keep)
+
+
 def parse(lines: pl.DataFrame) -> ParseResult:
     if lines is None or lines.is_empty() or "text" not in lines.columns:
         return ParseResult(tables=_empty_tables())
-    df = with_stream(lines)
+    df = _routed(lines)
     t = pl.col("text")
     progress = _progress(df)
     iterations, events = _dicts(df, progress)

@@ -452,3 +452,90 @@ def _streams_of(lines: pl.DataFrame) -> pl.DataFrame:
     if df.height == 0 or df["_stream"].n_unique() <= 1:
         return df.with_columns(_seq=pl.col("line_no").cast(pl.Int64))
     return df.with_columns(_seq=pl.int_range(pl.len(), dtype=pl.Int64).over("_stream"))
+
+
+def any_literal(text: pl.Expr, literals) -> pl.Expr:
+    """True where ``text`` holds one of ``literals`` (plain substrings). One regex of escaped
+    alternatives: the regex engine's SIMD multi-literal search reads a 50 MB chunk several times
+    faster than one ``str.contains`` per literal, and than ``str.contains_any`` (plain Aho-Corasick)."""
+    literals = _without_superstrings(literals)
+    # A one-character literal is searched alone (memchr): in the alternation it would make the
+    # multi-literal search stop at every other byte.
+    short = [literal for literal in literals if len(literal) <= 1]
+    long = [literal for literal in literals if len(literal) > 1]
+    parts = [text.str.contains(literal, literal=True) for literal in short]
+    if long:
+        parts.append(text.str.contains("|".join(pl.escape_regex(literal) for literal in long)))
+    return pl.any_horizontal(parts) if len(parts) > 1 else parts[0] if parts else pl.lit(False)
+
+
+def _without_superstrings(literals) -> list[str]:
+    """``literals`` less those that hold another (a line holding ``"saving checkpoint"`` holds
+    ``"checkpoint"``): the same lines match, and fewer alternatives search faster."""
+    unique = sorted(set(literals), key=lambda literal: (len(literal), literal))
+    return [a for i, a in enumerate(unique) if not any(b in a for b in unique[:i])]
+
+
+def with_stream_where(lines: pl.DataFrame, keep: pl.Expr) -> pl.DataFrame:
+    """``with_stream(lines).filter(keep)`` (``keep`` read on ``text``, a null text as ""), without
+    building the stream key of the rows ``keep`` drops: a parser routes its candidate lines with
+    it, so the lines that are not its own cost one scan. ``_stream`` and ``_seq`` of the rows kept
+    are those of the whole frame (``_seq`` counts every line of the stream, so that two rows
+    are contiguous exactly when no line of their stream lies between them)."""
+    mask = lines.select(pl.col("text").fill_null("")).select(keep).to_series()
+    kept = lines.filter(mask)
+    if kept.is_empty():
+        return with_stream(kept)
+    split = _stream_split(lines)
+    if split is None:
+        return with_stream(lines).filter(mask)
+    if not split:      # one stream: with_stream numbers the lines by line_no
+        return with_stream(kept).with_columns(_seq=pl.col("line_no").cast(pl.Int64))
+    seq = lines.select(_seq=pl.int_range(pl.len(), dtype=pl.Int64).over(split)).filter(mask)["_seq"]
+    return with_stream(kept).with_columns(_seq=seq)
+
+
+def with_stream_holding(lines: pl.DataFrame, mark: pl.Expr) -> pl.DataFrame:
+    """``with_stream(lines)`` at every line of the streams that hold a line ``mark`` picks (read
+    on ``text``, a null text as ""): a parser that follows blocks through any line of a stream
+    (tracebacks, faulthandler dumps) reads only the streams it has something in. ``_stream`` and
+    ``_seq`` are the whole frame's."""
+    split = _stream_split(lines)
+    if split is None:   # a stream key this shortcut cannot vouch for: the whole frame's
+        return with_stream(lines).filter(mark.any().over("_stream"))
+    filled = lines.with_columns(pl.col("text").fill_null(""))
+    if not split:       # one stream
+        return with_stream(lines if filled.select(mark.any()).item() else lines.clear())
+    picked = filled.select(_keep=mark.any().over(split), _seq=pl.int_range(pl.len(), dtype=pl.Int64).over(split))
+    return with_stream(lines.filter(picked["_keep"])).with_columns(_seq=picked.filter("_keep")["_seq"])
+
+
+def _stream_split(lines: pl.DataFrame) -> list[pl.Expr] | None:
+    """Columns that split ``lines`` into ``with_stream``'s streams as its key does ([]: one stream),
+    or None where that is not certain. The key joins the stream columns' text (null as "") with
+    ``|``: a column holding one value throughout splits nothing, and the others split the frame as
+    their tuple does (an integer prints without ``|``, so the joined text is ambiguous only where a
+    string column holding ``|`` varies beside another varying column)."""
+    cols = [c for c in ("input_id", *STREAM_COLUMNS) if c in lines.columns]
+    schema = lines.schema
+    if not cols:
+        return []
+    if any(not (schema[c].is_integer() or schema[c] == pl.String) for c in cols):
+        return None
+    key = {c: pl.col(c).fill_null("") if schema[c] == pl.String else pl.col(c) for c in cols}
+    varying = [c for c in cols if not _one_value(lines.get_column(c))]
+    texts = [c for c in varying if schema[c] == pl.String]
+    if len(varying) > 1 and texts and lines.select(
+            pl.any_horizontal(pl.col(c).str.contains("|", literal=True).any() for c in texts)).item():
+        return None
+    return [key[c] for c in varying]
+
+
+def _one_value(column: pl.Series) -> bool:
+    """Whether ``column`` reads as one value in ``with_stream``'s key (a null as "")."""
+    nulls = column.null_count()      # kept by the column: the common all-null case costs nothing
+    if nulls == column.len():
+        return True
+    if column.dtype == pl.String:
+        return column.fill_null("").n_unique() == 1
+    return nulls == 0 and column.min() == column.max()

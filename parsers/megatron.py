@@ -79,7 +79,7 @@ import polars as pl
 from postmortem.parsers import trainlog
 from postmortem.parsers.base import ParseResult, consumed_of, to_int
 from postmortem.parsers.kinds import Kind, samples_of
-from postmortem.parsers.lines import with_stream
+from postmortem.parsers.lines import any_literal, with_stream_where
 
 NAME = "megatron"
 # Batched over every log input (postmortem.analyzer.ingest): its many small passes would cost more per file.
@@ -915,10 +915,39 @@ def _empty_tables() -> dict[str, pl.DataFrame]:
             "job_config": _empty(JOB_CONFIG_SCHEMA), "timers": _empty(TIMERS_SCHEMA)}
 
 
+# The line router: every literal a function above filters the lines on (a kind's literal, a
+# ``str.contains(..., literal=True)``; of two ANDed literals one), and the indent of argument dumps,
+# timer blocks and dataset target sizes (``starts_with(" ")``). A line with none of them is no
+# function's: one scan drops it, and the dozen passes read the rest. A new filter on a literal
+# must add it here (its sample line in SAMPLE_LINES would go unconsumed otherwise).
+_ROUTE = [
+    "iteration", "validation loss at",                                          # _iterations, _nanotron
+    "memory (MB)",                                                              # _memory
+    "Training epoch ",                                                          # _nemo
+    " arguments ", "using world size:", " parallel with size ", "] datetime: ",  # _settings
+    "----------",                                                               # _validation_rules
+    *(kind.literal for kind in EVENT_KINDS),                                    # _match_events
+    "time (ms) |", "across ranks (ms):", "Step Time :",                         # _timers
+    "number of parameters on", " parameters in ", "Theoretical memory footprints:",  # _job_config
+    " ...", "Compilation time", "number of microbatches", " for parameters ", "padded vocab",
+    "datasets target sizes",                                                    # _startup
+    " --",                                                                      # trainlog.cmdline_config
+]
+# Words that several of those hold: routed in their stead (a few more lines read, a faster scan).
+_ROUTE_WORDS = ["checkpoint", "successfully", "parameters", "memory", "(ms)", "could not find"]
+
+
+def _routed(lines: pl.DataFrame) -> pl.DataFrame:
+    """``with_stream(lines)`` at the lines some function of this parser reads (``_ROUTE``); each
+    keeps its ``_stream`` and ``_seq``, so blocks followed per stream end where they did."""
+    text = pl.col("text")
+    return with_stream_where(lines, text.str.starts_with(" ") | any_literal(text, _ROUTE + _ROUTE_WORDS))
+
+
 def parse(lines: pl.DataFrame) -> ParseResult:
     if lines is None or lines.is_empty() or "text" not in lines.columns:
         return ParseResult(tables=_empty_tables())
-    df = with_stream(lines)
+    df = _routed(lines)
     iterations = _iterations(df)
     memory = _memory(df)
     nemo_it, nemo_mem = _nemo(df)

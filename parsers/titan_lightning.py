@@ -46,7 +46,7 @@ import polars as pl
 from postmortem.parsers import trainlog
 from postmortem.parsers.kinds import Kind, samples_of
 from postmortem.parsers.base import ParseResult, consumed_of, to_int
-from postmortem.parsers.lines import with_stream
+from postmortem.parsers.lines import any_literal, with_stream_where
 
 NAME = "titan_lightning"
 # Batched over every log input (postmortem.analyzer.ingest): its many small passes would cost more per file.
@@ -261,10 +261,19 @@ def _lightning(df: pl.DataFrame) -> tuple[list, list]:
     return its, cfgs
 
 
+# The line router: every literal ``_titan`` and ``_lightning`` filter the lines on (torchtitan's
+# reads only lines with the logger's `` - ``). A line with none of them is no function's: one
+# scan drops it. A new filter on a literal must add it here (its sample would go unconsumed otherwise).
+_ROUTE = [
+    " - ",                                                                   # _titan
+    *(kind.literal for kind in LIGHTNING_SETTING_KINDS), "Epoch ",           # _lightning
+]
+
+
 def parse(lines: pl.DataFrame) -> ParseResult:
     if lines is None or lines.is_empty() or "text" not in lines.columns:
         return ParseResult(tables=_empty_tables())
-    df = with_stream(lines)
+    df = with_stream_where(lines, any_literal(pl.col("text"), _ROUTE))
     its, mems, evs, cfgs = _titan(df)
     l_its, l_cfgs = _lightning(df)
     its += l_its

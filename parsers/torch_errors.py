@@ -73,7 +73,7 @@ import polars as pl
 
 from postmortem.parsers.base import GLOG, ParseResult, conform, consumed_of, glog_timestamp, to_int
 from postmortem.parsers.kinds import Kind, samples_of
-from postmortem.parsers.lines import with_stream
+from postmortem.parsers.lines import any_literal, with_stream_holding
 from postmortem.parsers.tables import SHARED
 
 NAME = "torch_errors"
@@ -544,19 +544,27 @@ def _faulthandler(st: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.Seri
     return conform(events, EVENTS_SCHEMA).sort("line_no"), conform(stacks, STACKS_SCHEMA).sort("line_no"), consumed
 
 
+# The streams _tracebacks, _faulthandler and _ops read (whole: a traceback ends at any line): those
+# holding a traceback or dump (their own lines), or a gloo event (_ops places one by its stream
+# and position, before a faulthandler dump of the same stream).
+_STREAM_MARKS = ["Traceback (most recent call last)", "most recent call first", "Fatal Python error",
+                 "gloo", "Gloo", "Timed out waiting"]
+
+
 def parse(lines: pl.DataFrame) -> ParseResult:
     if lines.is_empty():
         return ParseResult()
-    hit = lines.filter(pl.col("text").str.contains_any(_LITERALS))
+    hit = lines.filter(any_literal(pl.col("text"), _LITERALS))
     if hit.is_empty():
         return ParseResult()
     df = hit.select("line_no", "text")
     memory, oom_events = _ooms(df)
     faults = _cuda_faults(df)
     singles = _singles(df)
-    st = with_stream(lines) if (hit["text"].str.contains("Traceback (most recent call last)", literal=True).any()
-                                or hit["text"].str.contains("most recent call first", literal=True).any()
-                                or hit["text"].str.contains("Fatal Python error", literal=True).any()) else None
+    blocks = (hit["text"].str.contains("Traceback (most recent call last)", literal=True).any()
+              or hit["text"].str.contains("most recent call first", literal=True).any()
+              or hit["text"].str.contains("Fatal Python error", literal=True).any())
+    st = with_stream_holding(lines, any_literal(pl.col("text"), _STREAM_MARKS)) if blocks else None
     tb_events = tb_stacks = fh_events = fh_stacks = None
     tb_consumed = fh_consumed = pl.Series("line_no", [], dtype=pl.UInt32)
     if st is not None:

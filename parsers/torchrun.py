@@ -81,7 +81,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from postmortem.parsers.lines import with_stream
+from postmortem.parsers.lines import any_literal, with_stream_where
 
 from postmortem.parsers.base import GLOG, ParseResult, consumed_of, glog_timestamp, to_int
 from postmortem.parsers.tables import SHARED
@@ -607,11 +607,33 @@ def _slurm(df: pl.DataFrame) -> pl.DataFrame:
     ).sort("line_no")
 
 
+# The line router: every literal ``_exits``, ``_agent``, ``_rendezvous`` and ``_slurm`` filter the
+# lines on (of two ANDed ones, one), and the indent of summary fields and launch-config /
+# rendezvous lines (``starts_with(" ")``). A line with none of them is no function's: one scan
+# drops it. A new filter on a literal must add it here (its sample would go unconsumed otherwise).
+_ROUTE = [
+    "]:", "FAILED", "Failures:", "Root Cause", "NO_OTHER_FAILURES", "ChildFailedError",     # _exits
+    "==========", "----------", "**********",
+    "of binary:", "closing signal", "forcefully exiting via", "will restart worker group",  # _agent
+    "Restarting worker group", "successfully finished", "death signal", "SignalException",
+    _LAUNCH_HEADER, "]   ",
+    _RDZV_HEADER,                                                                           # _rendezvous
+    "CANCELLED AT", "STEPD TERMINATED", "srun: error:", "Job step aborted", "kill event",    # _slurm
+]
+
+
+def _routed(lines: pl.DataFrame) -> pl.DataFrame:
+    """``with_stream(lines)`` at the lines some function of this parser reads (``_ROUTE``); each
+    keeps its ``_stream`` and ``_seq``, so blocks followed per stream end where they did."""
+    text = pl.col("text")
+    return with_stream_where(lines, text.str.starts_with(" ") | any_literal(text, _ROUTE))
+
+
 def parse(lines: pl.DataFrame) -> ParseResult:
     if lines is None or lines.is_empty() or "text" not in lines.columns:
         return ParseResult(tables={"exits": _empty(EXITS_SCHEMA), "agent": _empty(AGENT_SCHEMA),
                                    "slurm": _empty(SLURM_SCHEMA), "events": _empty(EVENTS_SCHEMA)})
-    df = with_stream(lines).with_columns(pl.col("text").fill_null(""))
+    df = _routed(lines)
     exits, exit_lines = _exits(df)
     agent = _agent(df)
     slurm = _slurm(df)
