@@ -207,6 +207,11 @@ SAMPLE_LINES = samples_of(KINDS)
 
 def _join_wrapped(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.Series]:
     """Join lines that a human wrapped mid-message; return the frame and the swallowed line_nos."""
+    # Wrapped lines are rare: one cheap pass finds whether any line starts one (`\s*$` trims what
+    # `strip_chars_end` below trims) before the shifted copies of every line are made.
+    if not df.select((pl.col("text").str.contains(r"operation timeout:\s*$")
+                      | pl.col("text").str.ends_with(" detected")).any()).item():
+        return df, df["line_no"].clear()
     nxt = pl.col("text").shift(-1)
     wrapped = (
         pl.col("text").str.strip_chars_end().str.ends_with("operation timeout:")
@@ -231,6 +236,9 @@ def _last_error(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     message (``ncclGetLastError``, docs/formats/pytorch-failures.md 4.1): (line_no of the ``Last
     error:`` line, the carried text as ``detail``, ``next_line``). The carried line is consumed."""
     marker = pl.col("text").str.contains(r"(?:^|\s)Last error:\s*$")
+    if not df.select(marker.any()).item():   # the usual case: skip the shifted copy of every line
+        return df, pl.DataFrame(schema={"line_no": df.schema["line_no"], "detail": pl.String,
+                                        "next_line": df.schema["line_no"]})
     nxt = pl.col("text").shift(-1)
     same = (pl.col("input_id") == pl.col("input_id").shift(-1)) if "input_id" in df.columns else pl.lit(True)
     rows = df.with_columns(_m=marker, detail=nxt.str.strip_chars(), next_line=pl.col("line_no").shift(-1),
@@ -238,30 +246,72 @@ def _last_error(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     return df, rows.select("line_no", "detail", "next_line")
 
 
+def _header_fields(h: pl.Expr) -> dict[str, pl.Expr]:
+    """The columns a captured glog header (struct of GLOG's groups) gives."""
+    field = h.struct.field
+    return {"level": field("sev"), "ts": glog_timestamp(field("mmdd"), field("hms"), field("frac")),
+            "src_file": field("src")}
+
+
+def _pg_fields(p: pl.Expr) -> dict[str, pl.Expr]:
+    """The columns a captured PG prefix (struct of _PG's groups) gives; an empty GUID is none."""
+    field = p.struct.field
+    return {"pg_id": to_int(pl.coalesce(field("pg_id"), field("pg_id_old"))),
+            "pg_guid": pl.when(field("pg_guid") == "").then(None).otherwise(field("pg_guid")),
+            "pg_desc": pl.coalesce(field("pg_desc"), field("pg_desc_old")),
+            "pg_rank": to_int(field("pg_rank"))}
+
+
 def _split_header(df: pl.DataFrame) -> pl.DataFrame:
     """Pull the glog header and the (first) PG prefix off each message."""
-    header = pl.col("text").str.extract_groups(_HEADER)
-    df = df.with_columns(_h=header)
+    df = df.with_columns(_h=pl.col("text").str.extract_groups(_HEADER))
     df = df.with_columns(
-        level=pl.col("_h").struct.field("sev"),
-        ts=glog_timestamp(pl.col("_h").struct.field("mmdd"), pl.col("_h").struct.field("hms"),
-                          pl.col("_h").struct.field("frac")),
-        src_file=pl.col("_h").struct.field("src"),
+        **_header_fields(pl.col("_h")),
         msg=pl.col("text").str.replace(_HEADER, "").str.strip_chars_start(),
     ).drop("_h")
     # `terminate ...` + `  what():  [PG ... Rank r] <message>`: the exception's message keeps its
     # PG prefix (and its `[Rank N] Watchdog caught ... WorkNCCL(...)`), as the logged line does.
-    pg = pl.col("msg").str.extract_groups(rf"^(?:what\(\):\s+)?{_PG}")
-    df = df.with_columns(_p=pg)
-    df = df.with_columns(
-        pg_id=to_int(pl.coalesce(pl.col("_p").struct.field("pg_id"), pl.col("_p").struct.field("pg_id_old"))),
-        pg_guid=pl.col("_p").struct.field("pg_guid"),
-        pg_desc=pl.coalesce(pl.col("_p").struct.field("pg_desc"), pl.col("_p").struct.field("pg_desc_old")),
-        pg_rank=to_int(pl.col("_p").struct.field("pg_rank")),
+    df = df.with_columns(_p=pl.col("msg").str.extract_groups(rf"^(?:what\(\):\s+)?{_PG}"))
+    return df.with_columns(
+        **_pg_fields(pl.col("_p")),
         # A repeated prefix (`[PG 3 Rank 2] [PG 3 Rank 2] ...`) and a double space are both seen.
         msg=pl.col("msg").str.replace(rf"^(what\(\):\s+)?(?:{_PG}\s*)+", "${1}"),
     ).drop("_p")
-    return df.with_columns(pg_guid=pl.when(pl.col("pg_guid") == "").then(None).otherwise(pl.col("pg_guid")))
+
+
+# Most c10d lines of a long job are ProcessGroupNCCL's periodic work update, in one shape:
+#   [I0724 12:37:01.750000123 ProcessGroupNCCL.cpp:2401] [PG ID 2 PG GUID 5(EXPERT_GROUP) Rank 0] NCCL Work update periodically: last enqueued NCCL work: 99730, last completed NCCL work: 99730.
+# _WORK_UPDATE_LINE reads that whole line (any era's PG prefix) in one anchored pass. Its
+# classes are narrower than _HEADER's and _PG's, but wherever it matches, they capture the same
+# groups, and the message (fixed text and two integers) holds none of the literals of the kinds
+# before work_update: such a line is a work_update, without _split_header, _classify and the
+# work_update pattern's second pass. Anything else (a non-ASCII PG name, a glog pid, two spaces,
+# a repeated PG prefix, text after the numbers) goes the general way, as before. The PG
+# alternatives share their `PG ` so that the regex stays one-pass (a fast capture engine).
+_WORK_UPDATE_LINE = (
+    r"^\[(?P<sev>[IWEF])(?:(?P<mmdd>[0-9]{3,4}) (?P<hms>[0-9]{2}:[0-9]{2}:[0-9]{2})(?:\.(?P<frac>[0-9]+))?)? "
+    r"(?P<src>[A-Za-z_][A-Za-z0-9_./-]*):[0-9]+\] "
+    r"\[(?:PG (?:ID (?P<pg_id>[0-9]+) PG GUID (?P<pg_guid>[A-Za-z0-9_.:-]*)(?:\((?P<pg_desc>[A-Za-z0-9_.:-]*)\))? "
+    r"|(?P<pg_id_old>[0-9]+) (?:\((?P<pg_desc_old>[A-Za-z0-9_.:-]*)\) )?))?Rank (?P<pg_rank>-?[0-9]+)\] "
+    r"(?P<msg>NCCL Work update periodically: last enqueued NCCL work: (?P<last_enqueued>-?[0-9]+), "
+    r"last completed NCCL work: (?P<last_completed>-?[0-9]+)\.?)$"
+)
+_WORK_UPDATE_PATTERN = next(i for i, kind in enumerate(KINDS) if kind.name == "work_update")
+
+
+def _work_updates(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Split off the work-update lines of the common shape, parsed (the columns _split_header
+    gives, kind and pattern as _classify gives them, last_enqueued and last_completed as text);
+    return them and the other lines, untouched."""
+    df = df.with_columns(_h=pl.col("text").str.extract_groups(_WORK_UPDATE_LINE))
+    fast = pl.col("_h").struct.field("sev").is_not_null()
+    groups = pl.col("_h").struct.field
+    updates = df.filter(fast).with_columns(
+        **_header_fields(pl.col("_h")), msg=groups("msg"), **_pg_fields(pl.col("_h")),
+        kind=pl.lit("work_update"), _pattern=pl.lit(_WORK_UPDATE_PATTERN, dtype=pl.Int32),
+        last_enqueued=groups("last_enqueued"), last_completed=groups("last_completed"),
+    ).drop("_h")
+    return updates, df.filter(~fast).drop("_h")
 
 
 COLLECTIVES_SCHEMA = SHARED["collectives"].columns_of(NAME)
@@ -288,15 +338,15 @@ def _classify(df: pl.DataFrame) -> pl.DataFrame:
     return pl.concat(parts).sort("line_no", maintain_order=True)   # the input's order back
 
 
-def _rows(df: pl.DataFrame, table: str, schema: dict) -> pl.DataFrame:
-    """Extract the named groups of each message's pattern into the table's columns."""
-    parts = []
+def _rows(df: pl.DataFrame, table: str, schema: dict, parsed: pl.DataFrame | None = None) -> pl.DataFrame:
+    """Extract the named groups of each message's pattern into the table's columns; ``parsed``:
+    rows of the table whose groups are already columns (the work updates)."""
+    parts = [] if parsed is None or parsed.is_empty() else [conform(parsed, schema)]
+    present = set(df["_pattern"].unique().to_list())   # a filter per pattern of KINDS costs more than the work
     for i, kind in enumerate(KINDS):
-        if kind.table != table:
+        if kind.table != table or i not in present:
             continue
         sub = df.filter(pl.col("_pattern") == i)
-        if sub.is_empty():
-            continue
         groups = sub.select(pl.col("msg").str.extract_groups(kind.pattern)).to_series().struct.unnest()
         sub = sub.with_columns(groups)
         parts.append(conform(sub.with_columns(message=pl.col("msg")), schema))
@@ -356,6 +406,12 @@ def _settings(df: pl.DataFrame) -> pl.DataFrame:
     ).drop_nulls("key").cast(SETTINGS_SCHEMA)
 
 
+def _as_events(df: pl.DataFrame) -> pl.DataFrame:
+    """Classified messages of the other tables as events rows (the message, no detail)."""
+    return df.with_columns(message=pl.col("msg"), exc_type=pl.lit(None, dtype=pl.String),
+                           detail=pl.lit(None, dtype=pl.String)).select(list(EVENTS_SCHEMA)).cast(EVENTS_SCHEMA)
+
+
 def parse(lines: pl.DataFrame) -> ParseResult:
     # Join wrapped lines first: the second half of a wrapped line holds none of the literals.
     df, swallowed = _join_wrapped(lines.select("line_no", "text", *[c for c in ("input_id",) if c in lines.columns]))
@@ -363,9 +419,11 @@ def parse(lines: pl.DataFrame) -> ParseResult:
     df = df.filter(pl.col("text").str.contains_any(_LITERALS))
     if df.is_empty():
         return ParseResult()
+    # The common shape of the commonest line in one pass; every other line as it always was.
+    updates, df = _work_updates(df)
     df = _classify(_split_header(df))
     collectives = _rows(df, "collectives", COLLECTIVES_SCHEMA)
-    progress = _rows(df, "progress", PROGRESS_SCHEMA)
+    progress = _rows(df, "progress", PROGRESS_SCHEMA, parsed=updates)
     events = _rows(df, "events", EVENTS_SCHEMA)
     if not carried.is_empty():
         # `Last error:` carries NCCL's last WARN text on the next line: it is the event's detail.
@@ -379,13 +437,11 @@ def parse(lines: pl.DataFrame) -> ParseResult:
     # Every classified message is an event too, so the timeline sees timeouts and status lines.
     all_events = pl.concat([
         events,
-        df.filter(pl.col("kind").is_in(["watchdog_timeout", "blocking_wait_timeout", "pg_status",
-                                        "dump_signal", "env_banner", "pg_options", "work_update"]))
-        .with_columns(message=pl.col("msg"), exc_type=pl.lit(None, dtype=pl.String),
-                      detail=pl.lit(None, dtype=pl.String))
-        .select(list(EVENTS_SCHEMA)).cast(EVENTS_SCHEMA),
+        _as_events(df.filter(pl.col("kind").is_in(["watchdog_timeout", "blocking_wait_timeout", "pg_status",
+                                                   "dump_signal", "env_banner", "pg_options", "work_update"]))),
+        _as_events(updates),
     ]).sort("line_no")
-    consumed = pl.concat([consumed_of(df), swallowed.cast(pl.UInt32)]).unique()
+    consumed = pl.concat([consumed_of(df, updates), swallowed.cast(pl.UInt32)]).unique()
     return ParseResult(
         tables={"collectives": collectives, "progress": progress, "events": all_events,
                 "settings": settings},
