@@ -32,7 +32,7 @@ from postmortem.analyzer import budget
 from postmortem.analyzer.discover import (SMALL_DECOMPRESSED, Capped, InputError, InputFile, capped_bytes, cut_message,
                                decode_to, is_utf16, leading_nuls, max_decompressed, open_input, path_text, read_capped, sniff)
 from postmortem.parsers.base import Unreadable, WholeFile
-from postmortem.parsers.lines import envelope_frame, split_inputs, streams_shared
+from postmortem.parsers.lines import envelope_frame, split_inputs
 
 
 @dataclass
@@ -288,32 +288,30 @@ def _parse_batched(results: list[FileResult]) -> Batched:
     Polars calls per input pays that overhead per file. These parsers get one frame of all
     inputs instead, with ``line_no`` renumbered to a global row; their rows are mapped back to
     (input_id, line_no) here, so to them and to everything after them nothing changes. Parsers
-    that read the same lines get the same frame object, so that its streams
-    (``with_stream``) are computed once for all of them."""
+    that read the same lines share one renumbered frame."""
     batched = Batched()
     texts = [r for r in results if r.lines is not None and r.item.kind in ("log", "pyspy")]
     frames: dict[tuple, pl.DataFrame | None] = {}   # what a module reads, concatenated once
     numbered: dict[tuple, _Numbered] = {}            # and renumbered once, per set of inputs
-    with streams_shared():
-        for module in parsers.BATCHED:
-            literal = getattr(module, "BATCH_LITERAL", None)
-            # Parsers written for the batch (they declare a BATCH_LITERAL) read logs; the ones that
-            # used to run per file read what they read there: logs and py-spy dumps.
-            kinds = ("log",) if literal is not None else ("log", "pyspy")
-            source = (module is parsers.nccl, kinds)
-            if source not in frames:
-                read = [r.lines if module is parsers.nccl else r.others for r in texts if r.item.kind in kinds]
-                # One buffer, not one per input: every Polars call on a frame of 10,000 pieces (a
-                # chunk of py-spy dumps) pays per piece; torch_errors took 3.0 s on it instead of 0.8.
-                frames[source] = pl.concat(read, how="vertical_relaxed", rechunk=True) if read else None
-            combined, key = frames[source], (source, literal or None)
-            if combined is not None and literal and key not in numbered:   # only the inputs that mention it
-                mention = combined.filter(pl.col("text").str.contains(literal, literal=True))["input_id"].unique()
-                combined = combined.filter(pl.col("input_id").is_in(mention.implode()))
-            if combined is not None and not combined.is_empty():
-                if key not in numbered:
-                    numbered[key] = _Numbered.of(combined)
-                _batch_parse(module, numbered[key], texts, batched)
+    for module in parsers.BATCHED:
+        literal = getattr(module, "BATCH_LITERAL", None)
+        # Parsers written for the batch (they declare a BATCH_LITERAL) read logs; the ones that
+        # used to run per file read what they read there: logs and py-spy dumps.
+        kinds = ("log",) if literal is not None else ("log", "pyspy")
+        source = (module is parsers.nccl, kinds)
+        if source not in frames:
+            read = [r.lines if module is parsers.nccl else r.others for r in texts if r.item.kind in kinds]
+            # One buffer, not one per input: every Polars call on a frame of 10,000 pieces (a
+            # chunk of py-spy dumps) pays per piece; torch_errors took 3.0 s on it instead of 0.8.
+            frames[source] = pl.concat(read, how="vertical_relaxed", rechunk=True) if read else None
+        combined, key = frames[source], (source, literal or None)
+        if combined is not None and literal and key not in numbered:   # only the inputs that mention it
+            mention = combined.filter(pl.col("text").str.contains(literal, literal=True))["input_id"].unique()
+            combined = combined.filter(pl.col("input_id").is_in(mention.implode()))
+        if combined is not None and not combined.is_empty():
+            if key not in numbered:
+                numbered[key] = _Numbered.of(combined)
+            _batch_parse(module, numbered[key], texts, batched)
     return batched
 
 

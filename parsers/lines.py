@@ -42,9 +42,6 @@ Output columns (``ENVELOPE_SCHEMA``):
 
 from __future__ import annotations
 
-import threading
-from contextlib import contextmanager
-
 import polars as pl
 
 # Sample lines this module must understand (tests feed them through ``envelope``).
@@ -409,38 +406,10 @@ def _peel_rows(df: pl.DataFrame, prefixes: list[tuple[str, str, dict[str, int]]]
 STREAM_COLUMNS = ("srun_task", "mpi_rank", "host_tag", "ray_pid", "local_rank", "rank_tag")
 
 
-# ``with_stream`` results of the frame the batched parsers share (``streams_shared``), per thread.
-_shared = threading.local()
-
-
-@contextmanager
-def streams_shared():
-    """Within it, ``with_stream`` of one frame object is computed once and handed to every later
-    caller: the batched parsers (postmortem.analyzer.ingest) read the same frame of a whole
-    chunk, and each used to compute its streams anew (a twentieth of their time). The cache
-    holds the frame itself, so no other frame can take its id, and is dropped on leaving."""
-    _shared.memo = {}
-    try:
-        yield
-    finally:
-        _shared.memo = None
-
-
 def with_stream(lines: pl.DataFrame) -> pl.DataFrame:
     """``line_no``, ``text``, plus ``_stream`` (the launcher-prefix identity of a line: lines of
     one process in an interleaved file share it) and ``_seq`` (the row's position within its
     stream), so multi-line blocks can be followed per process."""
-    memo = getattr(_shared, "memo", None)
-    if memo is None:
-        return _streams_of(lines)
-    held = memo.get(id(lines))
-    if held is None or held[0] is not lines:
-        held = memo[id(lines)] = (lines, _streams_of(lines))
-    return held[1]
-
-
-def _streams_of(lines: pl.DataFrame) -> pl.DataFrame:
-    """What ``with_stream`` returns, computed."""
     # ``input_id`` is there when a batched parser sees many inputs at once (postmortem.analyzer.ingest):
     # lines of different inputs are never one stream.
     cols = [c for c in ("input_id", *STREAM_COLUMNS) if c in lines.columns]
