@@ -304,8 +304,11 @@ def _nics(df: pl.DataFrame) -> pl.DataFrame:
 def file_gate(text: pl.Expr) -> pl.Expr:
     """A line this parser could start from: an input with none gives nothing (postmortem.analyzer.ingest
     skips the parser there; tests/test_batched_parsing.py holds the skip to the full run)."""
+    # The literals as one regex (its SIMD literal search is several times faster here than
+    # ``contains_any``'s automaton), the two line-start patterns as another.
     text = text.fill_null("")
-    return text.str.contains_any(_GATE) | text.str.contains(_NVSMI_HEAD) | text.str.contains(_CSV_HEAD)
+    return (text.str.contains("|".join(pl.escape_regex(literal) for literal in _GATE))
+            | text.str.contains(f"(?:{_NVSMI_HEAD})|(?:{_CSV_HEAD})"))
 
 
 def parse(lines: pl.DataFrame) -> ParseResult:

@@ -189,12 +189,15 @@ _ROW_HINT = r"^\s*(?:\[\d+\])?\s*\d+\s+\d+\s+[a-z]"
 def file_gate(text: pl.Expr) -> pl.Expr:
     """A line this parser could start from: an input with none gives nothing (postmortem.analyzer.ingest
     skips the parser there; tests/test_batched_parsing.py holds the skip to the full run)."""
-    # the five tool families parse looks for first
-    return (text.str.contains("GPU0", literal=True) | text.str.contains("Legend:", literal=True)
-            | text.str.contains(r"^\s*[a-z_]+\.[a-z_.]+(?: \[[^\]]+\])?(?:, |$)|--query-gpu=|^- [^:]+: \d+ ?MiB \(")
-            | text.str.contains(_NT_MARKERS) | text.str.contains(_ROW_HINT)
-            | text.str.contains(r"^CA '|^hca_id:") | text.str.contains("Gbps", literal=True)
-            | text.str.contains(_IBDEV2NETDEV) | text.str.contains(_IBDIAG)).fill_null(False)
+    # the five tool families parse looks for first: their literals as one regex, their patterns
+    # anchored at the line start as another (a regex that mixes anchored and unanchored
+    # alternatives walks every byte of every line, and so did the many single tests)
+    literals = "|".join(pl.escape_regex(literal) for literal in ("GPU0", "Legend:", "--query-gpu=", "Gbps"))
+    line_starts = "|".join(f"(?:{pattern})" for pattern in (
+        r"^\s*[a-z_]+\.[a-z_.]+(?: \[[^\]]+\])?(?:, |$)", r"^- [^:]+: \d+ ?MiB \(", _ROW_HINT, r"^CA '|^hca_id:",
+        _IBDEV2NETDEV, _IBDIAG))
+    return (text.str.contains(literals) | text.str.contains(_NT_MARKERS)
+            | text.str.contains(line_starts)).fill_null(False)
 
 
 def parse(lines: pl.DataFrame) -> ParseResult:

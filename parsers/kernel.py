@@ -327,8 +327,11 @@ def file_gate(text: pl.Expr) -> pl.Expr:
     """A line this parser could start from: an input with none gives nothing (postmortem.analyzer.ingest
     skips the parser there; tests/test_batched_parsing.py holds the skip to the full run)."""
     # its literals, AER's per-bit lines (gated by "pcieport" among others), journalctl's markers
+    # (one regex of the literals: its SIMD literal search is several times faster here than
+    # ``contains_any``'s automaton)
     text = text.fill_null("")
-    return text.str.contains_any([*_LITERALS, "AER:", "pcieport", "error status/mask"]) | text.str.starts_with("-- ")
+    literals = "|".join(pl.escape_regex(literal) for literal in [*_LITERALS, "AER:", "pcieport", "error status/mask"])
+    return text.str.contains(literals) | text.str.starts_with("-- ")
 
 
 def parse(lines: pl.DataFrame) -> ParseResult:

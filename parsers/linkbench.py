@@ -137,7 +137,11 @@ _PT_MARK = r"(?:BW|Latency) Test\s*$|BW average\[|t_typical\[usec\]|t_avg\[usec\
 
 def file_gate(text: pl.Expr) -> pl.Expr:
     """A line this parser could start from (postmortem.analyzer.ingest skips the parser on inputs with none)."""
-    return (text.str.contains(_BT_MARK) | text.str.contains(_P2P_MARK) | text.str.contains(_PT_MARK)).fill_null(False)
+    # _BT_MARK's title apart from its line-start alternatives: mixed in one regex, they walk
+    # every byte of every line (four times the time of the two tests)
+    bt_title, bt_line_starts = _BT_MARK.split("|", 1)
+    return (text.str.contains(bt_title) | text.str.contains(bt_line_starts)
+            | text.str.contains(_P2P_MARK) | text.str.contains(_PT_MARK)).fill_null(False)
 
 
 def parse(lines: pl.DataFrame) -> ParseResult:
