@@ -14,7 +14,8 @@ rank, an NCCL communicator rank, a pid) with its ``line_no``; ``postmortem.analy
 that to the envelope's prefixes and the input's path. Rows of every table carry
 ``line_no`` so a finding can always cite its line.
 
-Whole-file, vectorised: a parser filters with literal ``str.contains`` first and then uses
+Whole-file, vectorised: a parser filters with literals first (a parser that reads many kinds
+of line routes once: ``lines.any_literal``, ``lines.with_stream_where``) and then uses
 a few small regexes on the survivors. No Python loop over lines.
 
 A whole-file parser (``postmortem.parsers.WHOLE_FILE``: a format read as one document, not as
