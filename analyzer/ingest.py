@@ -292,7 +292,7 @@ def _parse_batched(results: list[FileResult]) -> Batched:
     batched = Batched()
     texts = [r for r in results if r.lines is not None and r.item.kind in ("log", "pyspy")]
     frames: dict[tuple, pl.DataFrame | None] = {}   # what a module reads, concatenated once
-    numbered: dict[tuple, _Numbered] = {}            # and renumbered once, per set of inputs
+    numbered: dict[tuple, _Numbered | None] = {}     # and renumbered once, per set of inputs
     for module in parsers.BATCHED:
         literal = getattr(module, "BATCH_LITERAL", None)
         # Parsers written for the batch (they declare a BATCH_LITERAL) read logs; the ones that
@@ -304,13 +304,14 @@ def _parse_batched(results: list[FileResult]) -> Batched:
             # One buffer, not one per input: every Polars call on a frame of 10,000 pieces (a
             # chunk of py-spy dumps) pays per piece; torch_errors took 3.0 s on it instead of 0.8.
             frames[source] = pl.concat(read, how="vertical_relaxed", rechunk=True) if read else None
-        combined, key = frames[source], (source, literal or None)
-        if combined is not None and literal and key not in numbered:   # only the inputs that mention it
-            mention = combined.filter(pl.col("text").str.contains(literal, literal=True))["input_id"].unique()
-            combined = combined.filter(pl.col("input_id").is_in(mention.implode()))
-        if combined is not None and not combined.is_empty():
-            if key not in numbered:
-                numbered[key] = _Numbered.of(combined)
+        key = (source, literal or None)
+        if key not in numbered:
+            combined = frames[source]
+            if combined is not None and literal:   # only the inputs that mention the literal
+                mention = combined.filter(pl.col("text").str.contains(literal, literal=True))["input_id"].unique()
+                combined = combined.filter(pl.col("input_id").is_in(mention.implode()))
+            numbered[key] = _Numbered.of(combined) if combined is not None and not combined.is_empty() else None
+        if numbered[key] is not None:
             _batch_parse(module, numbered[key], texts, batched)
     return batched
 
@@ -958,8 +959,7 @@ def _own_buffers(frame: pl.DataFrame) -> pl.DataFrame:
     """``frame`` with every string written anew (a string expression makes fresh buffers: three
     times as fast as a round trip through Arrow IPC); a frame with strings inside other types
     (lists, structs, binary) takes the round trip."""
-    if all(dtype == pl.String or not (dtype.is_nested() or dtype in (pl.Binary, pl.Categorical, pl.Object))
-           for dtype in frame.schema.values()):
+    if not any(dtype.is_nested() or dtype in (pl.Binary, pl.Categorical, pl.Object) for dtype in frame.schema.values()):
         return frame.with_columns(pl.col(pl.String) + "")
     buffer = io.BytesIO()
     frame.write_ipc(buffer)

@@ -937,17 +937,11 @@ _ROUTE = [
 _ROUTE_WORDS = ["checkpoint", "successfully", "parameters", "memory", "(ms)", "could not find"]
 
 
-def _routed(lines: pl.DataFrame) -> pl.DataFrame:
-    """``with_stream(lines)`` at the lines some function of this parser reads (``_ROUTE``); each
-    keeps its ``_stream`` and ``_seq``, so blocks followed per stream end where they did."""
-    text = pl.col("text")
-    return with_stream_where(lines, text.str.starts_with(" ") | any_literal(text, _ROUTE + _ROUTE_WORDS))
-
-
 def parse(lines: pl.DataFrame) -> ParseResult:
     if lines is None or lines.is_empty() or "text" not in lines.columns:
         return ParseResult(tables=_empty_tables())
-    df = _routed(lines)
+    text = pl.col("text")
+    df = with_stream_where(lines, text.str.starts_with(" ") | any_literal(text, _ROUTE + _ROUTE_WORDS))
     iterations = _iterations(df)
     memory = _memory(df)
     nemo_it, nemo_mem = _nemo(df)

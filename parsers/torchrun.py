@@ -622,18 +622,12 @@ _ROUTE = [
 ]
 
 
-def _routed(lines: pl.DataFrame) -> pl.DataFrame:
-    """``with_stream(lines)`` at the lines some function of this parser reads (``_ROUTE``); each
-    keeps its ``_stream`` and ``_seq``, so blocks followed per stream end where they did."""
-    text = pl.col("text")
-    return with_stream_where(lines, text.str.starts_with(" ") | any_literal(text, _ROUTE))
-
-
 def parse(lines: pl.DataFrame) -> ParseResult:
     if lines is None or lines.is_empty() or "text" not in lines.columns:
         return ParseResult(tables={"exits": _empty(EXITS_SCHEMA), "agent": _empty(AGENT_SCHEMA),
                                    "slurm": _empty(SLURM_SCHEMA), "events": _empty(EVENTS_SCHEMA)})
-    df = _routed(lines)
+    text = pl.col("text")
+    df = with_stream_where(lines, text.str.starts_with(" ") | any_literal(text, _ROUTE))
     exits, exit_lines = _exits(df)
     agent = _agent(df)
     slurm = _slurm(df)
