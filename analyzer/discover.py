@@ -375,9 +375,10 @@ def read_capped(handle, start: int = 0, end: int | None = None, cap: int | None 
 def capped_bytes(data: bytes, cap: int | None = None, sep: bytes = b"\n", skip_nuls: bool = False) -> Capped:
     """``read_capped`` of bytes in memory (a small decompressed input)."""
     cap = cap or max_line()
-    if not skip_nuls and len(data) <= cap:
+    plain = not skip_nuls or data[:1] != b"\0"    # no leading NULs to skip
+    if plain and len(data) <= cap:
         return Capped(data)
-    if not skip_nuls and max(map(len, data.split(sep))) <= cap:
+    if plain and max(map(len, data.split(sep))) <= cap:
         return Capped(data)
     return read_capped(io.BytesIO(data), cap=cap, sep=sep, skip_nuls=skip_nuls)
 

@@ -88,20 +88,27 @@ def read_input(input_id: int, item: InputFile, piece=None) -> tuple[FileResult, 
         if piece is not None and piece.end is not None:
             return result, _text(result, item, piece.start, piece.end)
         if item.compression is None:
-            with open_input(item.path) as handle:
-                nuls = leading_nuls(handle)
-                handle.seek(nuls)
-                head = handle.read(SNIFF_BYTES)
+            whole = _small_plain(item)
+            if whole is not None:
+                nuls = len(whole) - len(whole.lstrip(b"\0")) if whole[:1] == b"\0" else 0
+                head = whole[nuls:nuls + SNIFF_BYTES]
+            else:
+                with open_input(item.path) as handle:
+                    nuls = leading_nuls(handle)
+                    handle.seek(nuls)
+                    head = handle.read(SNIFF_BYTES)
             if nuls and not head:
                 raise InputError(f"{item.display}: only NUL bytes (a log truncated while its writer kept writing?); "
                                  "skipped")
             if is_utf16(head):
-                data = _utf16(item, item.path.read_bytes() if item.size <= SMALL_DECOMPRESSED else b"")
+                if whole is None:
+                    whole = item.path.read_bytes() if item.size <= SMALL_DECOMPRESSED else b""
+                data = _utf16(item, whole)
                 item.kind = sniff(item, data)
                 return result, _text_of(result, item, data)
             item.kind = sniff(item, head)
             if (reader := _whole_file_parser(item.kind)) is None:
-                return result, _text(result, item, 0, None)
+                return result, _text(result, item, 0, None) if whole is None else _text_of(result, item, whole)
             source = WholeFile(item.display, head, item.path, lambda: _whole(item))
         else:
             data = _small_decompressed(item)
@@ -119,6 +126,19 @@ def read_input(input_id: int, item: InputFile, piece=None) -> tuple[FileResult, 
 
 # What sniffing reads of a plain input (a whole-file parser may look that deep for its key).
 SNIFF_BYTES = 4 << 20
+# A plain input up to this size is read in one call and handled in memory: a run of thousands of
+# small per-rank logs would otherwise open each twice and read it four times (NULs, sniff, text).
+SMALL_PLAIN = 4 << 20
+
+
+def _small_plain(item: InputFile) -> bytes | None:
+    """The whole of a small plain input (``SMALL_PLAIN``), else None (read it a block at a
+    time). A file that grew past the limit since it was found is None too."""
+    if item.size > SMALL_PLAIN:
+        return None
+    with open_input(item.path) as handle:
+        data = handle.read(SMALL_PLAIN + 1)
+    return data if len(data) <= SMALL_PLAIN else None
 
 
 def _whole_file_parser(kind: str):
