@@ -17,6 +17,12 @@ run's first line. Once the store is written, ``merge`` adds them to
 NCCL header, the collective's fields) and everything else (attribution, attempt, ...) from
 the first line of their run. The store is the same as if every line had gone through the
 models (tests/test_scale_ingest.py holds it to that).
+
+Each bulk row is written twice, not three times: into ``lines`` (stored in file order, the
+Logs screen pages it) and into ``_coll_rows``. ``nccl_lines`` and ``collectives`` become views
+over their own rows and ``_coll_rows`` (``_derive``): writing 4 M rows into each cost more than
+half of a 64-rank COLL run's store, and reading them through the view costs what reading the
+table did (rules read the COLL rows through one aggregate; a filter on ``kind`` skips them).
 """
 
 from __future__ import annotations
@@ -45,13 +51,19 @@ OWN = {
     "collectives": ["input_id", "line_no", *[c for c in NCCL_SCHEMAS["collectives"] if c not in ("line_no", "kind")]],
 }
 # Which row of the table is the run's first line (collectives: the NCCL row of that line).
-_FIRST_ROW = {"lines": "", "nccl_lines": "", "collectives": " AND r.kind = 'nccl_coll'"}
+COLL_KIND = "nccl_coll"
+_FIRST_ROW = {"lines": "", "nccl_lines": "", "collectives": f" AND r.kind = '{COLL_KIND}'"}
 SCHEMA = {"input_id": pl.UInt32, "line_no": pl.UInt32, "run_line": pl.UInt32, "offset": pl.UInt64,
           "length": pl.UInt32, "prefix": pl.String, "ext_ts": pl.String, "host": pl.String, "pid": pl.Int64,
           "tid": pl.Int64, "cuda_dev": pl.Int64,
           **{c: t for c, t in NCCL_SCHEMAS["collectives"].items() if c not in ("line_no", "kind", "host", "pid",
                                                                              "tid", "cuda_dev")}}
 TABLE = "_bulk"
+# The bulk rows in the store, written once: ``nccl_lines`` and ``collectives`` show them (``_derive``).
+ROWS = "_coll_rows"
+_ROWS_COLUMNS = ["input_id", "line_no", "run_line",
+                 *dict.fromkeys(c for table in ("nccl_lines", "collectives") for c in OWN[table]
+                                if c not in ("input_id", "line_no"))]
 SKIM = "_skim"
 
 
@@ -223,7 +235,8 @@ def merge(con: duckdb.DuckDBPyConnection) -> None:
 
     ``lines`` is rebuilt in slices of its ``_ord`` range, each slice's rows and the bulk rows of
     its runs sorted together and appended in order: it is stored in file order (the TUI's Logs
-    screen pages by rowid). ``nccl_lines`` and ``collectives`` get their bulk rows appended:
+    screen pages by rowid). The bulk rows are written once more, into ``ROWS``, and
+    ``nccl_lines`` and ``collectives`` become views that add them to their own rows (``_derive``);
     rules read COLL rows only through an aggregate (``postmortem.rules.base.Context.coll_trace_ends``)."""
     views = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables WHERE table_name IN "
                                        f"('{TABLE}', '{SKIM}')").fetchall()}
@@ -237,6 +250,9 @@ def merge(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("CREATE OR REPLACE TEMP VIEW _lines_bulk AS " + " UNION ALL ".join(parts))
     con.execute("CREATE OR REPLACE TEMP TABLE _runs AS SELECT input_id, run_line, count(*) AS n "
                 "FROM _lines_bulk GROUP BY ALL")
+    if TABLE in views:
+        listed = ", ".join(f'"{c}"' for c in _ROWS_COLUMNS)
+        con.execute(f"CREATE TABLE {ROWS} AS SELECT {listed} FROM {TABLE}")
     for table, own in OWN.items():
         columns = [r[0] for r in con.execute(
             "SELECT column_name FROM information_schema.columns WHERE table_name = ? ORDER BY ordinal_position",
@@ -247,10 +263,7 @@ def merge(con: duckdb.DuckDBPyConnection) -> None:
             continue
         first = _FIRST_ROW[table]
         if table != "lines":
-            picked = ", ".join(f'{"b" if c in own else "r"}."{c}" AS "{c}"' for c in columns)
-            con.execute(f"""INSERT INTO "{table}" SELECT {picked} FROM {TABLE} b JOIN "{table}" r
-                            ON r.input_id = b.input_id AND r.line_no = b.run_line{first}""")
-            con.execute(f'ALTER TABLE "{table}" DROP COLUMN _ord')
+            _derive(con, table, [c for c in columns if c != "_ord"], own, first)
             continue
         picked = ", ".join(f'b."{c}" AS "{c}"' if c in own else
                            f'CASE WHEN b._own THEN b."{c}" ELSE r."{c}" END AS "{c}"' if c in SKIM_OWN else
@@ -275,6 +288,22 @@ def merge(con: duckdb.DuckDBPyConnection) -> None:
         con.execute(f"DROP VIEW {view}")
     con.execute("DROP VIEW _lines_bulk")
     con.execute("DROP TABLE _runs")
+
+
+def _derive(con: duckdb.DuckDBPyConnection, table: str, columns: list[str], own: list[str], first: str) -> None:
+    """``table`` becomes a view: its own rows (now ``_<table>``) and a row per bulk line of
+    ``ROWS``, own columns from the bulk row and the others from the first line of its run. So
+    each bulk row is written once (``ROWS``), not once per table; the view's rows are the rows
+    the table would hold."""
+    con.execute(f'ALTER TABLE "{table}" DROP COLUMN _ord')
+    con.execute(f'ALTER TABLE "{table}" RENAME TO "_{table}"')
+    picked = ", ".join(f'b."{c}" AS "{c}"' if c in own else
+                       f"'{COLL_KIND}' AS kind" if c == "kind" and table == "collectives" else  # a constant: a filter on kind skips the join
+                       f'r."{c}" AS "{c}"' for c in columns)
+    plain = ", ".join(f'"{c}"' for c in columns)
+    con.execute(f"""CREATE VIEW "{table}" AS SELECT {plain} FROM "_{table}" UNION ALL
+                    SELECT {picked} FROM {ROWS} b JOIN "_{table}" r
+                    ON r.input_id = b.input_id AND r.line_no = b.run_line{first}""")
 
 
 def _slices(con: duckdb.DuckDBPyConnection, table: str, first: str,

@@ -11,6 +11,7 @@ import hashlib
 import pytest
 
 from postmortem import parsers
+from postmortem.analyzer import store
 from postmortem.analyzer.pipeline import analyze
 from tests.conftest import REAL, ROOT
 
@@ -18,7 +19,7 @@ from tests.conftest import REAL, ROOT
 def _tables(paths) -> dict[str, tuple[int, str]]:
     run = analyze(paths)
     out = {}
-    for (table,) in run.con.execute("SELECT table_name FROM information_schema.tables").fetchall():
+    for table in store.tables(run.con):
         # every row as text, columns by name (their order may differ), rows sorted
         row = " || '|' || ".join(f'coalesce("{c}"::VARCHAR, \'∅\')' for c in sorted(run.columns(table)))
         rows = [r[0] for r in run.con.execute(f'SELECT {row} FROM "{table}"').fetchall()]

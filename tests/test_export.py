@@ -213,12 +213,11 @@ def test_perfetto_profiler_kernels(tmp_path, capsys):
 # --- parquet ---------------------------------------------------------------------------------
 
 def _store_counts(db: Path) -> dict[str, int]:
-    from postmortem.analyzer.store import INTERNAL
+    from postmortem.analyzer.store import INTERNAL, tables
 
     con = duckdb.connect(str(db), read_only=True)
     try:
-        names = [r[0] for r in con.execute("SELECT table_name FROM information_schema.tables "
-                                           "WHERE table_schema = 'main'").fetchall()]
+        names = tables(con)
         return {n: con.execute(f'SELECT count(*) FROM "{n}"').fetchall()[0][0] for n in names if n not in INTERNAL}
     finally:
         con.close()

@@ -15,7 +15,7 @@ import textwrap
 
 import pytest
 
-from postmortem.analyzer import bulk, ingest
+from postmortem.analyzer import bulk, ingest, store
 from postmortem.analyzer.pipeline import analyze
 from postmortem.rules.report import build_report
 from postmortem.generator import RunSpec, generate_run
@@ -37,7 +37,7 @@ def store_of(paths, **options) -> tuple[dict, list, dict]:
     """Every table as (rows, hash of its sorted rows), the findings, and the report's verdict."""
     run = analyze(paths, **options)
     tables = {}
-    for (table,) in run.con.execute("SELECT table_name FROM information_schema.tables").fetchall():
+    for table in store.tables(run.con):
         row = " || '|' || ".join(f'coalesce("{c}"::VARCHAR, \'∅\')' for c in sorted(run.columns(table)))
         rows = [r[0] for r in run.con.execute(f'SELECT {row} FROM "{table}"').fetchall()]
         tables[table] = (len(rows), hashlib.sha256("\n".join(sorted(rows)).encode()).hexdigest())

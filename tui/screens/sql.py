@@ -203,6 +203,11 @@ def table_catalogue(con: duckdb.DuckDBPyConnection) -> list[TableInfo]:
     where = "WHERE database_name = current_database() AND schema_name = 'main' AND NOT internal"
     counts = con.execute(f"SELECT table_name, estimated_size FROM duckdb_tables() {where} "
                          "ORDER BY table_name").fetchall()
+    # a view (a COLL-traced run's collectives and nccl_lines, postmortem.analyzer.bulk) is counted,
+    # and the rows it is made of (tables named _...) are not listed
+    views = [(name, con.execute(f'SELECT count(*) FROM "{name}"').fetchall()[0][0]) for (name,) in
+             con.execute(f"SELECT view_name FROM duckdb_views() {where}").fetchall()]
+    counts = sorted([row for row in counts if not row[0].startswith("_")] + views)
     columns: dict[str, list[tuple[str, str]]] = {}
     for table, column, dtype in con.execute(
             f"SELECT table_name, column_name, data_type FROM duckdb_columns() {where} "
