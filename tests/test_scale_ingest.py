@@ -75,6 +75,28 @@ def test_the_coll_bulk_is_merged_back_row_for_row(coll_run, monkeypatch):
     assert any(code == "H001" for code, *_ in with_bulk[1]), "the planted culprit is still found"
 
 
+def test_each_coll_row_is_stored_once_beside_lines_and_shown_by_views(coll_run):
+    """The COLL bulk lands in ``lines`` and in one ``_coll_rows`` table; ``nccl_lines`` and
+    ``collectives`` are views over their own rows and it. What users list (exports, the TUI's
+    SQL screen) names the views with their rows, never the tables behind them."""
+    from tui.screens.sql import table_catalogue
+
+    run = analyze([coll_run])
+    con = run.con
+    stored = con.execute(f"SELECT count(*) FROM {bulk.ROWS}").fetchone()[0]
+    assert stored > 1000
+    views = {name for (name,) in con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()}
+    assert views == {"nccl_lines", "collectives"}
+    traced = con.execute("SELECT count(*) FROM collectives WHERE kind = 'nccl_coll'").fetchone()[0]
+    own = con.execute("SELECT count(*) FROM _collectives WHERE kind = 'nccl_coll'").fetchone()[0]
+    assert traced == own + stored       # each bulk row once in the view, with its run's first line's row
+    listed = store.tables(con)
+    assert {"lines", "nccl_lines", "collectives"} <= set(listed) and not [t for t in listed if t.startswith("_")]
+    catalogue = {info.name: info.rows for info in table_catalogue(con)}
+    assert set(catalogue) == set(listed)
+    assert catalogue["collectives"] == con.execute("SELECT count(*) FROM collectives").fetchone()[0]
+
+
 @pytest.mark.parametrize("paths, segment", [([DEADLOCK], 60_000), ([REAL], None)], ids=["deadlock", "real-data-logs"])
 def test_chunks_workers_and_segments_change_nothing(paths, segment, coll_run, monkeypatch):
     """Small chunks parsed by two workers; on the deadlock sample and the COLL run also every
