@@ -148,10 +148,7 @@ def analyze(paths: list[str | Path], db_path: str | Path | None = None, progress
     if sink.rows:   # row numbers, so that bulk.merge keeps every table's order
         lines = lines.with_row_index("_ord")
         tables = {name: frame.with_row_index("_ord") if name in bulk.OWN else frame for name, frame in tables.items()}
-    store.write_table(con, "inputs", parsed.inputs)
-    store.write_table(con, "lines", lines)
-    store.write_table(con, "ranks", ranks)
-    store.write_all(con, tables)
+    store.write_all(con, {**tables, "inputs": parsed.inputs, "lines": lines, "ranks": ranks})
     if sink.rows:
         bulk.merge(con)
     sink.discard()
