@@ -79,7 +79,7 @@ def test_each_coll_row_is_stored_once_beside_lines_and_shown_by_views(coll_run):
     """The COLL bulk lands in ``lines`` and in one ``_coll_rows`` table; ``nccl_lines`` and
     ``collectives`` are views over their own rows and it. What users list (exports, the TUI's
     SQL screen) names the views with their rows, never the tables behind them."""
-    from tui.screens.sql import table_catalogue
+    from postmortem.tui.screens.sql import table_catalogue
 
     run = analyze([coll_run])
     con = run.con

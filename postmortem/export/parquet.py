@@ -8,7 +8,7 @@ import re
 import shutil
 from pathlib import Path
 
-from postmortem.export.common import ExportError, tables
+from postmortem.export.common import ExportError
 from postmortem.views import timeline
 
 
@@ -28,7 +28,7 @@ def parquet(con, out: str | Path, job: str | None = None, store_path: str | None
     Only this job's partition is written: an existing ``job=<id>`` written from the same
     store is replaced; one written from another store is left alone (ExportError) unless
     ``replace``. Returns ``{"job": id, "dir": path, "tables": {name: rows}}``."""
-    from postmortem.analyzer.store import INTERNAL
+    from postmortem.analyzer.store import INTERNAL, tables
 
     messages = messages if messages is not None else []
     source = "--job"
