@@ -25,6 +25,7 @@ from textual.widgets import DataTable, Static, TextArea, Tree
 from textual.widgets._tree import TOGGLE_STYLE
 from textual.worker import get_current_worker
 
+from postmortem.analyzer import store
 from postmortem.tui.screens.base import BaseScreen, Table
 from postmortem.tui.text import cell, plain
 
@@ -199,15 +200,13 @@ class TableInfo:
 
 
 def table_catalogue(con: duckdb.DuckDBPyConnection) -> list[TableInfo]:
-    """The store's tables with row counts and columns (two catalogue queries, a few ms)."""
+    """The store's tables as users see them (``store.tables``) with row counts and columns
+    (catalogue queries, a few ms; a view, a COLL-traced run's collectives and nccl_lines, is
+    counted)."""
     where = "WHERE database_name = current_database() AND schema_name = 'main' AND NOT internal"
-    counts = con.execute(f"SELECT table_name, estimated_size FROM duckdb_tables() {where} "
-                         "ORDER BY table_name").fetchall()
-    # a view (a COLL-traced run's collectives and nccl_lines, postmortem.analyzer.bulk) is counted,
-    # and the rows it is made of (tables named _...) are not listed
-    views = [(name, con.execute(f'SELECT count(*) FROM "{name}"').fetchall()[0][0]) for (name,) in
-             con.execute(f"SELECT view_name FROM duckdb_views() {where}").fetchall()]
-    counts = sorted([row for row in counts if not row[0].startswith("_")] + views)
+    sizes = dict(con.execute(f"SELECT table_name, estimated_size FROM duckdb_tables() {where}").fetchall())
+    counts = [(name, sizes[name] if name in sizes else con.execute(f'SELECT count(*) FROM "{name}"').fetchall()[0][0])
+              for name in store.tables(con)]
     columns: dict[str, list[tuple[str, str]]] = {}
     for table, column, dtype in con.execute(
             f"SELECT table_name, column_name, data_type FROM duckdb_columns() {where} "
