@@ -101,7 +101,13 @@ class LogView(ScrollView, can_focus=True):
             self._scroll_to_cursor(centre)
         self.post_message(self.CursorMoved())
 
-    def _scroll_to_cursor(self, centre: bool) -> None:
+    def _scroll_to_cursor(self, centre: bool, tries: int = 3) -> None:
+        if tries and not self.allow_vertical_scroll and self.virtual_size.height > self.scrollable_content_region.height:
+            # A new virtual size whose scrollbar is not laid out yet: Textual would ignore the
+            # scroll (the view stayed at the top on a loaded machine), and the height the
+            # scrollbar takes is not known. Scroll after the refresh that lays it out.
+            self.call_after_refresh(self._scroll_to_cursor, centre, tries - 1)
+            return
         top, height = round(self.scroll_y), max(self.scrollable_content_region.height, 1)
         if centre and not top <= self.cursor < top + height:
             self.scroll_to(y=max(self.cursor - height // 2, 0), animate=False, immediate=True)
