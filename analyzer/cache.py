@@ -32,6 +32,7 @@ import shutil
 import stat
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from functools import cache
 from pathlib import Path
 
@@ -193,8 +194,7 @@ def save(run_key: str, con: duckdb.DuckDBPyConnection, meta: dict) -> None:
             alias = f"c{uuid.uuid4().hex[:8]}"
             con.execute(f"ATTACH '{store.sql_path(part)}' AS {alias}")
             try:
-                current = con.execute("SELECT current_database()").fetchall()[0][0]
-                con.execute(f"COPY FROM DATABASE {current} TO {alias}")
+                _copy_database(con, alias)
                 con.execute(f"CREATE TABLE {alias}.{_META} AS SELECT * FROM temp.{_META}")
             finally:
                 con.execute(f"DETACH {alias}")
@@ -206,6 +206,27 @@ def save(run_key: str, con: duckdb.DuckDBPyConnection, meta: dict) -> None:
         _remove(part)
         _remove(part.with_name(part.name + ".wal"))
         return  # a cache that cannot be written costs speed, never the report
+
+
+def _copy_database(con: duckdb.DuckDBPyConnection, alias: str) -> None:
+    """The store's schema (tables, views), then its tables' rows, ``store.WRITERS`` tables at a
+    time, the largest first: COPY FROM DATABASE copies one table after another on one core
+    (the 1,024-rank run's store: 1.35 s, against about 1 s this way)."""
+    current = con.execute("SELECT current_database()").fetchall()[0][0]
+    con.execute(f"COPY FROM DATABASE {current} TO {alias} (SCHEMA)")
+    names = [name for (name,) in con.execute(
+        "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database() AND NOT temporary "
+        "ORDER BY estimated_size DESC").fetchall()]
+
+    def copy(name: str) -> None:
+        cursor = con.cursor()
+        try:
+            cursor.execute(f'INSERT INTO {alias}."{name}" SELECT * FROM {current}."{name}"')
+        finally:
+            cursor.close()
+
+    with ThreadPoolExecutor(store.WRITERS) as pool:
+        list(pool.map(copy, names))
 
 
 def _in_memory_bytes(con) -> int:

@@ -259,7 +259,7 @@ def parse_text(result: FileResult, lines: pl.DataFrame, others: pl.DataFrame,
     chosen = [] if env_dump else [m for m in parsers.LOG_PARSERS if m not in parsers.BATCHED and passes(m)]
     for module in chosen:
         try:
-            parsed = module.parse(lines if module is parsers.nccl else others)
+            parsed = module.parse((lines if module is parsers.nccl else others).drop("input_id", strict=False))
         except Exception as exc:  # a parser bug must not cost the rest of the run
             item.problems.append(f"parser {module.NAME} failed ({type(exc).__name__}: {exc}); "
                                  "its lines are counted as unparsed")
@@ -271,11 +271,18 @@ def parse_text(result: FileResult, lines: pl.DataFrame, others: pl.DataFrame,
             result.tables.setdefault(name, []).append(frame)
         if len(parsed.consumed):
             result.claims.append(_claims(module.NAME, pl.DataFrame({"line_no": parsed.consumed}), input_id))
-    result.lines = lines.with_columns(input_id=pl.lit(input_id, dtype=pl.UInt32))
+    result.lines = _stamped(lines, input_id)
     # the same lines (no COLL line in this input) are kept once
-    result.others = result.lines if others.height == lines.height else others.with_columns(input_id=pl.lit(input_id, dtype=pl.UInt32))
+    result.others = result.lines if others.height == lines.height else _stamped(others, input_id)
     result.tables = {name: pl.concat(frames, how="diagonal_relaxed") for name, frames in result.tables.items()}
     return result
+
+
+def _stamped(lines: pl.DataFrame, input_id: int) -> pl.DataFrame:
+    """``lines`` with their ``input_id`` (``split_inputs`` stamps a chunk's at once)."""
+    if "input_id" in lines.columns:
+        return lines
+    return lines.with_columns(input_id=pl.lit(input_id, dtype=pl.UInt32))
 
 
 def _read_whole(result: FileResult, module, source: WholeFile) -> FileResult:
@@ -769,8 +776,8 @@ def _prepare(pieces: list[Piece], spool: str | None) -> _Prepared:
     prepared.kept_bytes = int(combined["length"].sum() or 0)
     others = combined.filter(~info) if info.any() else combined
     gates = file_gates(ids, others) if USE_FILE_GATES else None
-    every = split_inputs(combined, len(pending))
-    rests = split_inputs(others, len(pending)) if others is not combined else every
+    every = split_inputs(combined, len(pending), ids)
+    rests = split_inputs(others, len(pending), ids) if others is not combined else every
     results = [result for result, _, _ in pending]
     dumps = _env_dumps(results, others, gates)
     for i, (result, lines, rest) in enumerate(zip(results, every, rests)):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,14 +39,34 @@ class Run:
     def frame(self, sql: str, params: list | None = None) -> pl.DataFrame:
         return self.con.sql(sql, params=params or None).pl()
 
+    _frozen_columns: dict | None = field(default=None, repr=False)   # see schema_frozen
+
     def columns(self, table: str) -> list[str]:
         """Column names of ``table`` in the store; empty when the run has no such table. (From
         ``duckdb_columns()``: 2.5 times as fast as information_schema, asked about a hundred
         times per report. Not ``con.table(name)``: for a missing table DuckDB would look for a
         Python variable of that name instead.)"""
+        frozen = self._frozen_columns
+        if frozen is not None and table in frozen:
+            return list(frozen[table])
         rows = self.con.execute("SELECT column_name FROM duckdb_columns() WHERE table_name = ? "
                                 "ORDER BY column_index", [table]).fetchall()
-        return [r[0] for r in rows]
+        names = [r[0] for r in rows]
+        if frozen is not None:
+            frozen[table] = names
+        return list(names)
+
+    @contextmanager
+    def schema_frozen(self):
+        """A stretch of work that creates and alters no table (the rules): ``columns`` asks
+        the store once per table instead of each time (0.7 ms a question, about 90 per report)."""
+        outer = self._frozen_columns
+        if outer is None:
+            self._frozen_columns = {}
+        try:
+            yield self
+        finally:
+            self._frozen_columns = outer
 
 
 class NothingReadable(Exception):

@@ -137,8 +137,8 @@ def log_bounds(run, attempt: int | None = None) -> tuple[dict | None, dict | Non
     """The first and the last time any line of the job's logs carries (in ``attempt`` and lines of
     no attempt, or the whole run), each as ``{"ts", "path", "line", "what"}``: the one start and
     the one end every view of the report gives, with the line it comes from."""
-    types = {(t, c): d for t, c, d in run.con.execute(
-        "SELECT table_name, column_name, data_type FROM information_schema.columns").fetchall()}
+    types = {(t, c): d for t, c, d in run.con.execute(   # duckdb_columns(): 5x as fast as information_schema
+        "SELECT table_name, column_name, data_type FROM duckdb_columns() WHERE NOT internal").fetchall()}
     firsts, lasts = [], []
     for table, column, what in LOG_TIME_TABLES:
         if not str(types.get((table, column), "")).upper().startswith("TIMESTAMP"):

@@ -327,11 +327,15 @@ def envelope_frame(datas: list[bytes], passes: int = 4) -> pl.DataFrame:
     return out.sort("_row").select(columns)
 
 
-def split_inputs(frame: pl.DataFrame, count: int) -> list[pl.DataFrame]:
-    """``envelope_frame``'s rows as one frame per input (an empty one where an input has none)."""
+def split_inputs(frame: pl.DataFrame, count: int, input_ids: list[int] | None = None) -> list[pl.DataFrame]:
+    """``envelope_frame``'s rows as one frame per input (an empty one where an input has none).
+    With ``input_ids`` (one per input) each frame has an ``input_id`` column, stamped in one call
+    for all of them rather than one per input."""
     frame = frame.select(*ENVELOPE_SCHEMA, "_input")
     if not frame["_input"].is_sorted():
         frame = frame.sort("_input", maintain_order=True)
+    if input_ids is not None:
+        frame = frame.with_columns(input_id=pl.lit(pl.Series(input_ids, dtype=pl.UInt32)).gather(pl.col("_input")))
     # slices of one frame sorted by input (each a view, not a copy: thousands of small inputs)
     sizes = frame["_input"].value_counts(sort=False).rows()
     starts, at = {}, 0

@@ -138,6 +138,15 @@ def build_report(run: Run, options: Options | None = None) -> dict:
 
 
 def _fresh_report(run: Run, options: Options) -> dict:
+    # The rules create and alter no table: while they run, each table's columns are asked once.
+    with run.schema_frozen():
+        report, findings = _report_of_rules(run, options)
+    store_findings(run, findings)
+    store_report(run, report)
+    return report
+
+
+def _report_of_rules(run: Run, options: Options) -> tuple[dict, list]:
     attempts = run.info.get("attempts") or [0]
     per_attempt = {a: run_rules(run, a, options) for a in attempts}
     verdicts = {a: _verdict(per_attempt[a][1], per_attempt[a][0].outcome) for a in attempts}
@@ -174,9 +183,7 @@ def _fresh_report(run: Run, options: Options) -> dict:
         "rule_errors": [e for a in attempts for e in per_attempt[a][0].rule_errors],
         "timings": run.timings,
     }
-    store_findings(run, [f for a in attempts for f in per_attempt[a][1]])
-    store_report(run, report)
-    return report
+    return report, [f for a in attempts for f in per_attempt[a][1]]
 
 
 def _analysed_attempt(attempts: list, per_attempt: dict, verdicts: dict):

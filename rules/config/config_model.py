@@ -242,32 +242,44 @@ def nccl_node_versions(ctx: Context) -> list[NodeVersion]:
                 nv.exact = " | ".join(sorted({*nv.exact.split(" | "), exact}))
             nv.exact = nv.exact or exact
         nv.pids.append(row["pid"])
-    # each node's rows, split once (one filter per node costs seconds at a thousand nodes)
-    versions_of = _by_host(versions) if not versions.is_empty() and "host" in versions.columns else None
-    fps_of = _by_host(fps) if not fps.is_empty() else None
-    for nv in nodes.values():
-        if versions_of is None:
-            own = versions
-        else:
-            own = versions_of.get(nv.node, versions.clear()).filter(pl.col("pid").is_in(nv.pids))
-        if nv.exact and not own.is_empty():
-            r = own.sort("input_id", "line_no").row(0, named=True)
-            nv.refs.append((r["input_id"], r["line_no"], f"{nv.node} prints NCCL version {r['version']}"))
-        if fps_of is not None:
-            mine = fps_of.get(nv.node, fps.clear()).filter(pl.col("pid").is_in(nv.pids)) \
-                .with_columns(span=pl.col("max_minor") - pl.col("min_minor")).sort("span", "input_id", "line_no")
-            seen = set()
-            for r in mine.iter_rows(named=True):
-                if r["evidence"] in seen or len(seen) >= 2:
-                    continue
-                seen.add(r["evidence"])
-                nv.refs.append((r["input_id"], r["line_no"],
-                                f"{r['evidence']}: NCCL 2.{r['min_minor']}-2.{r['max_minor']}"))
+    _pin_down(nodes, versions, fps)
     return sorted(nodes.values(), key=lambda v: v.node)
 
 
-def _by_host(frame: pl.DataFrame) -> dict[str, pl.DataFrame]:
-    return {key[0]: part for key, part in frame.partition_by("host", as_dict=True, maintain_order=True).items()}
+def _pin_down(nodes: dict[str, NodeVersion], versions: pl.DataFrame, fps: pl.DataFrame) -> None:
+    """Each node's evidence lines: its first own version line (when its release is exact), then
+    the lines of up to two kinds of fingerprint, narrowest first. One join and sort for every node
+    (a filter per node cost seconds at a thousand nodes)."""
+    procs = pl.DataFrame([(nv.node, pid) for nv in nodes.values() for pid in nv.pids],
+                         schema={"host": pl.String, "pid": pl.Int64}, orient="row").unique()
+    first_version: dict[str, dict] = {}
+    if not versions.is_empty():
+        if "host" in versions.columns:
+            own = _of_processes(versions, procs).sort("host", "input_id", "line_no", maintain_order=True)
+            first_version = {r["host"]: r for r in own.unique("host", keep="first", maintain_order=True)
+                             .iter_rows(named=True)}
+        else:   # no host to tell nodes apart: every node's lines are all of them
+            r = versions.sort("input_id", "line_no", maintain_order=True).row(0, named=True)
+            first_version = {node: r for node in nodes}
+    for node, r in first_version.items():
+        nv = nodes[node]
+        if nv.exact:
+            nv.refs.append((r["input_id"], r["line_no"], f"{nv.node} prints NCCL version {r['version']}"))
+    if fps.is_empty():
+        return
+    mine = (_of_processes(fps, procs).with_columns(span=pl.col("max_minor") - pl.col("min_minor"))
+            .sort("host", "span", "input_id", "line_no", maintain_order=True)
+            .unique(["host", "evidence"], keep="first", maintain_order=True)
+            .group_by("host", maintain_order=True).head(2))
+    for r in mine.iter_rows(named=True):
+        nodes[r["host"]].refs.append((r["input_id"], r["line_no"],
+                                      f"{r['evidence']}: NCCL 2.{r['min_minor']}-2.{r['max_minor']}"))
+
+
+def _of_processes(frame: pl.DataFrame, procs: pl.DataFrame) -> pl.DataFrame:
+    """``frame``'s rows of the (host, pid) pairs in ``procs``."""
+    procs = procs.cast({"host": frame.schema["host"], "pid": frame.schema["pid"]})
+    return frame.join(procs, on=["host", "pid"], how="semi", maintain_order="left")
 
 
 def version_split(nodes: list) -> tuple[object | None, list]:

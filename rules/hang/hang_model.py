@@ -221,21 +221,30 @@ def _mode(values: list):
 @memoised
 def pg_states(ctx: Context) -> list[PGState]:
     snap = snapshots(ctx)
-    states = []
-    if not snap.is_empty():
-        seen = list(ctx.logged_ranks())
-        for (pg,), rows in snap.group_by("pg", maintain_order=True):
-            states.append(_classify(pg, rows, ctx.world_size, seen))
-    return states
+    if snap.is_empty():
+        return []
+    seen = list(ctx.logged_ranks())
+    # One split and one conversion for every PG: a 10,000-rank run has over a thousand PGs, and
+    # a dozen Polars calls per PG cost seconds where plain rows cost milliseconds.
+    parts = snap.partition_by("pg", maintain_order=True, as_dict=True)
+    rows_of: dict[str, list[dict]] = {}
+    for row in snap.select(_CLASSIFY_COLUMNS).iter_rows(named=True):
+        rows_of.setdefault(row["pg"], []).append(row)
+    return [_classify(pg, frame, rows_of[pg], ctx.world_size, seen) for (pg,), frame in parts.items()]
 
 
-def _gather_shaped() -> pl.Expr:
+_CLASSIFY_COLUMNS = ["pg", "rank", "op", "numel_in", "numel_out", "wait_seq", "timeout_seq", "enqueued", "completed"]
+
+
+def _gather_shaped(row: dict) -> bool:
     """A COALESCED work whose NumelOut is a whole multiple (2 or more) of its NumelIn, or the
     reverse: coalesced all-gathers and reduce-scatters (FSDP's, Lightning's), collectives every
     rank must issue alike; coalesced sends and receives (batch_isend_irecv) stay P2P."""
-    n_in, n_out = pl.col("numel_in"), pl.col("numel_out")
-    big, small = pl.max_horizontal(n_in, n_out), pl.min_horizontal(n_in, n_out)
-    return ((pl.col("op") == "COALESCED") & (small > 0) & (big >= 2 * small) & (big % small == 0)).fill_null(False)
+    n_in, n_out = row["numel_in"], row["numel_out"]
+    if row["op"] != "COALESCED" or n_in is None or n_out is None:
+        return False
+    big, small = max(n_in, n_out), min(n_in, n_out)
+    return small > 0 and big >= 2 * small and big % small == 0
 
 
 # Ops whose NumelIn may differ between ranks by design: uneven all-to-all splits, and a scatter's
@@ -243,40 +252,41 @@ def _gather_shaped() -> pl.Expr:
 SIZE_FREE_OPS = r"ALLTOALL|(?<!REDUCE_)SCATTER"
 
 
-def _classify(pg: str, rows: pl.DataFrame, world: int | None, seen: list[int]) -> PGState:
-    """``seen``: every rank any line is attributed to (at any confidence). Without a stated
-    world size, the default group's members are at least those ranks."""
-    observed = sorted(rows["rank"].to_list())
+def _ranks(rows: list[dict]) -> list[int]:
+    return sorted(r["rank"] for r in rows)
+
+
+def _classify(pg: str, snapshot: pl.DataFrame, rows: list[dict], world: int | None, seen: list[int]) -> PGState:
+    """``rows``: ``snapshot``'s rows as dicts. ``seen``: every rank any line is attributed to (at
+    any confidence). Without a stated world size, the default group's members are at least those ranks."""
+    observed = _ranks(rows)
     known = pg == DEFAULT_PG
     if known:
         members = list(range(world)) if world is not None else sorted(set(seen) | set(observed))
     else:
         members = observed
-    state = PGState(pg, members, known, rows, size_stated=known and world is not None)
-    ops = set(rows["op"].drop_nulls().to_list())
-    state.has_p2p = bool(ops & P2P_OPS)
-    collective_rows = rows.filter(~pl.col("op").is_in(list(P2P_OPS)) | pl.col("op").is_null() | _gather_shaped())
-    waiting = collective_rows.filter(pl.col("wait_seq").is_not_null())
-    state.timed_out = sorted(collective_rows.filter(pl.col("timeout_seq").is_not_null())["rank"].to_list())
-    if waiting.is_empty():
+    state = PGState(pg, members, known, snapshot, size_stated=known and world is not None)
+    state.has_p2p = any(r["op"] in P2P_OPS for r in rows)
+    collective_rows = [r for r in rows if r["op"] is None or r["op"] not in P2P_OPS or _gather_shaped(r)]
+    waiting = [r for r in collective_rows if r["wait_seq"] is not None]
+    state.timed_out = _ranks([r for r in collective_rows if r["timeout_seq"] is not None])
+    if not waiting:
         return state
-    state.wait_seq = _mode(waiting["wait_seq"].to_list())
-    at_k = waiting.filter(pl.col("wait_seq") == state.wait_seq)
-    state.waiting = sorted(at_k["rank"].to_list())
-    state.majority_op = _mode(at_k["op"].to_list())
-    state.majority_numel = _mode(at_k["numel_in"].to_list())
+    k = state.wait_seq = _mode([r["wait_seq"] for r in waiting])
+    at_k = [r for r in waiting if r["wait_seq"] == k]
+    state.waiting = _ranks(at_k)
+    state.majority_op = _mode([r["op"] for r in at_k])
+    state.majority_numel = _mode([r["numel_in"] for r in at_k])
     if state.majority_op is not None:
-        other_op = pl.col("op").is_not_null() & (pl.col("op") != state.majority_op)
         sized = state.majority_numel is not None and not re.search(SIZE_FREE_OPS, state.majority_op)
-        other_size = (pl.col("numel_in").is_not_null() & (pl.col("numel_in") != state.majority_numel)
-                      if sized else pl.lit(False))
-        odd = at_k.filter(other_op | other_size)
-        state.mismatched = sorted(odd["rank"].to_list())
-    behind = rows.filter(
-        (pl.col("enqueued").is_not_null() & (pl.col("enqueued") < state.wait_seq))
-        | (pl.col("timeout_seq").is_not_null() & (pl.col("timeout_seq") < state.wait_seq)))
-    state.behind = sorted(behind["rank"].to_list())
-    state.idle = sorted(behind.filter(pl.col("enqueued") == pl.col("completed"))["rank"].to_list())
+        state.mismatched = _ranks([
+            r for r in at_k
+            if (r["op"] is not None and r["op"] != state.majority_op)
+            or (sized and r["numel_in"] is not None and r["numel_in"] != state.majority_numel)])
+    behind = [r for r in rows
+              if (r["enqueued"] is not None and r["enqueued"] < k) or (r["timeout_seq"] is not None and r["timeout_seq"] < k)]
+    state.behind = _ranks(behind)
+    state.idle = _ranks([r for r in behind if r["enqueued"] is not None and r["enqueued"] == r["completed"]])
     state.silent = sorted(set(members) - set(observed))
     return state
 

@@ -54,11 +54,16 @@ def check(ctx: Context) -> list[Finding]:
                     .drop_nulls().to_list())
     rdma = _rdma_rate(ctx, f)
     capped = []
-    for (key,), rows in ring.group_by("comm_key", maintain_order=True):
-        worst = rows.sort("tier_order", descending=True).row(0, named=True)
-        tier = worst["tier"]
-        if tier not in SLOW_TIERS:
-            continue  # NVLink, or the network hop: the expected bottleneck of a multi-node ring
+    # Each ring's slowest hop, all rings at once; only rings capped by a slow tier are looked at
+    # one by one (NVLink, or the network hop: the expected bottleneck of a multi-node ring).
+    worst_of = (ring.sort("tier_order", descending=True, maintain_order=True)
+                .group_by("comm_key", maintain_order=True).first()
+                .filter(pl.col("tier").is_in(list(SLOW_TIERS))))
+    slow_rings = ring.join(worst_of.select("comm_key"), on="comm_key", how="semi", maintain_order="left")
+    by_key = slow_rings.partition_by("comm_key", as_dict=True, maintain_order=True)
+    for worst in worst_of.iter_rows(named=True):
+        key, tier = worst["comm_key"], worst["tier"]
+        rows = by_key[(key,)]
         could = _could(f, worst, p2p_hosts, rdma)
         if could is None:
             continue
