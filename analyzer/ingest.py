@@ -32,7 +32,7 @@ from postmortem.analyzer import budget
 from postmortem.analyzer.discover import (SMALL_DECOMPRESSED, Capped, InputError, InputFile, capped_bytes, cut_message,
                                decode_to, is_utf16, leading_nuls, max_decompressed, open_input, path_text, read_capped, sniff)
 from postmortem.parsers.base import Unreadable, WholeFile
-from postmortem.parsers.lines import envelope_frame, split_inputs
+from postmortem.parsers.lines import by_input, envelope_frame, slice_inputs
 
 
 @dataclass
@@ -279,7 +279,7 @@ def parse_text(result: FileResult, lines: pl.DataFrame, others: pl.DataFrame,
 
 
 def _stamped(lines: pl.DataFrame, input_id: int) -> pl.DataFrame:
-    """``lines`` with their ``input_id`` (``split_inputs`` stamps a chunk's at once)."""
+    """``lines`` with their ``input_id`` (``by_input`` stamps a chunk's at once)."""
     if "input_id" in lines.columns:
         return lines
     return lines.with_columns(input_id=pl.lit(input_id, dtype=pl.UInt32))
@@ -308,14 +308,15 @@ def _read_whole(result: FileResult, module, source: WholeFile) -> FileResult:
     return result
 
 
-def _parse_batched(results: list[FileResult]) -> Batched:
+def _parse_batched(results: list[FileResult], whole: list[tuple[pl.DataFrame, pl.DataFrame]] | None = None) -> Batched:
     """Run the batched parsers once over the lines of every log input that mentions them.
 
     A job folder holds hundreds of small per-rank files; a parser that makes a few dozen
     Polars calls per input pays that overhead per file. These parsers get one frame of all
     inputs instead, with ``line_no`` renumbered to a global row; their rows are mapped back to
     (input_id, line_no) here, so to them and to everything after them nothing changes. Parsers
-    that read the same lines share one renumbered frame."""
+    that read the same lines share one renumbered frame. ``whole``: the results' lines and
+    ``others`` as frames of many inputs each (``_Prepared.whole``)."""
     batched = Batched()
     texts = [r for r in results if r.lines is not None and r.item.kind in ("log", "pyspy")]
     frames: dict[tuple, pl.DataFrame | None] = {}   # what a module reads, concatenated once
@@ -327,10 +328,8 @@ def _parse_batched(results: list[FileResult]) -> Batched:
         kinds = ("log",) if literal is not None else ("log", "pyspy")
         source = (module is parsers.nccl, kinds)
         if source not in frames:
-            read = [r.lines if module is parsers.nccl else r.others for r in texts if r.item.kind in kinds]
-            # One buffer, not one per input: every Polars call on a frame of 10,000 pieces (a
-            # chunk of py-spy dumps) pays per piece; torch_errors took 3.0 s on it instead of 0.8.
-            frames[source] = pl.concat(read, how="vertical_relaxed", rechunk=True) if read else None
+            frames[source] = _lines_read(results, [r for r in texts if r.item.kind in kinds],
+                                         module is parsers.nccl, whole)
         key = (source, literal or None)
         if key not in numbered:
             combined = frames[source]
@@ -341,6 +340,23 @@ def _parse_batched(results: list[FileResult]) -> Batched:
         if numbered[key] is not None:
             _batch_parse(module, numbered[key], texts, batched)
     return batched
+
+
+def _lines_read(results: list[FileResult], chosen: list[FileResult], nccl: bool,
+                whole: list[tuple[pl.DataFrame, pl.DataFrame]] | None) -> pl.DataFrame | None:
+    """The lines of the ``chosen`` results (every line for the NCCL parser, else their ``others``)
+    as one buffer, not one per input: every Polars call on a frame of 10,000 pieces (a chunk of
+    py-spy dumps) pays per piece; torch_errors took 3.0 s on it instead of 0.8. From ``whole``
+    when given: its frames hold every result with lines, so only a choice of fewer is filtered."""
+    if not chosen:
+        return None
+    if whole is None:
+        return pl.concat([r.lines if nccl else r.others for r in chosen], how="vertical_relaxed", rechunk=True)
+    frame = pl.concat([lines if nccl else others for lines, others in whole], how="vertical_relaxed", rechunk=True)
+    if len(chosen) < sum(r.lines is not None for r in results):
+        ids = pl.Series([r.input_id for r in chosen], dtype=pl.UInt32)
+        frame = frame.filter(pl.col("input_id").is_in(ids.implode()))
+    return frame
 
 
 @dataclass(frozen=True)
@@ -733,6 +749,9 @@ class _Prepared:
     skim_file: str | None = None
     skim_counts: dict[int, int] = field(default_factory=dict)
     extra: pl.DataFrame | None = None   # (input_id, line_no, _x): skimmed lines a kept line stands for
+    # every text input's lines and ``others`` as two frames (what its results' ``lines`` and
+    # ``others`` are slices of): read whole, not put together again from thousands of slices
+    whole: tuple[pl.DataFrame, pl.DataFrame] | None = None
 
 
 def _prepare(pieces: list[Piece], spool: str | None) -> _Prepared:
@@ -776,8 +795,11 @@ def _prepare(pieces: list[Piece], spool: str | None) -> _Prepared:
     prepared.kept_bytes = int(combined["length"].sum() or 0)
     others = combined.filter(~info) if info.any() else combined
     gates = file_gates(ids, others) if USE_FILE_GATES else None
-    every = split_inputs(combined, len(pending), ids)
-    rests = split_inputs(others, len(pending), ids) if others is not combined else every
+    every_frame = by_input(combined, ids)
+    others_frame = by_input(others, ids) if others is not combined else every_frame
+    every = slice_inputs(every_frame, len(pending))
+    rests = slice_inputs(others_frame, len(pending)) if others is not combined else every
+    prepared.whole = (every_frame.drop("_input"), others_frame.drop("_input"))
     results = [result for result, _, _ in pending]
     dumps = _env_dumps(results, others, gates)
     for i, (result, lines, rest) in enumerate(zip(results, every, rests)):
@@ -790,10 +812,11 @@ def _finish(held: list[_Prepared]) -> ChunkResult:
     """The batched parsers over the prepared chunks' lines at once, then their lines and tables
     combined (``_combine_chunk``), with ``_w`` on the first lines of COLL runs."""
     results = [r for p in held for r in p.results]
-    batched = _parse_batched(results)
+    whole = [p.whole for p in held if p.whole is not None]
+    batched = _parse_batched(results, whole)
     for prepared in held:
         batched.take(prepared.env)
-    chunk = _combine_chunk([r.input_id for r in results], results, batched)
+    chunk = _combine_chunk([r.input_id for r in results], results, batched, whole)
     chunk.bulk_files = [f for p in held for f in (p.bulk_file, p.skim_file) if f is not None]
     chunk.bulk_counts = _summed(p.bulk_counts for p in held)
     chunk.skim_counts = _summed(p.skim_counts for p in held)
@@ -1225,10 +1248,15 @@ def _mb(n: int) -> str:
     return f"{n / 1e6:.1f}" if n >= 100_000 else f"{n / 1e6:.3f}"
 
 
-def _combine_chunk(ids: list[int], results: list[FileResult], batched: Batched) -> ChunkResult:
-    """One chunk's lines (kinds assigned, understood NCCL INFO text dropped) and tables."""
+def _combine_chunk(ids: list[int], results: list[FileResult], batched: Batched,
+                   whole: list[tuple[pl.DataFrame, pl.DataFrame]] | None = None) -> ChunkResult:
+    """One chunk's lines (kinds assigned, understood NCCL INFO text dropped) and tables.
+    ``whole``: the results' lines as frames of many inputs (``_Prepared.whole``)."""
     errors = [r.error for r in results]
-    line_frames = [r.lines for r in results if r.lines is not None and not r.lines.is_empty()]
+    if whole is None:
+        line_frames = [r.lines for r in results if r.lines is not None and not r.lines.is_empty()]
+    else:
+        line_frames = [lines for lines, _ in whole if not lines.is_empty()]
     claims = [c for r in results for c in r.claims] + batched.claims
     tables: dict[str, list[pl.DataFrame]] = {}
     for r in results:

@@ -331,12 +331,23 @@ def split_inputs(frame: pl.DataFrame, count: int, input_ids: list[int] | None = 
     """``envelope_frame``'s rows as one frame per input (an empty one where an input has none).
     With ``input_ids`` (one per input) each frame has an ``input_id`` column, stamped in one call
     for all of them rather than one per input."""
+    return slice_inputs(by_input(frame, input_ids), count)
+
+
+def by_input(frame: pl.DataFrame, input_ids: list[int] | None = None) -> pl.DataFrame:
+    """``envelope_frame``'s rows in input order, with ``_input`` and (given ``input_ids``, one per
+    input) ``input_id``: what ``slice_inputs`` cuts into one frame per input."""
     frame = frame.select(*ENVELOPE_SCHEMA, "_input")
     if not frame["_input"].is_sorted():
         frame = frame.sort("_input", maintain_order=True)
     if input_ids is not None:
         frame = frame.with_columns(input_id=pl.lit(pl.Series(input_ids, dtype=pl.UInt32)).gather(pl.col("_input")))
-    # slices of one frame sorted by input (each a view, not a copy: thousands of small inputs)
+    return frame
+
+
+def slice_inputs(frame: pl.DataFrame, count: int) -> list[pl.DataFrame]:
+    """``by_input``'s frame as one frame per input, without ``_input``: slices of one frame (each
+    a view, not a copy: thousands of small inputs)."""
     sizes = frame["_input"].value_counts(sort=False).rows()
     starts, at = {}, 0
     for input_index, size in sorted(sizes):
