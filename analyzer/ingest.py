@@ -308,7 +308,7 @@ def _read_whole(result: FileResult, module, source: WholeFile) -> FileResult:
     return result
 
 
-def _parse_batched(results: list[FileResult], whole: list[tuple[pl.DataFrame, pl.DataFrame]] | None = None) -> Batched:
+def _parse_batched(results: list[FileResult], whole: list[tuple[pl.DataFrame, pl.DataFrame]]) -> Batched:
     """Run the batched parsers once over the lines of every log input that mentions them.
 
     A job folder holds hundreds of small per-rank files; a parser that makes a few dozen
@@ -343,15 +343,14 @@ def _parse_batched(results: list[FileResult], whole: list[tuple[pl.DataFrame, pl
 
 
 def _lines_read(results: list[FileResult], chosen: list[FileResult], nccl: bool,
-                whole: list[tuple[pl.DataFrame, pl.DataFrame]] | None) -> pl.DataFrame | None:
+                whole: list[tuple[pl.DataFrame, pl.DataFrame]]) -> pl.DataFrame | None:
     """The lines of the ``chosen`` results (every line for the NCCL parser, else their ``others``)
     as one buffer, not one per input: every Polars call on a frame of 10,000 pieces (a chunk of
-    py-spy dumps) pays per piece; torch_errors took 3.0 s on it instead of 0.8. From ``whole``
-    when given: its frames hold every result with lines, so only a choice of fewer is filtered."""
+    py-spy dumps) pays per piece; torch_errors took 3.0 s on it instead of 0.8. Read from
+    ``whole``, whose frames hold every result with lines (not put together again from thousands
+    of slices): only a choice of fewer is filtered."""
     if not chosen:
         return None
-    if whole is None:
-        return pl.concat([r.lines if nccl else r.others for r in chosen], how="vertical_relaxed", rechunk=True)
     frame = pl.concat([lines if nccl else others for lines, others in whole], how="vertical_relaxed", rechunk=True)
     if len(chosen) < sum(r.lines is not None for r in results):
         ids = pl.Series([r.input_id for r in chosen], dtype=pl.UInt32)
@@ -1249,14 +1248,11 @@ def _mb(n: int) -> str:
 
 
 def _combine_chunk(ids: list[int], results: list[FileResult], batched: Batched,
-                   whole: list[tuple[pl.DataFrame, pl.DataFrame]] | None = None) -> ChunkResult:
+                   whole: list[tuple[pl.DataFrame, pl.DataFrame]]) -> ChunkResult:
     """One chunk's lines (kinds assigned, understood NCCL INFO text dropped) and tables.
     ``whole``: the results' lines as frames of many inputs (``_Prepared.whole``)."""
     errors = [r.error for r in results]
-    if whole is None:
-        line_frames = [r.lines for r in results if r.lines is not None and not r.lines.is_empty()]
-    else:
-        line_frames = [lines for lines, _ in whole if not lines.is_empty()]
+    line_frames = [lines for lines, _ in whole if not lines.is_empty()]
     claims = [c for r in results for c in r.claims] + batched.claims
     tables: dict[str, list[pl.DataFrame]] = {}
     for r in results:
