@@ -59,8 +59,7 @@ def check(ctx: Context) -> list[Finding]:
     worst_of = (ring.sort("tier_order", descending=True, maintain_order=True)
                 .group_by("comm_key", maintain_order=True).first()
                 .filter(pl.col("tier").is_in(list(SLOW_TIERS))))
-    slow_rings = ring.join(worst_of.select("comm_key"), on="comm_key", how="semi", maintain_order="left")
-    by_key = slow_rings.partition_by("comm_key", as_dict=True, maintain_order=True)
+    by_key = ring.partition_by("comm_key", as_dict=True, maintain_order=True)   # a null key too
     for worst in worst_of.iter_rows(named=True):
         key, tier = worst["comm_key"], worst["tier"]
         rows = by_key[(key,)]
