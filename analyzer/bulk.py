@@ -38,6 +38,7 @@ from postmortem import parsers
 
 import postmortem.parsers.nccl  # noqa: F401  (loads the submodule)
 from postmortem.analyzer import store
+from postmortem.parsers.nccl import COLL_KIND
 from postmortem.parsers.nccl import SCHEMAS as NCCL_SCHEMAS
 
 # What makes two consecutive COLL lines one run: the launcher tags (the stream) and the NCCL
@@ -51,7 +52,6 @@ OWN = {
     "collectives": ["input_id", "line_no", *[c for c in NCCL_SCHEMAS["collectives"] if c not in ("line_no", "kind")]],
 }
 # Which row of the table is the run's first line (collectives: the NCCL row of that line).
-COLL_KIND = "nccl_coll"
 _FIRST_ROW = {"lines": "", "nccl_lines": "", "collectives": f" AND r.kind = '{COLL_KIND}'"}
 SCHEMA = {"input_id": pl.UInt32, "line_no": pl.UInt32, "run_line": pl.UInt32, "offset": pl.UInt64,
           "length": pl.UInt32, "prefix": pl.String, "ext_ts": pl.String, "host": pl.String, "pid": pl.Int64,

@@ -14,6 +14,8 @@ from datetime import datetime, timezone
 
 import polars as pl
 
+from postmortem.parsers.nccl import COLL_KIND
+
 PLACEHOLDER_YEAR = 2000
 
 
@@ -149,7 +151,7 @@ def log_bounds(run, attempt: int | None = None) -> tuple[dict | None, dict | Non
             where.append("(attempt = ? OR attempt IS NULL)")
             params.append(attempt)
         if table == "collectives" and (table, "kind") in types:
-            where.append("kind IS DISTINCT FROM 'nccl_coll'")
+            where.append(f"kind IS DISTINCT FROM '{COLL_KIND}'")
         ref = ("input_id, line_no" if (table, "input_id") in types and (table, "line_no") in types
                else "NULL::BIGINT AS input_id, NULL::BIGINT AS line_no")
         for order, out in (("ASC", firsts), ("DESC", lasts)):

@@ -617,13 +617,18 @@ def _comms(df: pl.DataFrame | None) -> pl.DataFrame:
     return df.with_columns(phase=pl.coalesce(pl.col("phase"), pl.col("kind").str.replace("comm_", "")))
 
 
+# The ``kind`` of a COLL trace row in ``collectives``: one per collective per rank, millions in a
+# traced run (analyzer.bulk stores most of them; rules and timelines leave them out by this kind).
+COLL_KIND = "nccl_coll"
+
+
 def _collectives(df: pl.DataFrame | None) -> pl.DataFrame:
     if df is None:
         return pl.DataFrame(schema=SCHEMAS["collectives"])
     dtype = to_int(pl.col("datatype"))
     red = to_int(pl.col("red_op"))
     return df.with_columns(
-        kind=pl.lit("nccl_coll"), op_count=pl.col("op_count_hex").str.to_integer(base=16, strict=False),
+        kind=pl.lit(COLL_KIND), op_count=pl.col("op_count_hex").str.to_integer(base=16, strict=False),
         datatype=dtype.replace_strict(DATATYPES, default=None, return_dtype=pl.String).fill_null(dtype.cast(pl.String)),
         bytes=to_int(pl.col("count")) * dtype.replace_strict(DATATYPE_BYTES, default=None, return_dtype=pl.Int64),
         red_op=red.replace_strict(RED_OPS, default=None, return_dtype=pl.String).fill_null(

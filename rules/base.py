@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from postmortem.analyzer.store import line_text
+from postmortem.parsers.nccl import COLL_KIND
 from postmortem.rules.declare import Category, Severity
 
 if TYPE_CHECKING:
@@ -88,7 +89,7 @@ def memoised(build):
 
 
 # NCCL's COLL trace rows in ``collectives`` (postmortem.parsers.nccl)
-COLL_TRACE = "nccl_coll"
+COLL_TRACE = COLL_KIND
 _THIS_ATTEMPT = "attempt = ? OR attempt IS NULL"
 
 

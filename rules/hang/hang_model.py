@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from postmortem.analyzer.ranges import rank_ranges
-from postmortem.rules.base import Context, memoised, with_columns
+from postmortem.rules.base import COLL_TRACE, Context, memoised, with_columns
 
 P2P_OPS = {"SEND", "RECV", "_SEND", "_RECV", "COALESCED"}
 DEFAULT_PG = "default_pg"
@@ -532,7 +532,7 @@ def nccl_comm_states(ctx: Context) -> list[PGState]:
         known = nranks is not None and len(listed) == nranks
         snap = group.with_columns(completed=pl.lit(None, dtype=pl.Int64), timeout_seq=pl.lit(None, dtype=pl.Int64),
                                   timeout_ref=pl.lit(None), pg_assumed=pl.lit(False),
-                                  progress_kind=pl.lit("nccl_coll"),
+                                  progress_kind=pl.lit(COLL_TRACE),
                                   wait_seq=pl.when(pl.col("enqueued") == top).then(pl.lit(top)))
         state = PGState(f"{NCCL_COMM}{key}", sorted(listed) if known else sorted(group["rank"].to_list()), known, snap,
                         size_stated=known)
