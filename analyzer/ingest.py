@@ -245,7 +245,8 @@ def _mb_text(n: int) -> str:
 
 def parse_text(result: FileResult, lines: pl.DataFrame, others: pl.DataFrame,
                gates: dict[str, set[int]] | None = None, env_dump: bool = False) -> FileResult:
-    """The per-file parsers over one text input's enveloped lines (the batched ones run later
+    """The per-file parsers over one text input's enveloped lines, stamped with its ``input_id``
+    (``_prepare``: ``lines.by_input``; the batched parsers run later
     over all inputs at once: ``_parse_batched``). ``others``: the lines without whole COLL trace
     lines, which only the NCCL parser reads (``parse_chunk``). ``gates`` (``file_gates``): a
     gated parser runs only on the inputs listed for it. An ``env_dump`` (``_env_dumps``) gets
@@ -259,7 +260,7 @@ def parse_text(result: FileResult, lines: pl.DataFrame, others: pl.DataFrame,
     chosen = [] if env_dump else [m for m in parsers.LOG_PARSERS if m not in parsers.BATCHED and passes(m)]
     for module in chosen:
         try:
-            parsed = module.parse((lines if module is parsers.nccl else others).drop("input_id", strict=False))
+            parsed = module.parse((lines if module is parsers.nccl else others).drop("input_id"))
         except Exception as exc:  # a parser bug must not cost the rest of the run
             item.problems.append(f"parser {module.NAME} failed ({type(exc).__name__}: {exc}); "
                                  "its lines are counted as unparsed")
@@ -271,18 +272,11 @@ def parse_text(result: FileResult, lines: pl.DataFrame, others: pl.DataFrame,
             result.tables.setdefault(name, []).append(frame)
         if len(parsed.consumed):
             result.claims.append(_claims(module.NAME, pl.DataFrame({"line_no": parsed.consumed}), input_id))
-    result.lines = _stamped(lines, input_id)
+    result.lines = lines
     # the same lines (no COLL line in this input) are kept once
-    result.others = result.lines if others.height == lines.height else _stamped(others, input_id)
+    result.others = lines if others.height == lines.height else others
     result.tables = {name: pl.concat(frames, how="diagonal_relaxed") for name, frames in result.tables.items()}
     return result
-
-
-def _stamped(lines: pl.DataFrame, input_id: int) -> pl.DataFrame:
-    """``lines`` with their ``input_id`` (``by_input`` stamps a chunk's at once)."""
-    if "input_id" in lines.columns:
-        return lines
-    return lines.with_columns(input_id=pl.lit(input_id, dtype=pl.UInt32))
 
 
 def _read_whole(result: FileResult, module, source: WholeFile) -> FileResult:

@@ -327,11 +327,9 @@ def envelope_frame(datas: list[bytes], passes: int = 4) -> pl.DataFrame:
     return out.sort("_row").select(columns)
 
 
-def split_inputs(frame: pl.DataFrame, count: int, input_ids: list[int] | None = None) -> list[pl.DataFrame]:
-    """``envelope_frame``'s rows as one frame per input (an empty one where an input has none).
-    With ``input_ids`` (one per input) each frame has an ``input_id`` column, stamped in one call
-    for all of them rather than one per input."""
-    return slice_inputs(by_input(frame, input_ids), count)
+def split_inputs(frame: pl.DataFrame, count: int) -> list[pl.DataFrame]:
+    """``envelope_frame``'s rows as one frame per input (an empty one where an input has none)."""
+    return slice_inputs(by_input(frame), count)
 
 
 def by_input(frame: pl.DataFrame, input_ids: list[int] | None = None) -> pl.DataFrame:
