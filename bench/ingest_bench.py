@@ -254,7 +254,8 @@ def child_main(mode: str, run_dir: str, result_file: str) -> int:
         from postmortem.analyzer import ingest
         from postmortem.analyzer.discover import discover
 
-        out["workers"] = ingest.worker_count(discover([run_dir])[0])
+        count, processes = ingest.worker_count(discover([run_dir])[0])
+        out["workers"], out["threads"] = (count, 0) if processes else (0, count)
         t = time.perf_counter()
         run = analyze([run_dir])
         out["ingest_s"] = time.perf_counter() - t
@@ -316,6 +317,7 @@ def bench_one(run_dir: Path, case: Case, repeats: int, baseline: bool = True, lo
     row["peak_rss_mib"] = max(r["peak_rss_mib"] for r in runs)
     row["peak_rss_source"] = best["peak_rss_source"]
     row["workers"] = best.get("workers")
+    row["threads"] = best.get("threads")
     row["worker_peak_rss_mib"] = max(r.get("worker_maxrss_mib") or 0 for r in runs)
     # Upper bound of the memory taken at once: this process at its peak plus every worker at
     # the largest worker's peak (their peaks need not coincide).
@@ -417,7 +419,8 @@ TABLE = [("files", "files", 0), ("MB", "mb", 2), ("lines", "lines", 0), ("grep -
          ("baseline/ingest", "ratio_baseline_ingest", 2), ("lnav s", "lnav_s", 3),
          ("lnav/ingest", "ratio_lnav_ingest", 2), ("report s", "report_s", 3),
          ("ingest+report s", "ingest_report_s", 3), ("2nd report s (cache)", "second_report_s", 3),
-         ("2nd / 1st", "ratio_second_first", 3), ("workers", "workers", 0), ("peak RSS MiB", "peak_rss_mib", 1),
+         ("2nd / 1st", "ratio_second_first", 3), ("workers", "workers", 0), ("parse threads", "threads", 0),
+         ("peak RSS MiB", "peak_rss_mib", 1),
          ("worker peak RSS MiB", "worker_peak_rss_mib", 1), ("RSS all at once ≤ MiB", "peak_rss_all_mib", 1),
          ("baseline RSS MiB", "baseline_peak_rss_mib", 1)]
 

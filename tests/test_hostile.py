@@ -392,15 +392,16 @@ def _slow_archive(path: Path) -> None:
             tar.addfile(info, io.BytesIO(data))
 
 
+@pytest.mark.parametrize("workers", ["2", ""], ids=["processes", "threads"])
 @pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
-def test_a_signal_stops_workers_removes_scratch_and_exits_with_its_code(tmp_path, sig, code):
+def test_a_signal_stops_workers_removes_scratch_and_exits_with_its_code(tmp_path, sig, code, workers):
     archive = tmp_path / "job.tar"
     _slow_archive(archive)
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     proc = subprocess.Popen([sys.executable, "-m", "postmortem.cli", "report", str(archive), "--quiet", "--no-cache"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "TMPDIR": str(scratch), "POSTMORTEM_WORKERS": "2"})
+                            env={**os.environ, "TMPDIR": str(scratch), "POSTMORTEM_WORKERS": workers})
     for _ in range(600):       # until the archive's members are being copied (or the parse started)
         if any(p.name.startswith("postmortem-archives-") for p in scratch.iterdir()):
             break

@@ -97,15 +97,18 @@ def test_each_coll_row_is_stored_once_beside_lines_and_shown_by_views(coll_run):
     assert catalogue["collectives"] == con.execute("SELECT count(*) FROM collectives").fetchone()[0]
 
 
+@pytest.mark.parametrize("processes", [True, False], ids=["processes", "threads"])
 @pytest.mark.parametrize("paths, segment", [([DEADLOCK], 60_000), ([REAL], None)], ids=["deadlock", "real-data-logs"])
-def test_chunks_workers_and_segments_change_nothing(paths, segment, coll_run, monkeypatch):
-    """Small chunks parsed by two workers; on the deadlock sample and the COLL run also every
-    log of more than 60 kB cut into segments. (The real excerpts are pastes that keep NCCL's
-    connection lines and their ``Connected all rings`` marker close: cut at 60 kB, a marker
-    lands in the next segment, which is what a cut every 32 MB does only to logs that large.)"""
+def test_chunks_workers_and_segments_change_nothing(paths, segment, processes, coll_run, monkeypatch):
+    """Small chunks parsed two at a time, by two worker processes or two threads; on the
+    deadlock sample and the COLL run also every log of more than 60 kB cut into segments. (The
+    real excerpts are pastes that keep NCCL's connection lines and their ``Connected all rings``
+    marker close: cut at 60 kB, a marker lands in the next segment, which is what a cut every
+    32 MB does only to logs that large.)"""
     if not paths[0].exists():
         pytest.skip(f"{paths[0]} is not present")
     paths = paths + [coll_run]
+    monkeypatch.setenv("POSTMORTEM_WORKERS", "1")
     whole = store_of(paths)
     cuts = []
     real_segments = ingest.segments
@@ -113,8 +116,16 @@ def test_chunks_workers_and_segments_change_nothing(paths, segment, coll_run, mo
     monkeypatch.setattr(ingest, "CHUNK_BYTES", 60_000)
     if segment:
         monkeypatch.setattr(ingest, "SEGMENT_BYTES", segment)
-    monkeypatch.setenv("POSTMORTEM_WORKERS", "2")
+    if processes:
+        monkeypatch.setenv("POSTMORTEM_WORKERS", "2")
+    else:   # as many threads as the budget allows: two, whatever this machine's cores
+        monkeypatch.delenv("POSTMORTEM_WORKERS")
+        monkeypatch.setattr(ingest.budget, "workers", lambda cores: 2)
+        threads = []
+        real_in_threads = ingest._in_threads
+        monkeypatch.setattr(ingest, "_in_threads", lambda jobs, count: threads.append(count) or real_in_threads(jobs, count))
     parallel = store_of(paths)
+    assert processes or threads == [2]
     assert (max(cuts) > 1) == bool(segment), "the deadlock's large logs are cut into segments, nothing else"
     assert not differing(whole[0], parallel[0])
     assert whole[1] == parallel[1] and whole[2] == parallel[2]
