@@ -97,6 +97,9 @@ def test_each_coll_row_is_stored_once_beside_lines_and_shown_by_views(coll_run):
     assert catalogue["collectives"] == con.execute("SELECT count(*) FROM collectives").fetchone()[0]
 
 
+_WHOLE: dict[tuple, tuple] = {}   # paths -> store_of them parsed one chunk at a time, in one go
+
+
 @pytest.mark.parametrize("processes", [True, False], ids=["processes", "threads"])
 @pytest.mark.parametrize("paths, segment", [([DEADLOCK], 60_000), ([REAL], None)], ids=["deadlock", "real-data-logs"])
 def test_chunks_workers_and_segments_change_nothing(paths, segment, processes, coll_run, monkeypatch):
@@ -108,8 +111,11 @@ def test_chunks_workers_and_segments_change_nothing(paths, segment, processes, c
     if not paths[0].exists():
         pytest.skip(f"{paths[0]} is not present")
     paths = paths + [coll_run]
-    monkeypatch.setenv("POSTMORTEM_WORKERS", "1")
-    whole = store_of(paths)
+    key = tuple(map(str, paths))
+    if key not in _WHOLE:     # the same for both ways: parsed once
+        monkeypatch.setenv("POSTMORTEM_WORKERS", "1")
+        _WHOLE[key] = store_of(paths)
+    whole = _WHOLE[key]
     cuts = []
     real_segments = ingest.segments
     monkeypatch.setattr(ingest, "segments", lambda *a: cuts.append(len(out := real_segments(*a))) or out)
@@ -119,7 +125,7 @@ def test_chunks_workers_and_segments_change_nothing(paths, segment, processes, c
     if processes:
         monkeypatch.setenv("POSTMORTEM_WORKERS", "2")
     else:   # as many threads as the budget allows: two, whatever this machine's cores
-        monkeypatch.delenv("POSTMORTEM_WORKERS")
+        monkeypatch.delenv("POSTMORTEM_WORKERS", raising=False)
         monkeypatch.setattr(ingest.budget, "workers", lambda cores: 2)
         threads = []
         real_in_threads = ingest._in_threads
@@ -165,7 +171,8 @@ def test_jobs_hold_every_chunk_once_in_order(workers):
 
 def test_a_few_chunks_are_evened_out_over_the_workers():
     """7 chunks' worth of files on 2 workers: 8 chunks of even size (one worker would parse 4
-    chunks while the other waits); with many chunks, or one worker, the plan is unchanged."""
+    chunks while the other waits); 2 chunks of uneven size: 2 of the same; with many chunks, or
+    one worker, the plan is unchanged."""
     from pathlib import Path
 
     from postmortem.analyzer.discover import InputFile
@@ -180,6 +187,9 @@ def test_a_few_chunks_are_evened_out_over_the_workers():
     assert [p.input_id for chunk in even for p in chunk] == list(range(len(seven)))
     sizes = [sum(p.size for p in chunk) for chunk in even]
     assert max(sizes) <= ingest.CHUNK_BYTES and max(sizes) - min(sizes) <= 1 << 20
+    uneven = files(52)      # 32 MB and 20 MB: one of two parses 12 MB more than the other
+    assert [sum(p.size for p in chunk) >> 20 for chunk in ingest.plan_chunks(uneven)] == [32, 20]
+    assert [sum(p.size for p in chunk) >> 20 for chunk in ingest.plan_chunks(uneven, workers=2)] == [26, 26]
     many = files(ingest.EVEN_CHUNKS_BELOW * 2 * 32 + 5)
     assert ingest.plan_chunks(many, workers=2) == ingest.plan_chunks(many)
 
