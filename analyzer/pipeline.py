@@ -118,7 +118,7 @@ def analyze(paths: list[str | Path], db_path: str | Path | None = None, progress
             # A live hang's logs grow between two analyses: parse only what they gained.
             paths_key = tails.paths_key(items, cache.code_version()) if use_cache else None
             plan = tails.plan(cache.root(), paths_key, items) if paths_key else None
-            parsed, tail_info = None, None
+            parsed, tail_info, saving = None, None, None
             if plan is not None:
                 meter.status(f"re-reading the tails of {len(plan.grown)} grown file(s)")
                 before = [(item.kind, list(item.problems)) for item in items]
@@ -135,7 +135,7 @@ def analyze(paths: list[str | Path], db_path: str | Path | None = None, progress
                 materialize(items, scratch, SEGMENT_BYTES)
                 parsed = parse_all(items, progress=meter, sink=sink)
             if paths_key:
-                tails.save(cache.root(), paths_key, parsed, sink)
+                saving = tails.save(cache.root(), paths_key, parsed, sink)
         finally:
             meter.close()
     t_parse = time.perf_counter()
@@ -178,6 +178,8 @@ def analyze(paths: list[str | Path], db_path: str | Path | None = None, progress
     info.update(year=year, time_source=year_source,
                 attempts=sorted(a for a in lines["attempt"].unique().to_list() if a is not None))
     run = Run(con, info, errors + _collapse_empty(parsed.messages), db_path=str(db_path) if db_path else None)
+    if saving is not None:
+        saving.join()
     if run_key:
         cache.save(run_key, con, {"info": run.info, "messages": run.messages})
         run.cache_key = run_key

@@ -25,6 +25,7 @@ import hashlib
 import json
 import os
 import shutil
+import threading
 import uuid
 import zlib
 from dataclasses import dataclass
@@ -76,17 +77,18 @@ def _link_or_copy(source, target) -> None:
         shutil.copyfile(source, target)
 
 
-def save(folder: Path, key: str, parsed: Parsed, sink: bulk.Sink) -> None:
-    """Keep ``parsed`` and the bulk ``sink`` staged as the parse entry of ``key``."""
+def save(folder: Path, key: str, parsed: Parsed, sink: bulk.Sink) -> threading.Thread | None:
+    """Keep ``parsed`` and the bulk ``sink`` staged as the parse entry of ``key``.
+
+    The bulk files and the manifest are taken here; the frames are written, and the entry put in
+    place, by the thread returned (the caller joins it before it returns its run): writing the
+    1,024-rank run's frames takes about half a second, while the models run beside it."""
     if sink.skim_files:     # a skimmed run is parsed again in full next time (its frames are partial)
-        return
+        return None
     entry = folder / f"{key}.parsed"
     part = folder / f".{key}.{uuid.uuid4().hex}.parsed-part"
     try:
         part.mkdir(parents=True)
-        parsed.lines.write_ipc(part / "lines.arrow")
-        for name, frame in parsed.tables.items():
-            frame.write_ipc(part / f"table.{name}.arrow")
         kept = []
         if sink.con is not None and bulk.staged(sink.con):
             (part / "bulk").mkdir()
@@ -103,11 +105,25 @@ def save(folder: Path, key: str, parsed: Parsed, sink: bulk.Sink) -> None:
                                "problems": i.problems, "error": e, "fingerprint": fingerprint(i, i.size)}
                               for i, e in zip(parsed.items, parsed.errors)],
                     "tables": sorted(parsed.tables), "bulk": kept}
+    except (OSError, duckdb.Error):
+        shutil.rmtree(part, ignore_errors=True)   # costs speed next time, never the report
+        return None
+    frames = {"lines.arrow": parsed.lines, **{f"table.{name}.arrow": frame for name, frame in parsed.tables.items()}}
+    writer = threading.Thread(target=_write_entry, args=(part, entry, frames, manifest), name="postmortem-parse-entry")
+    writer.start()
+    return writer
+
+
+def _write_entry(part: Path, entry: Path, frames: dict[str, pl.DataFrame], manifest: dict) -> None:
+    """The frames and the manifest into ``part``, then ``part`` renamed to ``entry``."""
+    try:
+        for name, frame in frames.items():
+            frame.write_ipc(part / name)
         (part / "manifest.json").write_text(json.dumps(manifest))
         if entry.exists():
             shutil.rmtree(entry, ignore_errors=True)
         part.rename(entry)
-    except (OSError, duckdb.Error, pl.exceptions.PolarsError):
+    except (OSError, pl.exceptions.PolarsError):
         shutil.rmtree(part, ignore_errors=True)   # costs speed next time, never the report
 
 
