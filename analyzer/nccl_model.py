@@ -74,9 +74,10 @@ def build(tables: dict[str, pl.DataFrame], ranks: pl.DataFrame | None = None) ->
     """All ``nccl_*`` model tables (empty frames when the run has no NCCL output)."""
     out = {name: _empty(name) for name in EMPTY}
     shapes = _get(tables, "nccl_shapes")
-    if shapes is not None:
-        out["nccl_fingerprints"] = fingerprints(shapes)
-    processes = _processes(tables)
+    fps = fingerprints(shapes) if shapes is not None else None
+    if fps is not None:
+        out["nccl_fingerprints"] = fps
+    processes = _processes(tables, fps)
     if processes is not None:
         out["nccl_processes"] = processes
     members = _members(tables, ranks)
@@ -106,7 +107,9 @@ def _minor_text(minor: pl.Expr) -> pl.Expr:
     return pl.concat_str([pl.lit("2."), minor.cast(pl.String)])
 
 
-def _processes(tables: dict[str, pl.DataFrame]) -> pl.DataFrame | None:
+def _processes(tables: dict[str, pl.DataFrame], fps: pl.DataFrame | None) -> pl.DataFrame | None:
+    """Per NCCL process, its version: stated, or the range its line shapes (``fps``, the
+    ``nccl_fingerprints`` rows) allow."""
     lines = _get(tables, "nccl_lines")
     if lines is None:
         return None
@@ -119,8 +122,6 @@ def _processes(tables: dict[str, pl.DataFrame]) -> pl.DataFrame | None:
         job_versions = versions.filter(pl.col("pid").is_null())["version"].unique().sort().to_list()
     else:
         procs = procs.with_columns(exact=pl.lit(None, dtype=pl.String))
-    shapes = _get(tables, "nccl_shapes")
-    fps = fingerprints(shapes) if shapes is not None else None
     if fps is not None and not fps.is_empty():
         ranges = fps.group_by("host", "pid").agg(lo=pl.col("min_minor").max(), hi=pl.col("max_minor").min(),
                                                  evidence=pl.col("evidence"))
