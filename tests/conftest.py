@@ -57,6 +57,23 @@ def sample_store(tmp_path_factory):
 
 
 @pytest.fixture
+def shared_cache(tmp_path_factory, monkeypatch):
+    """The run cache on, in one folder for the whole session (every xdist worker's), for the
+    sweeps that each analyse every sample and corpus case and only read what they get (the
+    samples' expected findings, the corpus truths, no report saying None, never healthy on a
+    failure). The first sweep to reach a folder parses it for real; the others load its store
+    and report, which tests/test_scale_ingest.py and tests/test_cache.py hold to a fresh parse."""
+    from postmortem.analyzer import cache
+
+    base = tmp_path_factory.getbasetemp()
+    folder = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "shared-run-cache"
+    monkeypatch.setenv("POSTMORTEM_CACHE", "on")
+    monkeypatch.setenv("POSTMORTEM_CACHE_DIR", str(folder))
+    monkeypatch.setattr(cache, "KEEP", 10_000)    # every folder's entry, not the 10 newest
+    return folder
+
+
+@pytest.fixture
 def snap_compare(snap_compare, request):
     """pytest-textual-snapshot's ``snap_compare``, which on a mismatch also says what differs as
     a diff of the screen's text: its HTML report stays on the machine that ran the tests (CI's),

@@ -50,7 +50,7 @@ def test_the_corpus_is_large_and_varied():
 
 
 @pytest.mark.parametrize("name", CASES)
-def test_the_verdict_holds_to_the_truth(name):
+def test_the_verdict_holds_to_the_truth(name, shared_cache):
     truth = _truth(name)
     report = _report(CORPUS / name)
     verdict = report["verdict"]

@@ -55,7 +55,7 @@ def test_the_signs_are_in_the_inputs():
 
 
 @pytest.mark.parametrize("path", EXCERPTS + FOLDERS, ids=lambda p: str(p.relative_to(p.parents[1])))
-def test_an_input_with_a_failure_sign_is_never_healthy(path: Path):
+def test_an_input_with_a_failure_sign_is_never_healthy(path: Path, shared_cache):
     signs = _signs(path)
     if not signs:
         pytest.skip("no failure sign to grep")

@@ -52,7 +52,7 @@ def none_lines(text: str) -> list[str]:
 
 
 @pytest.mark.parametrize("folder", FOLDERS, ids=lambda p: f"{p.parent.name}/{p.name}")
-def test_no_report_format_says_none(folder: Path):
+def test_no_report_format_says_none(folder: Path, shared_cache):
     try:
         run = analyze([folder])
     except NothingReadable:  # no report to check (a corpus case being regenerated: empty files)

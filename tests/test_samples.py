@@ -20,7 +20,7 @@ def _expected(name: str) -> dict:
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_report_matches_expected(name):
+def test_report_matches_expected(name, shared_cache):
     """The report holds exactly the findings expected.json lists (code, severity, ranks, nodes)."""
     expected = _expected(name)
     run = analyze([SAMPLES / name])
