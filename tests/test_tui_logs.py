@@ -116,6 +116,37 @@ def test_data_orders_by_time_keeping_each_file_in_order(con):
         con.execute("SELECT min(path), 1 FROM inputs").fetchone()
 
 
+def test_rows_read_while_a_worker_applies_filters(con):
+    """The UI thread pages rows without the lock while the worker re-applies filters: a page
+    cache cleared between its lookup and its read was a KeyError in CI. Here the worker's
+    apply() runs at exactly that moment, from inside the cache's lookup."""
+    from collections import OrderedDict
+
+    data = LogData(con.cursor())
+    data.build()
+    first = data.row(0)
+
+    class ApplyOnLookup(OrderedDict):
+        def _apply_once(self):
+            if not getattr(self, "applied", False):
+                self.applied = True
+                data.apply(Filters())
+
+        def __contains__(self, key):
+            found = super().__contains__(key)
+            self._apply_once()
+            return found
+
+        def get(self, key, default=None):
+            found = super().get(key, default)
+            self._apply_once()
+            return found
+
+    data._pages = ApplyOnLookup(data._pages)
+    assert data.row(0) == first  # the page it looked up, whole
+    assert data.row(0) == first  # and then from the new view's cache
+
+
 def test_open_scroll_filter_and_clear(sample_store, con):
     app = app_of(sample_store(DEADLOCK))
 

@@ -281,7 +281,7 @@ class LogData:
                 FROM pm_idx WHERE {where} ORDER BY vpos""", params)
             count = self.cur.execute("SELECT count(*) FROM pm_view").fetchone()[0]
             self.state = replace(self.state, count=count, filters=filters, order=order)
-            self._pages.clear()
+            self._pages = OrderedDict()  # a fresh cache: row() may be reading the old one
             self._mark_hits()
         return self.state
 
@@ -405,18 +405,24 @@ class LogData:
         return tails[0] if len(tails) == 1 else None
 
     def _page(self, number: int) -> list[LogRow] | None:
-        if number in self._pages:
-            self._pages.move_to_end(number)
-            return self._pages[number]
+        # The UI thread reads the page cache without the lock while apply() runs in a worker;
+        # apply() swaps in a new cache rather than clearing this one, so a reference taken
+        # here stays whole (a clear between `in` and `[]` was a KeyError).
+        pages = self._pages
+        page = pages.get(number)
+        if page is not None:
+            pages.move_to_end(number)
+            return page
         if not self.lock.acquire(blocking=False):
             return None
         try:
+            pages = self._pages  # the cache of the view this page is fetched from
             page = self._fetch(number * PAGE, number * PAGE + PAGE - 1)
         finally:
             self.lock.release()
-        self._pages[number] = page
-        while len(self._pages) > MAX_PAGES:
-            self._pages.popitem(last=False)
+        pages[number] = page
+        while len(pages) > MAX_PAGES:
+            pages.popitem(last=False)
         return page
 
     def _fetch(self, first: int, last: int) -> list[LogRow]:
