@@ -58,5 +58,6 @@ def db_memory() -> str:
 
 
 def workers(cores: int) -> int:
-    """Worker processes the budget allows beside this one (which keeps half of it)."""
+    """Parsing jobs (threads, or worker processes) the budget allows beside this process, which
+    keeps half of it."""
     return max(1, min(cores, (memory() // 2) // WORKER_BYTES))
