@@ -169,9 +169,10 @@ def analyze(paths: list[str | Path], db_path: str | Path | None = None, progress
     if sink.rows:   # row numbers, so that bulk.merge keeps every table's order
         lines = lines.with_row_index("_ord")
         tables = {name: frame.with_row_index("_ord") if name in bulk.OWN else frame for name, frame in tables.items()}
-    store.write_all(con, {**tables, "inputs": parsed.inputs, "lines": lines, "ranks": ranks})
+    # with a bulk, ``lines`` is written once, by bulk.merge, with the bulk's rows in their places
+    store.write_all(con, {**tables, "inputs": parsed.inputs, "ranks": ranks, **({} if sink.rows else {"lines": lines})})
     if sink.rows:
-        bulk.merge(con)
+        bulk.merge(con, lines)
     sink.discard()
     meter.close()
     t_store = time.perf_counter()

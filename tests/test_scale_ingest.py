@@ -62,8 +62,8 @@ def test_the_coll_bulk_is_merged_back_row_for_row(coll_run, monkeypatch):
     merged = []
     monkeypatch.setattr(bulk, "MERGE_ROWS", 500)    # several merge slices per table
     real_merge = bulk.merge
-    monkeypatch.setattr(bulk, "merge", lambda con: merged.append(
-        con.execute(f"SELECT count(*) FROM {bulk.TABLE}").fetchone()[0]) or real_merge(con))
+    monkeypatch.setattr(bulk, "merge", lambda con, *more: merged.append(
+        con.execute(f"SELECT count(*) FROM {bulk.TABLE}").fetchone()[0]) or real_merge(con, *more))
     with_bulk = store_of([coll_run])
     assert merged and merged[0] > 1000, "the run's COLL lines should have gone through the bulk"
     whole_parse = ingest.parse_chunks     # every line through the parsers and the models
