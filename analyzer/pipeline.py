@@ -230,8 +230,18 @@ def _annotate(tables: dict[str, pl.DataFrame], by_line: ByLine) -> dict[str, pl.
         # A total order: rows of one line come from one parser in the order it wrote them, so
         # the order never depends on how the inputs were chunked, segmented or parallelised.
         order = ["input_id", "line_no", *(["parser"] if "parser" in frame.columns else [])]
-        out[name] = by_line.attach(frame, extra).sort(order, maintain_order=True)
+        out[name] = _sorted(by_line.attach(frame, extra), order)
     return out
+
+
+def _sorted(frame: pl.DataFrame, order: list[str]) -> pl.DataFrame:
+    """``frame.sort(order, maintain_order=True)``, without moving a row when they are all in that
+    order already, as most tables are: the order found costs a few ms, the sort of a wide table
+    much more (10,000 ranks: ``events``, 55 columns, 0.28 s)."""
+    index = frame.select(pl.arg_sort_by(order, maintain_order=True)).to_series()
+    if index.equals(pl.int_range(0, len(index), dtype=index.dtype, eager=True), check_names=False):
+        return frame
+    return frame.sort(order, maintain_order=True)
 
 
 _LINE_KEY = (pl.col("input_id").cast(pl.UInt64) * (1 << 32) + pl.col("line_no").cast(pl.UInt64)).alias("_key")
