@@ -41,6 +41,7 @@ splits. A 1M-kernel export is read in a handful of such calls.
 
 from __future__ import annotations
 
+import os
 import re
 import sqlite3
 from pathlib import Path
@@ -97,7 +98,8 @@ REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
 def sniff(name: str, head: bytes, data: bytes) -> bool:
     """A SQLite database (an export, or another database, which ``read_whole`` refuses) or an
     Nsight Systems report by its name (the whole-file hook, ``postmortem.parsers.base``)."""
-    return head.startswith(SQLITE_HEADER) or Path(name).suffix.lower() in REPORT_SUFFIXES
+    # os.path, not pathlib: asked of every input (10,000 ranks: 31,000 files, 0.65 -> 0.1 s)
+    return head.startswith(SQLITE_HEADER) or os.path.splitext(name)[1].lower() in REPORT_SUFFIXES
 
 
 def read_whole(source: WholeFile) -> tuple[dict[str, pl.DataFrame], list[str]]:
