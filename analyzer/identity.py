@@ -124,10 +124,6 @@ def resolve(lines: pl.DataFrame, tables: dict[str, pl.DataFrame], inputs: pl.Dat
     """Annotate every line with rank/node/pid/attempt (+ sources); build the ``ranks`` table.
     ``lines`` may carry ``_w``, the number of lines a row stands for (``postmortem.analyzer.bulk``)."""
     lines = lines.with_columns(_w=pl.col("_w").fill_null(1) if "_w" in lines.columns else pl.lit(1, dtype=pl.UInt32))
-    # The text is read twice (torchtitan's inputs, the pids lines print) and then not carried
-    # through the dozen joins below: each copied it whole (10,000 ranks: 1.6 M lines, 134 MB).
-    titan, said = _titan_inputs(lines), _said_pids(lines)
-    lines = lines.drop("text", strict=False)
     world = _world_size(tables)
     world_source = "stated in the logs" if world is not None else None
     procs = _process_map(tables, world)
@@ -139,6 +135,7 @@ def resolve(lines: pl.DataFrame, tables: dict[str, pl.DataFrame], inputs: pl.Dat
     df = df.with_columns(nccl_host=_short(pl.col("nccl_host")))
     df = df.join(procs, left_on=["nccl_host", "nccl_pid"], right_on=["host", "pid"], how="left")
     df = df.join(_pg0_rows(tables), on=["input_id", "line_no"], how="left")
+    titan = _titan_inputs(lines)
     is_titan = pl.col("input_id").is_in(titan) if titan else pl.lit(False)
     # srun label + torchrun role prefix on the same stream: one torchrun per node, so the
     # srun label is a node index, not a rank.
@@ -168,7 +165,7 @@ def resolve(lines: pl.DataFrame, tables: dict[str, pl.DataFrame], inputs: pl.Dat
     df = _propagate_streams(df)
     # what each input's path says (torchrun's attempt_N/<local_rank>/), read once for both uses
     hints = {input_id: path_hints(path) for input_id, path in inputs.select("input_id", "path").iter_rows()}
-    df = _launcher_statements(df, tables, hints, said)
+    df = _launcher_statements(df, tables, hints)
     df = _path_guess(df, hints, world, agents_stated=_agents_stated(tables))
     alone = df.filter(pl.col("rank_source") == ONE_AGENT)
     if world is None and not alone.is_empty():
@@ -279,11 +276,9 @@ def _better(df: pl.DataFrame, rank: str, source: str, level: str) -> pl.DataFram
     ).drop(rank, source, level)
 
 
-def _launcher_statements(df: pl.DataFrame, tables: dict[str, pl.DataFrame], hints_of: dict[int, dict],
-                         said: pl.DataFrame | None = None) -> pl.DataFrame:
+def _launcher_statements(df: pl.DataFrame, tables: dict[str, pl.DataFrame], hints_of: dict[int, dict]) -> pl.DataFrame:
     """Global ranks from what torchrun's agents state (see above): their prefixed lines, their
-    log folders, and the pids of their workers (py-spy dumps). ``said``: the pids lines print
-    (``_said_pids``)."""
+    log folders, and the pids of their workers (py-spy dumps)."""
     if "prefix" not in df.columns:
         df = df.with_columns(prefix=pl.lit(None, dtype=pl.String))
     maps = _agent_maps(df, tables)
@@ -292,7 +287,7 @@ def _launcher_statements(df: pl.DataFrame, tables: dict[str, pl.DataFrame], hint
     df = _template_lines(df)
     if not maps.is_empty():
         df = _log_folders(df, maps, hints_of)
-    return _pids(df, maps, tables, said)
+    return _pids(df, maps, tables)
 
 
 def _prefixed_lines(df: pl.DataFrame, maps: pl.DataFrame) -> pl.DataFrame:
@@ -450,8 +445,7 @@ def _log_folders(df: pl.DataFrame, maps: pl.DataFrame, hints_of: dict[int, dict]
     return _better(df, "_r", "_s", "_c")
 
 
-def _pids(df: pl.DataFrame, maps: pl.DataFrame, tables: dict[str, pl.DataFrame],
-          said: pl.DataFrame | None = None) -> pl.DataFrame:
+def _pids(df: pl.DataFrame, maps: pl.DataFrame, tables: dict[str, pl.DataFrame]) -> pl.DataFrame:
     """Worker pids -> global ranks, from what states both: torchrun's failure summary (``exitcode
     : C (pid: P)``), the agent's ``failed (exitcode: C) local_rank: L (pid: P)`` line with that
     agent's statements, any line whose rank is stated and that names its process's pid (NCCL's
@@ -470,14 +464,15 @@ def _pids(df: pl.DataFrame, maps: pl.DataFrame, tables: dict[str, pl.DataFrame],
         pid=pl.coalesce(pl.col("nccl_pid"), pl.col("ray_pid")).cast(pl.Int64), p_rank="rank",
         p_conf="rank_confidence", p_src=pl.concat_str([pl.lit("pid of lines attributed by "), pl.col("rank_source")]))
         .drop_nulls("pid")]
-    if said is not None:
+    if "text" in df.columns:
         # a rank's own line that prints a pid (`... on node07, pid 16415`): most likely its own,
         # but nothing standard says so -- derived, at best
         said = df.filter(pl.col("rank").is_not_null() & pl.col("rank_confidence").is_in(["certain", "derived"])
-                         ).join(said, on=["input_id", "line_no"], how="inner", maintain_order="left")
-        said = said.select(pid="_said_pid", p_rank="rank", p_conf=pl.lit("derived"),
+                         & pl.col("text").str.contains("pid", literal=True))
+        said = said.select(pid=pl.col("text").str.extract(r"\bpid[:= ]\s*(\d+)\b", 1).cast(pl.Int64, strict=False),
+                           p_rank="rank", p_conf=pl.lit("derived"),
                            p_src=pl.concat_str([pl.lit("a pid printed on a line of the rank ("), pl.col("rank_source"),
-                                                pl.lit(")")]))
+                                                pl.lit(")")])).drop_nulls("pid")
         parts.append(said)
     if not maps.is_empty():
         parts.append(maps.filter(pl.col("a_kind") == "table").drop_nulls("a_pid").select(
@@ -510,17 +505,6 @@ def _pids(df: pl.DataFrame, maps: pl.DataFrame, tables: dict[str, pl.DataFrame],
     df = df.join(at, on=["input_id", "line_no"], how="left")
     df = df.with_columns(pid=pl.coalesce(pl.col("pid"), pl.col("_dump_pid"))).drop("_dump_pid")
     return _better(df, "_r", "_s", "_c")
-
-
-def _said_pids(lines: pl.DataFrame) -> pl.DataFrame | None:
-    """(input_id, line_no, ``_said_pid``) of each line that prints a pid (``pid 16415``,
-    ``pid=16415``, ``pid: 16415``; ``_pids``); None without text."""
-    if "text" not in lines.columns:
-        return None
-    text = pl.col("text")
-    return lines.filter(text.str.contains("pid", literal=True)).select(
-        "input_id", "line_no", _said_pid=text.str.extract(r"\bpid[:= ]\s*(\d+)\b", 1).cast(pl.Int64, strict=False)
-    ).drop_nulls("_said_pid")
 
 
 def _weighted_mode(df: pl.DataFrame, by: str, value: pl.Expr, name: str) -> pl.DataFrame:
