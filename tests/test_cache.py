@@ -73,6 +73,30 @@ def test_a_damaged_entry_is_a_miss(cache_dir, tmp_path):
     assert "parse_s" in run.timings and _findings(run)[0]
 
 
+@pytest.mark.parametrize("sendfile", ["whole", "in pieces", "refused", "missing"])
+def test_a_copy_is_byte_for_byte_however_the_kernel_copies(tmp_path, monkeypatch, sendfile):
+    """Entries are copied by ``sendfile`` where the kernel does it, which may send less than
+    asked, refuse these files (another OS: the rest goes through Python) or not exist at all."""
+    import os
+
+    source = tmp_path / "entry.duckdb"
+    source.write_bytes(os.urandom(3 << 20) + b"end")
+    real = os.sendfile
+    if sendfile == "in pieces":
+        monkeypatch.setattr(os, "sendfile", lambda out, src, offset, count: real(out, src, offset, min(count, 4099)))
+    elif sendfile == "refused":
+        monkeypatch.setattr(os, "sendfile", lambda *a: (_ for _ in ()).throw(OSError(22, "Invalid argument")))
+    elif sendfile == "missing":
+        monkeypatch.delattr(os, "sendfile")
+    expected = cache._digest_file(source)
+    assert cache._copy_checked(source, tmp_path / "copy", expected)
+    assert (tmp_path / "copy").read_bytes() == source.read_bytes()
+    assert cache._copy_checked(source, tmp_path / "unchecked", None)
+    assert (tmp_path / "unchecked").read_bytes() == source.read_bytes()
+    assert not cache._copy_checked(source, tmp_path / "wrong", "0" * 64)
+    assert not (tmp_path / "wrong").exists()
+
+
 def test_the_store_file_of_a_hit_is_a_full_store(cache_dir, tmp_path):
     job = tmp_path / "job"
     shutil.copytree(SAMPLE, job)

@@ -309,6 +309,30 @@ def test_skimming_keeps_every_line_and_its_attribution_and_parses_the_failures(t
     assert skimmed.frame("SELECT count(*) FROM events WHERE message LIKE '%illegal memory access%'").item() >= 1
 
 
+def test_skimmed_lines_land_in_file_order_past_long_stretches_parsed_in_full(tmp_path, monkeypatch):
+    """``lines`` is written once, in file order (the Logs screen pages it by rowid): slices with
+    skimmed lines are sorted together with their kept lines, stretches without any are copied
+    as they are (``bulk._slices``: a slice with no inputs). Small merge slices make both kinds."""
+    from postmortem.analyzer import budget, bulk, ingest
+
+    log = tmp_path / "job" / "rank0.log"
+    log.parent.mkdir()
+    chatter = b"".join(b"[rank0]: step %d ok, nothing to see here at all\n" % i for i in range(60000))
+    log.write_bytes(chatter + b"[rank0]: RuntimeError: CUDA error: an illegal memory access was encountered\n" + chatter)
+    monkeypatch.setattr(ingest, "SEGMENT_BYTES", len(chatter) // 6)
+    full = analyze([log], use_cache=False)
+    monkeypatch.setattr(budget, "full_parse_bytes", lambda: len(chatter) // 2)
+    monkeypatch.setattr(bulk, "MERGE_ROWS", 8000)
+    slices, real = [], bulk._slices
+    monkeypatch.setattr(bulk, "_slices", lambda *a: slices.extend(out := real(*a)) or out)
+    skimmed = analyze([log], use_cache=False)
+    copied = [s for s in slices if s[3] < s[2]]
+    assert copied and len(copied) < len(slices), slices
+    assert [hi for _, hi, *_ in slices[:-1]] == [lo for lo, *_ in slices[1:]]    # every row once
+    q = "SELECT line_no, \"offset\", length, rank, rank_source, node, attempt, text FROM lines ORDER BY rowid"
+    assert full.frame(q).equals(skimmed.frame(q))
+
+
 # -- 4. a bounded pickle reader --------------------------------------------------------------------
 
 ATTACKS = {
