@@ -221,7 +221,6 @@ def write(frame: pl.DataFrame, spool: str, name: str) -> str | None:
     return path
 
 
-# The ``lines`` frame as ``merge`` reads it (registered, not written).
 # Bulk rows merged per statement: each statement sorts only its own slice, so the memory a
 # merge needs does not grow with the run.
 MERGE_ROWS = 1_000_000
