@@ -12,6 +12,7 @@ import json
 import subprocess
 import sys
 import textwrap
+import threading
 
 import pytest
 
@@ -135,6 +136,24 @@ def test_chunks_workers_and_segments_change_nothing(paths, segment, processes, c
     assert (max(cuts) > 1) == bool(segment), "the deadlock's large logs are cut into segments, nothing else"
     assert not differing(whole[0], parallel[0])
     assert whole[1] == parallel[1] and whole[2] == parallel[2]
+
+
+def test_whole_file_inputs_read_side_by_side_change_nothing(monkeypatch):
+    """A chunk's nsys exports (the straggler sample's 16, and the two real ones) are read in
+    threads, each into its own result; one at a time (``$POSTMORTEM_WORKERS``) the store, the
+    findings and the verdict are the same."""
+    real_nsys = ROOT.parent / "shared" / "real-data" / "nsys"
+    paths = [ROOT / "sample_logs" / "straggler", *([real_nsys] if real_nsys.is_dir() else [])]
+    monkeypatch.setenv("POSTMORTEM_WORKERS", "1")
+    alone = store_of(paths)
+    monkeypatch.delenv("POSTMORTEM_WORKERS")
+    monkeypatch.setattr(ingest.budget, "workers", lambda cores: 2)
+    threads, real_read = set(), ingest._read_whole
+    monkeypatch.setattr(ingest, "_read_whole", lambda *a: threads.add(threading.current_thread().name) or real_read(*a))
+    side_by_side = store_of(paths)
+    assert len({name for name in threads if name.startswith("postmortem-whole")}) == 2, threads
+    assert not differing(alone[0], side_by_side[0])
+    assert alone[1] == side_by_side[1] and alone[2] == side_by_side[2]
 
 
 def test_parsing_chunks_together_changes_nothing(coll_run, monkeypatch):
