@@ -137,7 +137,7 @@ def _read_wholes(claimed: list[tuple[FileResult, tuple]]) -> None:
     ``worker_count`` gives parsing; one when ``$POSTMORTEM_WORKERS`` asks for processes), each
     into its own result and item, so that nothing depends on which ends first. A run's per-rank
     profiler exports cost about 0.1 s each, mostly small Polars calls that let go of the GIL
-    (the straggler sample's 16: parse 1.75 -> 1.36 s). Memory stays a chunk's: several inputs share a
+    (the straggler sample's 16: parse 1.75-2.1 -> 1.35-1.7 s, runs of each on this machine). Memory stays a chunk's: several inputs share a
     chunk only when they are smaller than one together (``plan_chunks``), and their tables are
     kept until the chunk is done either way."""
     count, processes = worker_count([])
