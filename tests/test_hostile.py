@@ -309,6 +309,25 @@ def test_skimming_keeps_every_line_and_its_attribution_and_parses_the_failures(t
     assert skimmed.frame("SELECT count(*) FROM events WHERE message LIKE '%illegal memory access%'").item() >= 1
 
 
+def test_a_small_input_growing_while_it_is_read_is_read_whole_or_left_to_the_block_reader(tmp_path, monkeypatch):
+    """A small input is read in one call of its size (``ingest._small_plain``); one that grew
+    between its size and its read gets the rest too, and one that grew past the limit is left
+    to the block-at-a-time reader (None), as before."""
+    import types
+
+    from postmortem.analyzer import ingest
+    from postmortem.analyzer.discover import discover
+
+    log = tmp_path / "rank0.log"
+    log.write_bytes(b"[rank0]: step 1\n" * 10)
+    item = discover([log])[0][0]
+    real_fstat = os.fstat
+    monkeypatch.setattr(ingest.os, "fstat", lambda fd: types.SimpleNamespace(st_size=real_fstat(fd).st_size - 60))
+    assert ingest._small_plain(item) == log.read_bytes()
+    monkeypatch.setattr(ingest, "SMALL_PLAIN", 100)
+    assert ingest._small_plain(item) is None
+
+
 def test_skimmed_lines_land_in_file_order_past_long_stretches_parsed_in_full(tmp_path, monkeypatch):
     """``lines`` is written once, in file order (the Logs screen pages it by rowid): slices with
     skimmed lines are sorted together with their kept lines, stretches without any are copied
