@@ -74,19 +74,12 @@ class Parsed:
     errors: list[str | None] = field(default_factory=list)   # per input: why it was skipped
 
 
-def read_input(input_id: int, item: InputFile, piece=None) -> tuple[FileResult, bytes | None]:
-    """Read and sniff one input. A whole-file format (``parsers.WHOLE_FILE``) is read here by the
-    parser that claimed it (``_read_whole``; no ``lines`` rows); for a text input the bytes come
-    back, to be enveloped with the others (lines longer than the cap cut, leading NULs skipped,
-    CR line ends read as lines: ``result.capped`` says where).
+def read_input(input_id: int, item: InputFile, piece=None) -> tuple[FileResult, bytes | None, tuple | None]:
+    """Read and sniff one input. For a text input the bytes come back, to be enveloped with the
+    others (lines longer than the cap cut, leading NULs skipped, CR line ends read as lines:
+    ``result.capped`` says where); for a whole-file format (``parsers.WHOLE_FILE``) the (reader,
+    source) of the parser that claimed it, for ``_read_wholes`` to read (no ``lines`` rows).
     ``piece``: a segment of a large log (``Piece``), read from its byte range; its kind is known."""
-    result, data, claim = _sniffed(input_id, item, piece)
-    return (_read_whole(result, *claim) if claim is not None else result), data
-
-
-def _sniffed(input_id: int, item: InputFile, piece=None) -> tuple[FileResult, bytes | None, tuple | None]:
-    """``read_input`` up to the whole-file read: a text input's bytes, or the (reader, source)
-    of the whole-file parser that claimed the input (``_read_wholes`` reads a chunk's together)."""
     result = FileResult(input_id, item)
     if item.failure:
         item.kind = "skipped"
@@ -133,13 +126,13 @@ def _sniffed(input_id: int, item: InputFile, piece=None) -> tuple[FileResult, by
 
 
 def _read_wholes(claimed: list[tuple[FileResult, tuple]]) -> None:
-    """``_read_whole`` of each claimed input of a chunk, side by side in threads (as many as
-    ``worker_count`` gives parsing; one when ``$POSTMORTEM_WORKERS`` asks for processes), each
-    into its own result and item, so that nothing depends on which ends first. A run's per-rank
-    profiler exports cost about 0.1 s each, mostly small Polars calls that let go of the GIL
-    (the straggler sample's 16: parse 1.75-2.1 -> 1.35-1.7 s, runs of each on this machine). Memory stays a chunk's: several inputs share a
-    chunk only when they are smaller than one together (``plan_chunks``), and their tables are
-    kept until the chunk is done either way."""
+    """``_read_whole`` of each claimed input of a chunk (``read_input``), side by side in threads
+    (as many as ``worker_count`` gives parsing; one when ``$POSTMORTEM_WORKERS`` asks for
+    processes), each into its own result and item, so that nothing depends on which ends first.
+    A run's per-rank profiler exports cost about 0.1 s each, mostly small Polars calls that let
+    go of the GIL (the straggler sample's 16: parse 1.75-2.1 -> 1.35-1.7 s). Memory stays a
+    chunk's: several inputs share a chunk only when they are smaller than one together
+    (``plan_chunks``), and their tables are kept until the chunk is done either way."""
     count, processes = worker_count([])
     count = 1 if processes else min(count, len(claimed))
     if count <= 1:
@@ -785,7 +778,7 @@ def _prepare(pieces: list[Piece], spool: str | None) -> _Prepared:
     pending: list[tuple[FileResult, bytes, Piece]] = []
     claimed: list[tuple[FileResult, tuple]] = []
     for piece in pieces:
-        result, data, claim = _sniffed(piece.input_id, piece.item, piece)
+        result, data, claim = read_input(piece.input_id, piece.item, piece)
         prepared.results.append(result)
         if data is not None:
             pending.append((result, data, piece))

@@ -69,7 +69,8 @@ def _read(tmp_path, name, data):
     path.write_bytes(data)
     (item,), errors = discover.discover([path])
     assert not errors
-    result, text = ingest.read_input(0, item)
+    result, text, claim = ingest.read_input(0, item)
+    ingest._read_wholes([(result, claim)] if claim is not None else [])
     return item, result, text
 
 
