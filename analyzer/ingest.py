@@ -32,7 +32,7 @@ from postmortem.analyzer import bulk
 from postmortem.analyzer import budget
 from postmortem.analyzer.discover import (SMALL_DECOMPRESSED, Capped, InputError, InputFile, capped_bytes, cut_message,
                                decode_to, is_utf16, leading_nuls, max_decompressed, open_input, path_text, read_capped, sniff)
-from postmortem.parsers.base import Unreadable, WholeFile
+from postmortem.parsers.base import ParseResult, Unreadable, WholeFile
 from postmortem.parsers.lines import by_input, envelope_frame, slice_inputs
 
 
@@ -268,13 +268,17 @@ def _mb_text(n: int) -> str:
 
 
 def parse_text(result: FileResult, lines: pl.DataFrame, others: pl.DataFrame,
-               gates: dict[str, set[int]] | None = None, env_dump: bool = False) -> FileResult:
+               gates: dict[str, set[int]] | None = None, env_dump: bool = False,
+               at_once: dict[str, dict[int, ParseResult]] | None = None) -> FileResult:
     """The per-file parsers over one text input's enveloped lines, stamped with its ``input_id``
     (``_prepare``: ``lines.by_input``; the batched parsers run later
     over all inputs at once: ``_parse_batched``). ``others``: the lines without whole COLL trace
     lines, which only the NCCL parser reads (``parse_chunk``). ``gates`` (``file_gates``): a
     gated parser runs only on the inputs listed for it. An ``env_dump`` (``_env_dumps``) gets
-    none of them: the env parsers read the chunk's dumps at once (``_parse_env_dumps``)."""
+    none of them: the env parsers read the chunk's dumps at once (``_parse_env_dumps``).
+    ``at_once``: per parser that read the chunk's inputs at once (``_parse_at_once``), the rows
+    it gave each input; this input's share is taken as if the parser had read it alone (the
+    lines it understood are the chunk's claims already)."""
     item, input_id = result.item, result.input_id
 
     def passes(module) -> bool:
@@ -283,12 +287,17 @@ def parse_text(result: FileResult, lines: pl.DataFrame, others: pl.DataFrame,
         item.kind = "env"
     chosen = [] if env_dump else [m for m in parsers.LOG_PARSERS if m not in parsers.BATCHED and passes(m)]
     for module in chosen:
-        try:
-            parsed = module.parse((lines if module is parsers.nccl else others).drop("input_id"))
-        except Exception as exc:  # a parser bug must not cost the rest of the run
-            item.problems.append(f"parser {module.NAME} failed ({type(exc).__name__}: {exc}); "
-                                 "its lines are counted as unparsed")
-            continue
+        if at_once is not None and module.NAME in at_once:
+            parsed = at_once[module.NAME].get(input_id)
+            if parsed is None:   # it found nothing here
+                continue
+        else:
+            try:
+                parsed = module.parse((lines if module is parsers.nccl else others).drop("input_id"))
+            except Exception as exc:  # a parser bug must not cost the rest of the run
+                item.problems.append(f"parser {module.NAME} failed ({type(exc).__name__}: {exc}); "
+                                     "its lines are counted as unparsed")
+                continue
         for name, frame in parsed.tables.items():
             if frame.is_empty():
                 continue
@@ -301,6 +310,51 @@ def parse_text(result: FileResult, lines: pl.DataFrame, others: pl.DataFrame,
     result.others = lines if others.height == lines.height else others
     result.tables = {name: pl.concat(frames, how="diagonal_relaxed") for name, frames in result.tables.items()}
     return result
+
+
+def _parse_at_once(results: list[FileResult], others: pl.DataFrame, gates: dict[str, set[int]] | None,
+                   dumps: set[int]) -> tuple[dict[str, dict[int, ParseResult]], Batched]:
+    """The per-file parsers that can read many inputs at once (``parsers.AT_ONCE``), each once
+    over the ``others`` of the chunk's inputs it would read one at a time (those its gate
+    passes, no env dump). Its rows are handed back per input: ``parse_text`` takes each input's
+    share as if the parser had read that input alone; the lines it understood are claimed for
+    all of them at once (the ``Batched``). (Per file, a parser of tool output costs 10-20 ms
+    however short the input: a job folder holds such outputs per node.) A parser that raises
+    here is left out: ``parse_text`` runs it one input at a time, so that a failure costs only
+    the input it fails on."""
+    out: dict[str, dict[int, ParseResult]] = {}
+    claims = Batched()
+    for module in parsers.AT_ONCE:
+        ids = [r.input_id for i, r in enumerate(results)
+               if i not in dumps and (gates is None or module.NAME not in gates or r.input_id in gates[module.NAME])]
+        if not ids:
+            out[module.NAME] = {}
+            continue
+        numbered = _Numbered.of(others.filter(pl.col("input_id").is_in(pl.Series(ids, dtype=pl.UInt32).implode())))
+        try:
+            parsed = module.parse(numbered.frame)
+        except Exception:  # noqa: BLE001 -- one input at a time instead (parse_text)
+            continue
+        out[module.NAME] = _shares(module, parsed, numbered)
+        consumed = numbered.mapping.filter(pl.col("_row").is_in(parsed.consumed.implode()))
+        claims.claims.append(_claims(module.NAME, consumed.select("input_id", line_no="_line")))
+    return out, claims
+
+
+def _shares(module, parsed: ParseResult, numbered: _Numbered) -> dict[int, ParseResult]:
+    """``parsed``'s tables, a parser's rows over several inputs, as each input's own: with their
+    line numbers back in the input (``input_id`` dropped)."""
+    # a line-number column holding 0 (no such line) keeps it
+    mapping = pl.concat([numbered.mapping, pl.DataFrame({"_row": [0], "input_id": [None], "_line": [0]},
+                                                        schema=numbered.mapping.schema)])
+    shares: dict[int, ParseResult] = {}
+    for name, frame in parsed.tables.items():
+        if frame.is_empty():
+            continue
+        frame = _unbatch(frame, mapping, getattr(module, "LINE_NUMBER_COLUMNS", {}).get(name, ()))
+        for (input_id,), part in frame.partition_by("input_id", as_dict=True, maintain_order=True).items():
+            shares.setdefault(input_id, ParseResult()).tables[name] = part.drop("input_id")
+    return shares
 
 
 def _read_whole(result: FileResult, module, source: WholeFile) -> FileResult:
@@ -761,6 +815,7 @@ class _Prepared:
     bulk_file: str | None = None
     bulk_counts: dict[int, int] = field(default_factory=dict)
     env: Batched = field(default_factory=Batched)    # the env parsers' results (_parse_env_dumps)
+    at_once: Batched = field(default_factory=Batched)   # the lines the parsers at once understood
     skim_file: str | None = None
     skim_counts: dict[int, int] = field(default_factory=dict)
     extra: pl.DataFrame | None = None   # (input_id, line_no, _x): skimmed lines a kept line stands for
@@ -821,8 +876,9 @@ def _prepare(pieces: list[Piece], spool: str | None) -> _Prepared:
     prepared.whole = (every_frame.drop("_input"), others_frame.drop("_input"))
     results = [result for result, _, _ in pending]
     dumps = _env_dumps(results, others, gates)
+    at_once, prepared.at_once = _parse_at_once(results, prepared.whole[1], gates, dumps)
     for i, (result, lines, rest) in enumerate(zip(results, every, rests)):
-        parse_text(result, lines, rest, gates, env_dump=i in dumps)
+        parse_text(result, lines, rest, gates, env_dump=i in dumps, at_once=at_once)
     prepared.env = _parse_env_dumps([results[i] for i in sorted(dumps)])
     return prepared
 
@@ -834,7 +890,7 @@ def _finish(held: list[_Prepared]) -> ChunkResult:
     whole = [p.whole for p in held if p.whole is not None]
     batched = _parse_batched(results, whole)
     for prepared in held:
-        batched.take(prepared.env)
+        batched.take(prepared.env).take(prepared.at_once)
     chunk = _combine_chunk([r.input_id for r in results], results, batched, whole)
     chunk.bulk_files = [f for p in held for f in (p.bulk_file, p.skim_file) if f is not None]
     chunk.bulk_counts = _summed(p.bulk_counts for p in held)

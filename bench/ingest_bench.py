@@ -71,6 +71,7 @@ class Case:
     nsys: bool = False
     single_log_bytes: int = 0
     baseline: bool = True           # also time the per-line parser (off for the largest runs)
+    node_files: bool = False        # each node's tool output too: kernel logs, nvidia-smi, topo, ibstat, ...
 
 
 # The sizes issue 26 measures: many small files, a long COLL trace (18.3 kB per rank per
@@ -83,12 +84,14 @@ CASES = {case.key: case for case in (
     Case("c10d-535MB", ranks=1, single_log_bytes=535_000_000),
     Case("coll-1024-2GB", ranks=1024, iterations=105, coll=True, baseline=False),
     Case("plain-10000", ranks=10000, iterations=1, baseline=False),
+    # a job folder with what each of its 128 nodes' tools printed (7 files a node) beside the ranks' logs
+    Case("nodes-1024", ranks=1024, node_files=True),
 )}
 
 
 # -- the run ---------------------------------------------------------------------------------------
 
-def spec_for(ranks: int, iterations: int, coll: bool, nsys: bool):
+def spec_for(ranks: int, iterations: int, coll: bool, nsys: bool, node_files: bool = False):
     from postmortem.generator import RunSpec
     from postmortem.generator.rungen.nccl import NcclVersion
 
@@ -97,7 +100,7 @@ def spec_for(ranks: int, iterations: int, coll: bool, nsys: bool):
         raise ValueError(f"--ranks {ranks}: not a multiple of {GPUS_PER_NODE} GPUs per node")
     spec = RunSpec(nodes=ranks // gpus, gpus_per_node=gpus, scenario="deadlock", culprit=ranks // 2 + 1 if ranks > 1 else 0,
                    work_updates=True, hang_duration_s=1800, timeout_s=600, iterations_before_hang=iterations,
-                   profile=nsys)
+                   profile=nsys, node_logs=node_files, config_files=node_files)
     if coll:
         # The release's default mask (INIT,ENV for 2.19-2.22) plus COLL, as a user turning COLL on would write it.
         minor = NcclVersion.parse(spec.nccl_version).minor
@@ -117,7 +120,7 @@ def case_spec(case: Case) -> dict:
 
     if case.single_log_bytes:
         return {"single_log_bytes": case.single_log_bytes, "writer": "bench.memory_bench.write_plain"}
-    spec = spec_for(case.ranks, case.iterations, case.coll, case.nsys)
+    spec = spec_for(case.ranks, case.iterations, case.coll, case.nsys, case.node_files)
     return {k: v for k, v in asdict(spec).items() if v not in (None, {}, [])}
 
 
@@ -138,7 +141,7 @@ def generate(out: Path, case: Case) -> tuple[float, bool]:
     else:
         from postmortem.generator import generate_run
 
-        generate_run(out, spec_for(case.ranks, case.iterations, case.coll, case.nsys))
+        generate_run(out, spec_for(case.ranks, case.iterations, case.coll, case.nsys, case.node_files))
     elapsed = time.perf_counter() - t
     stamp.write_text(wanted)
     return elapsed, False

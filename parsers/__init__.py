@@ -28,12 +28,18 @@ LOG_PARSERS = [
 # many small Polars calls, which per file would cost more than the parsing (a job folder holds
 # hundreds of small per-rank files). They follow multi-line blocks per stream
 # (postmortem.parsers.lines.with_stream, whose key includes the input), so files never bleed into each
-# other. Parsers that keep file-level state run per file: node evidence (kernel, health,
+# other. Parsers that keep file-level state are per-file parsers: node evidence (kernel, health,
 # scheduler), tool output whose tables number their rows by line (hwtools, config, nccl_ras) or
-# whose records span lines (nccl_inspector).
+# whose records span lines (nccl_inspector); they read only the inputs their ``file_gate`` passes.
 # tests/test_batched_parsing.py holds the batched ones to the per-file result.
 PER_FILE = (nccl_ras, nccl_inspector, hwtools, linkbench, config, kernel, health, scheduler)
 BATCHED = [m for m in LOG_PARSERS if m not in PER_FILE]
+# Per-file parsers that keep each input's state apart by ``input_id`` (postmortem.parsers.lines.file_of):
+# a chunk's inputs that pass their gate go to them in one frame, and each input gets its share
+# (postmortem.analyzer.ingest._parse_at_once). A job folder holds their inputs per node: 936 tool
+# outputs of 130 nodes took 14-17 s one at a time, 2.4-2.9 s at once.
+# tests/test_at_once_parsers.py holds them to the one-input-at-a-time result.
+AT_ONCE = (hwtools, kernel, config, health)
 ENV_PARSERS = [envdump]
 # Whole-file formats, in the order they are asked (the first whose ``sniff`` says yes reads it):
 WHOLE_FILE = [

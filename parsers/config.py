@@ -35,7 +35,7 @@ import polars as pl
 
 from postmortem.parsers.base import ParseResult, conform, consumed_of
 from postmortem.parsers.hwtools import GPUS_SCHEMA
-from postmortem.parsers.lines import with_stream
+from postmortem.parsers.lines import file_of, files_where, of_files, with_stream
 
 NAME = "config"
 
@@ -140,32 +140,33 @@ def file_gate(text: pl.Expr) -> pl.Expr:
 
 
 def parse(lines: pl.DataFrame) -> ParseResult:
+    """The configuration one input states, or several at once (an ``input_id`` column:
+    ``postmortem.analyzer.ingest`` hands over a chunk's inputs that pass ``file_gate`` in one
+    frame): each kind is read in the inputs that hold it."""
     tables = _empty()
     if lines is None or lines.is_empty() or "text" not in lines.columns:
         return ParseResult(tables=tables)
-    # Which kinds are here at all: decided on the text before anything else is computed.
-    text = lines["text"]
-    collect = bool(text.str.contains(_COLLECT_START).any())
-    cand = text.filter(text.str.contains("=", literal=True) | text.str.contains(" @ ", literal=True)
-                       | text.str.starts_with("-e "))
-    pip = bool(cand.str.contains(_PIP_LINE).sum() >= 3
-               or text.str.contains(r"^Package\s+Version\b").any())
-    sbatch = bool(text.str.contains("#SBATCH", literal=True).any())
-    commands = bool(text.str.contains(_LAUNCH).any())
-    if not (collect or pip or sbatch or commands):
+    # Which kinds are in which input: decided on the text before anything else is computed.
+    text = pl.col("text")
+    candidate = text.str.contains("=", literal=True) | text.str.contains(" @ ", literal=True) | text.str.starts_with("-e ")
+    found = files_where(
+        lines, collect=text.str.contains(_COLLECT_START).any(),
+        pip=((candidate & text.str.contains(_PIP_LINE)).sum() >= 3) | text.str.contains(r"^Package\s+Version\b").any(),
+        sbatch=text.str.contains("#SBATCH", literal=True).any(), commands=text.str.contains(_LAUNCH).any())
+    if not any(found[kind].any() for kind in ("collect", "pip", "sbatch", "commands")):
         return ParseResult(tables=tables)
-    df = with_stream(lines)
+    df = with_stream(lines).with_columns(_file=file_of(lines))
     config: list[pl.DataFrame] = []
     packages: list[pl.DataFrame] = []
     used: list[pl.DataFrame] = []
-    if collect:
-        _collect_env(df, tables, config, packages, used)
-    if pip:
-        _pip(df, packages, used)
-    if sbatch:
-        _sbatch(df, config, used)
-    if commands:
-        _commands(df, config, used)
+    if (mine := of_files(df, found, "collect")) is not None:
+        _collect_env(mine, tables, config, packages, used)
+    if (mine := of_files(df, found, "pip")) is not None:
+        _pip(mine, packages, used)
+    if (mine := of_files(df, found, "sbatch")) is not None:
+        _sbatch(mine, config, used)
+    if (mine := of_files(df, found, "commands")) is not None:
+        _commands(mine, config, used)
     if config:
         tables["job_config"] = pl.concat([conform(f, JOB_CONFIG_SCHEMA) for f in config]).sort("line_no")
     if packages:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import polars as pl
 
 from postmortem.parsers.base import ParseResult, consumed_of, to_int
+from postmortem.parsers.lines import file_of, files_where, of_files
 
 NAME = "health"
 
@@ -165,11 +166,12 @@ def _nvsmi(df: pl.DataFrame) -> tuple[pl.DataFrame, list[int]]:
     new_file = t.str.contains("NVSMI LOG", literal=True)
     rows = rows.with_columns(
         _gpu_block=pl.when(pl.col("_gpu").is_not_null()).then(pl.col("line_no"))
-        .when((pl.col("_ind") == 0) & (t.str.strip_chars() != "")).then(pl.lit(0, dtype=pl.UInt32)).forward_fill(),
-        _ts=pl.when(new_file).then(pl.lit("")).otherwise(top_ts).forward_fill(),
-        _drv=pl.when(new_file).then(pl.lit("")).otherwise(top_drv).forward_fill(),
+        .when((pl.col("_ind") == 0) & (t.str.strip_chars() != "")).then(pl.lit(0, dtype=pl.UInt32))
+        .forward_fill().over("_file"),
+        _ts=pl.when(new_file).then(pl.lit("")).otherwise(top_ts).forward_fill().over("_file"),
+        _drv=pl.when(new_file).then(pl.lit("")).otherwise(top_drv).forward_fill().over("_file"),
     )
-    rows = rows.with_columns(_bus=pl.when(pl.col("_gpu_block") > 0).then(pl.col("_gpu")).forward_fill())
+    rows = rows.with_columns(_bus=pl.when(pl.col("_gpu_block") > 0).then(pl.col("_gpu")).forward_fill().over("_file"))
     # section headers per indentation level (4, 8, 12): a line at a level resets the deeper ones
     secs = []
     for level in (4, 8, 12):
@@ -178,7 +180,7 @@ def _nvsmi(df: pl.DataFrame) -> tuple[pl.DataFrame, list[int]]:
             pl.when(pl.col("_ind") < level).then(pl.lit(""))
             .when((pl.col("_ind") == level) & pl.col("_head").is_not_null()).then(pl.col("_head"))
             .when(pl.col("_ind") == level).then(pl.lit(""))
-            .otherwise(None).forward_fill().alias(name))
+            .otherwise(None).forward_fill().over("_file").alias(name))
         secs.append(name)
     body = rows.filter((pl.col("_gpu_block") > 0) & pl.col("_key").is_not_null() & (pl.col("_ind") >= 4))
     body = body.with_columns(_path=pl.concat_str(
@@ -238,12 +240,13 @@ def _csv(df: pl.DataFrame) -> tuple[pl.DataFrame, list[int]]:
     head = t.str.contains(_CSV_HEAD)
     heads = df.filter(head)
     frames, used = [], []
-    for line_no, text in heads.select("line_no", "text").iter_rows():
+    inputs = df.partition_by("_file", as_dict=True)    # a header's rows are its own input's
+    for line_no, text, file in heads.select("line_no", "text", "_file").iter_rows():
         fields = [h.strip().split(" [")[0] for h in text.split(",")]
         names = [_CSV_COLUMNS.get(f) for f in fields]
         if not any(n and "." in f for n, f in zip(names, fields)):
             continue  # not an nvidia-smi --query-gpu header
-        body = df.filter(pl.col("line_no") > line_no).with_columns(
+        body = inputs[(file,)].filter(pl.col("line_no") > line_no).with_columns(
             _stop=(t.str.count_matches(",") != text.count(",")) | head).with_columns(
             _stop=pl.col("_stop").cum_max()).filter(~pl.col("_stop"))
         used.append(line_no)
@@ -271,16 +274,18 @@ def _nics(df: pl.DataFrame) -> pl.DataFrame:
     lid = t.str.extract(r"# Port (?:extended )?counters: (Lid \d+ port \d+)", 1)
     eth_head = t.str.contains(r"^\s*NIC statistics:\s*$")
     # a Lid header right after a `perfquery -C DEV` command line belongs to that device
-    rows = df.with_columns(_dev=pl.coalesce(cmd_dev, pl.when(lid.is_not_null()).then(cmd_dev.shift(1))),
+    rows = df.with_columns(_dev=pl.coalesce(cmd_dev, pl.when(lid.is_not_null()).then(cmd_dev.shift(1).over("_file"))),
                            _lid=lid, _port=pl.coalesce(cmd_port, to_int(lid.str.extract(r"port (\d+)", 1))),
                            _src=pl.when(cmd_dev.is_not_null() & t.str.contains("ethtool", literal=True)).then(pl.lit("ethtool"))
                            .when(eth_head).then(pl.lit("ethtool"))
                            .when(lid.is_not_null() | t.str.contains("perfquery", literal=True)).then(pl.lit("perfquery")))
     mark = cmd_dev.is_not_null() | lid.is_not_null() | eth_head
     rows = rows.with_columns(
-        _dev=pl.when(mark & ~eth_head).then(pl.coalesce("_dev", "_lid")).when(eth_head).then(None).forward_fill(),
-        _port=pl.when(mark & ~eth_head).then(pl.coalesce(pl.col("_port"), pl.col("_port").shift(1))).forward_fill(),
-        _src=pl.when(mark).then(pl.col("_src")).forward_fill(),
+        _dev=pl.when(mark & ~eth_head).then(pl.coalesce("_dev", "_lid")).when(eth_head).then(None)
+        .forward_fill().over("_file"),
+        _port=pl.when(mark & ~eth_head).then(pl.coalesce(pl.col("_port"), pl.col("_port").shift(1).over("_file")))
+        .forward_fill().over("_file"),
+        _src=pl.when(mark).then(pl.col("_src")).forward_fill().over("_file"),
     )
     eth = t.str.extract_groups(r"^\s{2,}(?P<c>[\w\[\]./-]+): (?P<v>-?\d+)\s*$")
     pq = t.str.extract_groups(r"^(?P<c>[A-Z]\w+):\.{2,}(?P<v>(?:0x)?[0-9a-fA-F]+)\s*$")
@@ -316,30 +321,36 @@ def parse(lines: pl.DataFrame) -> ParseResult:
                                 "nic_counters": pl.DataFrame(schema=NIC_SCHEMA)})
     if lines is None or lines.is_empty() or "text" not in lines.columns:
         return empty
-    df = lines.select("line_no", pl.col("text").fill_null(""))
-    probe = df["text"]
-    # literal gate: a training log without any health output costs one scan
-    if not df.select(file_gate(pl.col("text")).any()).item():
+    df = lines.select("line_no", pl.col("text").fill_null(""), _file=file_of(lines))
+    # which outputs are in which input (several at once carry ``input_id``: postmortem.analyzer.ingest);
+    # a training log without any health output costs one scan
+    text = pl.col("text")
+    found = files_where(lines, gate=file_gate(text).any(), nvsmi=text.str.contains(_NVSMI_HEAD).any(),
+                        unreachable=text.str.contains("device handle", literal=True).any(),
+                        csv=text.str.contains(r"^[a-z_.]+(?: \[[^\]]+\])?, ").any(),
+                        nic=text.str.contains_any(_NIC_LITERALS).any())
+    if not found["gate"].any():
         return empty
+    found = found.with_columns(pl.col(c) & pl.col("gate") for c in ("nvsmi", "unreachable", "csv", "nic"))
     gpu_frames, used = [], []
-    if probe.str.contains(_NVSMI_HEAD).any():
-        frame, lines_used = _nvsmi(df)
+    if (mine := of_files(df, found, "nvsmi")) is not None:
+        frame, lines_used = _nvsmi(mine)
         used += lines_used
         if not frame.is_empty():
             gpu_frames.append(frame)
-    if probe.str.contains("device handle", literal=True).any():
-        frame = _unreachable(df)
+    if (mine := of_files(df, found, "unreachable")) is not None:
+        frame = _unreachable(mine)
         if not frame.is_empty():
             gpu_frames.append(frame)
             used += frame["line_no"].to_list()
-    if probe.str.contains(r"^[a-z_.]+(?: \[[^\]]+\])?, ").any():
-        frame, lines_used = _csv(df)
+    if (mine := of_files(df, found, "csv")) is not None:
+        frame, lines_used = _csv(mine)
         used += lines_used
         if not frame.is_empty():
             gpu_frames.append(frame)
     nic = pl.DataFrame(schema=NIC_SCHEMA)
-    if probe.str.contains_any(_NIC_LITERALS).any():
-        got = _nics(df)
+    if (mine := of_files(df, found, "nic")) is not None:
+        got = _nics(mine)
         if isinstance(got, tuple):
             frame, head_lines = got
             nic = frame.select([pl.col(c).cast(t, strict=False) if c in frame.columns else pl.lit(None, dtype=t).alias(c)

@@ -43,7 +43,7 @@ from __future__ import annotations
 import polars as pl
 
 from postmortem.parsers.base import ParseResult, conform, consumed_of, to_int
-from postmortem.parsers.lines import with_stream
+from postmortem.parsers.lines import file_of, files_where, of_files, with_stream
 from postmortem.parsers.tables import SHARED
 
 NAME = "hwtools"
@@ -171,15 +171,15 @@ TABLES = {"topology": TOPOLOGY_SCHEMA, "topo_nics": TOPO_NICS_SCHEMA, "gpus": GP
           "nic_ports": NIC_PORTS_SCHEMA, "ib_links": IB_LINKS_SCHEMA, "events": EVENTS_SCHEMA}
 
 
+# Columns that hold a line number besides ``line_no`` (0: none), for ``postmortem.analyzer.ingest``
+# to map back when it hands over several inputs at once.
+LINE_NUMBER_COLUMNS = {"bench_results": ("run",), "bench_runs": ("run",)}
+
 _EMPTY = {name: pl.DataFrame(schema=schema) for name, schema in TABLES.items()}
 
 
 def _empty() -> dict[str, pl.DataFrame]:
     return dict(_EMPTY)  # frames are never modified in place; sharing the empty ones is safe
-
-
-def _has(df: pl.DataFrame, pattern: str, literal: bool = False) -> bool:
-    return bool(df["text"].str.contains(pattern, literal=literal).any())
 
 
 _ROW_HINT = r"^\s*(?:\[\d+\])?\s*\d+\s+\d+\s+[a-z]"
@@ -201,36 +201,22 @@ def file_gate(text: pl.Expr) -> pl.Expr:
 
 
 def parse(lines: pl.DataFrame) -> ParseResult:
+    """The tool outputs of one input, or of several at once (an ``input_id`` column:
+    ``postmortem.analyzer.ingest`` hands over a chunk's inputs that pass ``file_gate`` in one
+    frame): each tool's parser reads only the inputs that hold its output, and what one input's
+    lines say (a NIC legend, a matrix's kind) applies to that input alone (``_file``)."""
     tables = _empty()
     if lines is None or lines.is_empty() or "text" not in lines.columns:
         return ParseResult(tables=tables)
-    # Which tools' output is here at all: decided on the text before anything else is computed.
-    text = lines["text"]
-    topo = bool((text.str.contains("GPU0", literal=True) | text.str.contains("Legend:", literal=True)).any())
-    smi = bool(text.str.contains(r"^\s*[a-z_]+\.[a-z_.]+(?: \[[^\]]+\])?(?:, |$)|--query-gpu=|^- [^:]+: \d+ ?MiB \(").any())
-    bench = bool(text.str.contains(_NT_MARKERS).any() or text.str.contains(_ROW_HINT).any())
-    ib = bool(text.str.contains(r"^CA '|^hca_id:").any())
-    links = bool(text.str.contains("Gbps", literal=True).any())
-    netdev = bool(text.str.contains(_IBDEV2NETDEV).any())
-    diag = bool(text.str.contains(_IBDIAG).any())
-    if not (topo or smi or bench or ib or links or netdev or diag):
+    # Which tools' output is in which input: decided on the text before anything else is computed.
+    found = files_where(lines, **{step.__name__: test(pl.col("text")).any() for test, step in _TOOLS})
+    if not any(found[step.__name__].any() for _, step in _TOOLS):
         return ParseResult(tables=tables)
-    df = with_stream(lines)
+    df = with_stream(lines).with_columns(_file=file_of(lines))
     used: list[pl.DataFrame] = []
-    if topo:
-        _topo(df, tables, used)
-    if smi:
-        _smi_csv(df, tables, used)
-    if bench:
-        _nccl_tests(df, tables, used)
-    if ib:
-        _ib_blocks(df, tables, used)
-    if links:
-        _iblinkinfo(df, tables, used)
-    if netdev:
-        _ibdev2netdev(df, tables, used)
-    if diag:
-        _ibdiag(df, tables, used)
+    for _, step in _TOOLS:
+        if (mine := of_files(df, found, step.__name__)) is not None:
+            step(mine, tables, used)
     tables = {name: frame if frame is _EMPTY[name] else conform(frame, TABLES[name]) for name, frame in tables.items()}
     return ParseResult(tables=tables, consumed=consumed_of(*used))
 
@@ -258,16 +244,17 @@ def _topo(df: pl.DataFrame, tables: dict, used: list) -> None:
         _view=pl.when(cmd.is_not_null()).then(cmd).forward_fill().over(s),
     )
     heads = d.filter(header).select(
-        _hdr="line_no", _view="_view",
+        "_file", _hdr="line_no", _view="_view",
         names=t.str.replace_all("\t", "  ").str.extract_all(r"CPU Affinity|NUMA Affinity|GPU NUMA ID|\S+"),
     )
     rows = d.filter(row & (pl.col("_hdr") > 0)).select(
         "line_no", "_hdr", cells=t.str.extract_all(r"\S+"))
     legend_lines = d.filter(t.str.contains(_LEGEND) | cmd.is_not_null())
     legend = legend_lines.select(
-        "line_no", nic=t.str.extract(r"^\s*(NIC\d+): ", 1), device=t.str.extract(r"^\s*NIC\d+: (\S+)", 1)
+        "line_no", nic=t.str.extract(r"^\s*(NIC\d+): ", 1), device=t.str.extract(r"^\s*NIC\d+: (\S+)", 1),
+        _file="_file",
     ).drop_nulls("nic")
-    tables["topo_nics"] = legend
+    tables["topo_nics"] = legend.drop("_file")
     if heads.is_empty():
         used.append(legend_lines.select("line_no"))
         return
@@ -277,18 +264,19 @@ def _topo(df: pl.DataFrame, tables: dict, used: list) -> None:
     rows = rows.join(heads, on="_hdr", how="inner")
     # The row name, then one cell per matrix column, then the affinity columns.
     cells = rows.select(
-        "line_no", "_hdr", "_view", "names", "n_matrix",
+        "line_no", "_file", "_hdr", "_view", "names", "n_matrix",
         from_=pl.col("cells").list.first(),
         matrix=pl.col("cells").list.slice(1, pl.col("n_matrix")),
         trailing=pl.col("cells").list.slice(pl.col("n_matrix") + 1),
     )
     pairs = cells.select(
-        "line_no", "_view", pl.col("from_").alias("from"),
+        "line_no", "_file", "_view", pl.col("from_").alias("from"),
         # a torn row has fewer cells than the header has columns: pair only the cells it has
         to=pl.col("names").list.slice(0, pl.col("matrix").list.len()), link="matrix",
     ).explode(["to", "link"]).drop_nulls("link")
-    kinds = pairs.group_by("_view").agg(p2p=pl.col("link").is_in(_P2P_CODES).any())
-    pairs = pairs.join(kinds, on="_view", how="left", nulls_equal=True).with_columns(
+    # what a view's matrix is, and which NIC a NIC<k> column is, are said per input
+    kinds = pairs.group_by("_file", "_view").agg(p2p=pl.col("link").is_in(_P2P_CODES).any())
+    pairs = pairs.join(kinds, on=["_file", "_view"], how="left", nulls_equal=True).with_columns(
         matrix=pl.when(pl.col("p2p") & ~pl.col("link").str.contains(r"^(?:NV\d+|PIX|PXB|PHB|NODE|SYS)$"))
         .then(pl.lit("p2p"))
         .when(pl.col("_view") == "-mp").then(pl.lit("pcie"))
@@ -297,8 +285,8 @@ def _topo(df: pl.DataFrame, tables: dict, used: list) -> None:
     pairs = pairs.filter(pl.col("link") != "X")
     # NIC<k> columns are named by the NIC legend (the first one in the input); legacy columns
     # are the device names themselves.
-    names = legend.group_by("nic").agg(to_device=pl.col("device").first())
-    pairs = pairs.join(names, left_on="to", right_on="nic", how="left").with_columns(
+    names = legend.group_by("_file", "nic").agg(to_device=pl.col("device").first())
+    pairs = pairs.join(names, left_on=["_file", "to"], right_on=["_file", "nic"], how="left").with_columns(
         to_device=pl.when(pl.col("to").str.starts_with("NIC")).then(pl.col("to_device"))
         .when(~pl.col("to").str.starts_with("GPU")).then(pl.col("to")))
     tables["topology"] = pairs.select("line_no", "matrix", "from", "to", "link", "to_device").sort("line_no", "to")
@@ -410,11 +398,12 @@ _BIN = r"(?:^|[\s/])(\w+)_perf(?:_mpi)?(?:\s|$)"
 def _nccl_tests(df: pl.DataFrame, tables: dict, used: list) -> None:
     t = pl.col("text")
     s = "_stream"
-    marked = _has(df, _NT_MARKERS)
+    # the inputs with nccl-tests' own markers; a bare result row is read anywhere
+    marked = df.filter(t.str.contains(_NT_MARKERS))["_file"].unique()
     # mpirun --tag-output puts `[0]` before every field group, inside the row too.
     clean = t.str.replace_all(r"\[\d+\]", " ")
     row = clean.str.contains(_ROW)
-    if not marked and not df.select(row.any()).item():
+    if marked.is_empty() and not df.select(row.any()).item():
         return
     head = t.str.contains(_NT_HEAD) | t.str.contains(_BIN)
     nthread = t.str.contains(r"nThread \d+ nGpus")
@@ -445,8 +434,10 @@ def _nccl_tests(df: pl.DataFrame, tables: dict, used: list) -> None:
     )
     tables["bench_results"] = conform(rows, BENCH_RESULTS_SCHEMA)
     used.append(rows.select("line_no"))
-    if not marked:
+    if marked.is_empty():
         return
+    if marked.len() < d["_file"].n_unique():
+        d = d.filter(pl.col("_file").is_in(marked.implode()))
     dev = d.filter(t.str.contains(_DEVICE)).with_columns(_p=t.str.extract_groups(_DEVICE)).select(
         "line_no", source=pl.lit("nccl-tests"),
         rank=pl.col("_p").struct.field("1"), pid=pl.col("_p").struct.field("3"),
@@ -608,3 +599,17 @@ def _ibdiag(df: pl.DataFrame, tables: dict, used: list) -> None:
         return
     tables["events"] = conform(rows, EVENTS_SCHEMA)
     used.append(rows.select("line_no"))
+
+
+# What shows that a tool family's output is in an input at all, and the parser of that output,
+# in the order ``parse`` runs them.
+_TOOLS = (
+    (lambda t: t.str.contains("GPU0", literal=True) | t.str.contains("Legend:", literal=True), _topo),
+    (lambda t: t.str.contains(r"^\s*[a-z_]+\.[a-z_.]+(?: \[[^\]]+\])?(?:, |$)|--query-gpu=|^- [^:]+: \d+ ?MiB \("),
+     _smi_csv),
+    (lambda t: t.str.contains(_NT_MARKERS) | t.str.contains(_ROW_HINT), _nccl_tests),
+    (lambda t: t.str.contains(r"^CA '|^hca_id:"), _ib_blocks),
+    (lambda t: t.str.contains("Gbps", literal=True), _iblinkinfo),
+    (lambda t: t.str.contains(_IBDEV2NETDEV), _ibdev2netdev),
+    (lambda t: t.str.contains(_IBDIAG), _ibdiag),
+)

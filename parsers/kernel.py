@@ -280,9 +280,10 @@ def _classify(df: pl.DataFrame) -> pl.DataFrame:
     )
     # A serial-number line names no device: it belongs to the `GPU at` line before it.
     nvrm = pl.col("kind").is_in(["gpu_identity", "xid", "gpu_off_bus"])
-    out = out.with_columns(
-        pci=pl.when(nvrm).then(pl.col("pci").forward_fill()).otherwise(pl.col("pci")),
-    )
+    # (within the input: several at once carry ``input_id``, see ``parse``)
+    files = ["input_id"] if "input_id" in out.columns else []
+    filled = pl.col("pci").forward_fill().over(files) if files else pl.col("pci").forward_fill()
+    out = out.with_columns(pci=pl.when(nvrm).then(filled).otherwise(pl.col("pci")))
     xid = pl.col("kind") == "xid"
     code_int = to_int(pl.col("code"))
     meaning = code_int.replace_strict({k: v[0] for k, v in XID_CATALOGUE.items()}, default=None, return_dtype=pl.String)
@@ -320,8 +321,8 @@ def _classify(df: pl.DataFrame) -> pl.DataFrame:
                  .when(kind == "nfs_ok").then(pl.lit("NFS server responding again"))
                  .when(kind == "aer").then(pl.lit("PCIe Advanced Error Reporting error"))),
     )
-    downs = out.filter(kind == "link_down").group_by("device").agg(flaps=pl.len().cast(pl.Int64))
-    out = out.join(downs, on="device", how="left") if not downs.is_empty() else out.with_columns(
+    downs = out.filter(kind == "link_down").group_by(*files, "device").agg(flaps=pl.len().cast(pl.Int64))
+    out = out.join(downs, on=[*files, "device"], how="left") if not downs.is_empty() else out.with_columns(
         flaps=pl.lit(None, dtype=pl.Int64))
     out = out.with_columns(flaps=pl.when(kind.str.starts_with("link_")).then(pl.col("flaps").fill_null(0)))
     return out
@@ -340,16 +341,22 @@ def file_gate(text: pl.Expr) -> pl.Expr:
 
 
 def parse(lines: pl.DataFrame) -> ParseResult:
+    """The kernel messages of one input, or of several at once (an ``input_id`` column:
+    ``postmortem.analyzer.ingest`` hands a chunk's inputs that pass ``file_gate`` over in one
+    frame); what one input says (the device a serial line belongs to, a port's flaps) stays its own."""
     if lines is None or lines.is_empty() or "text" not in lines.columns:
         return ParseResult(tables={"node_events": _empty()})
-    cols = ["line_no", "text"] + (["ext_ts"] if "ext_ts" in lines.columns else [])
+    files = ["input_id"] if "input_id" in lines.columns else []
+    cols = ["line_no", "text"] + (["ext_ts"] if "ext_ts" in lines.columns else []) + files
     text = pl.col("text").fill_null("")
     # journalctl's own markers (`-- Logs begin at ...`, `-- Boot 3f2a... --`, `-- No entries --`): understood, no row
     markers = lines.filter(text.str.starts_with("-- ") & text.str.contains(
         r"^-- (?:Logs begin at|Journal begins at|Boot [0-9a-f]+|Reboot|No entries)"))["line_no"]
     hit = text.str.contains_any(_LITERALS)
-    if lines.select(text.str.contains_any(["AER:", "pcieport", "error status/mask"]).any()).item():  # AER's per-bit lines name no literal
-        hit = hit | text.str.contains(r":\s+\[\s*\d+\] \w")
+    aer = text.str.contains_any(["AER:", "pcieport", "error status/mask"])
+    if lines.select(aer.any()).item():  # AER's per-bit lines name no literal: read in the inputs with AER
+        bits = text.str.contains(r":\s+\[\s*\d+\] \w")
+        hit = hit | (bits & aer.any().over(files) if files else bits)
     df = lines.select(cols).filter(hit)
     none = ParseResult(tables={"node_events": _empty()}, consumed=markers.cast(pl.UInt32))
     if df.is_empty():

@@ -501,6 +501,32 @@ def with_stream(lines: pl.DataFrame) -> pl.DataFrame:
     return df.with_columns(_seq=pl.int_range(pl.len(), dtype=pl.Int64).over("_stream"))
 
 
+# A per-file parser can be handed several inputs at once (``postmortem.analyzer.ingest``, ``AT_ONCE``):
+# its frame then has ``input_id``, and what one input's lines say must stay that input's. These
+# three give such a parser the input of a line (``_file``), and which inputs hold what.
+
+def file_of(lines: pl.DataFrame) -> pl.Expr | pl.Series:
+    """The input of each line of ``lines``: its ``input_id``, or 0 where the frame is one input."""
+    return lines["input_id"] if "input_id" in lines.columns else pl.lit(0, dtype=pl.UInt32)
+
+
+def files_where(lines: pl.DataFrame, **flags: pl.Expr) -> pl.DataFrame:
+    """``_file`` and, per input, each of ``flags`` (an aggregation over its lines, such as
+    ``text.str.contains(X).any()``): one row per input of ``lines``."""
+    if "input_id" in lines.columns:
+        return lines.group_by(pl.col("input_id").alias("_file")).agg(**flags)
+    return lines.select(_file=pl.lit(0, dtype=pl.UInt32), **flags)
+
+
+def of_files(frame: pl.DataFrame, found: pl.DataFrame, flag: str) -> pl.DataFrame | None:
+    """The rows of ``frame`` (with ``_file``) of the inputs ``found`` (``files_where``) flags;
+    None when no input is flagged."""
+    files = found.filter(pl.col(flag).fill_null(False))["_file"]
+    if files.is_empty():
+        return None
+    return frame if len(files) == found.height else frame.filter(pl.col("_file").is_in(files.implode()))
+
+
 def any_literal(text: pl.Expr, literals) -> pl.Expr:
     """True where ``text`` holds one of ``literals`` (plain substrings). One regex of escaped
     alternatives: the regex engine's SIMD multi-literal search reads a 50 MB chunk several times
