@@ -352,8 +352,13 @@ def _shares(module, parsed: ParseResult, numbered: _Numbered) -> dict[int, Parse
         if frame.is_empty():
             continue
         frame = _unbatch(frame, mapping, getattr(module, "LINE_NUMBER_COLUMNS", {}).get(name, ()))
-        for (input_id,), part in frame.partition_by("input_id", as_dict=True, maintain_order=True).items():
-            shares.setdefault(input_id, ParseResult()).tables[name] = part.drop("input_id")
+        if not frame["input_id"].is_sorted():
+            frame = frame.sort("input_id", maintain_order=True)
+        runs = frame["input_id"].rle()    # each input's rows, in their order: a slice of the frame each
+        frame, at = frame.drop("input_id"), 0
+        for length, input_id in zip(runs.struct.field("len").to_list(), runs.struct.field("value").to_list()):
+            shares.setdefault(input_id, ParseResult()).tables[name] = frame.slice(at, length)
+            at += length
     return shares
 
 

@@ -236,27 +236,36 @@ def _unreachable(df: pl.DataFrame) -> pl.DataFrame:
 
 
 def _csv(df: pl.DataFrame) -> tuple[pl.DataFrame, list[int]]:
+    """``nvidia-smi --query-gpu`` CSV blocks: a header, then the rows after it (in its input)
+    with as many commas, up to the first that has not or the next header. Every header of the
+    frame at once; one split per distinct header."""
     t = pl.col("text")
     head = t.str.contains(_CSV_HEAD)
-    heads = df.filter(head)
-    frames, used = [], []
-    inputs = df.partition_by("_file", as_dict=True)    # a header's rows are its own input's
-    for line_no, text, file in heads.select("line_no", "text", "_file").iter_rows():
+    commas = t.str.count_matches(",")
+    d = df.with_columns(_head=head, _commas=commas).with_columns(
+        _hdr=pl.when("_head").then(pl.col("line_no")).forward_fill().over("_file"),
+        _hc=pl.when("_head").then(pl.col("_commas")).forward_fill().over("_file"))
+    schemas: dict[tuple, list[int]] = {}   # a header's column names -> the headers that have them
+    for line_no, text in d.filter("_head").select("line_no", "text").iter_rows():
         fields = [h.strip().split(" [")[0] for h in text.split(",")]
         names = [_CSV_COLUMNS.get(f) for f in fields]
-        if not any(n and "." in f for n, f in zip(names, fields)):
-            continue  # not an nvidia-smi --query-gpu header
-        body = inputs[(file,)].filter(pl.col("line_no") > line_no).with_columns(
-            _stop=(t.str.count_matches(",") != text.count(",")) | head).with_columns(
-            _stop=pl.col("_stop").cum_max()).filter(~pl.col("_stop"))
-        used.append(line_no)
-        if body.is_empty():
+        if any(n and "." in f for n, f in zip(names, fields)):   # else not an nvidia-smi --query-gpu header
+            schemas.setdefault(tuple(names), []).append(line_no)
+    used = sorted(line for lines in schemas.values() for line in lines)
+    if not schemas:
+        return pl.DataFrame(), used
+    body = d.filter(~pl.col("_head") & pl.col("_hdr").is_in(pl.Series(used, dtype=d["line_no"].dtype).implode())).with_columns(
+        _stop=(pl.col("_commas") != pl.col("_hc")).cum_max().over("_hdr")).filter(~pl.col("_stop"))
+    used += body["line_no"].to_list()
+    frames = []
+    for names, headers in schemas.items():
+        rows = body.filter(pl.col("_hdr").is_in(pl.Series(headers, dtype=d["line_no"].dtype).implode())) \
+            if len(schemas) > 1 else body
+        if rows.is_empty():
             continue
-        parts = body["text"].str.split(",")
+        parts = rows["text"].str.split(",")
         cols = {n: parts.list.get(i, null_on_oob=True).str.strip_chars() for i, n in enumerate(names) if n}
-        frame = body.select("line_no").with_columns(**cols)
-        frames.append(frame)
-        used += body["line_no"].to_list()
+        frames.append(rows.select("line_no").with_columns(**cols))
     if not frames:
         return pl.DataFrame(), used
     out = pl.concat(frames, how="diagonal_relaxed")

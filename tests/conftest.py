@@ -25,18 +25,6 @@ def pytest_xdist_auto_num_workers(config):
     return (os.cpu_count() or 1) + 1
 
 
-# Under ``--dist loadscope`` a module runs on one worker from its first test to its last: the
-# longest modules are handed out first, so that none starts late and runs on alone at the end
-# while the other workers idle.
-_LONGEST_FIRST = ("test_scale_ingest", "test_fuzz_parsers", "test_rule_robustness", "test_tails",
-                  "test_batched_parsing", "test_diff", "test_transport_sides", "test_fleet")
-
-
-def pytest_collection_modifyitems(config, items):
-    rank = {name: i for i, name in enumerate(_LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(Path(item.nodeid.split("::")[0]).stem, len(rank)))   # stable
-
-
 ROOT = Path(__file__).resolve().parents[1]
 REAL = ROOT.parent / "shared" / "real-data" / "logs"
 
