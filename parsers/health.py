@@ -254,13 +254,15 @@ def _csv(df: pl.DataFrame) -> tuple[pl.DataFrame, list[int]]:
     used = sorted(line for lines in schemas.values() for line in lines)
     if not schemas:
         return pl.DataFrame(), used
-    body = d.filter(~pl.col("_head") & pl.col("_hdr").is_in(pl.Series(used, dtype=d["line_no"].dtype).implode())).with_columns(
+
+    def under(headers: list[int]) -> pl.Expr:
+        return pl.col("_hdr").is_in(pl.Series(headers, dtype=d["line_no"].dtype).implode())
+    body = d.filter(~pl.col("_head") & under(used)).with_columns(
         _stop=(pl.col("_commas") != pl.col("_hc")).cum_max().over("_hdr")).filter(~pl.col("_stop"))
     used += body["line_no"].to_list()
     frames = []
     for names, headers in schemas.items():
-        rows = body.filter(pl.col("_hdr").is_in(pl.Series(headers, dtype=d["line_no"].dtype).implode())) \
-            if len(schemas) > 1 else body
+        rows = body.filter(under(headers)) if len(schemas) > 1 else body
         if rows.is_empty():
             continue
         parts = rows["text"].str.split(",")
