@@ -280,12 +280,10 @@ def parse_text(result: FileResult, lines: pl.DataFrame, others: pl.DataFrame,
     it gave each input; this input's share is taken as if the parser had read it alone (the
     lines it understood are the chunk's claims already)."""
     item, input_id = result.item, result.input_id
-
-    def passes(module) -> bool:
-        return gates is None or module.NAME not in gates or input_id in gates[module.NAME]
     if env_dump:
         item.kind = "env"
-    chosen = [] if env_dump else [m for m in parsers.LOG_PARSERS if m not in parsers.BATCHED and passes(m)]
+    chosen = [] if env_dump else [m for m in parsers.LOG_PARSERS if m not in parsers.BATCHED
+                                  and _gate_passes(gates, m, input_id)]
     for module in chosen:
         if at_once is not None and module.NAME in at_once:
             parsed = at_once[module.NAME].get(input_id)
@@ -312,6 +310,11 @@ def parse_text(result: FileResult, lines: pl.DataFrame, others: pl.DataFrame,
     return result
 
 
+def _gate_passes(gates: dict[str, set[int]] | None, module, input_id: int) -> bool:
+    """Whether a per-file parser reads this input (``file_gates``; no gates: every input)."""
+    return gates is None or module.NAME not in gates or input_id in gates[module.NAME]
+
+
 def _parse_at_once(results: list[FileResult], others: pl.DataFrame, gates: dict[str, set[int]] | None,
                    dumps: set[int]) -> tuple[dict[str, dict[int, ParseResult]], Batched]:
     """The per-file parsers that can read many inputs at once (``parsers.AT_ONCE``), each once
@@ -325,10 +328,8 @@ def _parse_at_once(results: list[FileResult], others: pl.DataFrame, gates: dict[
     out: dict[str, dict[int, ParseResult]] = {}
     claims = Batched()
     for module in parsers.AT_ONCE:
-        ids = [r.input_id for i, r in enumerate(results)
-               if i not in dumps and (gates is None or module.NAME not in gates or r.input_id in gates[module.NAME])]
-        if not ids:
-            out[module.NAME] = {}
+        ids = [r.input_id for i, r in enumerate(results) if i not in dumps and _gate_passes(gates, module, r.input_id)]
+        if not ids:     # no input to read (nor will parse_text read one)
             continue
         numbered = _Numbered.of(others.filter(pl.col("input_id").is_in(pl.Series(ids, dtype=pl.UInt32).implode())))
         try:
@@ -336,8 +337,7 @@ def _parse_at_once(results: list[FileResult], others: pl.DataFrame, gates: dict[
         except Exception:  # noqa: BLE001 -- one input at a time instead (parse_text)
             continue
         out[module.NAME] = _shares(module, parsed, numbered)
-        consumed = numbered.mapping.filter(pl.col("_row").is_in(parsed.consumed.implode()))
-        claims.claims.append(_claims(module.NAME, consumed.select("input_id", line_no="_line")))
+        claims.claims.append(numbered.claims(module.NAME, parsed.consumed))
     return out, claims
 
 
@@ -448,6 +448,11 @@ class _Numbered:
                                   _line="line_no")
         return cls(combined.with_columns(line_no=mapping["_row"]), mapping)
 
+    def claims(self, parser: str, consumed: pl.Series) -> pl.DataFrame:
+        """The lines a parser understood (``consumed``: global rows) as ``_claims`` rows."""
+        lines = self.mapping.filter(pl.col("_row").is_in(consumed.implode()))
+        return _claims(parser, lines.select("input_id", line_no="_line"))
+
 
 def _batch_parse(module, numbered: _Numbered, texts: list[FileResult], batched: Batched) -> None:
     """``module.parse`` once over ``numbered``, the lines of several inputs (``input_id``); its
@@ -473,8 +478,7 @@ def _batch_parse(module, numbered: _Numbered, texts: list[FileResult], batched: 
         more = getattr(module, "LINE_NUMBER_COLUMNS", {}).get(name, ())
         frame = _unbatch(frame, mapping, more).with_columns(parser=pl.lit(module.NAME))
         batched.tables.setdefault(name, []).append(frame)
-    consumed = mapping.filter(pl.col("_row").is_in(parsed.consumed.implode()))
-    batched.claims.append(_claims(module.NAME, consumed.select("input_id", line_no="_line")))
+    batched.claims.append(numbered.claims(module.NAME, parsed.consumed))
 
 
 def _env_dumps(results: list[FileResult], others: pl.DataFrame, gates: dict[str, set[int]] | None) -> set[int]:
