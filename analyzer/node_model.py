@@ -142,16 +142,19 @@ def _nodes_seen(tables: dict[str, pl.DataFrame], ranks: pl.DataFrame | None) -> 
         if name in ("job_nodes", "job", "gpu_identity", "node_clocks") or frame is None or frame.is_empty():
             continue
         if "node" in frame.columns and frame.schema["node"] == pl.String:
-            seen.update(frame.select(_short(pl.col("node"))).to_series().drop_nulls().unique().to_list())
+            # the distinct names first: a table can have a row per line, and a few nodes
+            names = frame.select(pl.col("node").drop_nulls().unique())
+            seen.update(names.select(_short(pl.col("node"))).to_series().drop_nulls().to_list())
     if ranks is not None and not ranks.is_empty():
         seen.update(ranks["node"].drop_nulls().to_list())
     return seen
 
 
-def _job_nodes(job_nodes: pl.DataFrame | None, tables: dict[str, pl.DataFrame], ranks: pl.DataFrame | None) -> pl.DataFrame | None:
+def _job_nodes(job_nodes: pl.DataFrame | None, seen: set[str], ranks: pl.DataFrame | None) -> pl.DataFrame | None:
+    """The scheduler's nodes of the job, each with whether any input is of it (``seen``: the
+    short names of every node the tables name) and its ranks."""
     if job_nodes is None:
         return None
-    seen = _nodes_seen(tables, ranks)
     per_node = {}
     if ranks is not None and not ranks.is_empty():
         for node, group in ranks.drop_nulls(["node"]).group_by("node"):
@@ -179,7 +182,8 @@ def build(tables: dict[str, pl.DataFrame], ranks: pl.DataFrame | None = None,
     merged = {**tables, **out}
     identity = gpu_identity(merged, ranks)
     out["gpu_identity"] = identity
-    nodes = sorted(_nodes_seen(merged, ranks) | hosts)
+    seen = _nodes_seen(merged, ranks)
+    nodes = sorted(seen | hosts)
     node_clocks = clocks.estimate(merged, nodes)
     events = out.get("node_events")
     if events is not None:
@@ -192,7 +196,7 @@ def build(tables: dict[str, pl.DataFrame], ranks: pl.DataFrame | None = None,
         events, node_clocks = clocks.apply(joined, node_clocks)
         out["node_events"] = events.sort("input_id", "line_no")
     out["node_clocks"] = node_clocks
-    jn = _job_nodes(_get(tables, "job_nodes"), merged, ranks)
+    jn = _job_nodes(_get(tables, "job_nodes"), seen, ranks)
     if jn is not None:
         out["job_nodes"] = jn
     return out

@@ -67,9 +67,12 @@ def load(topology: pl.DataFrame, legend: pl.DataFrame, keep_unknown: bool = Fals
     topology = topology.filter(pl.col("node").is_not_null() & pl.col("link").is_not_null() & pl.col("to").is_not_null()
                                & pl.col("from").is_not_null()
                                & ((matrix == "topo") | ((matrix == "pcie") & ~pl.col("to").str.starts_with("GPU"))))
-    for r in topology.iter_rows(named=True):
-        out.topo.setdefault(r["node"], {})[(r["from"], r["to"])] = r["link"]
-        out.topo_line.setdefault(r["node"], (r["input_id"], r["line_no"]))
+    # columns as lists, not a dict per row: a fleet's matrices are tens of thousands of cells
+    for node, start, end, link in zip(*(topology[name].to_list() for name in ("node", "from", "to", "link"))):
+        out.topo.setdefault(node, {})[(start, end)] = link
+    first = topology.unique("node", keep="first", maintain_order=True)
+    out.topo_line = {node: (input_id, line_no) for node, input_id, line_no in
+                     zip(*(first[name].to_list() for name in ("node", "input_id", "line_no")))}
     if not legend.is_empty():
         node_of = dict(topology.select("input_id", "node").unique("input_id").iter_rows()) if "input_id" in topology.columns else {}
         for r in legend.iter_rows(named=True):

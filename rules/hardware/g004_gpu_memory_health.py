@@ -44,7 +44,7 @@ def check(ctx: Context) -> list[Finding]:
     health = ctx.table("gpu_health")
     if health.is_empty() or not {"node", "bus_id", "state"} <= set(health.columns):
         return []
-    rows = health.filter(pl.col("node").is_not_null() & pl.col("bus_id").is_not_null())
+    rows = health.filter(pl.col("node").is_not_null() & pl.col("bus_id").is_not_null() & _may_have_problems(health))
     nodes = job_nodes(ctx)
     if nodes:
         rows = rows.filter(pl.col("node").is_in(sorted(nodes)))
@@ -97,6 +97,22 @@ def check(ctx: Context) -> list[Finding]:
                            suggestion=suggestion, culprit=False,
                            details={"problems": problems, "bus_id": bus}))
     return out
+
+
+def _may_have_problems(health: pl.DataFrame) -> pl.Expr:
+    """The rows ``_problems`` can find something in (a superset, decided by Polars): a fleet's
+    snapshot has a block per GPU, nearly all of them healthy, and a row without a problem adds
+    nothing to its GPU's finding."""
+    signs = [pl.col("state") == "unreachable"] if "state" in health.columns else []
+    for name in ("remap_failure", "remap_pending", "retired_pending", "ecc_volatile_uncorrected"):
+        dtype = health.schema.get(name)
+        if dtype == pl.String:
+            signs.append(pl.col(name).str.strip_chars().str.to_lowercase().str.starts_with("yes"))
+        elif dtype is not None and dtype.is_numeric():
+            signs.append(pl.col(name) != 0)
+        elif dtype is not None:
+            signs.append(pl.col(name).is_not_null())
+    return pl.any_horizontal(signs).fill_null(False) if signs else pl.lit(False)
 
 
 def _problems(r: dict) -> list[str]:

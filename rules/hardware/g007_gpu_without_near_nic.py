@@ -27,15 +27,15 @@ from __future__ import annotations
 
 import polars as pl
 
-from postmortem.analyzer import topology
 from postmortem.rules.base import Context, Finding, with_columns
 from postmortem.rules.declare import Category, Rule, Severity
+from postmortem.rules.hardware.hw_model import node_topology
 
 RULE = Rule(code="G007", name="gpu-without-near-nic", severity=Severity.WARNING, category=Category.HARDWARE, since="0.1.0")
 
 
 def check(ctx: Context) -> list[Finding]:
-    topo = topology.load(ctx.table("topology"), ctx.table("topo_nics"))
+    topo = node_topology(ctx)
     if not topo.topo:
         return []
     hops = with_columns(ctx.table("nccl_hops"), transport=pl.String, same_host=pl.Boolean)

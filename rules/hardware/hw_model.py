@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 
 import polars as pl
 
+from postmortem.analyzer import topology
 from postmortem.rules.base import Context, memoised
 
 # Events that mark a failure of the job (the first of them is "the first error").
@@ -36,6 +37,13 @@ class FirstError:
     input_id: int | None
     line_no: int | None
     offset_known: bool      # the node's clock offset was measured (or there is one node)
+
+
+@memoised
+def node_topology(ctx: Context) -> topology.Topology:
+    """What ``nvidia-smi topo -m`` says of each node, read once per report (G007 and the
+    transport rules' ``fabric``); read only."""
+    return topology.load(ctx.table("topology"), ctx.table("topo_nics"))
 
 
 def offsets(ctx: Context) -> dict[str, float | None]:

@@ -12,10 +12,11 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from postmortem.analyzer import hardware, topology
+from postmortem.analyzer import hardware
 from postmortem.analyzer.topology import GDR_PATHS, Topology  # noqa: F401 -- GDR_PATHS: the rules read it here
 from postmortem.analyzer.transports import accelerator
 from postmortem.rules.base import Context, Evidence, memoised, with_columns
+from postmortem.rules.hardware.hw_model import node_topology
 
 
 @dataclass
@@ -61,7 +62,7 @@ class Fabric:
 def fabric(ctx: Context) -> Fabric:
     hops = ctx.table("nccl_hops")
     acc, source = accelerator(ctx.run)
-    f = Fabric(hops, acc, source, topology.load(ctx.table("topology"), ctx.table("topo_nics")))
+    f = Fabric(hops, acc, source, node_topology(ctx))
     # ibstat, ibv_devinfo and sysfs fill different columns: the rules read these whichever tool wrote the rows.
     ports = with_columns(ctx.table("nic_ports"), state=pl.String, ca=pl.String, port=pl.Int64, link_layer=pl.String,
                          rate_gbps=pl.Float64)
