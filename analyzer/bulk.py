@@ -18,11 +18,14 @@ NCCL header, the collective's fields) and everything else (attribution, attempt,
 the first line of their run. The store is the same as if every line had gone through the
 models (tests/test_scale_ingest.py holds it to that).
 
-Each bulk row is written twice, not three times: into ``lines`` (stored in file order, the
-Logs screen pages it) and into ``_coll_rows``. ``nccl_lines`` and ``collectives`` become views
-over their own rows and ``_coll_rows`` (``_derive``): writing 4 M rows into each cost more than
-half of a 64-rank COLL run's store, and reading them through the view costs what reading the
-table did (rules read the COLL rows through one aggregate; a filter on ``kind`` skips them).
+Each bulk row is written once, into ``_coll_rows``. ``lines``, ``nccl_lines`` and
+``collectives`` become views over their own rows (``_lines``, ... kept in their order) and
+``_coll_rows`` (``_derive``): writing 4 M rows into each cost more than half of a 64-rank COLL
+run's store (``lines`` alone, sorted into file order: 3.7 s of 6 s). Reading the COLL rows
+through a view costs what reading the tables did (rules read them through one aggregate; a
+filter on ``kind`` skips them); a query over every row of ``lines`` pays the join (about 0.3 s
+more for a report of 4.3 M lines), and the TUI's Logs screen orders lines by their number, not
+by where they are stored.
 """
 
 from __future__ import annotations
@@ -62,8 +65,7 @@ TABLE = "_bulk"
 # The bulk rows in the store, written once: ``nccl_lines`` and ``collectives`` show them (``_derive``).
 ROWS = "_coll_rows"
 _ROWS_COLUMNS = ["input_id", "line_no", "run_line",
-                 *dict.fromkeys(c for table in ("nccl_lines", "collectives") for c in OWN[table]
-                                if c not in ("input_id", "line_no"))]
+                 *dict.fromkeys(c for table in OWN for c in OWN[table] if c not in ("input_id", "line_no"))]
 SKIM = "_skim"
 
 
@@ -227,27 +229,21 @@ MERGE_ROWS = 1_000_000
 
 
 def merge(con: duckdb.DuckDBPyConnection, lines: pl.DataFrame) -> None:
-    """Add the ``_bulk`` rows to ``lines``, ``nccl_lines`` and ``collectives``, and the ``_skim``
-    rows to ``lines``: own columns from the bulk row, the others from the first line of its run
-    (a skimmed line: the kept line of its stream before it), rows kept in the tables' order (a
-    bulk line right after its run's first line). ``nccl_lines`` and ``collectives`` are in the
-    store, written with an ``_ord`` row number; ``lines`` is not: it is the frame given (with
-    ``_ord``), written here once with the bulk's rows in their places (``_write_lines``). The bulk
-    rows are written once more, into ``ROWS``, and ``nccl_lines`` and ``collectives`` become
-    views that add them to their own rows (``_derive``); rules read COLL rows only through an
-    aggregate (``postmortem.rules.base.Context.coll_trace_ends``)."""
+    """Show the ``_bulk`` rows in ``lines``, ``nccl_lines`` and ``collectives``, and add the
+    ``_skim`` rows to ``lines``: own columns from the bulk row, the others from the first line of
+    its run (a skimmed line: the kept line of its stream before it). ``nccl_lines`` and
+    ``collectives`` are in the store, written with an ``_ord`` row number; ``lines`` is not: it
+    is the frame given (with ``_ord``), written here once, in file order, with the skimmed rows
+    in their places (``_write_lines``). The bulk rows are written once, into ``ROWS``, and the
+    three tables become views that add them to their own rows (``_derive``); rules read COLL
+    rows only through an aggregate (``postmortem.rules.base.Context.coll_trace_ends``)."""
     views = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables WHERE table_name IN "
                                        f"('{TABLE}', '{SKIM}')").fetchall()}
-    parts = []
-    if TABLE in views:
-        parts.append(f"SELECT input_id, line_no, run_line, \"offset\", length, prefix, ext_ts, NULL::VARCHAR AS text, "
-                     f"NULL::VARCHAR AS kind, false AS _own FROM {TABLE}")
     if SKIM in views:
-        parts.append(f"SELECT input_id, line_no, run_line, \"offset\", length, prefix, ext_ts, text, NULL::VARCHAR "
-                     f"AS kind, true AS _own FROM {SKIM}")
-    con.execute("CREATE OR REPLACE TEMP VIEW _lines_bulk AS " + " UNION ALL ".join(parts))
-    con.execute("CREATE OR REPLACE TEMP TABLE _runs AS SELECT input_id, run_line, count(*) AS n "
-                "FROM _lines_bulk GROUP BY ALL")
+        con.execute(f"CREATE OR REPLACE TEMP VIEW _lines_bulk AS SELECT input_id, line_no, run_line, \"offset\", "
+                    f"length, prefix, ext_ts, text, NULL::VARCHAR AS kind FROM {SKIM}")
+        con.execute("CREATE OR REPLACE TEMP TABLE _runs AS SELECT input_id, run_line, count(*) AS n "
+                    "FROM _lines_bulk GROUP BY ALL")
     if TABLE in views:
         # In any order: DuckDB then writes the rows to the file as it reads them, rather than
         # holding chunks that end inside a row group for the next checkpoint (2-3 s more).
@@ -255,44 +251,45 @@ def merge(con: duckdb.DuckDBPyConnection, lines: pl.DataFrame) -> None:
         con.execute("SET preserve_insertion_order = false")
         con.execute(f"CREATE TABLE {ROWS} AS SELECT {listed} FROM {TABLE}")
         con.execute("RESET preserve_insertion_order")
+    # skimmed lines bring their text: slices of fewer rows, so that one slice's sort fits
+    _write_lines(con, lines, SKIM in views, MERGE_ROWS // 4 if SKIM in views else MERGE_ROWS)
     for table, own in OWN.items():
-        if table == "lines":
-            # skimmed lines bring their text: slices of fewer rows, so that one slice's sort fits
-            _write_lines(con, lines, own, MERGE_ROWS // 4 if SKIM in views else MERGE_ROWS)
-            continue
         columns = [r[0] for r in con.execute(
             "SELECT column_name FROM information_schema.columns WHERE table_name = ? ORDER BY ordinal_position",
             [table]).fetchall()]
+        if "_ord" in columns:
+            con.execute(f'ALTER TABLE "{table}" DROP COLUMN _ord')
         if TABLE in views:
             _derive(con, table, [c for c in columns if c != "_ord"], own, _FIRST_ROW[table])
-        elif "_ord" in columns:
-            con.execute(f'ALTER TABLE "{table}" DROP COLUMN _ord')
     for view in views:
         con.execute(f"DROP VIEW {view}")
-    con.execute("DROP VIEW _lines_bulk")
-    con.execute("DROP TABLE _runs")
+    if SKIM in views:
+        con.execute("DROP VIEW _lines_bulk")
+        con.execute("DROP TABLE _runs")
 
 
 # Where ``_write_lines`` shows the ``lines`` frame to DuckDB (registered, not written), and one slice of it.
 _LINES_IN, _LINES_PART = "_lines_in", "_lines_part"
 
 
-def _write_lines(con: duckdb.DuckDBPyConnection, lines: pl.DataFrame, own: list[str], limit: int) -> None:
-    """The ``lines`` table: the frame's rows and the bulk rows of their runs in file order (the
-    TUI's Logs screen pages by rowid), appended in slices of the frame's ``_ord`` (its row
-    number), each slice's rows and its runs' bulk rows sorted together. The frame is read from
-    memory, a slice at a time: written to a table first and rebuilt from it, a 535 MB log's 2 M
-    kept rows cost 1.5 s more."""
-    picked = ", ".join(f'b."{c}" AS "{c}"' if c in own else
-                       f'CASE WHEN b._own THEN b."{c}" ELSE r."{c}" END AS "{c}"' if c in SKIM_OWN else
-                       f'r."{c}" AS "{c}"' for c in lines.columns)
+def _write_lines(con: duckdb.DuckDBPyConnection, lines: pl.DataFrame, skimmed: bool, limit: int) -> None:
+    """The ``lines`` table in file order (the TUI's Logs screen shows it so): the frame's rows
+    (in their order: ``_ord``, its row number), and with ``skimmed`` the skimmed rows of their
+    runs, appended in slices of ``_ord``, each slice's rows and its runs' skimmed rows sorted
+    together. The frame is read from memory, a slice at a time: written to a table first and
+    rebuilt from it, a 535 MB log's 2 M kept rows cost 1.5 s more."""
     con.register(_LINES_IN, lines.to_arrow())
+    if not skimmed:
+        con.execute(f'CREATE TABLE lines AS SELECT * EXCLUDE (_ord) FROM "{_LINES_IN}"')
+        con.unregister(_LINES_IN)
+        return
+    picked = ", ".join(f'b."{c}" AS "{c}"' if c in SKIM_OWN else f'r."{c}" AS "{c}"' for c in lines.columns)
     slices = _slices(con, _LINES_IN, _FIRST_ROW["lines"], limit)
     con.execute(f'CREATE TABLE lines AS SELECT * EXCLUDE (_ord) FROM "{_LINES_IN}" LIMIT 0')
     con.unregister(_LINES_IN)
     for lo, hi, input_lo, input_hi, line_lo, line_hi in slices:
         con.register(_LINES_PART, lines.slice(lo, hi - lo).to_arrow())
-        if input_hi < input_lo:     # no bulk row: the frame's rows as they are, in their order
+        if input_hi < input_lo:     # no skimmed row: the frame's rows as they are, in their order
             con.execute(f"INSERT INTO lines SELECT * EXCLUDE (_ord) FROM {_LINES_PART}")
             continue
         con.execute(f"""
@@ -312,7 +309,6 @@ def _derive(con: duckdb.DuckDBPyConnection, table: str, columns: list[str], own:
     ``ROWS``, own columns from the bulk row and the others from the first line of its run. So
     each bulk row is written once (``ROWS``), not once per table; the view's rows are the rows
     the table would hold."""
-    con.execute(f'ALTER TABLE "{table}" DROP COLUMN _ord')
     con.execute(f'ALTER TABLE "{table}" RENAME TO "_{table}"')
     picked = ", ".join(f'b."{c}" AS "{c}"' if c in own else
                        f"'{COLL_KIND}' AS kind" if c == "kind" and table == "collectives" else  # a constant: a filter on kind skips the join

@@ -49,9 +49,11 @@ def store_of(paths, **options) -> tuple[dict, list, dict]:
 
 
 def list_order_is_file_order(run) -> bool:
-    """``lines`` is stored in input and line order (the TUI's Logs screen pages by rowid)."""
+    """``lines`` is stored in input and line order (its own rows, ``_lines``, where a COLL bulk
+    makes it a view: postmortem.analyzer.bulk)."""
+    view = run.con.execute("SELECT count(*) FROM duckdb_views() WHERE view_name = 'lines'").fetchone()[0]
     wrong = run.con.execute("SELECT count(*) FROM (SELECT rowid, row_number() OVER (ORDER BY input_id, line_no) - 1 "
-                            "AS position FROM lines) WHERE position <> rowid").fetchone()[0]
+                            f"AS position FROM {'_lines' if view else 'lines'}) WHERE position <> rowid").fetchone()[0]
     return wrong == 0
 
 
@@ -76,8 +78,8 @@ def test_the_coll_bulk_is_merged_back_row_for_row(coll_run, monkeypatch):
     assert any(code == "H001" for code, *_ in with_bulk[1]), "the planted culprit is still found"
 
 
-def test_each_coll_row_is_stored_once_beside_lines_and_shown_by_views(coll_run):
-    """The COLL bulk lands in ``lines`` and in one ``_coll_rows`` table; ``nccl_lines`` and
+def test_each_coll_row_is_stored_once_and_shown_by_views(coll_run):
+    """The COLL bulk lands in one ``_coll_rows`` table; ``lines``, ``nccl_lines`` and
     ``collectives`` are views over their own rows and it. What users list (exports, the TUI's
     SQL screen) names the views with their rows, never the tables behind them."""
     from postmortem.tui.screens.sql import table_catalogue
@@ -87,10 +89,12 @@ def test_each_coll_row_is_stored_once_beside_lines_and_shown_by_views(coll_run):
     stored = con.execute(f"SELECT count(*) FROM {bulk.ROWS}").fetchone()[0]
     assert stored > 1000
     views = {name for (name,) in con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()}
-    assert views == {"nccl_lines", "collectives"}
+    assert views == {"lines", "nccl_lines", "collectives"}
     traced = con.execute("SELECT count(*) FROM collectives WHERE kind = 'nccl_coll'").fetchone()[0]
     own = con.execute("SELECT count(*) FROM _collectives WHERE kind = 'nccl_coll'").fetchone()[0]
     assert traced == own + stored       # each bulk row once in the view, with its run's first line's row
+    shown, kept = (con.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in ("lines", "_lines"))
+    assert shown == kept + stored
     listed = store.tables(con)
     assert {"lines", "nccl_lines", "collectives"} <= set(listed) and not [t for t in listed if t.startswith("_")]
     catalogue = {info.name: info.rows for info in table_catalogue(con)}

@@ -116,6 +116,32 @@ def test_data_orders_by_time_keeping_each_file_in_order(con):
         con.execute("SELECT min(path), 1 FROM inputs").fetchone()
 
 
+def test_a_coll_traced_run_shows_every_line_of_its_files_in_order(tmp_path):
+    """In a COLL-traced run ``lines`` is a view over its own rows and the bulk rows
+    (postmortem.analyzer.bulk): the screen still shows each file whole, in its order, each
+    line's text read back where the store keeps none, and a regex finds the COLL lines."""
+    from postmortem.analyzer.pipeline import analyze
+    from postmortem.generator import RunSpec, generate_run
+
+    out = tmp_path / "run"
+    generate_run(out, RunSpec(nodes=1, gpus_per_node=4, culprit=2, iterations_before_hang=3,
+                              nccl_subsys="INIT,ENV,COLL", coll_trace=True))
+    run = analyze([out], db_path=tmp_path / "store.duckdb", use_cache=False)
+    assert run.con.execute("SELECT count(*) FROM duckdb_views() WHERE view_name = 'lines'").fetchone()[0]
+    data = LogData(run.con.cursor())
+    data.build()
+    shown = [data.row(p) for p in range(data.apply(Filters(), "file").count)]
+    paths = dict(run.con.execute("SELECT path, abs_path FROM inputs").fetchall())
+    for path in sorted({r.path for r in shown}):
+        text = open(paths[path], encoding="utf-8").read().splitlines()
+        mine = [r for r in shown if r.path == path]
+        assert [r.line_no for r in mine] == list(range(1, len(text) + 1)), path
+        assert all(text[r.line_no - 1].endswith(r.text) for r in mine), path
+    traced = sum(" opCount " in r.text for r in shown)
+    assert traced > 500
+    assert data.apply(Filters(regex=" opCount ")).count == traced
+
+
 def test_rows_read_while_a_worker_applies_filters(con):
     """The UI thread pages rows without the lock while the worker re-applies filters: a page
     cache cleared between its lookup and its read was a KeyError in CI. Here the worker's

@@ -48,6 +48,9 @@ TIME_TABLES = ("events", "iterations", "progress", "node_events", "agent", "slur
 PAGE = 128
 SOURCE_MIN, SOURCE_MAX = 9, 24   # the gutter's source column (rank, node or file), in characters
 MAX_PAGES = 64
+# A line's id in the index: its input and line number in one integer. Not ``rowid``: in a
+# COLL-traced run ``lines`` is a view (postmortem.analyzer.bulk), which has none.
+RID = "(input_id::BIGINT * 4294967296 + line_no)"
 MAX_CHARS = 4000  # a displayed line is cut here (horizontal scroll reaches this far)
 
 _ERROR_RE = (r"^\[?[EF]\d{4} |\b(ERROR|FATAL|CRITICAL)\b|Traceback \(most recent call last\)"
@@ -230,7 +233,7 @@ class LogData:
             cur.execute("CREATE OR REPLACE TEMP TABLE pm_stamps AS " + self._stamps_sql())
             cur.execute(f"""CREATE OR REPLACE TEMP TABLE pm_idx AS
                 WITH l AS (
-                  SELECT l.rowid AS rid, l.input_id, l.line_no, l.rank, l.node, l.attempt,
+                  SELECT {RID} AS rid, l.input_id, l.line_no, l.rank, l.node, l.attempt,
                          l.text IS NULL AS readback, {LEVEL_SQL} AS level, s.ts
                   FROM lines l LEFT JOIN pm_stamps s USING (input_id, line_no)),
                 t AS (
@@ -298,7 +301,7 @@ class LogData:
             params.append(f.min_level)
         if f.regex:
             self._match_readback("pm_rx", "pm_idx", " AND ".join(clauses), list(params), f.regex)
-            clauses.append("(rid IN (SELECT rowid FROM lines WHERE regexp_matches(text, ?)) "
+            clauses.append(f"(rid IN (SELECT {RID} FROM lines WHERE regexp_matches(text, ?)) "
                            "OR rid IN (SELECT rid FROM pm_rx))")
             params.append(smart_case(f.regex))
         return " AND ".join(clauses), params
@@ -308,8 +311,8 @@ class LogData:
         matching rids land in ``table``."""
         regex = python_regex(pattern)
         rows = self.cur.execute(f"""SELECT s.rid, s.input_id, l."offset", l.length, l.prefix
-            FROM (SELECT rid, input_id FROM {source} WHERE readback AND {where}) s
-            JOIN lines l ON l.rowid = s.rid""", params).fetchall()
+            FROM (SELECT rid, input_id, line_no FROM {source} WHERE readback AND {where}) s
+            JOIN lines l ON l.input_id = s.input_id AND l.line_no = s.line_no""", params).fetchall()
         hits = [rid for rid, text in self._readback.many(rows) if regex.search(text)]
         self.cur.execute(f"CREATE OR REPLACE TEMP TABLE {table} AS SELECT unnest(?::BIGINT[]) AS rid", [hits])
 
@@ -326,8 +329,8 @@ class LogData:
             self.state = replace(self.state, hits=0)
             return 0
         self._match_readback("pm_hx", "pm_view", "true", [], self.searched)
-        self.cur.execute("""CREATE OR REPLACE TEMP TABLE pm_hits AS SELECT vpos FROM pm_view
-            WHERE rid IN (SELECT rowid FROM lines WHERE regexp_matches(text, ?))
+        self.cur.execute(f"""CREATE OR REPLACE TEMP TABLE pm_hits AS SELECT vpos FROM pm_view
+            WHERE rid IN (SELECT {RID} FROM lines WHERE regexp_matches(text, ?))
                OR rid IN (SELECT rid FROM pm_hx) ORDER BY vpos""", [smart_case(self.searched)])
         hits = self.cur.execute("SELECT count(*) FROM pm_hits").fetchone()[0]
         self.state = replace(self.state, hits=hits)
@@ -430,11 +433,14 @@ class LogData:
             FROM pm_view WHERE vpos BETWEEN ? AND ? ORDER BY vpos""", [first, last]).fetchall()
         if not view:
             return []
-        rids = [r[1] for r in view]
-        # A literal rowid list lets DuckDB skip row groups (a parameter list would not).
+        # Literal line numbers per input let DuckDB skip row groups (a parameter list would not).
+        wanted: dict[int, list[int]] = {}
+        for r in view:
+            wanted.setdefault(r[2], []).append(r[3])
+        where = " OR ".join(f"(input_id = {int(i)} AND line_no IN ({','.join(str(int(n)) for n in numbers)}))"
+                            for i, numbers in wanted.items())
         stored = {rid: (text, offset, length, prefix) for rid, text, offset, length, prefix in self.cur.execute(
-            f'SELECT rowid, text, "offset", length, prefix FROM lines WHERE rowid IN ({",".join(map(str, rids))})'
-        ).fetchall()}
+            f'SELECT {RID}, text, "offset", length, prefix FROM lines WHERE {where}').fetchall()}
         back = dict(self._readback.many([(r[1], r[2], stored[r[1]][1], stored[r[1]][2], stored[r[1]][3])
                                          for r in view if r[8]]))
         return [LogRow(pos, input_id, line_no, rank, node, level, attempt, self.path_of(input_id),
