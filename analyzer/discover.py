@@ -314,13 +314,31 @@ def leading_nuls(handle, start: int = 0) -> int:
     """How many NUL bytes the input starts with (what logrotate's copytruncate leaves: the file
     was truncated while the writer kept its offset). Reads past them a block at a time."""
     handle.seek(start)
-    count = 0
+    # a small look first: nearly every input starts with text, and a block is 4 MB to copy
+    probe = handle.read(1 << 12)
+    stripped = probe.lstrip(b"\0")
+    count = len(probe) - len(stripped)
+    if stripped or not probe:
+        return count
     for block in _blocks(handle, None):
         stripped = block.lstrip(b"\0")
         count += len(block) - len(stripped)
         if stripped:
             break
     return count
+
+
+def _within_cap(block: bytes, pos: int, line: int, cap: int, sep: bytes) -> bool:
+    """Whether no line of ``block[pos:]`` passes ``cap`` (``line``: bytes of the first line read
+    before ``pos``), found by jumping from separator to separator at most ``cap`` bytes apart
+    (a search from the end of each window), not by splitting the block into its lines."""
+    n = len(block)
+    while n - pos + line > cap:
+        last = block.rfind(sep, pos, pos + cap - line + 1)
+        if last < 0:
+            return False
+        pos, line = last + 1, 0
+    return True
 
 
 def read_capped(handle, start: int = 0, end: int | None = None, cap: int | None = None, sep: bytes = b"\n",
@@ -349,11 +367,16 @@ def read_capped(handle, start: int = 0, end: int | None = None, cap: int | None 
                 cuts.append((len(out), skipped))
                 skipping, skipped, line, pos = False, 0, 0, at
                 continue
+            if _within_cap(block, pos, line, cap, sep):
+                last = block.rfind(sep, pos)
+                out += block[pos:] if pos else block
+                line = line + n - pos if last < 0 else n - last - 1
+                break
             piece = block[pos:] if pos else block
             parts = piece.split(sep)
             first = line + len(parts[0])
             if first <= cap and (len(parts) == 1 or max(map(len, parts[1:])) <= cap):
-                out += piece
+                out += piece    # (what the jumps above found already: checked again, line by line)
                 line = first if len(parts) == 1 else len(parts[-1])
                 break
             # the first line in this block that passes the cap: keep up to the cap, skip the rest

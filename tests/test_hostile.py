@@ -13,6 +13,7 @@ import io
 import json
 import os
 import pickle
+import random
 import shutil
 import signal
 import struct
@@ -263,6 +264,39 @@ def test_a_file_without_newlines_is_scanned_not_held(tmp_path, monkeypatch):
     assert peak < 5 * (4 << 20)          # a few blocks of 4 MiB, not the 64 MiB file
     run = analyze([log])
     assert run.frame("SELECT count(*) AS n, max(length) AS l FROM lines").row(0) == (1, 4096)
+
+
+def _capped_by_splitting(data: bytes, start: int, end: int | None, cap: int, sep: bytes, skip_nuls: bool):
+    """What ``read_capped`` must give, the slow and obvious way: every line cut at the cap."""
+    rest = data[start:]
+    nuls = len(rest) - len(rest.lstrip(b"\0")) if skip_nuls else 0     # NULs are looked for past the end
+    out, cuts = b"", []
+    for i, line in enumerate(data[start + nuls:end if end is None or end > start + nuls else start + nuls].split(sep)):
+        out += (sep if i else b"") + line[:cap]
+        if len(line) > cap:
+            cuts.append((len(out), len(line) - cap))
+    return out, cuts, start + nuls, nuls
+
+
+def test_capped_reading_equals_cutting_every_line_at_the_cap(monkeypatch):
+    """``read_capped`` checks blocks by jumping between separators and splits only a block with
+    a line past the cap: lines exactly at, just under and just over the cap, across small blocks,
+    with leading NULs, ``\r`` as the separator and a start and end inside the data."""
+    from postmortem.analyzer import discover
+
+    rnd = random.Random(7)
+    for trial in range(600):
+        monkeypatch.setattr(discover, "BLOCK", rnd.choice([7, 16, 64, 300]))
+        cap, sep = rnd.choice([256, 300, 1000]), rnd.choice([b"\n", b"\r"])
+        sizes = [rnd.choice([0, 1, 50, 255, 256, 257, 299, 300, 301, 999, 1000, 1001, 2500])
+                 for _ in range(rnd.randint(0, 30))]
+        data = b"\0" * rnd.choice([0, 0, 3, 5000]) + sep.join(bytes(rnd.choice(b"ab\0") for _ in range(n))
+                                                              for n in sizes) + sep * rnd.randint(0, 1)
+        start = rnd.choice([0, 0, rnd.randint(0, min(len(data), 50))])
+        end = rnd.choice([None, None, max(start, len(data) - rnd.randint(0, 10))])
+        skip = rnd.random() < 0.5
+        got = discover.read_capped(io.BytesIO(data), start, end, cap, sep, skip)
+        assert (got.data, got.cuts, got.start, got.nuls) == _capped_by_splitting(data, start, end, cap, sep, skip), trial
 
 
 def test_a_large_gz_is_decoded_into_scratch_and_segmented_like_a_plain_log(job, tmp_path, monkeypatch):
