@@ -18,14 +18,15 @@ NCCL header, the collective's fields) and everything else (attribution, attempt,
 the first line of their run. The store is the same as if every line had gone through the
 models (tests/test_scale_ingest.py holds it to that).
 
-Each bulk row is written once, into ``_coll_rows``. ``lines``, ``nccl_lines`` and
-``collectives`` become views over their own rows (``_lines``, ... kept in their order) and
-``_coll_rows`` (``_derive``): writing 4 M rows into each cost more than half of a 64-rank COLL
-run's store (``lines`` alone, sorted into file order: 3.7 s of 6 s). Reading the COLL rows
-through a view costs what reading the tables did (rules read them through one aggregate; a
-filter on ``kind`` skips them); a query over every row of ``lines`` pays the join (about 0.3 s
-more for a report of 4.3 M lines), and the TUI's Logs screen orders lines by their number, not
-by where they are stored.
+Each bulk row is written once, into ``_coll_rows``, and each skimmed line (the middle of a log
+too large to parse whole: ``skim_cut``) once, into ``_skim_rows``. ``lines``, ``nccl_lines``
+and ``collectives`` become views over their own rows (``_lines``, ... kept in their order) and
+those (``_derive``): writing 4 M rows into each cost more than half of a 64-rank COLL run's store
+(``lines`` alone, sorted into file order: 3.7 s of 6 s), and sorting a 535 MB log's 2.2 M
+skimmed lines in among the kept ones 7 s. Reading the COLL rows through a view costs what
+reading the tables did (rules read them through one aggregate; a filter on ``kind`` skips
+them); a query over every row of ``lines`` pays the join (about 0.3 s more for a report of 4.3
+M lines), and the TUI's Logs screen orders lines by their number, not by where they are stored.
 """
 
 from __future__ import annotations
@@ -223,134 +224,59 @@ def write(frame: pl.DataFrame, spool: str, name: str) -> str | None:
     return path
 
 
-# Bulk rows merged per statement: each statement sorts only its own slice, so the memory a
-# merge needs does not grow with the run.
-MERGE_ROWS = 1_000_000
+# The skimmed lines in the store, written once: ``lines`` shows them (``_derive``).
+SKIM_ROWS = "_skim_rows"
 
 
-def merge(con: duckdb.DuckDBPyConnection, lines: pl.DataFrame) -> None:
-    """Show the ``_bulk`` rows in ``lines``, ``nccl_lines`` and ``collectives``, and add the
-    ``_skim`` rows to ``lines``: own columns from the bulk row, the others from the first line of
-    its run (a skimmed line: the kept line of its stream before it). ``nccl_lines`` and
-    ``collectives`` are in the store, written with an ``_ord`` row number; ``lines`` is not: it
-    is the frame given (with ``_ord``), written here once, in file order, with the skimmed rows
-    in their places (``_write_lines``). The bulk rows are written once, into ``ROWS``, and the
-    three tables become views that add them to their own rows (``_derive``); rules read COLL
-    rows only through an aggregate (``postmortem.rules.base.Context.coll_trace_ends``)."""
+def merge(con: duckdb.DuckDBPyConnection) -> None:
+    """Show the ``_bulk`` rows in ``lines``, ``nccl_lines`` and ``collectives``, and the ``_skim``
+    rows in ``lines``: own columns from the bulk row, the others from the first line of its run
+    (a skimmed line: the kept line of its stream before it). Each is written once, in any order,
+    into ``ROWS`` or ``SKIM_ROWS``, and the tables (in the store already, their own rows in their
+    order) become views that add them (``_derive``). Rules read COLL rows only through an
+    aggregate (``postmortem.rules.base.Context.coll_trace_ends``)."""
     views = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables WHERE table_name IN "
                                        f"('{TABLE}', '{SKIM}')").fetchall()}
-    if SKIM in views:
-        con.execute(f"CREATE OR REPLACE TEMP VIEW _lines_bulk AS SELECT input_id, line_no, run_line, \"offset\", "
-                    f"length, prefix, ext_ts, text, NULL::VARCHAR AS kind FROM {SKIM}")
-        con.execute("CREATE OR REPLACE TEMP TABLE _runs AS SELECT input_id, run_line, count(*) AS n "
-                    "FROM _lines_bulk GROUP BY ALL")
+    # In any order: DuckDB then writes the rows to the file as it reads them, rather than
+    # holding chunks that end inside a row group for the next checkpoint (2-3 s more).
+    con.execute("SET preserve_insertion_order = false")
     if TABLE in views:
-        # In any order: DuckDB then writes the rows to the file as it reads them, rather than
-        # holding chunks that end inside a row group for the next checkpoint (2-3 s more).
-        listed = ", ".join(f'"{c}"' for c in _ROWS_COLUMNS)
-        con.execute("SET preserve_insertion_order = false")
-        con.execute(f"CREATE TABLE {ROWS} AS SELECT {listed} FROM {TABLE}")
-        con.execute("RESET preserve_insertion_order")
-    # skimmed lines bring their text: slices of fewer rows, so that one slice's sort fits
-    _write_lines(con, lines, SKIM in views, MERGE_ROWS // 4 if SKIM in views else MERGE_ROWS)
+        con.execute(f"CREATE TABLE {ROWS} AS SELECT {_listed(_ROWS_COLUMNS)} FROM {TABLE}")
+    if SKIM in views:
+        con.execute(f"CREATE TABLE {SKIM_ROWS} AS SELECT {_listed(SKIM_SCHEMA)} FROM {SKIM}")
+    con.execute("RESET preserve_insertion_order")
     for table, own in OWN.items():
-        columns = [r[0] for r in con.execute(
-            "SELECT column_name FROM information_schema.columns WHERE table_name = ? ORDER BY ordinal_position",
-            [table]).fetchall()]
-        if "_ord" in columns:
-            con.execute(f'ALTER TABLE "{table}" DROP COLUMN _ord')
-        if TABLE in views:
-            _derive(con, table, [c for c in columns if c != "_ord"], own, _FIRST_ROW[table])
+        parts = [(ROWS, own, _FIRST_ROW[table])] if TABLE in views else []
+        if table == "lines" and SKIM in views:
+            parts.append((SKIM_ROWS, SKIM_OWN, ""))
+        if parts:
+            _derive(con, table, parts)
     for view in views:
         con.execute(f"DROP VIEW {view}")
-    if SKIM in views:
-        con.execute("DROP VIEW _lines_bulk")
-        con.execute("DROP TABLE _runs")
 
 
-# Where ``_write_lines`` shows the ``lines`` frame to DuckDB (registered, not written), and one slice of it.
-_LINES_IN, _LINES_PART = "_lines_in", "_lines_part"
+def _listed(columns) -> str:
+    return ", ".join(f'"{c}"' for c in columns)
 
 
-def _write_lines(con: duckdb.DuckDBPyConnection, lines: pl.DataFrame, skimmed: bool, limit: int) -> None:
-    """The ``lines`` table in file order (the TUI's Logs screen shows it so): the frame's rows
-    (in their order: ``_ord``, its row number), and with ``skimmed`` the skimmed rows of their
-    runs, appended in slices of ``_ord``, each slice's rows and its runs' skimmed rows sorted
-    together. The frame is read from memory, a slice at a time: written to a table first and
-    rebuilt from it, a 535 MB log's 2 M kept rows cost 1.5 s more."""
-    con.register(_LINES_IN, lines.to_arrow())
-    if not skimmed:
-        con.execute(f'CREATE TABLE lines AS SELECT * EXCLUDE (_ord) FROM "{_LINES_IN}"')
-        con.unregister(_LINES_IN)
-        return
-    picked = ", ".join(f'b."{c}" AS "{c}"' if c in SKIM_OWN else f'r."{c}" AS "{c}"' for c in lines.columns)
-    slices = _slices(con, _LINES_IN, _FIRST_ROW["lines"], limit)
-    con.execute(f'CREATE TABLE lines AS SELECT * EXCLUDE (_ord) FROM "{_LINES_IN}" LIMIT 0')
-    con.unregister(_LINES_IN)
-    for lo, hi, input_lo, input_hi, line_lo, line_hi in slices:
-        con.register(_LINES_PART, lines.slice(lo, hi - lo).to_arrow())
-        if input_hi < input_lo:     # no skimmed row: the frame's rows as they are, in their order
-            con.execute(f"INSERT INTO lines SELECT * EXCLUDE (_ord) FROM {_LINES_PART}")
-            continue
-        con.execute(f"""
-            INSERT INTO lines
-            SELECT * EXCLUDE (_ord) FROM (
-                SELECT * FROM {_LINES_PART}
-                UNION ALL BY NAME
-                SELECT {picked} FROM _lines_bulk b JOIN {_LINES_PART} r
-                  ON r.input_id = b.input_id AND r.line_no = b.run_line
-                WHERE b.input_id BETWEEN {input_lo} AND {input_hi} AND b.run_line BETWEEN {line_lo} AND {line_hi})
-            ORDER BY _ord, line_no""")
-    con.unregister(_LINES_PART)
-
-
-def _derive(con: duckdb.DuckDBPyConnection, table: str, columns: list[str], own: list[str], first: str) -> None:
-    """``table`` becomes a view: its own rows (now ``_<table>``) and a row per bulk line of
-    ``ROWS``, own columns from the bulk row and the others from the first line of its run. So
-    each bulk row is written once (``ROWS``), not once per table; the view's rows are the rows
-    the table would hold."""
+def _derive(con: duckdb.DuckDBPyConnection, table: str, parts: list[tuple[str, list[str], str]]) -> None:
+    """``table`` becomes a view: its own rows (now ``_<table>``) and a row per line of each part's
+    stored rows (``ROWS``, ``SKIM_ROWS``): the part's own columns from that row (a column the
+    rows lack is null), the others from the first line of its run (``first``: which row of the
+    table that is). So each bulk row is written once, not once per table; the view's rows are
+    the rows the table would hold."""
+    columns = [r[0] for r in con.execute(
+        "SELECT column_name FROM information_schema.columns WHERE table_name = ? ORDER BY ordinal_position",
+        [table]).fetchall()]
     con.execute(f'ALTER TABLE "{table}" RENAME TO "_{table}"')
-    picked = ", ".join(f'b."{c}" AS "{c}"' if c in own else
-                       f"'{COLL_KIND}' AS kind" if c == "kind" and table == "collectives" else  # a constant: a filter on kind skips the join
-                       f'r."{c}" AS "{c}"' for c in columns)
-    plain = ", ".join(f'"{c}"' for c in columns)
-    con.execute(f"""CREATE VIEW "{table}" AS SELECT {plain} FROM "_{table}" UNION ALL
-                    SELECT {picked} FROM {ROWS} b JOIN "_{table}" r
-                    ON r.input_id = b.input_id AND r.line_no = b.run_line{first}""")
-
-
-def _slices(con: duckdb.DuckDBPyConnection, table: str, first: str,
-            limit: int = MERGE_ROWS) -> list[tuple[int, int, int, int, int, int]]:
-    """``_ord`` ranges [lo, hi) of ``table`` holding about ``limit`` bulk rows each, with the
-    inputs and the first lines (``run_line``) of the runs in them, so that each slice reads only
-    the bulk rows it needs (Parquet statistics skip the others); the last range runs to the end
-    of the table. A stretch of at least ``limit`` rows without a run is a slice of its own with
-    no inputs (``input_hi < input_lo``): copied as it is, not sorted (a skimmed log's segments
-    parsed in full: 1.3 M rows of a 535 MB log, 2.3 s sorted)."""
-    reps = con.execute(f"""
-        SELECT r._ord, r.input_id, r.line_no, u.n FROM "{table}" r JOIN _runs u
-          ON r.input_id = u.input_id AND r.line_no = u.run_line{first}
-        ORDER BY r._ord""").fetchall()
-    end = con.execute(f'SELECT coalesce(max(_ord), 0) + 1 FROM "{table}"').fetchall()[0][0]
-    reps.append((end, None, None, 0))    # the end: a stretch before it without runs is a slice too
-    slices, lo, rows, inputs, lines, gap_from = [], 0, 0, [], [], 0
-    for ord_, input_id, line_no, n in reps:
-        if ord_ - gap_from >= limit:    # no run in [gap_from, ord_): what came before, then that
-            if inputs:
-                slices.append((lo, gap_from, min(inputs), max(inputs), min(lines), max(lines)))
-                rows, inputs, lines = 0, [], []
-            slices.append((gap_from, ord_, 0, -1, 0, -1))
-            lo = ord_
-        if input_id is None:
-            break
-        gap_from = ord_ + 1
-        inputs.append(input_id)
-        lines.append(line_no)
-        rows += n
-        if rows >= limit:
-            slices.append((lo, ord_ + 1, min(inputs), max(inputs), min(lines), max(lines)))
-            lo, rows, inputs, lines = ord_ + 1, 0, [], []
-    if lo < end:
-        slices.append((lo, end, min(inputs) if inputs else 0, max(inputs) if inputs else -1,
-                       min(lines) if lines else 0, max(lines) if lines else -1))
-    return slices
+    selects = [f'SELECT {_listed(columns)} FROM "_{table}"']
+    for rows, own, first in parts:
+        stored = {r[0] for r in con.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = ?", [rows]).fetchall()}
+        picked = ", ".join(
+            (f'b."{c}" AS "{c}"' if c in stored else f'NULL AS "{c}"') if c in own else
+            f"'{COLL_KIND}' AS kind" if c == "kind" and table == "collectives" else  # a constant: a filter on kind skips the join
+            f'r."{c}" AS "{c}"' for c in columns)
+        selects.append(f'SELECT {picked} FROM {rows} b JOIN "_{table}" r '
+                       f"ON r.input_id = b.input_id AND r.line_no = b.run_line{first}")
+    con.execute(f'CREATE VIEW "{table}" AS ' + " UNION ALL ".join(selects))

@@ -166,13 +166,9 @@ def analyze(paths: list[str | Path], db_path: str | Path | None = None, progress
     t_models = time.perf_counter()
     meter.status("writing the store")
     con = sink.con or store.connect(db_path, spill=spill)
-    if sink.rows:   # row numbers, so that bulk.merge keeps every table's order
-        lines = lines.with_row_index("_ord")
-        tables = {name: frame.with_row_index("_ord") if name in bulk.OWN else frame for name, frame in tables.items()}
-    # with a bulk, ``lines`` is written once, by bulk.merge, with the bulk's rows in their places
-    store.write_all(con, {**tables, "inputs": parsed.inputs, "ranks": ranks, **({} if sink.rows else {"lines": lines})})
-    if sink.rows:
-        bulk.merge(con, lines)
+    store.write_all(con, {**tables, "inputs": parsed.inputs, "ranks": ranks, "lines": lines})
+    if sink.rows:   # the COLL trace bulk and skimmed lines, shown by views of these tables
+        bulk.merge(con)
     sink.discard()
     meter.close()
     t_store = time.perf_counter()

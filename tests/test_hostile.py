@@ -362,11 +362,12 @@ def test_a_small_input_growing_while_it_is_read_is_read_whole_or_left_to_the_blo
     assert ingest._small_plain(item) is None
 
 
-def test_skimmed_lines_land_in_file_order_past_long_stretches_parsed_in_full(tmp_path, monkeypatch):
-    """``lines`` is written once, in file order (the Logs screen pages it by rowid): slices with
-    skimmed lines are sorted together with their kept lines, stretches without any are copied
-    as they are (``bulk._slices``: a slice with no inputs). Small merge slices make both kinds."""
-    from postmortem.analyzer import budget, bulk, ingest
+def test_skimmed_lines_are_shown_in_lines_as_a_full_parse_stores_them(tmp_path, monkeypatch):
+    """A log too large to parse whole has its middle skimmed: the skimmed lines are written once
+    (``bulk.SKIM_ROWS``) and ``lines`` is a view that shows them beside the lines kept (its own
+    rows, ``_lines``, in file order), with the attribution of the kept line before them: the
+    same lines, numbers, offsets, ranks and text as the full parse's ``lines``."""
+    from postmortem.analyzer import budget, ingest
 
     log = tmp_path / "job" / "rank0.log"
     log.parent.mkdir()
@@ -375,15 +376,13 @@ def test_skimmed_lines_land_in_file_order_past_long_stretches_parsed_in_full(tmp
     monkeypatch.setattr(ingest, "SEGMENT_BYTES", len(chatter) // 6)
     full = analyze([log], use_cache=False)
     monkeypatch.setattr(budget, "full_parse_bytes", lambda: len(chatter) // 2)
-    monkeypatch.setattr(bulk, "MERGE_ROWS", 8000)
-    slices, real = [], bulk._slices
-    monkeypatch.setattr(bulk, "_slices", lambda *a: slices.extend(out := real(*a)) or out)
     skimmed = analyze([log], use_cache=False)
-    copied = [s for s in slices if s[3] < s[2]]
-    assert copied and len(copied) < len(slices), slices
-    assert [hi for _, hi, *_ in slices[:-1]] == [lo for lo, *_ in slices[1:]]    # every row once
-    q = "SELECT line_no, \"offset\", length, rank, rank_source, node, attempt, text FROM lines ORDER BY rowid"
+    kept, skim = (skimmed.con.execute(f"SELECT count(*) FROM {t}").fetchall()[0][0] for t in ("_lines", "_skim_rows"))
+    assert kept > 1000 and skim > 10000
+    q = "SELECT line_no, \"offset\", length, rank, rank_source, node, attempt, text FROM lines ORDER BY input_id, line_no"
     assert full.frame(q).equals(skimmed.frame(q))
+    assert skimmed.con.execute("SELECT count(*) FROM (SELECT rowid, row_number() OVER (ORDER BY line_no) - 1 AS place "
+                               "FROM _lines) WHERE place <> rowid").fetchall()[0][0] == 0
 
 
 # -- 4. a bounded pickle reader --------------------------------------------------------------------

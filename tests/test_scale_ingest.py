@@ -63,7 +63,6 @@ def differing(a: dict, b: dict) -> dict:
 
 def test_the_coll_bulk_is_merged_back_row_for_row(coll_run, monkeypatch):
     merged = []
-    monkeypatch.setattr(bulk, "MERGE_ROWS", 500)    # several merge slices per table
     real_merge = bulk.merge
     monkeypatch.setattr(bulk, "merge", lambda con, *more: merged.append(
         con.execute(f"SELECT count(*) FROM {bulk.TABLE}").fetchone()[0]) or real_merge(con, *more))
@@ -93,7 +92,7 @@ def test_each_coll_row_is_stored_once_and_shown_by_views(coll_run):
     traced = con.execute("SELECT count(*) FROM collectives WHERE kind = 'nccl_coll'").fetchone()[0]
     own = con.execute("SELECT count(*) FROM _collectives WHERE kind = 'nccl_coll'").fetchone()[0]
     assert traced == own + stored       # each bulk row once in the view, with its run's first line's row
-    shown, kept = (con.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in ("lines", "_lines"))
+    shown, kept = (con.execute(f"SELECT count(*) FROM {t}").fetchall()[0][0] for t in ("lines", "_lines"))
     assert shown == kept + stored
     listed = store.tables(con)
     assert {"lines", "nccl_lines", "collectives"} <= set(listed) and not [t for t in listed if t.startswith("_")]
