@@ -63,7 +63,7 @@ SCHEMA = {"input_id": pl.UInt32, "line_no": pl.UInt32, "run_line": pl.UInt32, "o
           **{c: t for c, t in NCCL_SCHEMAS["collectives"].items() if c not in ("line_no", "kind", "host", "pid",
                                                                              "tid", "cuda_dev")}}
 TABLE = "_bulk"
-# The bulk rows in the store, written once: ``nccl_lines`` and ``collectives`` show them (``_derive``).
+# The bulk rows in the store, written once: ``lines``, ``nccl_lines`` and ``collectives`` show them (``_derive``).
 ROWS = "_coll_rows"
 _ROWS_COLUMNS = ["input_id", "line_no", "run_line",
                  *dict.fromkeys(c for table in OWN for c in OWN[table] if c not in ("input_id", "line_no"))]
@@ -240,11 +240,13 @@ def merge(con: duckdb.DuckDBPyConnection) -> None:
     # In any order: DuckDB then writes the rows to the file as it reads them, rather than
     # holding chunks that end inside a row group for the next checkpoint (2-3 s more).
     con.execute("SET preserve_insertion_order = false")
-    if TABLE in views:
-        con.execute(f"CREATE TABLE {ROWS} AS SELECT {_listed(_ROWS_COLUMNS)} FROM {TABLE}")
-    if SKIM in views:
-        con.execute(f"CREATE TABLE {SKIM_ROWS} AS SELECT {_listed(SKIM_SCHEMA)} FROM {SKIM}")
-    con.execute("RESET preserve_insertion_order")
+    try:
+        if TABLE in views:
+            con.execute(f"CREATE TABLE {ROWS} AS SELECT {_listed(_ROWS_COLUMNS)} FROM {TABLE}")
+        if SKIM in views:
+            con.execute(f"CREATE TABLE {SKIM_ROWS} AS SELECT {_listed(SKIM_SCHEMA)} FROM {SKIM}")
+    finally:
+        con.execute("RESET preserve_insertion_order")
     for table, own in OWN.items():
         parts = [(ROWS, own, _FIRST_ROW[table])] if TABLE in views else []
         if table == "lines" and SKIM in views:

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import polars as pl
 
+import postmortem
 from postmortem import parsers
 from postmortem.analyzer import bulk
 from postmortem.analyzer import budget
@@ -1132,7 +1133,7 @@ def _run_jobs(jobs: list[Job], count: int, processes: bool = False):
     # guards itself with `if __name__ == "__main__"`); they need nothing of it: the parse job is
     # importable by name.
     settings = {"POLARS_MAX_THREADS": "1",
-                "_RJEM_MALLOC_CONF": os.environ.get("_RJEM_MALLOC_CONF", "dirty_decay_ms:30000,muzzy_decay_ms:30000")}
+                "_RJEM_MALLOC_CONF": os.environ.get("_RJEM_MALLOC_CONF", postmortem.MALLOC_CONF)}
     # A caller whose sys.stderr is no file (the TUI captures it): multiprocessing hands
     # sys.stderr's descriptor to its helper process, and a captured stream has none ("bad
     # value(s) in fds_to_keep"); the workers then write nothing to the terminal either.
