@@ -19,7 +19,7 @@ import polars as pl
 from postmortem.analyzer import (bulk, cache, collective_timing, env_model, identity, nccl_errors, nccl_model, node_model, store,
                       tails, timeline)
 from postmortem.analyzer.archives import Scratch
-from postmortem.analyzer.discover import discover, materialize
+from postmortem.analyzer.discover import discover, materialize, path_parts
 from postmortem.analyzer.ingest import SEGMENT_BYTES, Progress, parse_all
 
 LINE_COLUMNS = ["input_id", "line_no", "offset", "length", "kind", "rank", "rank_source", "rank_confidence",
@@ -103,7 +103,7 @@ def analyze(paths: list[str | Path], db_path: str | Path | None = None, progress
             if len(paths) > 1:
                 # Inputs in one order whatever the order the paths were given in (input ids, and
                 # so every table's row order, follow it).
-                items.sort(key=lambda i: (Path(i.display).parts, i.source or str(i.path)))
+                items.sort(key=lambda i: (path_parts(i.display), i.source or str(i.path)))
             run_key = cache.key(items) if use_cache else None
             hit = cache.load(run_key, db_path) if run_key else None
             if hit:

@@ -16,3 +16,18 @@ def test_guessed_ranks_follow_node_folder_order_and_local_rank(tmp_path):
         assert rank == (node - 1) * 2 + local, path  # the stated ranks agree with the layout
     culprit = rows.filter(rows["path"].str.contains("node-02/run_x/attempt_0/0/"))
     assert culprit.rows() and all(c == "guessed" for _, _, c in culprit.rows())
+
+
+def test_path_parts_are_a_posix_paths_parts():
+    """``discover.path_parts`` stands in for ``PurePosixPath(...).parts`` on every input's path
+    (thousands of them): the same parts for doubled, tripled and leading slashes and ``.``."""
+    import random
+    from pathlib import PurePosixPath
+
+    from postmortem.analyzer.discover import path_parts
+
+    rnd = random.Random(3)
+    atoms = ["a", "b.log", "", ".", "..", "attempt_0", "0", "x y", "é", "/", "//", "///"]
+    for _ in range(5000):
+        path = "".join(rnd.choice(atoms) for _ in range(rnd.randint(0, 7)))
+        assert path_parts(path) == PurePosixPath(path).parts, path
