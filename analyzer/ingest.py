@@ -27,7 +27,6 @@ from pathlib import Path
 
 import polars as pl
 
-import postmortem
 from postmortem import parsers
 from postmortem.analyzer import bulk
 from postmortem.analyzer import budget
@@ -1126,14 +1125,11 @@ def _run_jobs(jobs: list[Job], count: int, processes: bool = False):
     from concurrent.futures import ProcessPoolExecutor
 
     # Workers start at the first submissions, and these are set for them then (read at their
-    # start): one Polars thread each; Polars' allocator keeping freed pages for reuse (every
-    # chunk allocates about the same again: handing pages back and faulting them in anew cost a
-    # fifth of a worker's time); and a stand-in for the caller's main script, which spawned
+    # start): one Polars thread each; and a stand-in for the caller's main script, which spawned
     # workers would otherwise run again (multiprocessing re-imports __main__ unless a script
     # guards itself with `if __name__ == "__main__"`); they need nothing of it: the parse job is
-    # importable by name.
-    settings = {"POLARS_MAX_THREADS": "1",
-                "_RJEM_MALLOC_CONF": os.environ.get("_RJEM_MALLOC_CONF", postmortem.MALLOC_CONF)}
+    # importable by name. (They inherit the allocator setting the package made: postmortem/__init__.py.)
+    settings = {"POLARS_MAX_THREADS": "1"}
     # A caller whose sys.stderr is no file (the TUI captures it): multiprocessing hands
     # sys.stderr's descriptor to its helper process, and a captured stream has none ("bad
     # value(s) in fds_to_keep"); the workers then write nothing to the terminal either.
