@@ -376,7 +376,8 @@ def read_capped(handle, start: int = 0, end: int | None = None, cap: int | None 
             parts = piece.split(sep)
             first = line + len(parts[0])
             if first <= cap and (len(parts) == 1 or max(map(len, parts[1:])) <= cap):
-                out += piece    # (what the jumps above found already: checked again, line by line)
+                # only if the jumps were wrong: without this check such a block would loop here
+                out += piece
                 line = first if len(parts) == 1 else len(parts[-1])
                 break
             # the first line in this block that passes the cap: keep up to the cap, skip the rest
