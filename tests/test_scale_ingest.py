@@ -104,6 +104,17 @@ def test_each_coll_row_is_stored_once_and_shown_by_views(coll_run):
 _WHOLE: dict[tuple, tuple] = {}   # paths -> store_of them parsed one chunk at a time, in one go
 
 
+def whole_store(paths, monkeypatch) -> tuple[dict, list, dict]:
+    """``store_of(paths)`` in one chunk, by this process: the reference the ways of cutting and
+    sharing the work are held to, parsed once per module."""
+    key = tuple(map(str, paths))
+    if key not in _WHOLE:
+        with monkeypatch.context() as patch:
+            patch.setenv("POSTMORTEM_WORKERS", "1")
+            _WHOLE[key] = store_of(paths)
+    return _WHOLE[key]
+
+
 @pytest.mark.parametrize("processes", [True, False], ids=["processes", "threads"])
 @pytest.mark.parametrize("paths, segment", [([DEADLOCK], 60_000), ([REAL], None)], ids=["deadlock", "real-data-logs"])
 def test_chunks_workers_and_segments_change_nothing(paths, segment, processes, coll_run, monkeypatch):
@@ -115,11 +126,7 @@ def test_chunks_workers_and_segments_change_nothing(paths, segment, processes, c
     if not paths[0].exists():
         pytest.skip(f"{paths[0]} is not present")
     paths = paths + [coll_run]
-    key = tuple(map(str, paths))
-    if key not in _WHOLE:     # the same for both ways: parsed once
-        monkeypatch.setenv("POSTMORTEM_WORKERS", "1")
-        _WHOLE[key] = store_of(paths)
-    whole = _WHOLE[key]
+    whole = whole_store(paths, monkeypatch)
     cuts = []
     real_segments = ingest.segments
     monkeypatch.setattr(ingest, "segments", lambda *a: cuts.append(len(out := real_segments(*a))) or out)
@@ -160,12 +167,12 @@ def test_whole_file_inputs_read_side_by_side_change_nothing(monkeypatch):
 
 
 def test_parsing_chunks_together_changes_nothing(coll_run, monkeypatch):
-    """The batched parsers over the lines of one chunk at a time, or of five chunks at once
-    (``parse_chunks``: a job's chunks share them)."""
+    """The batched parsers over the lines of five small chunks at once (``parse_chunks``: a
+    job's chunks share them) give what one whole chunk gives. (Small chunks one at a time are
+    held to the whole chunk by test_chunks_workers_and_segments_change_nothing.)"""
     paths = [DEADLOCK, coll_run]
+    alone = whole_store(paths, monkeypatch)
     monkeypatch.setattr(ingest, "CHUNK_BYTES", 60_000)
-    monkeypatch.setattr(ingest, "JOB_CHUNKS", 1)
-    alone = store_of(paths)
     monkeypatch.setattr(ingest, "JOB_CHUNKS", 5)
     monkeypatch.setattr(ingest, "mostly_coll", lambda chunk: True)   # the deadlock's chunks too
     real, sizes = ingest.parse_chunks, []
@@ -232,8 +239,8 @@ def test_only_chunks_mostly_of_coll_lines_are_grouped(tmp_path):
     assert [len(job) for job in ingest.plan_jobs(chunks, 1)] == [2, 1, 2]
 
 
-def test_the_order_the_paths_are_given_in_changes_nothing(coll_run):
-    one = store_of([DEADLOCK, coll_run])
+def test_the_order_the_paths_are_given_in_changes_nothing(coll_run, monkeypatch):
+    one = whole_store([DEADLOCK, coll_run], monkeypatch)
     other = store_of([coll_run, DEADLOCK])
     assert not differing(one[0], other[0])
     assert one[1] == other[1] and one[2] == other[2]
