@@ -137,14 +137,14 @@ def gpu_identity(tables: dict[str, pl.DataFrame], ranks: pl.DataFrame | None) ->
 
 
 def _nodes_seen(tables: dict[str, pl.DataFrame], ranks: pl.DataFrame | None) -> set[str]:
+    # every table's distinct names first (a table can have a row per line, and a few nodes),
+    # all in one query: two Polars calls per table were a thirtieth of a small run's calls
+    names = [frame.lazy().select(pl.col("node").drop_nulls().unique()) for name, frame in tables.items()
+             if name not in ("job_nodes", "job", "gpu_identity", "node_clocks") and frame is not None
+             and frame.schema.get("node") == pl.String]
     seen: set[str] = set()
-    for name, frame in tables.items():
-        if name in ("job_nodes", "job", "gpu_identity", "node_clocks") or frame is None or frame.is_empty():
-            continue
-        if "node" in frame.columns and frame.schema["node"] == pl.String:
-            # the distinct names first: a table can have a row per line, and a few nodes
-            names = frame.select(pl.col("node").drop_nulls().unique())
-            seen.update(names.select(_short(pl.col("node"))).to_series().drop_nulls().to_list())
+    if names:
+        seen.update(pl.concat(names).unique().select(_short(pl.col("node"))).collect().to_series().drop_nulls().to_list())
     if ranks is not None and not ranks.is_empty():
         seen.update(ranks["node"].drop_nulls().to_list())
     return seen

@@ -150,7 +150,7 @@ def analyze(paths: list[str | Path], db_path: str | Path | None = None, progress
     by_line = ByLine(attribution)
     tables = _annotate(parsed.tables, by_line)
     year, year_source = timeline.reference_year(tables, [i.mtime for i in items])
-    tables = {name: timeline.fix_years(frame, year) for name, frame in tables.items()}
+    tables = timeline.fix_years(tables, year)
     tables = _fill_attempts(tables)
     meter.status("building the models (collectives, NCCL, nodes, environment)")
     # Issue 8: NCCL kernels of nsys/Kineto timelines -> collectives rows and collective_timing.

@@ -47,19 +47,28 @@ def _leap_day_placeholder(column: pl.Expr) -> pl.Expr:
     return (column.dt.year() == PLACEHOLDER_YEAR) & (column.dt.month() == 2) & (column.dt.day() == 29)
 
 
-def fix_years(frame: pl.DataFrame, year: int) -> pl.DataFrame:
-    """Placeholder years replaced by ``year``; a glog 02-29 in a year without one (the year came
-    from the other timestamps, which disagree) has no time rather than a wrong one."""
+def fix_years(tables: dict[str, pl.DataFrame], year: int) -> dict[str, pl.DataFrame]:
+    """Placeholder years replaced by ``year`` in every table's times; a glog 02-29 in a year
+    without one (the year came from the other timestamps, which disagree) has no time rather
+    than a wrong one. The tables with times are fixed in one Polars call."""
+    fixes = {name: _year_fixes(frame.schema, year) for name, frame in tables.items()}
+    names = [name for name, exprs in fixes.items() if exprs]
+    fixed = pl.collect_all([tables[name].lazy().with_columns(fixes[name]) for name in names]) if names else []
+    return {**tables, **dict(zip(names, fixed))}
+
+
+def _year_fixes(schema: pl.Schema, year: int) -> list[pl.Expr]:
+    fixes = []
     for column in ("ts", "time"):
-        if column in frame.columns and frame.schema[column] == pl.Datetime("us"):
-            placeholder = pl.col(column).dt.year() == PLACEHOLDER_YEAR
+        if schema.get(column) == pl.Datetime("us"):
+            value = pl.col(column)
             if not calendar.isleap(year):
-                frame = frame.with_columns(pl.when(_leap_day_placeholder(pl.col(column))).then(None)
-                                           .otherwise(pl.col(column)).alias(column))
+                value = pl.when(_leap_day_placeholder(value)).then(None).otherwise(value)
+            placeholder = value.dt.year() == PLACEHOLDER_YEAR
             # only the placeholder rows go through replace (a real 2024-02-29 must not meet year=2023)
-            moved = pl.when(placeholder).then(pl.col(column)).dt.replace(year=year)
-            frame = frame.with_columns(pl.when(placeholder).then(moved).otherwise(pl.col(column)).alias(column))
-    return frame
+            moved = pl.when(placeholder).then(value).dt.replace(year=year)
+            fixes.append(pl.when(placeholder).then(moved).otherwise(value).alias(column))
+    return fixes
 
 
 def attempt_starts(tables: dict[str, pl.DataFrame]) -> pl.DataFrame:

@@ -680,6 +680,27 @@ def test_feb_29_in_a_year_without_one(tmp_path):
     build_report(run)
 
 
+def test_placeholder_years_are_replaced_and_a_lost_feb_29_has_no_time():
+    """``timeline.fix_years`` over several tables at once: glog's placeholder year (2000) becomes
+    the run's, in ``ts`` and ``time``; a placeholder 02-29 in a year without one loses its time;
+    a real date is never moved (2024-02-29 stays in a run of 2023); other tables are the same."""
+    from datetime import datetime
+
+    import polars as pl
+
+    from postmortem.analyzer import timeline
+
+    stamps = [datetime(2000, 3, 1, 9), datetime(2000, 2, 29, 9), datetime(2024, 2, 29, 9), None]
+    tables = {"events": pl.DataFrame({"ts": stamps, "line_no": [1, 2, 3, 4]}),
+              "exits": pl.DataFrame({"time": stamps[:2]}),
+              "settings": pl.DataFrame({"key": ["a"]})}
+    for year, feb29 in ((2023, None), (2024, datetime(2024, 2, 29, 9))):
+        fixed = timeline.fix_years(tables, year)
+        assert fixed["events"]["ts"].to_list() == [datetime(year, 3, 1, 9), feb29, datetime(2024, 2, 29, 9), None]
+        assert fixed["exits"]["time"].to_list() == [datetime(year, 3, 1, 9), feb29]
+        assert fixed["settings"].equals(tables["settings"]) and list(fixed) == list(tables)
+
+
 def test_cr_only_log_is_read_as_lines_and_not_healthy(tmp_path):
     log = tmp_path / "mac.log"
     log.write_bytes(b"step 1 ok\rstep 2 ok\rTraceback (most recent call last):\r  File \"train.py\", line 9, in "
