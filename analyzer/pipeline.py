@@ -275,10 +275,13 @@ def _fill_attempts(tables: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:
         if "attempt" in frame.columns:
             attempts.update(a for a in frame["attempt"].unique().to_list() if a is not None)
     only = next(iter(attempts)) if len(attempts) == 1 else (0 if not attempts else None)
+    if only is not None:    # every row of the one attempt (or of none), in one Polars call
+        names = [name for name, frame in tables.items() if "attempt" in frame.columns]
+        filled = pl.collect_all([tables[name].lazy().with_columns(attempt=pl.col("attempt").fill_null(only))
+                                 for name in names]) if names else []
+        return {**tables, **dict(zip(names, filled))}
     starts = timeline.attempt_starts(tables)
-    tables = {name: timeline.fill_attempts(frame, starts, only) for name, frame in tables.items()}
-    if only is not None:
-        return tables
+    tables = {name: timeline.fill_attempts(frame, starts) for name, frame in tables.items()}
     marks = timeline.attempt_marks(tables)
     return {name: timeline.fill_attempts_by_position(frame, marks) for name, frame in tables.items()}
 

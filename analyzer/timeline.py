@@ -118,12 +118,10 @@ def fill_attempts_by_position(frame: pl.DataFrame, marks: pl.DataFrame) -> pl.Da
     return out.sort("_row").drop("_row", "_a")
 
 
-def fill_attempts(frame: pl.DataFrame, starts: pl.DataFrame, only_attempt: int | None) -> pl.DataFrame:
+def fill_attempts(frame: pl.DataFrame, starts: pl.DataFrame) -> pl.DataFrame:
     """Rows with no attempt get the latest attempt that had started by their time."""
     if "attempt" not in frame.columns:
         return frame
-    if only_attempt is not None:
-        return frame.with_columns(attempt=pl.col("attempt").fill_null(only_attempt))
     if "ts" not in frame.columns or starts.is_empty():
         return frame
     order = frame.with_row_index("_row")

@@ -104,13 +104,24 @@ def to_int(expr: pl.Expr) -> pl.Expr:
 def conform(frame: pl.DataFrame, schema: dict) -> pl.DataFrame:
     """``frame`` with exactly ``schema``'s columns: regex-captured strings become integers where
     the schema says Int64 (garbage -> null), missing columns are null, extra columns dropped."""
+    return frame.select(_conformed(frame.schema, schema))
+
+
+def conform_all(frames: dict[str, pl.DataFrame], schemas: dict[str, dict]) -> dict[str, pl.DataFrame]:
+    """``conform`` of each frame to its table's schema, all in one Polars call."""
+    names = list(frames)
+    plans = [frames[name].lazy().select(_conformed(frames[name].schema, schemas[name])) for name in names]
+    return dict(zip(names, pl.collect_all(plans))) if plans else {}
+
+
+def _conformed(have: pl.Schema, schema: dict) -> list[pl.Expr]:
     columns = []
     for name, dtype in schema.items():
-        if name not in frame.columns:
+        if name not in have:
             columns.append(pl.lit(None, dtype=dtype).alias(name))
             continue
         value = pl.col(name)
-        if dtype == pl.Int64 and frame.schema[name] == pl.String:
+        if dtype == pl.Int64 and have[name] == pl.String:
             value = to_int(value)
         columns.append(value.cast(dtype, strict=False).alias(name))
-    return frame.select(columns)
+    return columns

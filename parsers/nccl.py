@@ -27,7 +27,7 @@ import re
 
 import polars as pl
 
-from postmortem.parsers.base import ParseResult, conform, consumed_of, to_int
+from postmortem.parsers.base import ParseResult, conform, conform_all, consumed_of, to_int
 from postmortem.parsers import nccl_errors
 from postmortem.parsers.torch_errors import oom_size_columns
 from postmortem.parsers.nccl_catalogue import DATATYPE_BYTES, DATATYPES, FINGERPRINTS, KINDS, RED_OPS, RESULT_CODES
@@ -768,7 +768,7 @@ def parse(lines: pl.DataFrame) -> ParseResult:
         "events": events.unique("line_no", keep="first").sort("line_no"),
         "collectives": _collectives(merged.get("collectives")),
     }
-    tables = {name: conform(frame, SCHEMAS[name]) for name, frame in tables.items() if frame is not None}
+    tables = conform_all({name: frame for name, frame in tables.items() if frame is not None}, SCHEMAS)
     typed_kinds = pl.concat([
         kinds,
         prefixed.filter(pl.col("level") == "WARN").select("line_no", kind=pl.lit("warn")),
