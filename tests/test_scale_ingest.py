@@ -379,3 +379,22 @@ def test_a_parser_failing_on_one_input_of_a_batch_costs_that_input_only(tmp_path
     assert nodes == ["node01", "node03"]
     assert problems["path"].to_list() == ["node02.env"]
     assert "parser envdump failed (RuntimeError: a parser bug)" in problems["problem"][0]
+
+
+def test_tables_are_put_in_line_order_as_a_stable_sort_would():
+    """``pipeline._sorted``: a table out of (input, line, parser) order comes back as a stable
+    sort gives it; one in order, an empty one and a table left out are the same objects."""
+    import polars as pl
+
+    from postmortem.analyzer.pipeline import _sorted
+
+    shuffled = pl.DataFrame({"input_id": [1, 0, 1, 0], "line_no": [2, 5, 2, 1], "parser": ["b", "a", "a", "a"],
+                             "row": [0, 1, 2, 3]})
+    ordered = shuffled.sort("input_id", "line_no", maintain_order=True)
+    empty, other = ordered.clear(), pl.DataFrame({"x": [3, 1]})
+    tables = {"events": shuffled, "ordered": ordered, "empty": empty, "other": other}
+    keys = ["input_id", "line_no"]
+    out = _sorted(tables, {"events": [*keys, "parser"], "ordered": keys, "empty": keys})
+    assert out["events"]["row"].to_list() == [3, 1, 2, 0]
+    assert out["ordered"] is ordered and out["empty"] is empty and out["other"] is other
+    assert list(out) == list(tables)
