@@ -32,7 +32,7 @@ from postmortem.analyzer import bulk
 from postmortem.analyzer import budget
 from postmortem.analyzer.discover import (SMALL_DECOMPRESSED, Capped, InputError, InputFile, capped_bytes, cut_message,
                                decode_to, is_utf16, leading_nuls, max_decompressed, open_input, path_text, read_capped, sniff)
-from postmortem.parsers.base import ParseResult, Unreadable, WholeFile
+from postmortem.parsers.base import ParseResult, Unreadable, WholeFile, collect_each
 from postmortem.parsers.lines import by_input, envelope_frame, slice_inputs
 
 
@@ -527,7 +527,7 @@ def _unbatched(module, tables: dict[str, pl.DataFrame], mapping: pl.DataFrame,
     plans = [_unbatch(tables[name], mapping, more.get(name, ())) for name in names]
     if parser:
         plans = [plan.with_columns(parser=pl.lit(module.NAME)) for plan in plans]
-    return dict(zip(names, pl.collect_all(plans))) if plans else {}
+    return dict(zip(names, collect_each(plans)))
 
 
 def _assign_kinds(lines: pl.DataFrame, claims: list[pl.DataFrame]) -> pl.DataFrame:
@@ -1103,7 +1103,7 @@ def _compacted(chunk: ChunkResult) -> ChunkResult:
     if chunk.lines is not None:
         frames[None] = chunk.lines
     flat = [name for name, frame in frames.items() if _flat(frame)]
-    copies = dict(zip(flat, pl.collect_all([frames[name].lazy().with_columns(pl.col(pl.String) + "") for name in flat])))
+    copies = dict(zip(flat, collect_each([frames[name].lazy().with_columns(pl.col(pl.String) + "") for name in flat])))
     for name, frame in frames.items():
         frames[name] = copies[name] if name in copies else _through_ipc(frame)
     chunk.lines = frames.pop(None, None)

@@ -144,7 +144,7 @@ def _nodes_seen(tables: dict[str, pl.DataFrame], ranks: pl.DataFrame | None) -> 
              and frame.schema.get("node") == pl.String]
     seen: set[str] = set()
     if names:
-        seen.update(pl.concat(names).unique().select(_short(pl.col("node"))).collect().to_series().drop_nulls().to_list())
+        seen.update(pl.concat(names).unique().select(_short(pl.col("node"))).collect(engine="in-memory").to_series().drop_nulls().to_list())
     if ranks is not None and not ranks.is_empty():
         seen.update(ranks["node"].drop_nulls().to_list())
     return seen

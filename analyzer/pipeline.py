@@ -21,6 +21,7 @@ from postmortem.analyzer import (bulk, cache, collective_timing, env_model, iden
 from postmortem.analyzer.archives import Scratch
 from postmortem.analyzer.discover import discover, materialize, path_parts
 from postmortem.analyzer.ingest import SEGMENT_BYTES, Progress, parse_all
+from postmortem.parsers.base import collect_each
 
 LINE_COLUMNS = ["input_id", "line_no", "offset", "length", "kind", "rank", "rank_source", "rank_confidence",
                 "node", "node_source", "pid", "attempt", "attempt_source", "prefix", "ext_ts", "srun_task",
@@ -237,7 +238,7 @@ def _sorted(tables: dict[str, pl.DataFrame], orders: dict[str, list[str]]) -> di
     ``events``' 0.5 M rows of 55 columns)."""
     names = list(orders)
     in_order = lambda order: (pl.arg_sort_by(order, maintain_order=True) == pl.int_range(pl.len())).all()
-    checks = pl.collect_all([tables[name].lazy().select(in_order(orders[name])) for name in names]) if names else []
+    checks = collect_each([tables[name].lazy().select(in_order(orders[name])) for name in names])
     out = dict(tables)
     for name, check in zip(names, checks):
         if not check.item():
@@ -283,8 +284,8 @@ def _fill_attempts(tables: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:
     only = next(iter(attempts)) if len(attempts) == 1 else (0 if not attempts else None)
     if only is not None:    # every row of the one attempt (or of none), in one Polars call
         names = [name for name, frame in tables.items() if "attempt" in frame.columns]
-        filled = pl.collect_all([tables[name].lazy().with_columns(attempt=pl.col("attempt").fill_null(only))
-                                 for name in names]) if names else []
+        filled = collect_each([tables[name].lazy().with_columns(attempt=pl.col("attempt").fill_null(only))
+                               for name in names])
         return {**tables, **dict(zip(names, filled))}
     starts = timeline.attempt_starts(tables)
     tables = {name: timeline.fill_attempts(frame, starts) for name, frame in tables.items()}

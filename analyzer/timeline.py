@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 
 import polars as pl
 
+from postmortem.parsers.base import collect_each
 from postmortem.parsers.nccl import COLL_KIND
 
 PLACEHOLDER_YEAR = 2000
@@ -53,7 +54,7 @@ def fix_years(tables: dict[str, pl.DataFrame], year: int) -> dict[str, pl.DataFr
     than a wrong one. The tables with times are fixed in one Polars call."""
     fixes = {name: _year_fixes(frame.schema, year) for name, frame in tables.items()}
     names = [name for name, exprs in fixes.items() if exprs]
-    fixed = pl.collect_all([tables[name].lazy().with_columns(fixes[name]) for name in names]) if names else []
+    fixed = collect_each([tables[name].lazy().with_columns(fixes[name]) for name in names])
     return {**tables, **dict(zip(names, fixed))}
 
 

@@ -107,11 +107,19 @@ def conform(frame: pl.DataFrame, schema: dict) -> pl.DataFrame:
     return frame.select(_conformed(frame.schema, schema))
 
 
+def collect_each(plans: list[pl.LazyFrame]) -> list[pl.DataFrame]:
+    """Several small queries in one Polars call (each eager call on a small frame costs more than
+    its work), on the in-memory engine: Polars 2 runs ``collect`` and ``collect_all`` on its
+    streaming engine by default, whose start costs more still (the line-order checks of a
+    sample's 33 tables: 127 ms streaming, 5 ms in memory, 10 ms as 33 eager calls)."""
+    return pl.collect_all(plans, engine="in-memory") if plans else []
+
+
 def conform_all(frames: dict[str, pl.DataFrame], schemas: dict[str, dict]) -> dict[str, pl.DataFrame]:
     """``conform`` of each frame to its table's schema, all in one Polars call."""
     names = list(frames)
     plans = [frames[name].lazy().select(_conformed(frames[name].schema, schemas[name])) for name in names]
-    return dict(zip(names, pl.collect_all(plans))) if plans else {}
+    return dict(zip(names, collect_each(plans)))
 
 
 def _conformed(have: pl.Schema, schema: dict) -> list[pl.Expr]:

@@ -728,7 +728,7 @@ def fingerprints(shapes: pl.DataFrame) -> pl.DataFrame:
     hits = pl.concat([source.filter(hit).select(*extra, "line_no", "host", "pid", evidence=pl.lit(evidence),
                                                 min_minor=pl.lit(first, dtype=pl.Int64),
                                                 max_minor=pl.lit(last, dtype=pl.Int64))
-                      for evidence, hit, first, last in checks]).collect()
+                      for evidence, hit, first, last in checks]).collect(engine="in-memory")
     if hits.is_empty():
         return pl.DataFrame(schema=schema)
     return hits.sort(*extra, "line_no").unique(["host", "pid", "evidence"], keep="first", maintain_order=True)
