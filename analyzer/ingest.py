@@ -1095,24 +1095,24 @@ def parse_all(items: list[InputFile], progress: bool | Progress = False, workers
 def _compacted(chunk: ChunkResult) -> ChunkResult:
     """The chunk's frames copied into buffers of their own. A Polars string keeps the whole
     buffer it was cut from alive: a few kept lines would hold a chunk's 32 MB of text each.
-    (A worker's results are copied on their way back anyway.) A string expression makes fresh
-    buffers, three times as fast as a round trip through Arrow IPC, and copies every flat frame
-    in one Polars call (a call per table was a fortieth of a small run's calls); a frame with
-    strings inside other types (lists, structs, binary) takes the round trip."""
-    frames = dict(chunk.tables)
+    (A worker's results are copied on their way back anyway.)"""
+    names = list(chunk.tables)
+    frames = _own_buffers([*chunk.tables.values(), *([chunk.lines] if chunk.lines is not None else [])])
     if chunk.lines is not None:
-        frames[None] = chunk.lines
-    flat = [name for name, frame in frames.items() if _flat(frame)]
-    copies = dict(zip(flat, collect_each([frames[name].lazy().with_columns(pl.col(pl.String) + "") for name in flat])))
-    for name, frame in frames.items():
-        frames[name] = copies[name] if name in copies else _through_ipc(frame)
-    chunk.lines = frames.pop(None, None)
-    chunk.tables = frames
+        chunk.lines = frames.pop()
+    chunk.tables = dict(zip(names, frames))
     return chunk
 
 
-def _flat(frame: pl.DataFrame) -> bool:
-    return not any(dtype.is_nested() or dtype in (pl.Binary, pl.Categorical, pl.Object) for dtype in frame.schema.values())
+def _own_buffers(frames: list[pl.DataFrame]) -> list[pl.DataFrame]:
+    """Each frame with every string written anew. A string expression makes fresh buffers, three
+    times as fast as a round trip through Arrow IPC, and copies every flat frame in one Polars
+    call (a call per table was a fortieth of a small run's calls); a frame with strings inside
+    other types (lists, structs, binary) takes the round trip."""
+    flat = [i for i, frame in enumerate(frames) if not any(
+        dtype.is_nested() or dtype in (pl.Binary, pl.Categorical, pl.Object) for dtype in frame.schema.values())]
+    copies = dict(zip(flat, collect_each([frames[i].lazy().with_columns(pl.col(pl.String) + "") for i in flat])))
+    return [copies[i] if i in copies else _through_ipc(frame) for i, frame in enumerate(frames)]
 
 
 def _through_ipc(frame: pl.DataFrame) -> pl.DataFrame:
