@@ -321,21 +321,16 @@ SETTINGS_SCHEMA = {"line_no": pl.UInt32, "source": pl.String, "key": pl.String, 
 
 
 def _classify(df: pl.DataFrame) -> pl.DataFrame:
-    """Give each message the first matching (kind, table, pattern index). Each pattern is tried
-    only on the messages no earlier one matched: most lines of a job are of a few kinds (work
-    updates), so the long tail of patterns reads a few hundred messages, not every one."""
-    parts, rest = [], df
-    for i, kind in enumerate(KINDS):
-        hit = rest.select(pl.col("msg").str.contains(kind.pattern)).to_series()
-        if not hit.any():
-            continue
-        parts.append(rest.filter(hit).with_columns(kind=pl.lit(kind.name), _pattern=pl.lit(i, dtype=pl.Int32)))
-        rest = rest.filter(~hit)
-        if rest.is_empty():
-            break
-    if not parts:
-        return df.clear().with_columns(kind=pl.lit(None, dtype=pl.String), _pattern=pl.lit(None, dtype=pl.Int32))
-    return pl.concat(parts).sort("line_no", maintain_order=True)   # the input's order back
+    """Give each message the first matching (kind, table, pattern index), in one query: a call
+    per pattern cost more than the patterns' work (most lines of a long job, the work updates,
+    are taken before, by ``_work_updates``)."""
+    first = pl.coalesce([pl.when(pl.col("msg").str.contains(kind.pattern)).then(pl.lit(i, dtype=pl.Int32))
+                         for i, kind in enumerate(KINDS)])
+    names = pl.col("_pattern").replace_strict(list(range(len(KINDS))), [kind.name for kind in KINDS],
+                                              return_dtype=pl.String)
+    return (df.lazy().with_columns(_pattern=first).filter(pl.col("_pattern").is_not_null())
+            .select(*df.columns, kind=names, _pattern="_pattern")
+            .sort("line_no", maintain_order=True).collect(engine="in-memory"))   # the input's order
 
 
 def _rows(df: pl.DataFrame, table: str, schema: dict, parsed: pl.DataFrame | None = None) -> pl.DataFrame:

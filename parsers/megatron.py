@@ -636,24 +636,23 @@ SAMPLE_LINES += samples_of(EVENT_KINDS)
 
 
 def _match_events(df: pl.DataFrame) -> pl.DataFrame:
+    """Each line's first ``EVENT_KINDS`` kind whose literal and pattern it holds, with the
+    pattern's groups. Which kind is one query (a filter per kind cost more than the work); the
+    groups are read per kind found."""
     t = pl.col("text")
+    at = pl.coalesce([pl.when(t.str.contains(kind.literal, literal=True) & t.str.contains(kind.pattern))
+                      .then(pl.lit(i, dtype=pl.Int32)) for i, kind in enumerate(EVENT_KINDS)])
+    hits = df.lazy().select("line_no", "_stream", "text", _kind=at).filter(pl.col("_kind").is_not_null()).collect(
+        engine="in-memory")
     frames = []
-    taken = pl.Series("line_no", [], dtype=pl.UInt32)
-    for kind in EVENT_KINDS:
-        sub = df.filter(t.str.contains(kind.literal, literal=True) & ~pl.col("line_no").is_in(taken.implode()))
-        if sub.is_empty():
-            continue
+    for i in sorted(hits["_kind"].unique().to_list()):
+        kind = EVENT_KINDS[i]
         m = t.str.extract_groups(kind.pattern)
-        groups = {g for g in ("ts", "it", "path", "detail", "rank", "value")
-                  if f"(?P<{g}>" in kind.pattern}
-        cols = {"kind": pl.lit(kind.name), "_hit": t.str.contains(kind.pattern)}
+        groups = {g for g in ("ts", "it", "path", "detail", "rank", "value") if f"(?P<{g}>" in kind.pattern}
+        cols = {"kind": pl.lit(kind.name)}
         for g in groups:
             cols[{"it": "iteration", "rank": "reported_rank"}.get(g, g)] = m.struct.field(g)
-        sub = sub.select("line_no", "_stream", "text", **cols).filter(pl.col("_hit")).drop("_hit")
-        if sub.is_empty():
-            continue
-        frames.append(sub)
-        taken = pl.concat([taken, sub["line_no"].cast(pl.UInt32)])
+        frames.append(hits.filter(pl.col("_kind") == i).select("line_no", "_stream", "text", **cols))
     if not frames:
         return pl.DataFrame()
     out = pl.concat(frames, how="diagonal_relaxed")

@@ -141,7 +141,13 @@ def settings_rows(df: pl.DataFrame, text: pl.Expr, kinds, source: str) -> list[p
     A key of None takes the name from the pattern's group ``k`` (lower case, ``_`` for spaces and
     dashes; ``raw_key`` keeps it as printed). The literal is a cheap filter before the regex."""
     out = []
-    for kind in kinds:
+    kinds = list(kinds)
+    # which kinds' literals any line holds, in one query: most inputs hold none of most kinds
+    present = df.select([text.str.contains(kind.literal, literal=True).any().alias(str(i))
+                         for i, kind in enumerate(kinds)]).row(0) if kinds else ()
+    for kind, mentioned in zip(kinds, present):
+        if not mentioned:
+            continue
         lines = df.filter(text.str.contains(kind.literal, literal=True))
         lines = lines.filter(text.str.contains(kind.pattern))
         if lines.is_empty():
