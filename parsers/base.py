@@ -107,6 +107,11 @@ def conform(frame: pl.DataFrame, schema: dict) -> pl.DataFrame:
     return frame.select(_conformed(frame.schema, schema))
 
 
+def conform_lazy(plan: pl.LazyFrame, schema: dict) -> pl.LazyFrame:
+    """``conform`` of a plan, to be collected with others (``collect_each``)."""
+    return plan.select(_conformed(plan.collect_schema(), schema))
+
+
 def collect_each(plans: list[pl.LazyFrame]) -> list[pl.DataFrame]:
     """Several small queries in one Polars call (each eager call on a small frame costs more than
     its work), on the in-memory engine: Polars 2 runs ``collect`` and ``collect_all`` on its

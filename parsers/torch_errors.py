@@ -71,7 +71,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from postmortem.parsers.base import GLOG, ParseResult, conform, consumed_of, glog_timestamp, to_int
+from postmortem.parsers.base import (GLOG, ParseResult, collect_each, conform, conform_lazy, consumed_of,
+                                     glog_timestamp, to_int)
 from postmortem.parsers.kinds import Kind, samples_of
 from postmortem.parsers.lines import any_literal, with_stream_holding
 from postmortem.parsers.tables import SHARED
@@ -472,7 +473,8 @@ def _tracebacks(st: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.Series
     empty = (pl.DataFrame(schema=EVENTS_SCHEMA), pl.DataFrame(schema=STACKS_SCHEMA), pl.Series("line_no", [], dtype=pl.UInt32))
     if not st["text"].str.contains("Traceback (most recent call last)", literal=True).any():
         return empty
-    df = st.sort("_stream", "_seq").with_columns(
+    # one plan, run in one call: a dozen eager steps cost more than their work on a small input
+    df = st.lazy().sort("_stream", "_seq").with_columns(
         _head=pl.col("text").str.contains(_TB_HEAD),
         _indent=pl.col("text").str.contains(r"^\s+\S"),
     )
@@ -501,8 +503,10 @@ def _tracebacks(st: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.Series
         line_no="head_line", kind=pl.lit("python_traceback"), exc_type="exc_type", detail="detail",
         message=pl.coalesce("message", pl.lit("Traceback (most recent call last):")),
         exc_line_no="exc_line_no", frames=pl.col("frames").fill_null(0))
-    consumed = pl.concat([body["line_no"], exc["exc_line_no"]])
-    return conform(events, EVENTS_SCHEMA).sort("line_no"), conform(stacks, STACKS_SCHEMA).sort("line_no"), consumed
+    consumed = pl.concat([body.select("line_no"), exc.select(line_no="exc_line_no")])
+    events, stacks, consumed = collect_each([conform_lazy(events, EVENTS_SCHEMA).sort("line_no"),
+                                             conform_lazy(stacks, STACKS_SCHEMA).sort("line_no"), consumed])
+    return events, stacks, consumed["line_no"]
 
 
 def _faulthandler(st: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.Series]:
