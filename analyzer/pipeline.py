@@ -222,26 +222,28 @@ def _collapse_empty(messages: list[str], keep: int = 3) -> list[str]:
 
 
 def _annotate(tables: dict[str, pl.DataFrame], by_line: ByLine) -> dict[str, pl.DataFrame]:
-    out, orders = {}, {}
+    out, orders, plans = {}, {}, {}
     for name, frame in tables.items():
         if "line_no" not in frame.columns or "input_id" not in frame.columns:
             out[name] = frame
             continue
+        plan = frame.lazy()
         # Flight Recorder rows (postmortem.parsers.flight_recorder) state their own rank (from the dump's file
         # name; a dump has no lines to attribute): they keep it, every other row takes attribution's.
         own = [c for c in ("rank", "rank_source", "rank_confidence") if c in frame.columns] \
             if "parser" in frame.columns and (frame["parser"] == "flight_recorder").any() else []
         if own:
             fr = pl.col("parser") == "flight_recorder"
-            frame = by_line.attach(frame, own, suffix="_attr").with_columns(
+            plan = by_line.attached(plan, own, suffix="_attr").with_columns(
                 [pl.when(fr).then(pl.col(c)).otherwise(pl.col(f"{c}_attr")).alias(c) for c in own]
             ).drop([f"{c}_attr" for c in own])
         extra = [c for c in by_line.rows.columns if c not in frame.columns]
         # A total order: rows of one line come from one parser in the order it wrote them, so
         # the order never depends on how the inputs were chunked, segmented or parallelised.
         orders[name] = ["input_id", "line_no", *(["parser"] if "parser" in frame.columns else [])]
-        out[name] = by_line.attach(frame, extra)
-    return _sorted(out, orders)
+        plans[name] = by_line.attached(plan, extra)
+    out.update(zip(plans, collect_each(list(plans.values()))))    # every table's in one call
+    return _sorted({name: out[name] for name in tables}, orders)
 
 
 def _sorted(tables: dict[str, pl.DataFrame], orders: dict[str, list[str]]) -> dict[str, pl.DataFrame]:
@@ -276,17 +278,23 @@ class ByLine:
     def attach(self, frame: pl.DataFrame, columns: list[str], suffix: str = "") -> pl.DataFrame:
         """``frame`` with ``columns`` of its lines' rows (null where a line has none), each named
         with ``suffix`` where ``frame`` has that name already: a left join that keeps the order."""
-        names = {c: f"{c}{suffix}" if c in frame.columns else c for c in columns}
+        return self.attached(frame.lazy(), columns, suffix).collect(engine="in-memory")
+
+    def attached(self, frame: pl.LazyFrame, columns: list[str], suffix: str = "") -> pl.LazyFrame:
+        """``attach`` as a plan, to be run with others in one call (``collect_each``)."""
+        have = frame.collect_schema().names()
+        names = {c: f"{c}{suffix}" if c in have else c for c in columns}
         if not self.unique:   # a line of several rows: a join, which repeats the frame's row
-            right = self.rows.select("input_id", "line_no", *columns).rename(names)
+            right = self.rows.lazy().select("input_id", "line_no", *columns).rename(names)
             return frame.join(right, on=["input_id", "line_no"], how="left", maintain_order="left")
         if self.rows.is_empty():
             return frame.with_columns([pl.lit(None, self.rows.schema[c]).alias(names[c]) for c in columns])
-        keys = frame.select(_LINE_KEY).to_series()
-        at = self.keys.search_sorted(keys)
-        found = self.keys.gather(at.clip(0, len(self.keys) - 1)) == keys
-        index = pl.select(pl.when(found).then(at)).to_series()     # null: the line has no row
-        return frame.hstack(self.rows.select([pl.col(c).gather(index).alias(names[c]) for c in columns]))
+        keys = pl.lit(self.keys)
+        at = pl.col("_at")
+        found = keys.gather(at.clip(0, len(self.keys) - 1)) == _LINE_KEY
+        index = pl.when(found).then(at)     # null: the line has no row
+        return frame.with_columns(_at=keys.search_sorted(_LINE_KEY)).with_columns(
+            [pl.lit(self.rows[c]).gather(index).alias(names[c]) for c in columns]).drop("_at")
 
 
 def _fill_attempts(tables: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:
