@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from postmortem.parsers.base import collect_each
 from postmortem.parsers.nccl import bus_id_to_pci, fingerprints
 
 # How fast a tier is, roughly, for ordering and "slowest hop" questions (lower = faster).
@@ -584,21 +585,22 @@ def _chains(nxt: pl.DataFrame | None) -> pl.DataFrame | None:
     step = 1
     active = path.drop_nulls(ring).select(ring)
     while not active.is_empty():
-        frontier = path.join(active, on=ring, how="semi")
-        block = frontier.join(jump, on=[*ring, "node"], how="left").select(
+        # a doubling step is one plan, run in one call: the path, the rings still walking, and
+        # the jump doubled for them (eight eager calls a step cost more than the work)
+        walking = active.lazy()
+        block = path.lazy().join(walking, on=ring, how="semi").join(jump.lazy(), on=[*ring, "node"], how="left").select(
             *ring, k=pl.col("k") + step, node="_to")
-        path = pl.concat([path, block])
+        longer = pl.concat([path.lazy(), block])
         # a ring is finished once its path ends (no next pointer) or comes back to a rank it saw
         ended = block.group_by(ring).agg(
             _stop=pl.col("node").is_null().any()).filter(pl.col("_stop")).select(ring)
-        repeats = path.join(active, on=ring, how="semi").drop_nulls("node").group_by(ring).agg(
+        repeats = longer.join(walking, on=ring, how="semi").drop_nulls("node").group_by(ring).agg(
             _stop=pl.col("node").n_unique() < pl.len()).filter(pl.col("_stop")).select(ring)
-        active = active.join(pl.concat([ended, repeats]), on=ring, how="anti")
-        if active.is_empty():
-            break
-        jump = jump.join(active, on=ring, how="semi")
-        jump = jump.join(jump.select(*ring, _to="node", _to2="_to"), on=[*ring, "_to"], how="left").select(
+        still = walking.join(pl.concat([ended, repeats]), on=ring, how="anti")
+        kept = jump.lazy().join(still, on=ring, how="semi")
+        doubled = kept.join(kept.select(*ring, _to="node", _to2="_to"), on=[*ring, "_to"], how="left").select(
             *ring, "node", _to="_to2")
+        path, active, jump = collect_each([longer, still, doubled])
         step *= 2
     # the walk keeps every rank up to (not including) the first missing or repeated one
     path = path.sort(*ring, "k").with_columns(

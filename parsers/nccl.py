@@ -27,7 +27,7 @@ import re
 
 import polars as pl
 
-from postmortem.parsers.base import ParseResult, conform, conform_all, consumed_of, to_int
+from postmortem.parsers.base import ParseResult, collect_each, conform, conform_all, consumed_of, to_int
 from postmortem.parsers import nccl_errors
 from postmortem.parsers.torch_errors import oom_size_columns
 from postmortem.parsers.nccl_catalogue import DATATYPE_BYTES, DATATYPES, FINGERPRINTS, KINDS, RED_OPS, RESULT_CODES
@@ -266,19 +266,30 @@ def _classify(info: pl.DataFrame) -> tuple[dict[str, list[pl.DataFrame]], pl.Dat
     index = pl.DataFrame({"_shape": shapes, "_kind": [_kind_of(s) for s in shapes.to_list()]},
                          schema={"_shape": pl.String, "_kind": pl.Int64})
     info = info.join(index, on="_shape", how="left").filter(pl.col("_kind").is_not_null())
-    for (i,), sub in info.group_by("_kind"):
+    found = sorted(info["_kind"].unique().to_list())
+    names = [KINDS[i].name for i in range(len(KINDS))]
+    # every kind's rows in one Polars call (a few eager calls per kind cost more than the work)
+    plans = [info.lazy().select("line_no", kind=pl.col("_kind").replace_strict(list(range(len(KINDS))), names,
+                                                                               return_dtype=pl.String))]
+    tables = []
+    for i in found:
         kind = KINDS[i]
-        kinds.append(sub.select("line_no", kind=pl.lit(kind.name)))
         if kind.table is None:
             continue
-        frame = sub.select(*_BASE, "level", "src_file", "msg", kind=pl.lit(kind.name))
+        sub = info.lazy().filter(pl.col("_kind") == i)
+        columns = [pl.col(c) for c in (*_BASE, "level", "src_file", "msg")] + [pl.lit(kind.name).alias("kind")]
         if "(?P<" in kind.pattern:
-            fields = sub.select(pl.col("msg").str.extract_groups(kind.pattern)).to_series().struct.unnest()
+            fields = pl.col("msg").str.extract_groups(kind.pattern)
+            named = sub.select(fields.struct.unnest()).collect_schema().names()
             # A field the message states (cudaDev) wins over the prefix's guess of it.
-            frame = pl.concat([frame.drop([c for c in fields.columns if c in frame.columns and c != "line_no"]), fields],
-                              how="horizontal")
-        rows.setdefault(kind.table, []).append(frame)
-    return rows, (pl.concat(kinds) if kinds else empty)
+            columns = [c for c in columns if c.meta.output_name() not in named or c.meta.output_name() == "line_no"]
+            columns.append(fields.struct.unnest())
+        plans.append(sub.select(columns))
+        tables.append(kind.table)
+    every, *frames = collect_each(plans)
+    for table, frame in zip(tables, frames):
+        rows.setdefault(table, []).append(frame)
+    return rows, pl.concat([*kinds, every])
 
 
 def _coll_fields(traced: pl.DataFrame) -> pl.DataFrame:
