@@ -284,6 +284,8 @@ def parse_text(result: FileResult, lines: pl.DataFrame, others: pl.DataFrame,
         item.kind = "env"
     chosen = [] if env_dump else [m for m in parsers.LOG_PARSERS if m not in parsers.BATCHED
                                   and _gate_passes(gates, m, input_id)]
+    tables: dict[str, list[pl.LazyFrame]] = {}
+    claims: list[pl.LazyFrame] = []
     for module in chosen:
         if at_once is not None and module.NAME in at_once:
             parsed = at_once[module.NAME].get(input_id)
@@ -299,14 +301,17 @@ def parse_text(result: FileResult, lines: pl.DataFrame, others: pl.DataFrame,
         for name, frame in parsed.tables.items():
             if frame.is_empty():
                 continue
-            frame = frame.with_columns(input_id=pl.lit(input_id, dtype=pl.UInt32), parser=pl.lit(module.NAME))
-            result.tables.setdefault(name, []).append(frame)
+            stamped = frame.lazy().with_columns(input_id=pl.lit(input_id, dtype=pl.UInt32), parser=pl.lit(module.NAME))
+            tables.setdefault(name, []).append(stamped)
         if len(parsed.consumed):
-            result.claims.append(_claims(module.NAME, pl.DataFrame({"line_no": parsed.consumed}), input_id))
+            claims.append(_claims(module.NAME, pl.LazyFrame({"line_no": parsed.consumed}), input_id))
     result.lines = lines
     # the same lines (no COLL line in this input) are kept once
     result.others = lines if others.height == lines.height else others
-    result.tables = {name: pl.concat(frames, how="diagonal_relaxed") for name, frames in result.tables.items()}
+    # the input's tables and claims in one Polars call (a call each cost more than the work)
+    done = collect_each([pl.concat(frames, how="diagonal_relaxed") for frames in tables.values()] + claims)
+    result.tables = dict(zip(tables, done))
+    result.claims.extend(done[len(tables):])
     return result
 
 
@@ -495,8 +500,8 @@ def _parse_env_dumps(dumps: list[FileResult]) -> Batched:
     return batched
 
 
-def _claims(parser: str, rows: pl.DataFrame, input_id: int | None = None) -> pl.DataFrame:
-    """(input_id, line_no, parser) rows: the lines a parser understood."""
+def _claims(parser: str, rows, input_id: int | None = None):
+    """(input_id, line_no, parser) rows: the lines a parser understood (a frame, or a plan)."""
     if input_id is not None:
         rows = rows.with_columns(input_id=pl.lit(input_id, dtype=pl.UInt32))
     return rows.select(pl.col("input_id").cast(pl.UInt32), pl.col("line_no").cast(pl.UInt32),
@@ -1405,11 +1410,13 @@ def _combine_chunk(ids: list[int], results: list[FileResult], batched: Batched,
     for r in results:
         for name, frame in r.tables.items():
             tables.setdefault(name, []).append(frame)
-    merged = {}
+    plans = {}
     for name in tables.keys() | batched.tables.keys():
-        frame = pl.concat(tables.get(name, []) + batched.tables.get(name, []), how="diagonal_relaxed", rechunk=True)
+        frames = [frame.lazy() for frame in tables.get(name, []) + batched.tables.get(name, [])]
+        plan = pl.concat(frames, how="diagonal_relaxed", rechunk=True)
         # per input: its per-file rows, then each batched parser's (a stable sort keeps that order)
-        merged[name] = frame.sort("input_id", maintain_order=True) if name in batched.tables else frame
+        plans[name] = plan.sort("input_id", maintain_order=True) if name in batched.tables else plan
+    merged = dict(zip(plans, collect_each(list(plans.values()))))    # every table in one call
     lines = None
     if line_frames:
         lines = _drop_nccl_info_text(_assign_kinds(pl.concat(line_frames, how="diagonal_relaxed", rechunk=True), claims),
