@@ -35,6 +35,8 @@ from __future__ import annotations
 
 import polars as pl
 
+from postmortem.parsers.base import collect_each
+
 MUST_MATCH = {
     "NCCL_ALGO", "NCCL_PROTO", "NCCL_BUFFSIZE", "NCCL_NTHREADS", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS",
     "NCCL_NCHANNELS", "NCCL_MIN_NRINGS", "NCCL_MAX_NRINGS", "NCCL_LL_THRESHOLD", "NCCL_LL128_THRESHOLD",
@@ -76,10 +78,9 @@ def build(tables: dict[str, pl.DataFrame], lines: pl.DataFrame | None = None,
           inputs: pl.DataFrame | None = None) -> dict[str, pl.DataFrame]:
     env = tables.get("env")
     empty = {"env_nodes": pl.DataFrame(schema=ENV_NODES_SCHEMA), "env_diff": pl.DataFrame(schema=ENV_DIFF_SCHEMA)}
-    known = set()
-    for frame in tables.values():
-        if "node" in frame.columns and frame.schema["node"] == pl.String:
-            known.update(n for n in frame["node"].unique().to_list() if n)
+    named = [frame.lazy().select(pl.col("node").unique()) for frame in tables.values()
+             if "node" in frame.columns and frame.schema["node"] == pl.String]
+    known = {n for found in collect_each(named) for n in found["node"].to_list() if n}   # one call
     parts = []
     if env is not None and not env.is_empty() and "key" in env.columns:
         parts.append(env_nodes(env, lines, inputs))
@@ -123,28 +124,31 @@ def hw_nodes(tables: dict[str, pl.DataFrame], known: set[str], inputs: pl.DataFr
     parts = parts.with_columns(part=pl.col("part").str.replace(r"[._].*$", "")).filter(pl.col("part").is_in(list(known)))
     hint = parts.group_by("input_id").agg(_path_node=pl.col("part").last())
     out = {}
+    hint = hint.lazy()
     for name in HW_TABLES:
         frame = tables.get(name)
         if frame is None or frame.is_empty() or "input_id" not in frame.columns:
             continue
-        frame = frame.join(hint, on="input_id", how="left")
-        if "node" not in frame.columns:
+        have = set(frame.columns)
+        frame = frame.lazy().join(hint, on="input_id", how="left")
+        if "node" not in have:
             frame = frame.with_columns(node=pl.lit(None, dtype=pl.String), node_source=pl.lit(None, dtype=pl.String))
-        if "node_source" not in frame.columns:
+            have |= {"node", "node_source"}
+        if "node_source" not in have:
             frame = frame.with_columns(node_source=pl.when(pl.col("node").is_not_null()).then(pl.lit("attributed")))
         frame = frame.with_columns(
             node_source=pl.when(pl.col("node").is_null() & pl.col("_path_node").is_not_null()).then(pl.lit("file path"))
             .otherwise(pl.col("node_source")),
             node=pl.coalesce("node", "_path_node"),
         ).drop("_path_node")
-        if "host" in frame.columns and frame.schema["host"] == pl.String:
+        if "host" in have and tables[name].schema["host"] == pl.String:
             # nccl-tests' device lines name the host of every rank
             host = pl.col("host").str.extract(r"^([^.]+)", 1)
             named = pl.col("node").is_null() & host.is_in(list(known))
             frame = frame.with_columns(node_source=pl.when(named).then(pl.lit("host column")).otherwise(pl.col("node_source")),
                                        node=pl.when(named).then(host).otherwise(pl.col("node")))
         out[name] = frame
-    return out
+    return dict(zip(out, collect_each(list(out.values()))))    # every table in one call
 
 
 def env_nodes(env: pl.DataFrame, lines: pl.DataFrame | None, inputs: pl.DataFrame | None) -> pl.DataFrame:
@@ -201,10 +205,11 @@ def env_nodes(env: pl.DataFrame, lines: pl.DataFrame | None, inputs: pl.DataFram
 def env_diff(nodes: pl.DataFrame) -> pl.DataFrame:
     if nodes.is_empty():
         return pl.DataFrame(schema=ENV_DIFF_SCHEMA)
+    n_nodes = nodes["node"].n_unique()
+    # one plan, run in one call (a dozen eager steps cost more than their work)
     # Sorted first: which node's line is a value's evidence must not depend on row order.
-    nodes = nodes.sort("node", "key", "input_id", "line_no")
+    nodes = nodes.lazy().sort("node", "key", "input_id", "line_no")
     all_nodes = nodes.select("node").unique(maintain_order=True)
-    n_nodes = all_nodes.height
     keys = nodes.select("key", "basis", "class").unique("key", keep="first", maintain_order=True)
     grid = keys.join(all_nodes, how="cross").join(
         nodes.select("node", "key", "value", "input_id", "line_no"), on=["node", "key"], how="left").sort("key", "node")
@@ -222,4 +227,5 @@ def env_diff(nodes: pl.DataFrame) -> pl.DataFrame:
     n_set = grid.group_by("key").agg(n_set=pl.col("value").is_not_null().sum())
     out = keys.join(summary, on="key").join(n_set, on="key").with_columns(
         n_nodes=pl.lit(n_nodes), differs=pl.col("n_values") > 1)
-    return out.select([pl.col(c).cast(t) for c, t in ENV_DIFF_SCHEMA.items()]).sort("class", "key")
+    return out.select([pl.col(c).cast(t) for c, t in ENV_DIFF_SCHEMA.items()]).sort("class", "key").collect(
+        engine="in-memory")

@@ -81,11 +81,14 @@ def setting_mismatches(ctx: Context, classes: tuple[str, ...]) -> list[Mismatch]
     dump_nodes = set(env.filter(pl.col("basis") == DUMP)["node"].to_list())
     # a row without a key names no setting to compare (and `key == None` would match no row)
     rows = env.filter(pl.col("class").is_in(list(classes)) & pl.col("key").is_not_null())
-    for key in sorted(set(rows["key"].to_list())):
-        krows = rows.filter(pl.col("key") == key)
-        echo = {r["node"]: r for r in krows.filter(pl.col("basis") == ECHO).iter_rows(named=True)}
-        dump = {r["node"]: r for r in krows.filter(pl.col("basis") == DUMP).iter_rows(named=True)}
-        klass = krows["class"][0]
+    by_key: dict[str, list[dict]] = {}     # a node's few dozen settings: read once, not filtered per key
+    for row in rows.iter_rows(named=True):
+        by_key.setdefault(row["key"], []).append(row)
+    for key in sorted(by_key):
+        krows = by_key[key]
+        echo = {r["node"]: r for r in krows if r["basis"] == ECHO}
+        dump = {r["node"]: r for r in krows if r["basis"] == DUMP}
+        klass = krows[0]["class"]
         values: list[NodeValue] = []
         contradicted = []
         if echo:
