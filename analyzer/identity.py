@@ -490,20 +490,22 @@ def _pids(df: pl.DataFrame, maps: pl.DataFrame, tables: dict[str, pl.DataFrame])
                                                       on=["agent", "a_local"], how="inner")
                 parts.append(failed.select("pid", p_rank="a_rank", p_conf=pl.lit("certain"), p_src=pl.lit(
                     "pid and local rank of the agent's 'failed (exitcode: C) local_rank: L (pid: P)' line")))
-    pids = pl.concat(parts, how="vertical_relaxed").with_columns(
+    # the rest is one plan, run in one call (a dozen eager steps cost more than their work)
+    pids = pl.concat([part.lazy() for part in parts], how="vertical_relaxed").with_columns(
         _lvl=pl.col("p_conf").replace_strict(_LEVEL, default=9, return_dtype=pl.Int64))
     pids = pids.sort("_lvl").group_by("pid").agg(
         n=pl.col("p_rank").n_unique(), p_rank=pl.col("p_rank").first(), p_conf=pl.col("p_conf").first(),
         p_src=pl.col("p_src").first()).filter(pl.col("n") == 1).drop("n")
-    dumps = dumps.join(pids, on="pid", how="left")
-    lines = df.select("input_id", "line_no").filter(pl.col("input_id").is_in(dumps["input_id"].unique().implode())).sort("line_no")
-    at = lines.join_asof(dumps.sort("dump_line"), left_on="line_no", right_on="dump_line", by="input_id",
+    dumped = dumps.lazy().join(pids, on="pid", how="left")
+    ids = pl.Series(dumps["input_id"].unique(), dtype=pl.UInt32)
+    lines = df.lazy().select("input_id", "line_no").filter(pl.col("input_id").is_in(ids.implode())).sort("line_no")
+    at = lines.join_asof(dumped.sort("dump_line"), left_on="line_no", right_on="dump_line", by="input_id",
                          strategy="backward", check_sortedness=False).filter(pl.col("line_no") <= pl.col("last"))
     at = at.select("input_id", "line_no", _dump_pid="pid", _r="p_rank",
                    _s=pl.concat_str([pl.lit("py-spy dump of pid "), pl.col("pid").cast(pl.String), pl.lit(": "),
                                      pl.col("p_src")]), _c="p_conf")
-    df = df.join(at, on=["input_id", "line_no"], how="left")
-    df = df.with_columns(pid=pl.coalesce(pl.col("pid"), pl.col("_dump_pid"))).drop("_dump_pid")
+    df = df.lazy().join(at, on=["input_id", "line_no"], how="left").with_columns(
+        pid=pl.coalesce(pl.col("pid"), pl.col("_dump_pid"))).drop("_dump_pid").collect(engine="in-memory")
     return _better(df, "_r", "_s", "_c")
 
 

@@ -298,10 +298,9 @@ class ByLine:
 
 
 def _fill_attempts(tables: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:
-    attempts = set()
-    for frame in tables.values():
-        if "attempt" in frame.columns:
-            attempts.update(a for a in frame["attempt"].unique().to_list() if a is not None)
+    seen = collect_each([frame.lazy().select(pl.col("attempt").unique()) for frame in tables.values()
+                         if "attempt" in frame.columns])     # every table's in one call
+    attempts = {a for found in seen for a in found["attempt"].to_list() if a is not None}
     only = next(iter(attempts)) if len(attempts) == 1 else (0 if not attempts else None)
     if only is not None:    # every row of the one attempt (or of none), in one Polars call
         names = [name for name, frame in tables.items() if "attempt" in frame.columns]

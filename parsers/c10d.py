@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from postmortem.parsers.base import GLOG, ParseResult, conform, consumed_of, glog_timestamp, to_int
+from postmortem.parsers.base import GLOG, ParseResult, conform, conform_lazy, consumed_of, glog_timestamp, to_int
 from postmortem.parsers.kinds import Kind, samples_of
 from postmortem.parsers.tables import SHARED
 
@@ -336,18 +336,17 @@ def _classify(df: pl.DataFrame) -> pl.DataFrame:
 def _rows(df: pl.DataFrame, table: str, schema: dict, parsed: pl.DataFrame | None = None) -> pl.DataFrame:
     """Extract the named groups of each message's pattern into the table's columns; ``parsed``:
     rows of the table whose groups are already columns (the work updates)."""
-    parts = [] if parsed is None or parsed.is_empty() else [conform(parsed, schema)]
+    parts = [] if parsed is None or parsed.is_empty() else [conform(parsed, schema).lazy()]
     present = set(df["_pattern"].unique().to_list())   # a filter per pattern of KINDS costs more than the work
     for i, kind in enumerate(KINDS):
         if kind.table != table or i not in present:
             continue
-        sub = df.filter(pl.col("_pattern") == i)
-        groups = sub.select(pl.col("msg").str.extract_groups(kind.pattern)).to_series().struct.unnest()
-        sub = sub.with_columns(groups)
-        parts.append(conform(sub.with_columns(message=pl.col("msg")), schema))
+        sub = df.lazy().filter(pl.col("_pattern") == i).with_columns(
+            pl.col("msg").str.extract_groups(kind.pattern).struct.unnest()).with_columns(message=pl.col("msg"))
+        parts.append(conform_lazy(sub, schema))
     if not parts:
         return pl.DataFrame(schema=schema)
-    return pl.concat(parts).sort("line_no")
+    return pl.concat(parts).sort("line_no").collect(engine="in-memory")    # one call for every kind
 
 
 def _fingerprints(events: pl.DataFrame) -> pl.DataFrame:
