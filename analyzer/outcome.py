@@ -24,7 +24,7 @@ job failed and no rule could say why ("failed, cause not determined").
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import polars as pl
 
@@ -111,6 +111,12 @@ def job_outcome(run, attempt: int | None = None) -> dict:
 
 
 def all_signs(run, attempt: int | None) -> list[Sign]:
+    """Every sign of how ``attempt`` ended, the launcher's first. Read once per run and attempt
+    (the outcome, the crash rules and each rank's first failure ask); each caller gets copies."""
+    return [replace(sign) for sign in run.derived(("all_signs", attempt), lambda: _all_signs(run, attempt))]
+
+
+def _all_signs(run, attempt: int | None) -> list[Sign]:
     finished = _finished_ranks(run, attempt)
     signs = (_launcher_signs(run, attempt) + _scheduler_signs(run, attempt) + _event_signs(run, attempt, finished)
              + _message_signs(run, attempt)
@@ -279,7 +285,12 @@ def caught_errors(run, attempt, ev: pl.DataFrame | None = None, finished: set | 
 
 def _thread_tracebacks(run) -> pl.DataFrame:
     """Tracebacks printed under ``Exception in thread NAME:``: Python's threading ended that
-    thread only, not the process (its main thread may then wait forever: a hang, not a crash)."""
+    thread only, not the process (its main thread may then wait forever: a hang, not a crash).
+    Read once per run (a scan of every line)."""
+    return run.derived(("thread_tracebacks",), lambda: _read_thread_tracebacks(run))
+
+
+def _read_thread_tracebacks(run) -> pl.DataFrame:
     if "text" not in run.columns("lines"):
         return pl.DataFrame(schema={"input_id": pl.Int64, "line_no": pl.Int64, "_in_thread": pl.Boolean})
     rows = run.frame("""SELECT input_id, line_no + 1 AS line_no FROM lines
@@ -289,7 +300,12 @@ def _thread_tracebacks(run) -> pl.DataFrame:
 
 def _own_lines(run, attempt) -> pl.DataFrame:
     """Per input and rank, the last line that is the rank's own progress or print: a training
-    line or a line no parser claimed (launcher, error and NCCL lines are not)."""
+    line or a line no parser claimed (launcher, error and NCCL lines are not). Read once per run
+    and attempt (a scan of every line)."""
+    return run.derived(("own_lines", attempt), lambda: _read_own_lines(run, attempt))
+
+
+def _read_own_lines(run, attempt) -> pl.DataFrame:
     have = set(run.columns("lines"))
     if not {"input_id", "line_no", "kind", "rank"} <= have:
         return pl.DataFrame()
