@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 
 import polars as pl
 
+from postmortem.analyzer import store
 from postmortem.parsers.base import collect_each
 from postmortem.parsers.nccl import COLL_KIND
 
@@ -153,8 +154,7 @@ def log_bounds(run, attempt: int | None = None) -> tuple[dict | None, dict | Non
 
 
 def _log_bounds(run, attempt: int | None) -> tuple[dict | None, dict | None]:
-    types = {(t, c): d for t, c, d in run.con.execute(   # duckdb_columns(): 5x as fast as information_schema
-        "SELECT table_name, column_name, data_type FROM duckdb_columns() WHERE NOT internal").fetchall()}
+    types = {(t, c): d for t, c, d in run.con.execute(store.STORE_COLUMNS).fetchall()}
     firsts, lasts = [], []
     for table, column, what in LOG_TIME_TABLES:
         if not str(types.get((table, column), "")).upper().startswith("TIMESTAMP"):
