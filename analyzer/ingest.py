@@ -55,7 +55,7 @@ class Batched:
     """What the batched parsers gave for all inputs at once: their tables (input_id and
     line_no already mapped back) and the lines they understood, kept whole for ``_combine``."""
     tables: dict[str, list[pl.DataFrame]] = field(default_factory=dict)
-    claims: list[pl.DataFrame] = field(default_factory=list)
+    claims: list[pl.LazyFrame] = field(default_factory=list)     # plans: ``_Numbered.claims``
 
     def take(self, other: "Batched") -> "Batched":
         for name, frames in other.tables.items():
@@ -450,9 +450,10 @@ class _Numbered:
                                   _line="line_no")
         return cls(combined.with_columns(line_no=mapping["_row"]), mapping)
 
-    def claims(self, parser: str, consumed: pl.Series) -> pl.DataFrame:
-        """The lines a parser understood (``consumed``: global rows) as ``_claims`` rows."""
-        lines = self.mapping.filter(pl.col("_row").is_in(consumed.implode()))
+    def claims(self, parser: str, consumed: pl.Series) -> pl.LazyFrame:
+        """The lines a parser understood (``consumed``: global rows) as ``_claims`` rows: a plan,
+        run with the chunk's others (``_assign_kinds``)."""
+        lines = self.mapping.lazy().filter(pl.col("_row").is_in(consumed.implode()))
         return _claims(parser, lines.select("input_id", line_no="_line"))
 
 
@@ -535,22 +536,24 @@ def _unbatched(module, tables: dict[str, pl.DataFrame], mapping: pl.DataFrame,
     return dict(zip(names, collect_each(plans)))
 
 
-def _assign_kinds(lines: pl.DataFrame, claims: list[pl.DataFrame]) -> pl.DataFrame:
+def _assign_kinds(lines: pl.DataFrame, claims: list[pl.DataFrame | pl.LazyFrame]) -> pl.DataFrame:
     """``kind``: the first parser in ``postmortem.parsers.ALL_PARSERS`` order that understood the line
     (whether it ran per file or batched), else "blank" for a blank line (NCCL puts one before
-    every WARN: understood), else null (unparsed)."""
+    every WARN: understood), else null (unparsed). One plan, run in one call."""
     priority = {m.NAME: i for i, m in enumerate(parsers.ALL_PARSERS)}
-    names = pl.DataFrame({"_p": list(priority.values()), "kind": list(priority)},
+    names = pl.LazyFrame({"_p": list(priority.values()), "kind": list(priority)},
                          schema={"_p": pl.Int32, "kind": pl.String})
+    plan = lines.lazy()
     if claims:
-        ranked = pl.concat(claims, rechunk=True).with_columns(_p=pl.col("parser").replace_strict(priority, return_dtype=pl.Int32))
+        ranked = pl.concat([claim.lazy() for claim in claims], rechunk=True).with_columns(
+            _p=pl.col("parser").replace_strict(priority, return_dtype=pl.Int32))
         first = ranked.group_by("input_id", "line_no").agg(pl.col("_p").min()).join(names, on="_p")
-        lines = lines.join(first.drop("_p"), on=["input_id", "line_no"], how="left", maintain_order="left")
+        plan = plan.join(first.drop("_p"), on=["input_id", "line_no"], how="left", maintain_order="left")
     else:
-        lines = lines.with_columns(kind=pl.lit(None, dtype=pl.String))
+        plan = plan.with_columns(kind=pl.lit(None, dtype=pl.String))
     blank = pl.col("text").str.strip_chars() == ""
-    return lines.with_columns(kind=pl.when(pl.col("kind").is_null() & blank).then(pl.lit("blank"))
-                              .otherwise(pl.col("kind")))
+    return plan.with_columns(kind=pl.when(pl.col("kind").is_null() & blank).then(pl.lit("blank"))
+                             .otherwise(pl.col("kind"))).collect(engine="in-memory")
 
 
 # Per-file parsers with a ``file_gate`` run only on inputs where some line passes it, decided
