@@ -595,17 +595,18 @@ def one_agent_alone(df: pl.DataFrame, dirs: list[str], per_node: int, world: int
 def _nodes(df: pl.DataFrame, tables: dict[str, pl.DataFrame], inputs: pl.DataFrame) -> pl.DataFrame:
     """Node per line: NCCL's host, a host tag, the stream's NCCL host, or the rank's host."""
     key = ["input_id", "srun_task", "mpi_rank", "local_rank", "host_tag", "ray_pid"]
-    stream_host = df.filter(pl.col("nccl_host").is_not_null()).group_by(key).agg(
+    plan = df.lazy()    # one plan, run in one call (a dozen eager steps cost more than their work)
+    stream_host = plan.filter(pl.col("nccl_host").is_not_null()).group_by(key).agg(
         n=pl.col("nccl_host").n_unique(), s_host=pl.col("nccl_host").first()).filter(pl.col("n") == 1).drop("n")
-    df = df.join(stream_host, on=key, how="left", nulls_equal=True)
-    rank_host = _weighted_mode(df.filter(pl.col("rank").is_not_null()), "rank", pl.col("nccl_host"), "r_host")
+    plan = plan.join(stream_host, on=key, how="left", nulls_equal=True)
+    rank_host = _weighted_mode(plan.filter(pl.col("rank").is_not_null()), "rank", pl.col("nccl_host"), "r_host")
     exits = tables.get("exits")
     if exits is not None and not exits.is_empty():
-        extra = exits.drop_nulls(["rank", "host"]).select("rank", r_host2=_short(pl.col("host"))).unique("rank")
+        extra = exits.lazy().drop_nulls(["rank", "host"]).select("rank", r_host2=_short(pl.col("host"))).unique("rank")
         rank_host = rank_host.join(extra, on="rank", how="full", coalesce=True).select(
             "rank", r_host=pl.coalesce("r_host", "r_host2"))
-    df = df.join(rank_host, on="rank", how="left")
-    df = df.join(_srun_task_hosts(tables), on="srun_task", how="left")
+    plan = plan.join(rank_host, on="rank", how="left")
+    plan = plan.join(_srun_task_hosts(tables).lazy(), on="srun_task", how="left")
     node = pl.coalesce(pl.col("nccl_host"), _short(pl.col("host_tag")), pl.col("s_host"), pl.col("r_host"),
                        pl.col("t_host"))
     source = (pl.when(pl.col("nccl_host").is_not_null()).then(pl.lit("NCCL line prefix"))
@@ -613,7 +614,7 @@ def _nodes(df: pl.DataFrame, tables: dict[str, pl.DataFrame], inputs: pl.DataFra
               .when(pl.col("s_host").is_not_null()).then(pl.lit("NCCL lines of the same stream"))
               .when(pl.col("r_host").is_not_null()).then(pl.lit("host of the rank"))
               .when(pl.col("t_host").is_not_null()).then(pl.lit("srun task exit line (task -> host)")))
-    return df.with_columns(node=node, node_source=source).drop("s_host", "r_host", "t_host")
+    return plan.with_columns(node=node, node_source=source).drop("s_host", "r_host", "t_host").collect(engine="in-memory")
 
 
 def _srun_task_hosts(tables: dict[str, pl.DataFrame]) -> pl.DataFrame:
@@ -637,10 +638,12 @@ def _srun_task_hosts(tables: dict[str, pl.DataFrame]) -> pl.DataFrame:
 def _attempts(df: pl.DataFrame, tables: dict[str, pl.DataFrame], hints_of: dict[int, dict]) -> pl.DataFrame:
     """torchrun's attempt_N folder, else repeated NCCL version banners within one file."""
     path_attempt = {input_id: hints.get("attempt") for input_id, hints in hints_of.items()}
-    df = df.with_columns(p_attempt=pl.col("input_id").replace_strict(path_attempt, default=None, return_dtype=pl.Int64))
+    # one plan, run in one call (eager steps cost more than their work on a small run)
+    df = df.lazy().with_columns(
+        p_attempt=pl.col("input_id").replace_strict(path_attempt, default=None, return_dtype=pl.Int64))
     versions = tables.get("nccl_versions")
     if versions is not None and not versions.is_empty():
-        marks = versions.select("input_id", "line_no", banner=pl.lit(True))
+        marks = versions.lazy().select("input_id", "line_no", banner=pl.lit(True))
         df = df.join(marks, on=["input_id", "line_no"], how="left")
     else:
         df = df.with_columns(banner=pl.lit(None, dtype=pl.Boolean))
@@ -654,11 +657,12 @@ def _attempts(df: pl.DataFrame, tables: dict[str, pl.DataFrame], hints_of: dict[
     attempt = pl.coalesce(pl.col("p_attempt"), pl.when(pl.col("hb")).then(pl.col("b_attempt")))
     source = (pl.when(pl.col("p_attempt").is_not_null()).then(pl.lit("torchrun attempt_N folder"))
               .when(pl.col("hb")).then(pl.lit("NCCL version banners in the file")))
-    return df.with_columns(attempt=attempt, attempt_source=source).drop("p_attempt", "banner", "_n", "b_attempt", "hb")
+    return df.with_columns(attempt=attempt, attempt_source=source).drop(
+        "p_attempt", "banner", "_n", "b_attempt", "hb").collect(engine="in-memory")
 
 
 def _ranks_table(df: pl.DataFrame, procs: pl.DataFrame, tables: dict[str, pl.DataFrame]) -> pl.DataFrame:
-    known = df.filter(pl.col("rank").is_not_null())
+    known = df.lazy().filter(pl.col("rank").is_not_null())    # one plan, run in one call
     agg = known.group_by("rank").agg(
         pid=pl.col("pid").drop_nulls().last(),
         source=pl.col("rank_source").sort_by(pl.col("rank_confidence").replace_strict(CONFIDENCE_ORDER, default=9)).first(),
@@ -669,7 +673,7 @@ def _ranks_table(df: pl.DataFrame, procs: pl.DataFrame, tables: dict[str, pl.Dat
                         ("cuda_dev", pl.col("nccl_dev"))):
         agg = agg.join(_weighted_mode(known, "rank", value, name), on="rank", how="left")
     if not procs.is_empty():
-        gpu = procs.filter(pl.col("p_bus_id").is_not_null()).group_by("p_rank").agg(
+        gpu = procs.lazy().filter(pl.col("p_bus_id").is_not_null()).group_by("p_rank").agg(
             bus_id=pl.col("p_bus_id").last(), nccl_cuda_dev=pl.col("p_cuda_dev").last())
         agg = agg.join(gpu, left_on="rank", right_on="p_rank", how="left")
         agg = agg.with_columns(cuda_dev=pl.coalesce("nccl_cuda_dev", "cuda_dev")).drop("nccl_cuda_dev")
@@ -678,7 +682,7 @@ def _ranks_table(df: pl.DataFrame, procs: pl.DataFrame, tables: dict[str, pl.Dat
     exits = tables.get("exits")
     if exits is not None and not exits.is_empty():
         # torchrun's failure summary states each rank's pid and host: fill what the lines lacked.
-        lr = exits.drop_nulls(["rank"]).group_by("rank").agg(
+        lr = exits.lazy().drop_nulls(["rank"]).group_by("rank").agg(
             x_local=pl.col("local_rank").drop_nulls().first(), x_pid=pl.col("pid").drop_nulls().last(),
             x_node=_short(pl.col("host").drop_nulls().first()))
         agg = agg.join(lr, on="rank", how="left").with_columns(
@@ -686,4 +690,5 @@ def _ranks_table(df: pl.DataFrame, procs: pl.DataFrame, tables: dict[str, pl.Dat
             node=pl.coalesce("node", "x_node")).drop("x_local", "x_pid", "x_node")
     agg = agg.with_columns(local_rank=pl.coalesce(pl.col("local_rank"), pl.col("cuda_dev")),
                            bus_id=pl.col("bus_id").map_elements(bus_id_to_pci, return_dtype=pl.String))
-    return agg.select("rank", "node", "pid", "local_rank", "cuda_dev", "bus_id", "source", "confidence", "inputs").sort("rank")
+    return agg.select("rank", "node", "pid", "local_rank", "cuda_dev", "bus_id", "source", "confidence", "inputs").sort(
+        "rank").collect(engine="in-memory")
