@@ -143,7 +143,7 @@ STORE_COLUMNS = ("SELECT table_name, column_name, data_type FROM duckdb_columns(
 def write_table(con: duckdb.DuckDBPyConnection, name: str, frame: pl.DataFrame) -> None:
     # Polars' own string layout (Arrow string views, which DuckDB reads): the default converts
     # every string column to large_string first, holding the GIL (the 1,024-rank run's tables:
-    # 130-190 ms, 11 ms so). DuckDB finds the local variable by its name (a replacement scan: no
+    # 130-190 ms, against 11 ms). DuckDB finds the local variable by its name (a replacement scan: no
     # table of the store is called so), 0.8 ms a table less than registering it and taking it
     # back; a store locked down (``lock_down``) refuses that, and takes the frame registered.
     _postmortem_incoming = frame.to_arrow(compat_level=pl.CompatLevel.newest())
