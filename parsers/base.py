@@ -123,8 +123,7 @@ def collect_each(plans: list[pl.LazyFrame]) -> list[pl.DataFrame]:
 def conform_all(frames: dict[str, pl.DataFrame], schemas: dict[str, dict]) -> dict[str, pl.DataFrame]:
     """``conform`` of each frame to its table's schema, all in one Polars call."""
     names = list(frames)
-    plans = [frames[name].lazy().select(_conformed(frames[name].schema, schemas[name])) for name in names]
-    return dict(zip(names, collect_each(plans)))
+    return dict(zip(names, collect_each([conform_lazy(frames[name].lazy(), schemas[name]) for name in names])))
 
 
 def _conformed(have: pl.Schema, schema: dict) -> list[pl.Expr]:

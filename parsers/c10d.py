@@ -48,7 +48,7 @@ from __future__ import annotations
 import polars as pl
 
 from postmortem.parsers.base import GLOG, ParseResult, conform, conform_lazy, consumed_of, glog_timestamp, to_int
-from postmortem.parsers.kinds import Kind, samples_of
+from postmortem.parsers.kinds import Kind, first_kind, kind_name, samples_of
 from postmortem.parsers.tables import SHARED
 
 NAME = "c10d"
@@ -324,12 +324,9 @@ def _classify(df: pl.DataFrame) -> pl.DataFrame:
     """Give each message the first matching (kind, table, pattern index), in one query: a call
     per pattern cost more than the patterns' work (most lines of a long job, the work updates,
     are taken before, by ``_work_updates``)."""
-    first = pl.coalesce([pl.when(pl.col("msg").str.contains(kind.pattern)).then(pl.lit(i, dtype=pl.Int32))
-                         for i, kind in enumerate(KINDS)])
-    names = pl.col("_pattern").replace_strict(list(range(len(KINDS))), [kind.name for kind in KINDS],
-                                              return_dtype=pl.String)
+    first = first_kind([pl.col("msg").str.contains(kind.pattern) for kind in KINDS])
     return (df.lazy().with_columns(_pattern=first).filter(pl.col("_pattern").is_not_null())
-            .select(*df.columns, kind=names, _pattern="_pattern")
+            .select(*df.columns, kind=kind_name(pl.col("_pattern"), KINDS), _pattern="_pattern")
             .sort("line_no", maintain_order=True).collect(engine="in-memory"))   # the input's order
 
 

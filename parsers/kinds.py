@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import polars as pl
+
 
 @dataclass(frozen=True)
 class Kind:
@@ -32,3 +34,15 @@ class Kind:
 def samples_of(kinds: list[Kind]) -> list[str]:
     """Every sample line of ``kinds``, in kind order (for a parser's ``SAMPLE_LINES``)."""
     return [line for kind in kinds for line in kind.samples]
+
+
+def first_kind(holds: list[pl.Expr]) -> pl.Expr:
+    """The index (Int32) of the first kind whose condition (``holds``, in kind order) a line
+    meets, null where none does: the first match wins, in one expression (a filter per kind cost
+    a Polars call each)."""
+    return pl.coalesce([pl.when(hold).then(pl.lit(i, dtype=pl.Int32)) for i, hold in enumerate(holds)])
+
+
+def kind_name(index: pl.Expr, kinds: list[Kind]) -> pl.Expr:
+    """The name of the kind at ``index`` in ``kinds`` (``first_kind``'s)."""
+    return index.replace_strict(list(range(len(kinds))), [kind.name for kind in kinds], return_dtype=pl.String)

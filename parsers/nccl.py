@@ -31,6 +31,7 @@ from postmortem.parsers.base import ParseResult, collect_each, conform, conform_
 from postmortem.parsers import nccl_errors
 from postmortem.parsers.torch_errors import oom_size_columns
 from postmortem.parsers.nccl_catalogue import DATATYPE_BYTES, DATATYPES, FINGERPRINTS, KINDS, RED_OPS, RESULT_CODES
+from postmortem.parsers.kinds import kind_name
 
 NAME = "nccl"
 # Inputs without this text hold no NCCL line (torn fragments come with whole lines).
@@ -267,10 +268,8 @@ def _classify(info: pl.DataFrame) -> tuple[dict[str, list[pl.DataFrame]], pl.Dat
                          schema={"_shape": pl.String, "_kind": pl.Int64})
     info = info.join(index, on="_shape", how="left").filter(pl.col("_kind").is_not_null())
     found = sorted(info["_kind"].unique().to_list())
-    names = [KINDS[i].name for i in range(len(KINDS))]
     # every kind's rows in one Polars call (a few eager calls per kind cost more than the work)
-    plans = [info.lazy().select("line_no", kind=pl.col("_kind").replace_strict(list(range(len(KINDS))), names,
-                                                                               return_dtype=pl.String))]
+    plans = [info.lazy().select("line_no", kind=kind_name(pl.col("_kind"), KINDS))]
     tables = []
     for i in found:
         kind = KINDS[i]
