@@ -50,13 +50,14 @@ def check(ctx: Context) -> list[Finding]:
         ports = ports.filter(pl.col("ca").is_not_null()).with_columns(
             node=pl.col("node").fill_null("an unknown node"), port=pl.col("port").fill_null(1))
         down = (pl.col("state").is_in(list(_DOWN_STATES)) | pl.col("physical_state").is_in(["Disabled", "Polling"]))
-        seen = pl.concat_str([pl.col("node"), pl.lit("\x00"), pl.col("ca")]).is_in(
+        # (node, ca) pairs G003 reported already, as one text key each
+        in_g003 = pl.concat_str([pl.col("node"), pl.lit("\x00"), pl.col("ca")]).is_in(
             [f"{n}\x00{c}" for n, c in reported if n is not None and c is not None])
         # one verdict per port of each node (nodes in the order first seen): ibstat/ibv_devinfo
         # before ibdev2netdev (the interface's state); every node's at once, not a query per node
         ports = ports.with_columns(_down=down.fill_null(False), _first=pl.int_range(pl.len()).first().over("node")).sort(
             "_first", pl.col("source") == "ibdev2netdev", "input_id", "line_no").unique(
-            ["node", "ca", "port"], keep="first", maintain_order=True).with_columns(_bad=pl.col("_down") & ~seen)
+            ["node", "ca", "port"], keep="first", maintain_order=True).with_columns(_bad=pl.col("_down") & ~in_g003)
         for rows in ports.partition_by("node", maintain_order=True):
             if rows["_bad"].any():
                 out.append(_node_finding(ctx, rows["node"][0], rows, rows.filter(pl.col("_bad"))))
