@@ -24,6 +24,7 @@ from __future__ import annotations
 import polars as pl
 
 from postmortem.parsers import nccl_errors as catalogue
+from postmortem.parsers.kinds import possible_kinds
 
 SCHEMA = {"input_id": pl.UInt32, "line_no": pl.UInt32, "attempt": pl.Int64, "ts": pl.Datetime("us"),
           "rank": pl.Int64, "node": pl.String, "host": pl.String, "pid": pl.Int64, "cuda_dev": pl.Int64,
@@ -62,7 +63,7 @@ def build(tables: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:
         pl.col("_t").is_not_null() & (pl.col("_t").str.contains(_WRAPPED_TEXT) | (pl.col("kind") == "nccl_error")))
     parts = [warns]
     if not wrapped.is_empty():
-        cause, klass = catalogue.classify(pl.col("_t"))
+        cause, klass = catalogue.classify(pl.col("_t"), possible=possible_kinds(wrapped, "_t", catalogue.CAUSES))
         parts.append(wrapped.select(**base, source=pl.lit("PyTorch's NCCL error"), message=pl.col("_t"),
                                     cause=cause, error_class=klass).filter(pl.col("cause").is_not_null()))
     rows = pl.concat([p.cast({k: v for k, v in SCHEMA.items() if k in p.columns}) for p in parts], how="diagonal_relaxed")

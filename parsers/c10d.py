@@ -48,7 +48,7 @@ from __future__ import annotations
 import polars as pl
 
 from postmortem.parsers.base import GLOG, ParseResult, conform, conform_lazy, consumed_of, glog_timestamp, to_int
-from postmortem.parsers.kinds import Kind, first_kind, kind_name, samples_of
+from postmortem.parsers.kinds import Kind, first_kind, kind_name, possible_kinds, samples_of
 from postmortem.parsers.tables import SHARED
 
 NAME = "c10d"
@@ -324,7 +324,9 @@ def _classify(df: pl.DataFrame) -> pl.DataFrame:
     """Give each message the first matching (kind, table, pattern index), in one query: a call
     per pattern cost more than the patterns' work (most lines of a long job, the work updates,
     are taken before, by ``_work_updates``)."""
-    first = first_kind([pl.col("msg").str.contains(kind.pattern) for kind in KINDS])
+    possible = possible_kinds(df, "msg", KINDS)     # the others' patterns are not even compiled
+    first = first_kind([pl.col("msg").str.contains(kind.pattern) if i in possible else None
+                        for i, kind in enumerate(KINDS)])
     return (df.lazy().with_columns(_pattern=first).filter(pl.col("_pattern").is_not_null())
             .select(*df.columns, kind=kind_name(pl.col("_pattern"), KINDS), _pattern="_pattern")
             .sort("line_no", maintain_order=True).collect(engine="in-memory"))   # the input's order

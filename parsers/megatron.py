@@ -78,7 +78,7 @@ import polars as pl
 
 from postmortem.parsers import trainlog
 from postmortem.parsers.base import ParseResult, consumed_of, to_int
-from postmortem.parsers.kinds import Kind, first_kind, samples_of
+from postmortem.parsers.kinds import Kind, first_kind, possible_kinds, samples_of
 from postmortem.parsers.lines import any_literal, with_stream_where
 
 NAME = "megatron"
@@ -641,7 +641,11 @@ def _match_events(df: pl.DataFrame) -> pl.DataFrame:
     groups are read per kind found."""
     t = pl.col("text")
     literals = [t.str.contains(kind.literal, literal=True) for kind in EVENT_KINDS]
-    at = first_kind([held & t.str.contains(kind.pattern) for kind, held in zip(EVENT_KINDS, literals)])
+    possible = possible_kinds(df, "text", EVENT_KINDS)     # the others' patterns are not even compiled
+    if not possible:
+        return pl.DataFrame()
+    at = first_kind([held & t.str.contains(kind.pattern) if i in possible else None
+                     for i, (kind, held) in enumerate(zip(EVENT_KINDS, literals))])
     # the patterns read only the lines that hold a literal (on 147,000 lines: 35 ms, not 350)
     hits = (df.lazy().filter(pl.any_horizontal(literals)).select("line_no", "_stream", "text", _kind=at)
             .filter(pl.col("_kind").is_not_null()).collect(engine="in-memory"))

@@ -31,7 +31,7 @@ from postmortem.parsers.base import ParseResult, collect_each, conform, conform_
 from postmortem.parsers import nccl_errors
 from postmortem.parsers.torch_errors import oom_size_columns
 from postmortem.parsers.nccl_catalogue import DATATYPE_BYTES, DATATYPES, FINGERPRINTS, KINDS, RED_OPS, RESULT_CODES
-from postmortem.parsers.kinds import kind_name
+from postmortem.parsers.kinds import kind_name, possible_kinds
 
 NAME = "nccl"
 # Inputs without this text hold no NCCL line (torn fragments come with whole lines).
@@ -680,7 +680,7 @@ def _warn_events(prefixed: pl.DataFrame) -> pl.DataFrame:
     warns = prefixed.filter(pl.col("level") == "WARN")
     if warns.is_empty():
         return pl.DataFrame(schema=SCHEMAS["events"])
-    cause, klass = nccl_errors.classify(pl.col("msg"), pl.col("src_file"))
+    cause, klass = nccl_errors.classify(pl.col("msg"), pl.col("src_file"), possible_kinds(warns, "msg", nccl_errors.CAUSES))
     meaning = pl.col("cause").replace_strict({c.name: c.meaning for c in nccl_errors.CAUSES}, default=None,
                                              return_dtype=pl.String)
     ts = pl.col("nccl_ts").str.strptime(pl.Datetime("us"), "%Y-%m-%d %H:%M:%S%.f", strict=False)

@@ -419,13 +419,17 @@ _RETCODE = r"(?:retcode|res=|-> )\s*(\d+)"
 _BYTES = r"(\d+) bytes"
 
 
-def classify(message: pl.Expr, src: pl.Expr | None = None) -> tuple[pl.Expr, pl.Expr]:
+def classify(message: pl.Expr, src: pl.Expr | None = None, possible: set[int] | None = None) -> tuple[pl.Expr, pl.Expr]:
     """(cause name, error class) of each message; null where no entry matches (an unknown
-    WARN). ``src``: NCCL's ``file:line`` of a WARN (null for wrapped texts)."""
+    WARN). ``src``: NCCL's ``file:line`` of a WARN (null for wrapped texts). ``possible``: the
+    indexes of the causes the messages could match (``postmortem.parsers.kinds.possible_kinds``
+    of the frame), the others left out; all when None."""
     cause = pl.lit(None, dtype=pl.String)
     klass = pl.lit(None, dtype=pl.String)
     src = src if src is not None else pl.lit(None, dtype=pl.String)
-    for c in reversed(CAUSES):
+    for i, c in reversed(list(enumerate(CAUSES))):
+        if possible is not None and i not in possible:
+            continue
         hit = message.str.contains(c.pattern)
         if c.src:
             hit = hit & src.fill_null("").str.contains(c.src)

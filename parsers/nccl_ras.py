@@ -121,7 +121,7 @@ import re
 import polars as pl
 
 from postmortem.parsers.base import ParseResult, conform, consumed_of, to_int
-from postmortem.parsers.kinds import Kind
+from postmortem.parsers.kinds import Kind, possible_kinds
 from postmortem.parsers.lines import with_stream
 from postmortem.parsers.tables import SHARED
 
@@ -586,9 +586,12 @@ _SECTIONS = {"Errors": "errors", "Warnings": "warnings"}
 def _classify(cand: pl.DataFrame) -> pl.DataFrame:
     s = pl.col("_s")
     kind = None
-    for k in REPORT_KINDS:
-        kind = (pl.when if kind is None else kind.when)(s.str.contains(k.pattern)).then(pl.lit(k.name))
-    return cand.with_columns(_kind=kind.otherwise(pl.lit(None, dtype=pl.String)))
+    possible = possible_kinds(cand, "_s", REPORT_KINDS)     # the others' patterns are not even compiled
+    for i, k in enumerate(REPORT_KINDS):
+        if i in possible:
+            kind = (pl.when if kind is None else kind.when)(s.str.contains(k.pattern)).then(pl.lit(k.name))
+    none = pl.lit(None, dtype=pl.String)
+    return cand.with_columns(_kind=none if kind is None else kind.otherwise(none))
 
 
 def _extract(rep: pl.DataFrame) -> pl.DataFrame:

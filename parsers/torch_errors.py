@@ -73,7 +73,7 @@ import polars as pl
 
 from postmortem.parsers.base import (GLOG, ParseResult, collect_each, conform, conform_lazy, consumed_of,
                                      glog_timestamp, to_int)
-from postmortem.parsers.kinds import Kind, first_kind, kind_name, samples_of
+from postmortem.parsers.kinds import Kind, first_kind, kind_name, possible_kinds, samples_of
 from postmortem.parsers.lines import any_literal, with_stream_holding
 from postmortem.parsers.tables import SHARED
 
@@ -435,7 +435,9 @@ def _singles(df: pl.DataFrame) -> pl.DataFrame:
     """One events row per line a ``SINGLE_KINDS`` pattern matches (the first that does), in the
     kinds' order, then the lines' order. One query: a filter and a select per kind cost more than
     the patterns' work on a small input."""
-    at = first_kind([pl.col("text").str.contains(single.pattern) for single in SINGLE_KINDS])
+    possible = possible_kinds(df, "text", SINGLE_KINDS)     # the others' patterns are not even compiled
+    at = first_kind([pl.col("text").str.contains(single.pattern) if i in possible else None
+                     for i, single in enumerate(SINGLE_KINDS)])
     which = pl.col("_kind")
     gloo = [i for i, single in enumerate(SINGLE_KINDS) if single.name.startswith("gloo")]
     rows = df.lazy().with_columns(_kind=at).filter(which.is_not_null()).sort("_kind", maintain_order=True).select(
@@ -443,7 +445,8 @@ def _singles(df: pl.DataFrame) -> pl.DataFrame:
         kind=kind_name(which, SINGLE_KINDS),
         exc_type=pl.col("text").str.extract(r"^\s*((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception)):?", 1),
         detail=pl.coalesce([pl.when(which == i).then(pl.col("text").str.extract(single.pattern, 1))
-                            for i, single in enumerate(SINGLE_KINDS)]),
+                            for i, single in enumerate(SINGLE_KINDS) if i in possible]
+                           or [pl.lit(None, dtype=pl.String)]),
         message=pl.col("text"),
         value=pl.coalesce(pl.col("text").str.extract(r"Timed out waiting (\d+)ms", 1),
                           pl.col("text").str.extract(r"sequence number: (\d+)", 1),

@@ -1,0 +1,81 @@
+"""The literals a pattern needs (``postmortem.parsers.kinds.guard``) and the kinds a frame could hold
+(``possible_kinds``): a classifier leaves out the kinds no line could match, so that Polars does
+not compile their patterns (it keeps only the 32 regexes a thread used last). Leaving a kind
+out must never change a result: every guard is a literal every match holds."""
+from __future__ import annotations
+
+import re
+
+import polars as pl
+import pytest
+
+from postmortem.parsers import nccl_errors
+from postmortem.parsers.kinds import first_kind, guard, possible_kinds
+from tests.test_parser_kinds import PARSERS
+
+
+@pytest.mark.parametrize("pattern, expected", [
+    (r"Watchdog caught collective operation timeout: WorkNCCL\((?P<seq>\d+)", ("Watchdog caught collective operation timeout: WorkNCCL(",)),
+    (r"^\s*(?:Op type|Tensor shapes):\s*(?P<detail>\S.*)$", ("Op type", "Tensor shapes")),   # an alternation: any branch
+    (r"^abc|^x+defg", ("abc", "defg")),                 # each branch's own longest run
+    (r"(?:optional part )?needed", ("needed",)),        # an optional part holds nothing certain
+    (r"(?:repeated )+tail", ("repeated ",)),            # a repetition of at least one holds its body
+    (r"(?:rep)*tl", ("tl",)),
+    (r"^\d+ \w+$", (" ",)),                              # a one-character literal is a guard too
+    (r"^\d+\w+$", None),                                 # classes only: no literal known
+    (r"abc|\d+", None),                                  # a branch without one: none
+    (r"(?i)watchdog", None),                             # ignoring case: a literal test would not
+    (r"x(?i:caseless)y", ("x",)),                        # a caseless group holds nothing certain; the rest does
+    (r"\p{Greek}+ word", None),                          # Rust-only syntax Python's re does not read: no guard
+    (r"ab\x{41}", None),
+])
+def test_guard(pattern, expected):
+    assert guard(pattern) == expected
+
+
+def _kinds_by_parser():
+    for name, (kinds, read) in PARSERS.items():
+        yield pytest.param(name, kinds, read, id=name)
+    yield pytest.param("nccl_errors", nccl_errors.CAUSES, list, id="nccl_errors")
+
+
+@pytest.mark.parametrize("name, kinds, read", list(_kinds_by_parser()))
+def test_every_sample_holds_its_kinds_guard(name, kinds, read):
+    """Each sample a kind documents (what its pattern reads of it) holds a literal of its guard
+    where Python's ``re`` matches the pattern on it too."""
+    missing, checked = [], 0
+    for kind in kinds:
+        found = (kind.literal,) if getattr(kind, "literal", None) else guard(kind.pattern)
+        for message in read(list(kind.samples)) if found else ():
+            if message is not None and re.search(kind.pattern, message):
+                checked += 1
+                if not any(literal in message for literal in found):
+                    missing.append((kind.name, message, found))
+    assert checked and not missing
+
+
+@pytest.mark.parametrize("parser", [p for p in PARSERS if p != "nccl"])
+def test_leaving_out_impossible_kinds_changes_no_kind(parser):
+    """The first kind of each line (``first_kind``) is the same with every kind tried and with
+    only the possible ones, on the parser's samples, each alone and all together, and on lines
+    of no kind."""
+    kinds, read = PARSERS[parser]
+    samples = [m for m in read([line for kind in kinds for line in kind.samples]) if m is not None]
+    noise = ["", "plain text of no kind", "Traceback", "12345", "[rank3]: something"]
+    frames = [pl.DataFrame({"m": [line]}) for line in samples + noise] + [pl.DataFrame({"m": samples + noise})]
+    every = first_kind([pl.col("m").str.contains(kind.pattern) for kind in kinds])
+    for frame in frames:
+        possible = possible_kinds(frame, "m", kinds)
+        some = first_kind([pl.col("m").str.contains(kind.pattern) if i in possible else None for i, kind in enumerate(kinds)])
+        assert frame.select(every).equals(frame.select(some)), (parser, frame["m"].to_list()[:3])
+
+
+def test_possible_kinds_of_nothing_and_of_unguarded_kinds():
+    kinds = [nccl_errors.CAUSES[0]]
+    assert possible_kinds(pl.DataFrame({"m": pl.Series([], dtype=pl.String)}), "m", kinds) == set()
+    assert possible_kinds(pl.DataFrame({"m": ["x"]}), "m", kinds) == set()
+
+    class Bare:     # a pattern with no literal is always possible
+        pattern = r"^\d+$"
+        literal = None
+    assert possible_kinds(pl.DataFrame({"m": ["x"]}), "m", [Bare(), *kinds]) == {0}
