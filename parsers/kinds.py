@@ -67,14 +67,20 @@ def possible_kinds(frame: pl.DataFrame, column: str, kinds: list) -> set[int]:
     literals = sorted({lit for found in guards.values() if found for lit in found})
     if not literals or frame.is_empty():
         return {i for i, found in guards.items() if not found} if literals else set(guards)
-    # the lines that hold any literal first (one regex of them all: a SIMD literal search, 24 ms
-    # on 50 MB where a test per literal took 186), then which literals those few hold
     value = pl.col(column)
-    held = (frame.lazy().select(value).filter(value.str.contains("|".join(map(re.escape, literals))))
-            .select(value.str.contains(lit, literal=True).any().alias(str(n)) for n, lit in enumerate(literals))
-            .collect(engine="in-memory").row(0))
-    present = {lit for lit, there in zip(literals, held) if there}
+    rows = frame.lazy().select(value)
+    if frame.height > _FEW_ROWS:
+        # the lines that hold any literal first: one regex of them all is a SIMD literal search
+        # (24 ms on 50 MB, where the automaton below took 121 and a test per literal 186)
+        rows = rows.filter(value.str.contains("|".join(map(pl.escape_regex, literals))))
+    held = rows.select(value.str.extract_many(literals, overlapping=True).explode().unique()).collect(engine="in-memory")
+    present = set(held.to_series().drop_nulls().to_list())
     return {i for i, found in guards.items() if not found or present.intersection(found)}
+
+
+# Up to this many rows, which literals a frame holds is one automaton over all of it (1.4 ms on
+# 500 lines for c10d's 75 literals, where compiling their regex alone took 1.9).
+_FEW_ROWS = 20_000
 
 
 @functools.cache

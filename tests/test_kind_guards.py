@@ -9,7 +9,7 @@ import re
 import polars as pl
 import pytest
 
-from postmortem.parsers import nccl_errors
+from postmortem.parsers import kinds, nccl_errors
 from postmortem.parsers.kinds import first_kind, guard, possible_kinds
 from tests.test_parser_kinds import PARSERS
 
@@ -34,17 +34,17 @@ def test_guard(pattern, expected):
 
 
 def _kinds_by_parser():
-    for name, (kinds, read) in PARSERS.items():
-        yield pytest.param(name, kinds, read, id=name)
+    for name, (catalogue, read) in PARSERS.items():
+        yield pytest.param(name, catalogue, read, id=name)
     yield pytest.param("nccl_errors", nccl_errors.CAUSES, list, id="nccl_errors")
 
 
-@pytest.mark.parametrize("name, kinds, read", list(_kinds_by_parser()))
-def test_every_sample_holds_its_kinds_guard(name, kinds, read):
+@pytest.mark.parametrize("name, catalogue, read", list(_kinds_by_parser()))
+def test_every_sample_holds_its_kinds_guard(name, catalogue, read):
     """Each sample a kind documents (what its pattern reads of it) holds a literal of its guard
     where Python's ``re`` matches the pattern on it too."""
     missing, checked = [], 0
-    for kind in kinds:
+    for kind in catalogue:
         found = (kind.literal,) if getattr(kind, "literal", None) else guard(kind.pattern)
         for message in read(list(kind.samples)) if found else ():
             if message is not None and re.search(kind.pattern, message):
@@ -54,19 +54,23 @@ def test_every_sample_holds_its_kinds_guard(name, kinds, read):
     assert checked and not missing
 
 
+@pytest.mark.parametrize("few_rows", [kinds._FEW_ROWS, 0], ids=["automaton", "regex-first"])
 @pytest.mark.parametrize("parser", [p for p in PARSERS if p != "nccl"])
-def test_leaving_out_impossible_kinds_changes_no_kind(parser):
+def test_leaving_out_impossible_kinds_changes_no_kind(parser, few_rows, monkeypatch):
     """The first kind of each line (``first_kind``) is the same with every kind tried and with
     only the possible ones, on the parser's samples, each alone and all together, and on lines
-    of no kind."""
-    kinds, read = PARSERS[parser]
-    samples = [m for m in read([line for kind in kinds for line in kind.samples]) if m is not None]
+    of no kind; on small frames (one automaton over every line) and large ones (the lines with
+    any literal first)."""
+    monkeypatch.setattr(kinds, "_FEW_ROWS", few_rows)
+    catalogue, read = PARSERS[parser]
+    samples = [m for m in read([line for kind in catalogue for line in kind.samples]) if m is not None]
     noise = ["", "plain text of no kind", "Traceback", "12345", "[rank3]: something"]
     frames = [pl.DataFrame({"m": [line]}) for line in samples + noise] + [pl.DataFrame({"m": samples + noise})]
-    every = first_kind([pl.col("m").str.contains(kind.pattern) for kind in kinds])
+    every = first_kind([pl.col("m").str.contains(kind.pattern) for kind in catalogue])
     for frame in frames:
-        possible = possible_kinds(frame, "m", kinds)
-        some = first_kind([pl.col("m").str.contains(kind.pattern) if i in possible else None for i, kind in enumerate(kinds)])
+        possible = possible_kinds(frame, "m", catalogue)
+        some = first_kind([pl.col("m").str.contains(kind.pattern) if i in possible else None
+                           for i, kind in enumerate(catalogue)])
         assert frame.select(every).equals(frame.select(some)), (parser, frame["m"].to_list()[:3])
 
 
