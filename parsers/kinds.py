@@ -63,7 +63,13 @@ def possible_kinds(frame: pl.DataFrame, column: str, kinds: list) -> set[int]:
     compiled all 36 each time (8-11 ms on a frame of one row, more than the work on most
     chunks); a literal test costs no compile. Leaving out a kind whose literal no line holds
     changes no result: no line could match it."""
-    guards = {i: (kind.literal,) if getattr(kind, "literal", None) else guard(kind.pattern) for i, kind in enumerate(kinds)}
+    return possible_guards(frame, column, [(kind.literal,) if getattr(kind, "literal", None) else guard(kind.pattern)
+                                           for kind in kinds])
+
+
+def possible_guards(frame: pl.DataFrame, column: str, guards: list[tuple[str, ...] | None]) -> set[int]:
+    """``possible_kinds`` of patterns given by their guards (``guard``; None: always possible)."""
+    guards = dict(enumerate(guards))
     literals = sorted({lit for found in guards.values() if found for lit in found})
     if not literals or frame.is_empty():
         return {i for i, found in guards.items() if not found} if literals else set(guards)

@@ -31,7 +31,7 @@ from postmortem.parsers.base import ParseResult, collect_each, conform, conform_
 from postmortem.parsers import nccl_errors
 from postmortem.parsers.torch_errors import oom_size_columns
 from postmortem.parsers.nccl_catalogue import DATATYPE_BYTES, DATATYPES, FINGERPRINTS, KINDS, RED_OPS, RESULT_CODES
-from postmortem.parsers.kinds import kind_name, possible_kinds
+from postmortem.parsers.kinds import guard, kind_name, possible_guards, possible_kinds
 
 NAME = "nccl"
 # Inputs without this text hold no NCCL line (torn fragments come with whole lines).
@@ -728,8 +728,9 @@ def fingerprints(shapes: pl.DataFrame) -> pl.DataFrame:
               "min_minor": pl.Int64, "max_minor": pl.Int64}
     extra = [c for c in ("input_id",) if c in shapes.columns]
     info = pl.col("level") == "INFO"
+    possible = possible_guards(shapes, "msg", [guard(pattern) for _evidence, pattern, _first, _last in FINGERPRINTS])
     checks = [(evidence, pl.col("msg").str.contains(pattern) & (info if evidence.endswith("(INFO)") else True), first, last)
-              for evidence, pattern, first, last in FINGERPRINTS]
+              for i, (evidence, pattern, first, last) in enumerate(FINGERPRINTS) if i in possible]
     warn = pl.col("level") == "WARN"
     checks += [("NCCL timestamp on WARN lines", warn & pl.col("has_ts"), 26, 30),
                ("`(function)` after file:line on WARN lines", warn & pl.col("has_fn"), 30, 30)]

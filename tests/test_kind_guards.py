@@ -83,3 +83,23 @@ def test_possible_kinds_of_nothing_and_of_unguarded_kinds():
         pattern = r"^\d+$"
         literal = None
     assert possible_kinds(pl.DataFrame({"m": ["x"]}), "m", [Bare(), *kinds]) == {0}
+
+
+def test_nccl_fingerprints_are_the_same_with_every_check_tried(monkeypatch):
+    """NCCL's version fingerprints (64 patterns over the message shapes) leave out the checks
+    whose literal no shape holds: the evidence of each version's block is what trying every
+    check gives."""
+    from postmortem.parsers import nccl
+    from tests.test_nccl_line_kinds import FINGERPRINT_BLOCKS, _fp_block, parse_lines
+
+    blocks = [parse_lines(tuple(_fp_block(lines, f"fp-{minor}", minor))).tables["nccl_shapes"]
+              for minor, _exclude, lines in FINGERPRINT_BLOCKS]
+    shapes = pl.concat(blocks, how="diagonal_relaxed")
+    pruned = [nccl.fingerprints(frame) for frame in [*blocks, shapes]]
+    left_out = [len(nccl.FINGERPRINTS) - len(nccl.possible_guards(frame, "msg", [guard(p) for _, p, _, _ in nccl.FINGERPRINTS]))
+                for frame in blocks]
+    assert min(left_out) > 0, left_out        # each block leaves some checks out
+    monkeypatch.setattr(nccl, "possible_guards", lambda frame, column, guards: set(range(len(guards))))
+    every = [nccl.fingerprints(frame) for frame in [*blocks, shapes]]
+    assert all(a.equals(b) for a, b in zip(pruned, every))
+    assert all(not a.is_empty() for a in pruned)
