@@ -83,7 +83,7 @@ import polars as pl
 
 from postmortem.parsers.lines import any_literal, with_stream_where
 
-from postmortem.parsers.base import GLOG, ParseResult, consumed_of, glog_timestamp, to_int
+from postmortem.parsers.base import GLOG, ParseResult, collect_each, consumed_of, glog_timestamp, to_int
 from postmortem.parsers.tables import SHARED
 
 NAME = "torchrun"
@@ -438,7 +438,7 @@ def _exits(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.Series]:
     return table, keep["line_no"].cast(pl.UInt32)
 
 
-def _logger_head(df: pl.DataFrame) -> pl.DataFrame:
+def _logger_head(df: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame | pl.LazyFrame:
     """Add ``ts`` (from a glog or bracketed-asctime header) and ``msg`` (the text after any
     logger header) to candidate rows."""
     g = pl.col("text").str.extract_groups(r"^\[?" + GLOG)
@@ -458,31 +458,42 @@ def _logger_head(df: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+# The agent's one-line events: (a literal of the line, kind, pattern of the message after any
+# logger header, its groups, the first of which must match).
+_AGENT_EVENTS = [
+    ("of binary:", "worker_failed", _WORKER_FAILED, ["exitcode", "local_rank", "pid", "value"]),
+    ("closing signal", "closing_signal", _CLOSING, ["pid", "signal"]),
+    ("forcefully exiting via", "force_kill", _FORCE_KILL, ["pid", "signal"]),
+    ("will restart worker group", "restart", _RESTART, ["state", "value"]),
+    ("Restarting worker group", "restart", r"(?P<state>Restarting) worker group", ["state"]),
+    ("successfully finished", "group_finished", _FINISHED, ["state"]),
+    ("death signal", "death_signal", _DEATH, ["signal"]),
+    ("SignalException", "death_signal", _SIGNAL_EXCEPTION, ["pid", "signal"]),
+]
+
+
+def _agent_events(df: pl.DataFrame) -> list[pl.DataFrame]:
+    """A frame per ``_AGENT_EVENTS`` entry whose literal some line holds, in their order: which
+    literals occur is one Polars call, all their rows another (a filter per entry, and a call
+    per entry found, were 13 calls per chunk)."""
+    t = pl.col("text")
+    held = df.select(t.str.contains(literal, literal=True).any().alias(str(i))
+                     for i, (literal, *_rest) in enumerate(_AGENT_EVENTS)).row(0)
+    plans = []
+    for (literal, kind, pattern, groups), there in zip(_AGENT_EVENTS, held):
+        if not there:
+            continue
+        sub = _logger_head(df.lazy().filter(t.str.contains(literal, literal=True)))
+        m = pl.col("msg").str.extract_groups(pattern)
+        plans.append(sub.with_columns([m.struct.field(g).alias(g) for g in groups])
+                     .filter(pl.col(groups[0]).is_not_null())
+                     .with_columns(kind=pl.lit(kind)).select(["line_no", "ts", "kind", *[g for g in groups if g != "state"]]))
+    return collect_each(plans)
+
+
 def _agent(df: pl.DataFrame) -> pl.DataFrame:
     t = pl.col("text")
-    frames: list[pl.DataFrame] = []
-
-    def one(literal: str, kind: str, pattern: str, groups: list[str]) -> None:
-        sub = df.filter(t.str.contains(literal, literal=True))
-        if sub.is_empty():
-            return
-        sub = _logger_head(sub)
-        m = pl.col("msg").str.extract_groups(pattern)
-        sub = sub.with_columns([m.struct.field(g).alias(g) for g in groups]).filter(
-            pl.col(groups[0]).is_not_null()
-        )
-        frames.append(sub.with_columns(kind=pl.lit(kind)).select(
-            ["line_no", "ts", "kind", *[g for g in groups if g != "state"]]
-        ))
-
-    one("of binary:", "worker_failed", _WORKER_FAILED, ["exitcode", "local_rank", "pid", "value"])
-    one("closing signal", "closing_signal", _CLOSING, ["pid", "signal"])
-    one("forcefully exiting via", "force_kill", _FORCE_KILL, ["pid", "signal"])
-    one("will restart worker group", "restart", _RESTART, ["state", "value"])
-    one("Restarting worker group", "restart", r"(?P<state>Restarting) worker group", ["state"])
-    one("successfully finished", "group_finished", _FINISHED, ["state"])
-    one("death signal", "death_signal", _DEATH, ["signal"])
-    one("SignalException", "death_signal", _SIGNAL_EXCEPTION, ["pid", "signal"])
+    frames: list[pl.DataFrame] = _agent_events(df)
 
     # Launch configuration: the banner, then contiguous indented `key : value` lines.
     banner = t.str.contains(_LAUNCH_HEADER, literal=True)
