@@ -54,9 +54,8 @@ def first_kind(holds: list[pl.Expr | None]) -> pl.Expr:
 
 def possible_kinds(frame: pl.DataFrame, column: str, kinds: list) -> set[int]:
     """The indexes of ``kinds`` (``Kind``s, or anything with a ``pattern``) whose pattern could
-    match a value of ``column`` in ``frame``:
-    those whose guard (``Kind.literal``, else ``guard`` of the pattern) occurs in it, in one
-    Polars call, and every kind without one.
+    match a value of ``column`` in ``frame``: those whose guard (``Kind.literal``, else
+    ``guard`` of the pattern) occurs in it, found in one Polars call, and every kind without one.
 
     Why: Polars compiles a regex at every call that holds it, unless it is among the 32 its
     thread last used, and the parsers use hundreds. A query testing a parser's 36 patterns
@@ -89,6 +88,11 @@ def possible_guards(frame: pl.DataFrame, column: str, guards: list[tuple[str, ..
 _FEW_ROWS = 20_000
 
 
+# Rust's word-boundary assertions `\<`, `\>` and `\b{...}`, which Python's parser would read as
+# literal characters: a pattern holding one gets no guard.
+_READ_OTHERWISE = re.compile(r"\\[<>]|\\b\{")
+
+
 @functools.cache
 def guard(pattern: str) -> tuple[str, ...] | None:
     """Literals at least one of which every string ``pattern`` matches contains (the longest
@@ -99,7 +103,7 @@ def guard(pattern: str) -> tuple[str, ...] | None:
     Read from the pattern's parse tree: a run of literal characters outside optional parts, a
     group or a repetition of at least one, and an alternation whose every branch has a guard
     (their union)."""
-    if _sre_parse is None:
+    if _sre_parse is None or _READ_OTHERWISE.search(pattern):
         return None
     try:
         tree = _sre_parse.parse(pattern)

@@ -28,6 +28,8 @@ from tests.test_parser_kinds import PARSERS
     (r"x(?i:caseless)y", ("x",)),                        # a caseless group holds nothing certain; the rest does
     (r"\p{Greek}+ word", None),                          # Rust-only syntax Python's re does not read: no guard
     (r"ab\x{41}", None),
+    (r"\<word\>", None),                                 # Rust's word boundaries, literals to Python: none
+    (r"\b{start}word", None),
 ])
 def test_guard(pattern, expected):
     assert guard(pattern) == expected
