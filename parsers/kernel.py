@@ -41,7 +41,7 @@ from __future__ import annotations
 import polars as pl
 
 from postmortem.parsers.base import ParseResult, consumed_of, to_int
-from postmortem.parsers.kinds import Kind, samples_of
+from postmortem.parsers.kinds import Kind, literals_held, samples_of
 
 NAME = "kernel"
 
@@ -243,10 +243,9 @@ def _classify(df: pl.DataFrame) -> pl.DataFrame:
     frames = []
     taken = pl.Series("line_no", [], dtype=pl.UInt32)
     # which kinds' literals occur at all, in one call: most kernel logs hold a few of the kinds
-    present = df.select(msg.str.contains(kind.literal, literal=True).any().alias(str(i))
-                        for i, kind in enumerate(KINDS)).row(0) if df.height else [False] * len(KINDS)
-    for kind, occurs in zip(KINDS, present):
-        if not occurs:
+    held = literals_held(df, msg, [kind.literal for kind in KINDS])
+    for kind in KINDS:
+        if kind.literal not in held:
             continue
         sub = df.filter(msg.str.contains(kind.literal, literal=True), ~pl.col("line_no").is_in(taken.implode()))
         if sub.is_empty():

@@ -84,6 +84,7 @@ import polars as pl
 from postmortem.parsers.lines import any_literal, with_stream_where
 
 from postmortem.parsers.base import GLOG, ParseResult, collect_each, consumed_of, glog_timestamp, to_int
+from postmortem.parsers.kinds import literals_held
 from postmortem.parsers.tables import SHARED
 
 NAME = "torchrun"
@@ -477,11 +478,10 @@ def _agent_events(df: pl.DataFrame) -> list[pl.DataFrame]:
     literals occur is one Polars call, all their rows another (a filter per entry, and a call
     per entry found, were 13 calls per chunk)."""
     t = pl.col("text")
-    held = df.select(t.str.contains(literal, literal=True).any().alias(str(i))
-                     for i, (literal, *_rest) in enumerate(_AGENT_EVENTS)).row(0)
+    held = literals_held(df, "text", [literal for literal, *_rest in _AGENT_EVENTS])
     plans = []
-    for (literal, kind, pattern, groups), there in zip(_AGENT_EVENTS, held):
-        if not there:
+    for literal, kind, pattern, groups in _AGENT_EVENTS:
+        if literal not in held:
             continue
         sub = _logger_head(df.lazy().filter(t.str.contains(literal, literal=True)))
         m = pl.col("msg").str.extract_groups(pattern)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from postmortem.parsers.kinds import literals_held
 from postmortem.parsers.tables import FRAMEWORK_EVENTS, FRAMEWORK_MEMORY, SHARED
 
 ITERATIONS_SCHEMA = dict(SHARED["iterations"].columns)
@@ -143,10 +144,9 @@ def settings_rows(df: pl.DataFrame, text: pl.Expr, kinds, source: str) -> list[p
     out = []
     kinds = list(kinds)
     # which kinds' literals any line holds, in one query: most inputs hold none of most kinds
-    present = df.select([text.str.contains(kind.literal, literal=True).any().alias(str(i))
-                         for i, kind in enumerate(kinds)]).row(0) if kinds else ()
-    for kind, mentioned in zip(kinds, present):
-        if not mentioned:
+    held = literals_held(df, text, [kind.literal for kind in kinds])
+    for kind in kinds:
+        if kind.literal not in held:
             continue
         lines = df.filter(text.str.contains(kind.literal, literal=True))
         lines = lines.filter(text.str.contains(kind.pattern))

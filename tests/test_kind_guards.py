@@ -105,3 +105,16 @@ def test_nccl_fingerprints_are_the_same_with_every_check_tried(monkeypatch):
     every = [nccl.fingerprints(frame) for frame in [*blocks, shapes]]
     assert all(a.equals(b) for a, b in zip(pruned, every))
     assert all(not a.is_empty() for a in pruned)
+
+
+@pytest.mark.parametrize("few_rows", [kinds._FEW_ROWS, 0], ids=["automaton", "regex-first"])
+def test_literals_held(few_rows, monkeypatch):
+    """Which literals a frame holds, by a column's name or an expression, literals inside others
+    and at the same place included; none of an empty frame."""
+    monkeypatch.setattr(kinds, "_FEW_ROWS", few_rows)
+    frame = pl.DataFrame({"t": ["abcd", "x.y", None, "NCCL error: Error: b"]})
+    wanted = ["abc", "bcd", "b", "x.y", "Error: ", "error", "absent", "."]
+    assert kinds.literals_held(frame, "t", wanted) == {"abc", "bcd", "b", "x.y", "Error: ", "error", "."}
+    assert kinds.literals_held(frame, pl.col("t").str.to_uppercase(), ["ABC", "abc"]) == {"ABC"}
+    assert kinds.literals_held(frame.clear(), "t", wanted) == set()
+    assert kinds.literals_held(frame, "t", []) == set()
