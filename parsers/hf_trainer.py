@@ -259,6 +259,8 @@ def parse(lines: pl.DataFrame) -> ParseResult:
     if lines is None or lines.is_empty() or "text" not in lines.columns:
         return ParseResult(tables=_empty_tables())
     df = _routed(lines)
+    if df.is_empty():   # most chunks of a large run
+        return ParseResult(tables=_empty_tables())
     t = pl.col("text")
     progress = _progress(df)
     iterations, events = _dicts(df, progress)

@@ -46,6 +46,8 @@ import re
 
 import polars as pl
 
+from postmortem.parsers.ascii_text import as_written, patterns_for
+
 # Sample lines this module must understand (tests feed them through ``envelope``).
 SAMPLE_LINES = [
     " 3: node03:38646:35596 [4] NCCL INFO Channel 00/0 : 3[4] -> 4[5] via P2P/CUMEM",
@@ -197,7 +199,7 @@ def _is_utf8(body: bytes) -> bool:
     return True
 
 
-def _clean(raw: pl.Expr) -> pl.Expr:
+def _clean(raw: pl.Expr, rx=as_written) -> pl.Expr:
     """Last non-empty carriage-return segment, ANSI removed. A launcher prefix that starts the
     line (``0: ``, ``[default3]:``, ``[1,0]<stderr>:``...) was written once, before the first
     segment: it is kept in front of the last one (a tqdm bar redrawn under ``srun --label``
@@ -210,18 +212,18 @@ def _clean(raw: pl.Expr) -> pl.Expr:
         .list.last()
         .fill_null("")
     )
-    lead = segments.list.first().str.extract(_LEAD_PREFIXES, 0)
+    lead = segments.list.first().str.extract(rx(_LEAD_PREFIXES), 0)
     last_segment = (pl.when((lead.str.len_chars() > 0) & ~last_segment.str.starts_with(lead.fill_null("")))
                     .then(pl.concat_str([lead, last_segment])).otherwise(last_segment))
     cleaned = pl.when(no_crlf.str.contains("\r", literal=True)).then(last_segment).otherwise(no_crlf)
     return (
         pl.when(cleaned.str.contains("\x1b", literal=True))
-        .then(cleaned.str.replace_all(_ANSI, ""))
+        .then(cleaned.str.replace_all(rx(_ANSI), ""))
         .otherwise(cleaned)
     )
 
 
-def _cleaned(df: pl.DataFrame) -> pl.DataFrame:
+def _cleaned(df: pl.DataFrame, rx=as_written) -> pl.DataFrame:
     """``raw`` -> ``text`` (``_clean``), the carriage-return and ANSI work only on the lines that
     have a ``\r`` or an ESC (few: the rest are renamed, not copied)."""
     dirty = df.select(pl.col("raw").str.contains("\r", literal=True)
@@ -229,8 +231,8 @@ def _cleaned(df: pl.DataFrame) -> pl.DataFrame:
     if not dirty.any():
         return df.rename({"raw": "text"})
     if dirty.all():
-        return df.with_columns(text=_clean(pl.col("raw"))).drop("raw")
-    fixed = df.filter(dirty).with_columns(raw=_clean(pl.col("raw")))
+        return df.with_columns(text=_clean(pl.col("raw"), rx)).drop("raw")
+    fixed = df.filter(dirty).with_columns(raw=_clean(pl.col("raw"), rx))
     return pl.concat([df.filter(~dirty), fixed]).rename({"raw": "text"})   # envelope_frame sorts at the end
 
 
@@ -306,7 +308,8 @@ def envelope_frame(datas: list[bytes], passes: int = 4) -> pl.DataFrame:
     # the row in input and line order: the frame is put back in it with one sort on this key
     # (sorting on `_input` and `line_no` costs four times as much)
     df = decode_many(datas).with_row_index("_row")
-    df = _cleaned(df)
+    rx = patterns_for(datas)    # ASCII classes where all the text is ASCII: faster to compile
+    df = _cleaned(df, rx)
     df = df.with_columns(
         [pl.lit(None, dtype=dtype).alias(name)
          for name, dtype in ENVELOPE_SCHEMA.items() if name not in df.columns]
@@ -314,15 +317,15 @@ def envelope_frame(datas: list[bytes], passes: int = 4) -> pl.DataFrame:
     columns = [*ENVELOPE_SCHEMA, "_input"]
     if df.is_empty():
         return df.select(columns)
-    hosts = _pdsh_hosts_per_input(df)
-    brackets = _rank_brackets_per_input(df)
+    hosts = _pdsh_hosts_per_input(df, rx)
+    brackets = _rank_brackets_per_input(df, rx)
     groups: dict[tuple, list[int]] = {}
     for i in range(len(datas)):
         groups.setdefault((hosts.get(i, frozenset()), i in brackets), []).append(i)
     done = []
     for (group_hosts, group_brackets), members in groups.items():
         part = df.filter(pl.col("_input").is_in(members)) if len(groups) > 1 else df
-        done.append(_peel_all(part, _prefixes_for(group_hosts, group_brackets), passes))
+        done.append(_peel_all(part, _prefixes_for(group_hosts, group_brackets, rx), passes, rx))
     out = pl.concat(done, how="vertical") if len(done) > 1 else done[0]
     return out.sort("_row").select(columns)
 
@@ -356,39 +359,39 @@ def slice_inputs(frame: pl.DataFrame, count: int) -> list[pl.DataFrame]:
     return [frame.slice(*starts[i]) if i in starts else empty for i in range(count)]
 
 
-def _prefixes_for(hosts: frozenset[str], rank_brackets: bool) -> list[tuple[str, str, dict[str, int]]]:
-    prefixes = list(_PREFIXES)
+def _prefixes_for(hosts: frozenset[str], rank_brackets: bool, rx=as_written) -> list[tuple[str, str, dict[str, int]]]:
+    prefixes = [(name, rx(pattern), groups) for name, pattern, groups in _PREFIXES]
     if hosts:
         alternatives = "|".join(sorted((h.replace(".", r"\.") for h in hosts), key=len, reverse=True))
         prefixes.append(("pdsh", rf"^({alternatives}): ", {"host_tag": 1}))
     if rank_brackets:
-        prefixes.append(("rank_bracket", _RANK_BRACKET, {"mpi_rank": 1}))
+        prefixes.append(("rank_bracket", rx(_RANK_BRACKET), {"mpi_rank": 1}))
     return prefixes
 
 
-def _pdsh_hosts_per_input(df: pl.DataFrame) -> dict[int, frozenset[str]]:
+def _pdsh_hosts_per_input(df: pl.DataFrame, rx=as_written) -> dict[int, frozenset[str]]:
     """Per input: host-like tokens that prefix enough of its lines to be pdsh's ``host:`` tag."""
     # the tokens of the lines that have one (few: most lines have no `word: ` at their start)
-    tagged = df.filter(pl.col("text").str.contains(_PDSH))
+    tagged = df.filter(pl.col("text").str.contains(rx(_PDSH)))
     if tagged.is_empty():
         return {}
     sizes = df.group_by("_input").agg(_n=pl.len())
-    tokens = (tagged.select("_input", token=pl.col("text").str.extract(_PDSH, 1)).drop_nulls("token")
+    tokens = (tagged.select("_input", token=pl.col("text").str.extract(rx(_PDSH), 1)).drop_nulls("token")
               .group_by("_input", "token").agg(count=pl.len()).join(sizes, on="_input")
               .filter((pl.col("count") >= pl.max_horizontal(pl.lit(3), (pl.col("_n") * 0.1).floor().cast(pl.Int64)))
-                      & pl.col("token").str.contains(_HOSTLIKE) & ~pl.col("token").is_in(list(_NOT_HOSTS))))
+                      & pl.col("token").str.contains(rx(_HOSTLIKE)) & ~pl.col("token").is_in(list(_NOT_HOSTS))))
     out: dict[int, set[str]] = {}
     for i, token in tokens.select("_input", "token").iter_rows():
         out.setdefault(i, set()).add(token)
     return {i: frozenset(h) for i, h in out.items()}
 
 
-def _rank_brackets_per_input(df: pl.DataFrame) -> set[int]:
+def _rank_brackets_per_input(df: pl.DataFrame, rx=as_written) -> set[int]:
     """Inputs where a user launcher's ``[N] `` tag prefixes a good share of the lines."""
-    if not df.select(pl.col("text").str.contains(_RANK_BRACKET).any()).item():
+    if not df.select(pl.col("text").str.contains(rx(_RANK_BRACKET)).any()).item():
         return set()
     counts = df.group_by("_input").agg(
-        hits=pl.col("text").str.contains(_RANK_BRACKET).sum(),
+        hits=pl.col("text").str.contains(rx(_RANK_BRACKET)).sum(),
         filled=(pl.col("text").str.strip_chars() != "").sum(), n=pl.len())
     chosen = counts.filter(
         (pl.col("hits") >= pl.max_horizontal(pl.lit(3), (pl.col("n") * 0.1).floor().cast(pl.Int64)))
@@ -396,7 +399,8 @@ def _rank_brackets_per_input(df: pl.DataFrame) -> set[int]:
     return set(chosen["_input"].to_list())
 
 
-def _peel_all(df: pl.DataFrame, prefixes: list[tuple[str, str, dict[str, int]]], passes: int) -> pl.DataFrame:
+def _peel_all(df: pl.DataFrame, prefixes: list[tuple[str, str, dict[str, int]]], passes: int,
+              rx=as_written) -> pl.DataFrame:
     """Peel every line that could change (``_may_change``); the others (nearly all lines of a
     per-rank log: NCCL and framework lines start with their own header) pass untouched, so the
     dozens of prefix patterns run over the few lines a launcher or collector touched."""
@@ -404,8 +408,8 @@ def _peel_all(df: pl.DataFrame, prefixes: list[tuple[str, str, dict[str, int]]],
     if not mask.any():
         return df
     if mask.all():
-        return _peel_rows(df, prefixes, passes)
-    return pl.concat([_peel_rows(df.filter(mask), prefixes, passes), df.filter(~mask)], how="vertical")
+        return _peel_rows(df, prefixes, passes, rx)
+    return pl.concat([_peel_rows(df.filter(mask), prefixes, passes, rx), df.filter(~mask)], how="vertical")
 
 
 def _may_change(prefixes: list[tuple[str, str, dict[str, int]]]) -> pl.Expr:
@@ -417,7 +421,8 @@ def _may_change(prefixes: list[tuple[str, str, dict[str, int]]]) -> pl.Expr:
             | text.str.ends_with("]"))
 
 
-def _peel_rows(df: pl.DataFrame, prefixes: list[tuple[str, str, dict[str, int]]], passes: int) -> pl.DataFrame:
+def _peel_rows(df: pl.DataFrame, prefixes: list[tuple[str, str, dict[str, int]]], passes: int,
+               rx=as_written) -> pl.DataFrame:
     # Only a line a pass peeled can have another prefix under it: each pass takes those alone.
     pattern, layout = _alternation(prefixes)
     settled, todo = [], df
@@ -431,12 +436,12 @@ def _peel_rows(df: pl.DataFrame, prefixes: list[tuple[str, str, dict[str, int]]]
         todo = _peel_pass(todo, pattern, layout)
     df = pl.concat([*settled, todo], how="vertical") if settled else todo   # envelope_frame sorts
     # the few lines with a glued record, a right-edge artefact or c10d's rank tag left
-    edges = df.select(_has_edges()).to_series()
+    edges = df.select(_has_edges(rx)).to_series()
     if not edges.any():
         return df
     if edges.all():
-        return _cut_edges(df)
-    return pl.concat([df.filter(~edges), _cut_edges(df.filter(edges))], how="vertical")
+        return _cut_edges(df, rx)
+    return pl.concat([df.filter(~edges), _cut_edges(df.filter(edges), rx)], how="vertical")
 
 
 # c10d's records as they appear glued after a bar (``_GLUED_BAR`` without its `^(.+?)`).
@@ -446,22 +451,22 @@ _BOX_EDGE = r"\s*[│┃]\s*$"
 _RANK_TAG = r"^\[rank(\d+)\]: ?"
 
 
-def _has_edges() -> pl.Expr:
+def _has_edges(rx=as_written) -> pl.Expr:
     """True for a line ``_cut_edges`` changes (false for the others, which it leaves as they are)."""
     text = pl.col("text")
     # `^(.+?)X` matches where X starts after the first character: X anywhere in the rest of
     # the line (a plain match, several times cheaper than the lazy group over every line)
-    glued = text.str.slice(1).str.contains(_C10D_RECORD)
-    return (glued | text.str.contains(_PAGER_MARK) | text.str.contains(_BOX_EDGE)
-            | pl.col("prefix").str.contains("│", literal=True) | text.str.contains(_RANK_TAG)).fill_null(False)
+    glued = text.str.slice(1).str.contains(rx(_C10D_RECORD))
+    return (glued | text.str.contains(rx(_PAGER_MARK)) | text.str.contains(rx(_BOX_EDGE))
+            | pl.col("prefix").str.contains("│", literal=True) | text.str.contains(rx(_RANK_TAG))).fill_null(False)
 
 
-def _cut_edges(df: pl.DataFrame) -> pl.DataFrame:
+def _cut_edges(df: pl.DataFrame, rx=as_written) -> pl.DataFrame:
     # A progress bar glued in front of c10d's `[rankN]:` (no newline between them): cut there.
     # The bar is taken as text (a regex group), never as a position: ``str.find`` gives a byte
     # offset and ``str.slice`` counts characters, so one `█` (3 bytes) in the bar shifted the cut
     # by two characters and `[rank3]:` came out as `k3]:` (rank lost, line misattributed).
-    glued_bar = pl.col("text").str.extract(_GLUED_BAR, 1)
+    glued_bar = pl.col("text").str.extract(rx(_GLUED_BAR), 1)
     df = df.with_columns(_bar=glued_bar).with_columns(
         prefix=pl.when(pl.col("_bar").is_not_null())
         .then(pl.concat_str([pl.col("prefix").fill_null(""), pl.col("_bar")]))
@@ -471,13 +476,13 @@ def _cut_edges(df: pl.DataFrame) -> pl.DataFrame:
     ).drop("_bar")
     # Right-edge artefacts of terminal copies: a pager's `[22/1819]` position marker, and the
     # closing border plus padding of a k9s/TUI box (nccl.md section 2).
-    df = df.with_columns(text=pl.col("text").str.replace(_PAGER_MARK, "").str.replace(_BOX_EDGE, ""))
+    df = df.with_columns(text=pl.col("text").str.replace(rx(_PAGER_MARK), "").str.replace(rx(_BOX_EDGE), ""))
     df = df.with_columns(text=pl.when(pl.col("prefix").str.contains("│", literal=True))
                          .then(pl.col("text").str.strip_chars_end()).otherwise(pl.col("text")))
-    glued = pl.col("text").str.extract(_RANK_TAG, 1).cast(pl.Int32, strict=False)
+    glued = pl.col("text").str.extract(rx(_RANK_TAG), 1).cast(pl.Int32, strict=False)
     return df.with_columns(
         rank_tag=pl.coalesce(pl.col("rank_tag"), glued),
-        text=pl.col("text").str.replace(r"^\[rank\d+\]: ?", ""),
+        text=pl.col("text").str.replace(rx(r"^\[rank\d+\]: ?"), ""),
     )
 
 

@@ -78,7 +78,7 @@ import polars as pl
 
 from postmortem.parsers import trainlog
 from postmortem.parsers.base import ParseResult, consumed_of, to_int
-from postmortem.parsers.kinds import Kind, first_kind, possible_kinds, samples_of
+from postmortem.parsers.kinds import Kind, first_kind, literals_held, possible_kinds, samples_of
 from postmortem.parsers.lines import any_literal, with_stream_where
 
 NAME = "megatron"
@@ -880,21 +880,27 @@ _TARGET_LINE = r"^\s{4}(?P<k>train|validation|test):\s+(?P<v>\d+)\s*$"
 def _startup(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(events, job_config) of Megatron's startup chatter."""
     t = pl.col("text")
-    ev = df.filter(t.str.contains(" ...", literal=True) | t.str.contains("Compilation time", literal=True))
-    ev = ev.filter(t.str.contains(_STARTUP)).select(
-        "line_no", kind=pl.lit("megatron_startup"), level=pl.lit("info"),
-        detail=t.str.extract(_STARTUP, 1), message=t.str.strip_chars())
-    cfg = []
-    for (key, pattern), literal in zip(_STARTUP_CFG, ("number of microbatches", " for parameters ", "padded vocab")):
+    cfg_literals = ("number of microbatches", " for parameters ", "padded vocab")
+    # one scan for which parts have a line to read (a chunk with none costs one call, not a dozen)
+    held = literals_held(df, "text", [" ...", "Compilation time", "datasets target sizes", *cfg_literals])
+    events, cfg = [], []
+    if held & {" ...", "Compilation time"}:
+        ev = df.filter(t.str.contains(" ...", literal=True) | t.str.contains("Compilation time", literal=True))
+        events.append(ev.filter(t.str.contains(_STARTUP)).select(
+            "line_no", kind=pl.lit("megatron_startup"), level=pl.lit("info"),
+            detail=t.str.extract(_STARTUP, 1), message=t.str.strip_chars()))
+    for (key, pattern), literal in zip(_STARTUP_CFG, cfg_literals):
+        if literal not in held:
+            continue
         sub = df.filter(t.str.contains(literal, literal=True))
         sub = sub.filter(t.str.contains(pattern))
         if not sub.is_empty():
             cfg.append(sub.select("line_no", source=pl.lit("megatron-startup"), key=pl.lit(key),
                                   value=t.str.extract(pattern, 1), raw_key=t.str.strip_chars()))
-    has_sizes = bool(df["text"].str.contains("datasets target sizes", literal=True).any())
-    cand = df.filter(t.str.starts_with("    ") | t.str.contains("datasets target sizes", literal=True)) \
-        if has_sizes else df.clear()
-    cand = cand.filter(t.str.contains(_TARGET_HEAD) | t.str.contains(_TARGET_LINE))
+    cand = df.clear()
+    if "datasets target sizes" in held:
+        cand = df.filter(t.str.starts_with("    ") | t.str.contains("datasets target sizes", literal=True))
+        cand = cand.filter(t.str.contains(_TARGET_HEAD) | t.str.contains(_TARGET_LINE))
     if not cand.is_empty() and cand["text"].str.contains(_TARGET_HEAD).any():
         s = "_stream"
         contiguous = (pl.col("_seq").shift(1).over(s) == pl.col("_seq") - 1).fill_null(False)
@@ -902,15 +908,15 @@ def _startup(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
         cand = cand.with_columns(_block=(pl.col("_head") | ~contiguous).cum_sum().over(s))
         cand = cand.filter(pl.col("_head").first().over([s, "_block"]))
         heads = cand.filter(pl.col("_head"))
-        ev = pl.concat([ev, heads.select("line_no", kind=pl.lit("megatron_startup"), level=pl.lit("info"),
-                                         detail=pl.lit("datasets target sizes"), message=t.str.strip_chars())])
+        events.append(heads.select("line_no", kind=pl.lit("megatron_startup"), level=pl.lit("info"),
+                                   detail=pl.lit("datasets target sizes"), message=t.str.strip_chars()))
         body = cand.filter(~pl.col("_head"))
         cfg.append(body.select("line_no", source=pl.lit("megatron-startup"),
                                key=pl.concat_str([pl.lit("dataset_target_"), t.str.extract(_TARGET_LINE, 1)]),
                                value=t.str.extract(_TARGET_LINE, 2), raw_key=t.str.strip_chars()))
     cfg = [trainlog.conform(f, JOB_CONFIG_SCHEMA, framework=NAME) for f in cfg if not f.is_empty()]
-    return (trainlog.conform(ev, EVENTS_SCHEMA, framework=NAME),
-            trainlog.stack(cfg, JOB_CONFIG_SCHEMA))
+    events = [trainlog.conform(f, EVENTS_SCHEMA, framework=NAME) for f in events if not f.is_empty()]
+    return trainlog.stack(events, EVENTS_SCHEMA), trainlog.stack(cfg, JOB_CONFIG_SCHEMA)
 
 
 def _empty_tables() -> dict[str, pl.DataFrame]:
@@ -946,6 +952,8 @@ def parse(lines: pl.DataFrame) -> ParseResult:
         return ParseResult(tables=_empty_tables())
     text = pl.col("text")
     df = with_stream_where(lines, text.str.starts_with(" ") | any_literal(text, _ROUTE + _ROUTE_WORDS))
+    if df.is_empty():   # most chunks of a large run: none of the dozen passes has a line to read
+        return ParseResult(tables=_empty_tables())
     iterations = _iterations(df)
     memory = _memory(df)
     nemo_it, nemo_mem = _nemo(df)

@@ -274,6 +274,8 @@ def parse(lines: pl.DataFrame) -> ParseResult:
     if lines is None or lines.is_empty() or "text" not in lines.columns:
         return ParseResult(tables=_empty_tables())
     df = with_stream_where(lines, any_literal(pl.col("text"), _ROUTE))
+    if df.is_empty():   # most chunks of a large run
+        return ParseResult(tables=_empty_tables())
     its, mems, evs, cfgs = _titan(df)
     l_its, l_cfgs = _lightning(df)
     its += l_its

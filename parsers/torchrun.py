@@ -634,11 +634,14 @@ _ROUTE = [
 
 
 def parse(lines: pl.DataFrame) -> ParseResult:
+    nothing = ParseResult(tables={"exits": _empty(EXITS_SCHEMA), "agent": _empty(AGENT_SCHEMA),
+                                  "slurm": _empty(SLURM_SCHEMA), "events": _empty(EVENTS_SCHEMA)})
     if lines is None or lines.is_empty() or "text" not in lines.columns:
-        return ParseResult(tables={"exits": _empty(EXITS_SCHEMA), "agent": _empty(AGENT_SCHEMA),
-                                   "slurm": _empty(SLURM_SCHEMA), "events": _empty(EVENTS_SCHEMA)})
+        return nothing
     text = pl.col("text")
     df = with_stream_where(lines, text.str.starts_with(" ") | any_literal(text, _ROUTE))
+    if df.is_empty():   # most chunks of a large run
+        return nothing
     exits, exit_lines = _exits(df)
     agent = _agent(df)
     slurm = _slurm(df)

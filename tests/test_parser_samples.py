@@ -21,6 +21,19 @@ def test_garbage_never_raises(module):
         module.parse(envelope(data))
 
 
+@pytest.mark.parametrize("module", parsers.ALL_PARSERS, ids=lambda m: m.NAME)
+def test_lines_a_parser_reads_none_of_give_the_tables_its_samples_give(module):
+    """A parser that returns early (its router kept no line: most chunks of a large run) returns
+    what it returns for no input, and each table with the columns its own sample lines give."""
+    def shapes(data: bytes) -> dict:
+        return {name: dict(frame.schema) for name, frame in module.parse(envelope(data)).tables.items()}
+
+    own = shapes(("\n".join(module.SAMPLE_LINES) + "\n").encode())
+    empty, unread = shapes(b""), shapes(b"nothing to read here\n" * 50)
+    assert unread == empty
+    assert all(own.get(name) == schema for name, schema in unread.items()), module.NAME
+
+
 def test_torn_nccl_line_keeps_the_record_that_survived():
     from postmortem.parsers import nccl
 

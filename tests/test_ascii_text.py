@@ -1,0 +1,116 @@
+"""ASCII classes for ASCII text (``postmortem.parsers.ascii_text``): the rewritten patterns match
+exactly where the written ones do on every ASCII character and on real log lines, and the
+envelope of an ASCII input is the same with either."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from postmortem import parsers
+from postmortem.parsers import ascii_text, lines
+from postmortem.parsers.ascii_text import as_written, for_ascii, patterns_for
+
+ROOT = Path(__file__).resolve().parents[1]
+REAL = ROOT.parent / "shared" / "real-data" / "logs"
+
+
+@pytest.mark.parametrize("pattern, expected", [
+    (r"^\[(\d+)\] [\w.-]+", r"^\[([0-9]+)\] [0-9A-Za-z_.-]+"),
+    (r"a\sb\Sc\Dd\W", r"a[\t\n\x0B\x0C\r ]b[^\t\n\x0B\x0C\r ]c[^0-9]d[^0-9A-Za-z_]"),
+    (r"[^\]\s]+", r"[^\]\t\n\x0B\x0C\r ]+"),
+    (r"[\d-]", r"[0-9-]"),
+    (r"[]\d]", r"[]0-9]"),
+    (r"[^]\d]", r"[^]0-9]"),
+    (r"(?i)foo\d", r"(?i)foo[0-9]"),
+    (r"\\d", r"\\d"),                       # an escaped backslash, then a letter
+    (r"\bword\b\d", r"\bword\b[0-9]"),      # word boundaries stay as written
+    (r"x\.\d", r"x\.[0-9]"),
+])
+def test_rewrites(pattern, expected):
+    assert for_ascii(pattern) == expected
+
+
+@pytest.mark.parametrize("pattern", [
+    r"(?x) \d  # verbose: comments are not pattern text",
+    r"[a-\d]", r"[\d-z]",                   # a class escape at a range's end
+    r"[\W]", r"[\S]",                       # a negated escape inside a class
+    r"[[:alpha:]\d]", r"[\w&&[^_]]", r"[\w--_]",   # nested classes, set operations
+    r"\p{L}\d",                             # a Unicode property
+    r"[\d",                                 # unbalanced
+])
+def test_patterns_it_is_not_sure_of_come_back_unchanged(pattern):
+    assert for_ascii(pattern) == pattern
+
+
+CLASSES = [r"\d", r"\D", r"\w", r"\W", r"\s", r"\S", r"[\d]", r"[\w.-]", r"[^\s]", r"[^\d\w]",
+           r"(?i)\w", r"(?i)[\w]", r"(?i)k\s"]
+
+
+@pytest.mark.parametrize("pattern", CLASSES)
+def test_every_ascii_character_matches_as_before(pattern):
+    """Each class, written and rewritten, on each of the 128 ASCII characters alone, in Polars."""
+    characters = pl.DataFrame({"c": [chr(i) for i in range(128)]})
+    written, rewritten = (characters.select(pl.col("c").str.contains(f"^(?:{p})$")).to_series().to_list()
+                          for p in (pattern, for_ascii(pattern)))
+    assert for_ascii(pattern) != pattern
+    assert written == rewritten
+
+
+def _catalogue_patterns() -> list[str]:
+    """The patterns of the envelope and of every parser's kind catalogue."""
+    from postmortem.parsers import c10d, nccl_errors, torch_errors
+
+    found = [p for _n, p, _g in lines._PREFIXES]
+    found += [lines._LEAD_PREFIXES, lines._PDSH, lines._HOSTLIKE, lines._RANK_BRACKET, lines._C10D_RECORD,
+              lines._GLUED_BAR, lines._PAGER_MARK, lines._BOX_EDGE, lines._RANK_TAG, lines._ANSI]
+    found += [kind.pattern for kind in c10d.KINDS]
+    found += [kind.pattern for kind in torch_errors.SINGLE_KINDS]
+    found += [cause.pattern for cause in nccl_errors.CAUSES]
+    return sorted(set(found))
+
+
+def _ascii_lines() -> list[str]:
+    texts = [line for module in parsers.ALL_PARSERS for line in getattr(module, "SAMPLE_LINES", [])]
+    if REAL.is_dir():
+        for path in sorted(REAL.rglob("*")):
+            if path.is_file() and path.suffix in (".log", ".txt") and path.stat().st_size < 2_000_000:
+                texts += path.read_bytes().decode("utf-8", "replace").splitlines()
+    return [text for text in texts if text.isascii()]
+
+
+def test_catalogue_patterns_match_alike_on_ascii_log_lines():
+    """Each pattern written and rewritten: the same lines match, with the same groups."""
+    frame = pl.DataFrame({"text": _ascii_lines()})
+    assert frame.height > 2_000
+    changed = 0
+    for pattern in _catalogue_patterns():
+        rewritten = for_ascii(pattern)
+        changed += rewritten != pattern
+        expr = (lambda p: pl.col("text").str.extract_groups(p)) if re.compile(pattern).groups else \
+            (lambda p: pl.col("text").str.contains(p))
+        assert frame.select(expr(pattern)).equals(frame.select(expr(rewritten))), pattern
+    assert changed > 20
+
+
+def test_only_all_ascii_inputs_get_the_ascii_patterns():
+    assert patterns_for([b"plain", b"text\n"]) is for_ascii
+    assert patterns_for([b"plain", "caf\u00e9".encode()]) is as_written
+    assert patterns_for([]) is for_ascii
+
+
+def test_the_envelope_of_ascii_inputs_is_the_same_with_either(monkeypatch):
+    """Every sample log, every launcher prefix (the envelope's own samples) and the real
+    excerpts, peeled with the ASCII classes and with the written ones."""
+    datas = [("\n".join(lines.SAMPLE_LINES) + "\n").encode()]
+    for folder in [ROOT / "sample_logs", REAL]:
+        if folder.is_dir():
+            datas += [p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file() and p.stat().st_size < 2_000_000]
+    datas = [data for data in datas if data.isascii()]
+    assert len(datas) > 100
+    fast = lines.envelope_frame(datas)
+    monkeypatch.setattr(lines, "patterns_for", lambda _datas: as_written)
+    assert fast.equals(lines.envelope_frame(datas))
+    assert ascii_text.patterns_for is patterns_for
