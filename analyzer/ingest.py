@@ -32,6 +32,7 @@ from postmortem.analyzer import bulk
 from postmortem.analyzer import budget
 from postmortem.analyzer.discover import (SMALL_DECOMPRESSED, Capped, InputError, InputFile, capped_bytes, cut_message,
                                decode_to, is_utf16, leading_nuls, max_decompressed, open_input, path_text, read_capped, sniff)
+from postmortem.parsers.ascii_text import all_ascii, reading
 from postmortem.parsers.base import ParseResult, Unreadable, WholeFile, collect_each
 from postmortem.parsers.lines import by_input, envelope_frame, slice_inputs
 
@@ -846,6 +847,7 @@ class _Prepared:
     # every text input's lines and ``others`` as two frames (what its results' ``lines`` and
     # ``others`` are slices of): read whole, not put together again from thousands of slices
     whole: tuple[pl.DataFrame, pl.DataFrame] | None = None
+    ascii: bool = True      # every byte of its text inputs is ASCII (postmortem.parsers.ascii_text)
 
 
 def _prepare(pieces: list[Piece], spool: str | None) -> _Prepared:
@@ -868,6 +870,7 @@ def _prepare(pieces: list[Piece], spool: str | None) -> _Prepared:
         return prepared
     placed = [Piece(p.input_id, p.item, r.capped.start if r.capped else p.start, p.end, p.line_base)
               for r, _, p in pending]
+    prepared.ascii = all_ascii(data for _, data, _ in pending)
     combined = _placed(_uncut(envelope_frame([data for _, data, _ in pending]), [r.capped for r, _, _ in pending]),
                        placed)
     # Whole NCCL INFO lines (half the lines of an init log; COLL trace lines, nearly every
@@ -892,6 +895,14 @@ def _prepare(pieces: list[Piece], spool: str | None) -> _Prepared:
         del skim_frame
     prepared.kept_bytes = int(combined["length"].sum() or 0)
     others = combined.filter(~info) if info.any() else combined
+    with reading(prepared.ascii):   # the parsers' patterns with ASCII classes where the text is ASCII
+        _parse_per_file(prepared, pending, combined, others, ids)
+    return prepared
+
+
+def _parse_per_file(prepared: _Prepared, pending: list, combined: pl.DataFrame, others: pl.DataFrame,
+                    ids: list[int]) -> None:
+    """The gates, then the per-file parsers (at once where they can) over a chunk's lines."""
     gates = file_gates(ids, others) if USE_FILE_GATES else None
     every_frame = by_input(combined, ids)
     others_frame = by_input(others, ids) if others is not combined else every_frame
@@ -904,7 +915,6 @@ def _prepare(pieces: list[Piece], spool: str | None) -> _Prepared:
     for i, (result, lines, rest) in enumerate(zip(results, every, rests)):
         parse_text(result, lines, rest, gates, env_dump=i in dumps, at_once=at_once)
     prepared.env = _parse_env_dumps([results[i] for i in sorted(dumps)])
-    return prepared
 
 
 def _finish(held: list[_Prepared]) -> ChunkResult:
@@ -912,7 +922,8 @@ def _finish(held: list[_Prepared]) -> ChunkResult:
     combined (``_combine_chunk``), with ``_w`` on the first lines of COLL runs."""
     results = [r for p in held for r in p.results]
     whole = [p.whole for p in held if p.whole is not None]
-    batched = _parse_batched(results, whole)
+    with reading(all(p.ascii for p in held)):
+        batched = _parse_batched(results, whole)
     for prepared in held:
         batched.take(prepared.env).take(prepared.at_once)
     chunk = _combine_chunk([r.input_id for r in results], results, batched, whole)

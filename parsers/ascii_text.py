@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import functools
 import re
+import threading
+from contextlib import contextmanager
 
 # Outside a class: the escape as a class of its own.
 _CLASS = {"d": "[0-9]", "D": "[^0-9]", "w": "[0-9A-Za-z_]", "W": "[^0-9A-Za-z_]",
@@ -35,7 +37,7 @@ def for_ascii(pattern: str) -> str:
     out: list[str] = []
     i, n = 0, len(pattern)
     in_class = False
-    class_start = 0             # where the current class's members begin (after `[` and `^`)
+    class_start = 0             # where the current class's members begin (after `[`, `^`, a leading `]`)
     while i < n:
         char = pattern[i]
         if char == "\\":
@@ -61,7 +63,7 @@ def for_ascii(pattern: str) -> str:
         if in_class:
             if char == "[" or pattern[i:i + 2] in ("&&", "--", "~~"):
                 return pattern      # a nested class or a set operation
-            if char == "]" and i > class_start:
+            if char == "]":             # (a leading one was taken as a member below)
                 in_class = False
         elif char == "[":
             in_class = True
@@ -79,11 +81,31 @@ def for_ascii(pattern: str) -> str:
     return pattern if in_class else "".join(out)
 
 
-def as_written(pattern: str) -> str:
-    return pattern
+def all_ascii(datas) -> bool:
+    """Whether every one of ``datas`` (bytes) is ASCII: their decoded lines are then ASCII too."""
+    return all(data.isascii() for data in datas)
 
 
-def patterns_for(datas: list[bytes]):
-    """``for_ascii`` where every one of ``datas`` is ASCII (their decoded text is then ASCII too),
-    else ``as_written``: what a parser applies to each pattern it runs over their lines."""
-    return for_ascii if all(data.isascii() for data in datas) else as_written
+# Whether the text this thread parses now is all ASCII (``reading``); ``rx`` reads it.
+_NOW = threading.local()
+
+
+@contextmanager
+def reading(ascii: bool):
+    """While this thread parses lines that are all ASCII (``ascii``) or may not be: ``rx``
+    gives the ASCII form of a pattern only in the first case. Ingest says it for each chunk's
+    parsers (``all_ascii`` of the chunk's bytes); a parser called otherwise (a test, another
+    caller) gets every pattern as written."""
+    before = getattr(_NOW, "ascii", False)
+    _NOW.ascii = ascii
+    try:
+        yield
+    finally:
+        _NOW.ascii = before
+
+
+def rx(pattern: str) -> str:
+    """``pattern`` as the text parsed now (``reading``) allows: its ASCII form, or as written.
+    Call it where an expression is built for the frame at hand, never in a cached builder or
+    at import (the expression would outlive the text it was built for)."""
+    return for_ascii(pattern) if getattr(_NOW, "ascii", False) else pattern

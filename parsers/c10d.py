@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from postmortem.parsers.ascii_text import rx
 from postmortem.parsers.base import GLOG, ParseResult, conform, conform_lazy, consumed_of, glog_timestamp, to_int
 from postmortem.parsers.kinds import Kind, first_kind, kind_name, possible_kinds, samples_of
 from postmortem.parsers.tables import SHARED
@@ -209,7 +210,7 @@ def _join_wrapped(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.Series]:
     """Join lines that a human wrapped mid-message; return the frame and the swallowed line_nos."""
     # Wrapped lines are rare: one cheap pass finds whether any line starts one (`\s*$` trims what
     # `strip_chars_end` below trims) before the shifted copies of every line are made.
-    if not df.select((pl.col("text").str.contains(r"operation timeout:\s*$")
+    if not df.select((pl.col("text").str.contains(rx(r"operation timeout:\s*$"))
                       | pl.col("text").str.ends_with(" detected")).any()).item():
         return df, df["line_no"].clear()
     nxt = pl.col("text").shift(-1)
@@ -235,7 +236,7 @@ def _last_error(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     """PyTorch's NCCL error text ends with ``Last error:`` and, on the next line, NCCL's last WARN
     message (``ncclGetLastError``, docs/formats/pytorch-failures.md 4.1): (line_no of the ``Last
     error:`` line, the carried text as ``detail``, ``next_line``). The carried line is consumed."""
-    marker = pl.col("text").str.contains(r"(?:^|\s)Last error:\s*$")
+    marker = pl.col("text").str.contains(rx(r"(?:^|\s)Last error:\s*$"))
     if not df.select(marker.any()).item():   # the usual case: skip the shifted copy of every line
         return df, pl.DataFrame(schema={"line_no": df.schema["line_no"], "detail": pl.String,
                                         "next_line": df.schema["line_no"]})
@@ -264,18 +265,18 @@ def _pg_fields(p: pl.Expr) -> dict[str, pl.Expr]:
 
 def _split_header(df: pl.DataFrame) -> pl.DataFrame:
     """Pull the glog header and the (first) PG prefix off each message."""
-    df = df.with_columns(_h=pl.col("text").str.extract_groups(_HEADER))
+    df = df.with_columns(_h=pl.col("text").str.extract_groups(rx(_HEADER)))
     df = df.with_columns(
         **_header_fields(pl.col("_h")),
-        msg=pl.col("text").str.replace(_HEADER, "").str.strip_chars_start(),
+        msg=pl.col("text").str.replace(rx(_HEADER), "").str.strip_chars_start(),
     ).drop("_h")
     # `terminate ...` + `  what():  [PG ... Rank r] <message>`: the exception's message keeps its
     # PG prefix (and its `[Rank N] Watchdog caught ... WorkNCCL(...)`), as the logged line does.
-    df = df.with_columns(_p=pl.col("msg").str.extract_groups(rf"^(?:what\(\):\s+)?{_PG}"))
+    df = df.with_columns(_p=pl.col("msg").str.extract_groups(rx(rf"^(?:what\(\):\s+)?{_PG}")))
     return df.with_columns(
         **_pg_fields(pl.col("_p")),
         # A repeated prefix (`[PG 3 Rank 2] [PG 3 Rank 2] ...`) and a double space are both seen.
-        msg=pl.col("msg").str.replace(rf"^(what\(\):\s+)?(?:{_PG}\s*)+", "${1}"),
+        msg=pl.col("msg").str.replace(rx(rf"^(what\(\):\s+)?(?:{_PG}\s*)+"), "${1}"),
     ).drop("_p")
 
 
@@ -303,7 +304,7 @@ def _work_updates(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Split off the work-update lines of the common shape, parsed (the columns _split_header
     gives, kind and pattern as _classify gives them, last_enqueued and last_completed as text);
     return them and the other lines, untouched."""
-    df = df.with_columns(_h=pl.col("text").str.extract_groups(_WORK_UPDATE_LINE))
+    df = df.with_columns(_h=pl.col("text").str.extract_groups(rx(_WORK_UPDATE_LINE)))
     fast = pl.col("_h").struct.field("sev").is_not_null()
     groups = pl.col("_h").struct.field
     updates = df.filter(fast).with_columns(
@@ -325,7 +326,7 @@ def _classify(df: pl.DataFrame) -> pl.DataFrame:
     per pattern cost more than the patterns' work (most lines of a long job, the work updates,
     are taken before, by ``_work_updates``)."""
     possible = possible_kinds(df, "msg", KINDS)     # the others' patterns are not even compiled
-    first = first_kind([pl.col("msg").str.contains(kind.pattern) if i in possible else None
+    first = first_kind([pl.col("msg").str.contains(rx(kind.pattern)) if i in possible else None
                         for i, kind in enumerate(KINDS)])
     return (df.lazy().with_columns(_pattern=first).filter(pl.col("_pattern").is_not_null())
             .select(*df.columns, kind=kind_name(pl.col("_pattern"), KINDS), _pattern="_pattern")
@@ -341,7 +342,7 @@ def _rows(df: pl.DataFrame, table: str, schema: dict, parsed: pl.DataFrame | Non
         if kind.table != table or i not in present:
             continue
         sub = df.lazy().filter(pl.col("_pattern") == i).with_columns(
-            pl.col("msg").str.extract_groups(kind.pattern).struct.unnest()).with_columns(message=pl.col("msg"))
+            pl.col("msg").str.extract_groups(rx(kind.pattern)).struct.unnest()).with_columns(message=pl.col("msg"))
         parts.append(conform_lazy(sub, schema))
     if not parts:
         return pl.DataFrame(schema=schema)
@@ -357,16 +358,16 @@ def _fingerprints(events: pl.DataFrame) -> pl.DataFrame:
                r"(?:SequenceNumber=(\d+),? ?)?OpType=(\w+)(?:, TensorShape=\[([^\]]*)\])?")
     rows = mism.select(
         "line_no", "ts", "level", "src_file", "pg_id", "pg_guid", "pg_desc",
-        pl.col("message").str.extract_all(pattern).alias("fp"),
+        pl.col("message").str.extract_all(rx(pattern)).alias("fp"),
     ).explode("fp").drop_nulls("fp")
     fp = pl.col("fp")
-    shape = fp.str.extract(pattern, 4).str.replace_all(r"\s", "")
+    shape = fp.str.extract(rx(pattern), 4).str.replace_all(rx(r"\s"), "")
     return rows.select(
         "line_no", "ts", "level", "src_file", "pg_id", "pg_guid", "pg_desc",
-        pg_rank=to_int(fp.str.extract(pattern, 1)),
+        pg_rank=to_int(fp.str.extract(rx(pattern), 1)),
         kind=pl.lit("fingerprint"),
-        seq=to_int(fp.str.extract(pattern, 2)),
-        op=fp.str.extract(pattern, 3),
+        seq=to_int(fp.str.extract(rx(pattern), 2)),
+        op=fp.str.extract(rx(pattern), 3),
         # A single-dimension shape is the element count; multi-dimensional shapes multiply.
         numel_in=shape.str.split(",").list.eval(to_int(pl.element())).list.eval(
             pl.element().product()).list.first(),
@@ -390,12 +391,12 @@ def _settings(df: pl.DataFrame) -> pl.DataFrame:
     # `TORCH_NCCL_ENABLE_MONITORING (Whether to kill ...): 1` -> key without the explanation;
     # `TIMEOUT(ms): 600000` keeps its unit.
     key = pl.when(pl.col("_options")).then(
-        pl.concat_str([pl.lit("pg."), pl.col("pair").str.extract(r"^\s*([^:]+?)\s*:", 1)])
-    ).otherwise(pl.col("pair").str.extract(r"^\s*([^:(]+?)\s*(?:\([^)]*\))?\s*:", 1))
+        pl.concat_str([pl.lit("pg."), pl.col("pair").str.extract(rx(r"^\s*([^:]+?)\s*:"), 1)])
+    ).otherwise(pl.col("pair").str.extract(rx(r"^\s*([^:(]+?)\s*(?:\([^)]*\))?\s*:"), 1))
     return pairs.select(
         "line_no",
         source=pl.when(pl.col("_options")).then(pl.lit("c10d-pg-options")).otherwise(pl.lit("c10d-env")),
-        key=key, value=pl.col("pair").str.extract(r":\s*([^:]*)$", 1),
+        key=key, value=pl.col("pair").str.extract(rx(r":\s*([^:]*)$"), 1),
     ).drop_nulls("key").cast(SETTINGS_SCHEMA)
 
 

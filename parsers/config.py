@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from postmortem.parsers.ascii_text import rx
 from postmortem.parsers.base import ParseResult, conform, consumed_of
 from postmortem.parsers.hwtools import GPUS_SCHEMA
 from postmortem.parsers.lines import file_of, files_where, of_files, with_stream
@@ -135,8 +136,8 @@ def file_gate(text: pl.Expr) -> pl.Expr:
     # the patterns anchored at the line start as one regex (each fails within a few characters)
     text = text.fill_null("")
     line_starts = "|".join(f"(?:{pattern})" for pattern in (_COLLECT_START, _PIP_LINE, r"^Package\s+Version\b"))
-    return (text.str.contains(line_starts) | text.str.contains("#SBATCH", literal=True)
-            | text.str.contains(_LAUNCH))
+    return (text.str.contains(rx(line_starts)) | text.str.contains("#SBATCH", literal=True)
+            | text.str.contains(rx(_LAUNCH)))
 
 
 def parse(lines: pl.DataFrame) -> ParseResult:

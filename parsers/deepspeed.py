@@ -40,6 +40,7 @@ from __future__ import annotations
 import polars as pl
 
 from postmortem.parsers import trainlog
+from postmortem.parsers.ascii_text import rx
 from postmortem.parsers.kinds import Kind, samples_of
 from postmortem.parsers.base import ParseResult, consumed_of, to_int
 from postmortem.parsers.lines import with_stream, with_stream_where
@@ -187,7 +188,7 @@ def _cmd(lines: pl.DataFrame, heads: pl.DataFrame) -> tuple[pl.DataFrame, pl.Ser
     # launcher printed its command, every line of the input and its streams.
     df = with_stream(lines)
     s = "_stream"
-    is_head = pl.col("text").str.contains(_HEAD)
+    is_head = pl.col("text").str.contains(rx(_HEAD))
     prev_len = pl.col("text").str.len_chars().shift(1).over(s)
     d = df.with_columns(_head=is_head, _cmd=pl.col("line_no").is_in(starts["line_no"].implode()))
     # A continuation: no logger header, and the line before it was wrapped (long).
@@ -202,18 +203,18 @@ def _cmd(lines: pl.DataFrame, heads: pl.DataFrame) -> tuple[pl.DataFrame, pl.Ser
     rows = []
     rows.append(cmd.select("line_no", source=pl.lit("deepspeed-cmd"), key=pl.lit("launch_cmd"), value="cmd",
                            raw_key=pl.lit("cmd")))
-    env = cmd.select("line_no", kv=pl.col("cmd").str.extract_all(r"export [A-Za-z_]\w*=[^;]*;")).explode("kv")
+    env = cmd.select("line_no", kv=pl.col("cmd").str.extract_all(rx(r"export [A-Za-z_]\w*=[^;]*;"))).explode("kv")
     env = env.filter(pl.col("kv").is_not_null()).select(
         "line_no", source=pl.lit("deepspeed-env"),
-        key=pl.col("kv").str.extract(r"export ([A-Za-z_]\w*)=", 1),
-        value=pl.col("kv").str.extract(r"export [A-Za-z_]\w*=([^;]*);", 1), raw_key=pl.lit("export"))
+        key=pl.col("kv").str.extract(rx(r"export ([A-Za-z_]\w*)="), 1),
+        value=pl.col("kv").str.extract(rx(r"export [A-Za-z_]\w*=([^;]*);"), 1), raw_key=pl.lit("export"))
     rows.append(env.with_columns(raw_key=pl.col("key")))
     for key, pattern in (("world_info_b64", r"--world_info=(\S+)"), ("master_addr", r"--master_addr=(\S+)"),
                          ("master_port", r"--master_port=(\d+)"), ("launcher", r"cmd = (\w+)"),
                          ("hosts", r" -w (\S+) ")):
         src = pl.col("cmd") if key != "launcher" else pl.concat_str([pl.lit("cmd = "), pl.col("cmd")])
         rows.append(cmd.select("line_no", source=pl.lit("deepspeed-cmd"), key=pl.lit(key),
-                               value=src.str.extract(pattern, 1), raw_key=pl.lit(key)).filter(
+                               value=src.str.extract(rx(pattern), 1), raw_key=pl.lit(key)).filter(
             pl.col("value").is_not_null()))
     return pl.concat([r.select("line_no", "source", "key", "value", "raw_key") for r in rows]), cont
 
@@ -223,12 +224,12 @@ def parse(lines: pl.DataFrame) -> ParseResult:
         return ParseResult(tables=_empty_tables())
     # The line router: every line read below (but _cmd's continuations) holds the logger header
     # (``heads``); one anchored match drops the rest (half of a c10d log holds "] [").
-    df = with_stream_where(lines, pl.col("text").str.contains(_HEAD_START))
+    df = with_stream_where(lines, pl.col("text").str.contains(rx(_HEAD_START)))
     t = pl.col("text")
     sub = df.filter(t.str.contains("] [", literal=True))
     if sub.is_empty():
         return ParseResult(tables=_empty_tables())
-    m = t.str.extract_groups(_HEAD)
+    m = t.str.extract_groups(rx(_HEAD))
     heads = sub.with_columns(
         ts=m.struct.field("ts").str.strptime(pl.Datetime("us"), "%Y-%m-%d %H:%M:%S,%3f", strict=False),
         level=m.struct.field("lvl").str.to_lowercase(), src=m.struct.field("file"),
@@ -242,23 +243,23 @@ def parse(lines: pl.DataFrame) -> ParseResult:
     # step=N, skipped=K, lr=[...]
     step = heads.filter(msg.str.starts_with("step="))
     if not step.is_empty():
-        g = msg.str.extract_groups(_STEP)
+        g = msg.str.extract_groups(rx(_STEP))
         step = step.with_columns(iteration=to_int(g.struct.field("step")),
                                  skipped_iterations=to_int(g.struct.field("skipped")),
                                  learning_rate=trainlog.num(g.struct.field("lr")),
                                  fields=pl.concat_str([pl.lit('{"lr": '), trainlog.json_str(
-                                     msg.str.extract(r"lr=(\[[^\]]*\])", 1).fill_null("")),
+                                     msg.str.extract(rx(r"lr=(\[[^\]]*\])"), 1).fill_null("")),
                                      pl.lit(', "mom": '), trainlog.json_str(g.struct.field("mom").fill_null("")),
                                      pl.lit("}")])).filter(pl.col("iteration").is_not_null())
         it_frames.append(step)
     # throughput timers (new and old)
     for literal, pattern in (("RunningAvgSamplesPerSec=", _TPUT), ("SamplesPerSec=", _TPUT_OLD)):
-        tp = heads.filter(msg.str.contains(literal, literal=True) & msg.str.contains(pattern))
+        tp = heads.filter(msg.str.contains(literal, literal=True) & msg.str.contains(rx(pattern)))
         if literal == "SamplesPerSec=":
             tp = tp.filter(~msg.str.contains("RunningAvgSamplesPerSec=", literal=True))
         if tp.is_empty():
             continue
-        g = msg.str.extract_groups(pattern)
+        g = msg.str.extract_groups(rx(pattern))
         tp = tp.with_columns(
             iteration=to_int(g.struct.field("step")), epoch=trainlog.num(g.struct.field("epoch")),
             samples_per_s=trainlog.num(g.struct.field("cur")),
@@ -268,9 +269,9 @@ def parse(lines: pl.DataFrame) -> ParseResult:
         it_frames.append(tp)
         mem_frames.append(tp.with_columns(label=pl.lit("throughput timer")))
     # see_memory_usage: MA/CA line, label from the message before it in the same stream.
-    ma = heads.filter(msg.str.starts_with("MA ") & msg.str.contains(_MA))
+    ma = heads.filter(msg.str.starts_with("MA ") & msg.str.contains(rx(_MA)))
     if not ma.is_empty():
-        g = msg.str.extract_groups(_MA)
+        g = msg.str.extract_groups(rx(_MA))
         ordered = heads.sort("_stream", "_seq").with_columns(
             _prev=pl.col("msg").shift(1).over("_stream"),
             _prev_src=pl.col("src").shift(1).over("_stream"),
@@ -288,7 +289,7 @@ def parse(lines: pl.DataFrame) -> ParseResult:
             kind=pl.lit("memory_checkpoint"), message=msg, detail=msg))
     cpu = heads.filter(msg.str.starts_with("CPU Virtual Memory:"))
     if not cpu.is_empty():
-        g = msg.str.extract_groups(_CPU)
+        g = msg.str.extract_groups(rx(_CPU))
         ev_frames.append(cpu.with_columns(kind=pl.lit("cpu_memory"), message=msg,
                                           value=trainlog.num(g.struct.field("used")) * 1024.0,
                                           detail=pl.concat_str([g.struct.field("pct"), pl.lit("%")])))
@@ -296,10 +297,10 @@ def parse(lines: pl.DataFrame) -> ParseResult:
     for literal, pattern, kind in (("OVERFLOW!", _OVERFLOW, "overflow_skip"),
                                    ("Grad overflow on iteration", _GRAD_OVERFLOW, "overflow_skip"),
                                    ("Overflow detected.", _OVERFLOW_OLD, "overflow_skip")):
-        ov = heads.filter(msg.str.contains(literal, literal=True) & msg.str.contains(pattern))
+        ov = heads.filter(msg.str.contains(literal, literal=True) & msg.str.contains(rx(pattern)))
         if ov.is_empty():
             continue
-        g = msg.str.extract_groups(pattern)
+        g = msg.str.extract_groups(rx(pattern))
         fields = {"kind": pl.lit(kind), "message": msg, "level": pl.lit("warning")}
         if "(?P<scale>" in pattern:
             fields["value"] = trainlog.num(g.struct.field("scale"))
@@ -312,13 +313,13 @@ def parse(lines: pl.DataFrame) -> ParseResult:
     ck = heads.filter(msg.str.contains("Checkpoint ", literal=True) | msg.str.starts_with("Saving model checkpoint"))
     if not ck.is_empty():
         ck = ck.with_columns(
-            kind=pl.when(msg.str.contains(_CK_START)).then(pl.lit("checkpoint_save_start"))
-            .when(msg.str.contains(_CK_DONE)).then(pl.lit("checkpoint_save_done"))
-            .when(msg.str.contains(_CK_SAVING)).then(pl.lit("checkpoint_saving")),
-            detail=pl.coalesce(msg.str.extract(_CK_START, 1), msg.str.extract(_CK_DONE, 1)),
-            path=msg.str.extract(_CK_SAVING, 1), message=msg,
+            kind=pl.when(msg.str.contains(rx(_CK_START))).then(pl.lit("checkpoint_save_start"))
+            .when(msg.str.contains(rx(_CK_DONE))).then(pl.lit("checkpoint_save_done"))
+            .when(msg.str.contains(rx(_CK_SAVING))).then(pl.lit("checkpoint_saving")),
+            detail=pl.coalesce(msg.str.extract(rx(_CK_START), 1), msg.str.extract(rx(_CK_DONE), 1)),
+            path=msg.str.extract(rx(_CK_SAVING), 1), message=msg,
         ).filter(pl.col("kind").is_not_null())
-        ck = ck.with_columns(iteration=to_int(pl.col("detail").str.extract(r"(\d+)$", 1)))
+        ck = ck.with_columns(iteration=to_int(pl.col("detail").str.extract(rx(r"(\d+)$"), 1)))
         starts = ck.filter(pl.col("kind") == "checkpoint_save_start")
         dones = ck.filter(pl.col("kind") == "checkpoint_save_done").select(
             "_stream", "detail", d_line="line_no", d_ts="ts")
@@ -341,18 +342,18 @@ def parse(lines: pl.DataFrame) -> ParseResult:
     # wall-clock breakdown
     wall = heads.filter(msg.str.starts_with("rank=") & msg.str.contains("time (ms) |", literal=True))
     if not wall.is_empty():
-        g = msg.str.extract_groups(_WALL)
+        g = msg.str.extract_groups(rx(_WALL))
         long = wall.select("line_no", rank=to_int(g.struct.field("rank")),
                            piece=g.struct.field("rest").str.split("|")).explode("piece").with_columns(
-            name=pl.col("piece").str.extract(r"^\s*([^:]+?)\s*:", 1),
-            max_ms=trainlog.num(pl.col("piece").str.extract(r":\s*(\S+)\s*$", 1))).filter(
+            name=pl.col("piece").str.extract(rx(r"^\s*([^:]+?)\s*:"), 1),
+            max_ms=trainlog.num(pl.col("piece").str.extract(rx(r":\s*(\S+)\s*$"), 1))).filter(
             pl.col("name").is_not_null() & pl.col("max_ms").is_not_null())
         timer_frames.append(long.with_columns(reported_rank="rank"))
     # engine / ZeRO / launcher settings
     cfg_frames += trainlog.settings_rows(heads, msg, SETTING_KINDS, "deepspeed-log")
-    conf = heads.filter(pl.col("src").str.starts_with("config.py") & msg.str.contains(_CONFIG))
+    conf = heads.filter(pl.col("src").str.starts_with("config.py") & msg.str.contains(rx(_CONFIG)))
     if not conf.is_empty():
-        g = msg.str.extract_groups(_CONFIG)
+        g = msg.str.extract_groups(rx(_CONFIG))
         cfg_frames.append(conf.select("line_no", source=pl.lit("deepspeed-config"),
                                       key=trainlog.canonical(g.struct.field("k")), value=g.struct.field("v"),
                                       raw_key=g.struct.field("k")))

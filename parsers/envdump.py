@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from postmortem.parsers.ascii_text import rx
 from postmortem.parsers.base import ParseResult, consumed_of
 from postmortem.parsers.lines import with_stream
 
@@ -142,7 +143,7 @@ def _classify(lines: pl.DataFrame) -> pl.DataFrame:
 def file_gate(text: pl.Expr) -> pl.Expr:
     """An input with no upper-case ``KEY=VALUE`` line is not an env dump (postmortem.analyzer.ingest asks
     ``looks_like_env_dump`` only where some line passes)."""
-    return text.fill_null("").str.contains(_UPPER_KV)
+    return text.fill_null("").str.contains(rx(_UPPER_KV))
 
 
 def looks_like_env_dump(lines: pl.DataFrame) -> bool:

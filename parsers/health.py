@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from postmortem.parsers.ascii_text import rx
 from postmortem.parsers.base import ParseResult, consumed_of, to_int
 from postmortem.parsers.lines import file_of, files_where, of_files
 
@@ -324,7 +325,7 @@ def file_gate(text: pl.Expr) -> pl.Expr:
     # ``contains_any``'s automaton), the two line-start patterns as another.
     text = text.fill_null("")
     return (text.str.contains("|".join(pl.escape_regex(literal) for literal in _GATE))
-            | text.str.contains(f"(?:{_NVSMI_HEAD})|(?:{_CSV_HEAD})"))
+            | text.str.contains(rx(f"(?:{_NVSMI_HEAD})|(?:{_CSV_HEAD})")))
 
 
 def parse(lines: pl.DataFrame) -> ParseResult:

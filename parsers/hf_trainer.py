@@ -29,6 +29,7 @@ from __future__ import annotations
 import polars as pl
 
 from postmortem.parsers import trainlog
+from postmortem.parsers.ascii_text import rx
 from postmortem.parsers.kinds import Kind, samples_of
 from postmortem.parsers.base import ParseResult, consumed_of, to_int
 from postmortem.parsers.lines import any_literal, with_stream_where
@@ -124,7 +125,7 @@ def _progress(df: pl.DataFrame) -> pl.DataFrame:
     sub = df.filter(t.str.contains("|", literal=True) & t.str.contains(" [", literal=True))
     if sub.is_empty():
         return pl.DataFrame()
-    g = t.str.extract_groups(_TQDM)
+    g = t.str.extract_groups(rx(_TQDM))
     out = sub.select(
         "line_no", "_stream", "_seq",
         desc=g.struct.field("desc").str.strip_chars().replace("", None),
@@ -140,13 +141,13 @@ def _progress(df: pl.DataFrame) -> pl.DataFrame:
 
 def _dicts(df: pl.DataFrame, progress: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     t = pl.col("text")
-    sub = df.filter(t.str.contains("{'", literal=True) & t.str.contains(_DICT)
-                    & t.str.contains(r"'(?:loss|eval_\w+|train_runtime|train_loss|grad_norm|learning_rate)': "))
+    sub = df.filter(t.str.contains("{'", literal=True) & t.str.contains(rx(_DICT))
+                    & t.str.contains(rx(r"'(?:loss|eval_\w+|train_runtime|train_loss|grad_norm|learning_rate)': ")))
     if sub.is_empty():
         return pl.DataFrame(), pl.DataFrame()
-    pairs = sub.select("line_no", kv=t.str.extract_all(_PAIR)).explode("kv").filter(pl.col("kv").is_not_null())
-    pairs = pairs.select("line_no", k=pl.col("kv").str.extract(_PAIR, 1),
-                         v=pl.col("kv").str.extract(_PAIR, 2).str.strip_chars("'"))
+    pairs = sub.select("line_no", kv=t.str.extract_all(rx(_PAIR))).explode("kv").filter(pl.col("kv").is_not_null())
+    pairs = pairs.select("line_no", k=pl.col("kv").str.extract(rx(_PAIR), 1),
+                         v=pl.col("kv").str.extract(rx(_PAIR), 2).str.strip_chars("'"))
     wide = pairs.group_by("line_no").agg(
         [pl.col("v").filter(pl.col("k") == k).first().alias(k) for k in
          ("loss", "grad_norm", "learning_rate", "epoch", "step", "eval_loss", "train_runtime", "train_loss")]
@@ -199,31 +200,31 @@ def _config(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.Series]:
     has_dump = bool(df["text"].str.contains("TrainingArguments(", literal=True).any())
     cand = df.filter(t.str.contains("=", literal=True) | t.str.contains("TrainingArguments(", literal=True)
                      | (t.str.strip_chars() == ")")) if has_dump else df.clear()
-    cand = cand.filter(t.str.contains(_TA_HEAD) | t.str.contains(_TA_LINE) | (t.str.strip_chars() == ")"))
-    if not cand.is_empty() and cand["text"].str.contains(_TA_HEAD).any():
+    cand = cand.filter(t.str.contains(rx(_TA_HEAD)) | t.str.contains(rx(_TA_LINE)) | (t.str.strip_chars() == ")"))
+    if not cand.is_empty() and cand["text"].str.contains(rx(_TA_HEAD)).any():
         s = "_stream"
         contiguous = (pl.col("_seq").shift(1).over(s) == pl.col("_seq") - 1).fill_null(False)
-        cand = cand.with_columns(_head=t.str.contains(_TA_HEAD), _close=t.str.strip_chars() == ")")
+        cand = cand.with_columns(_head=t.str.contains(rx(_TA_HEAD)), _close=t.str.strip_chars() == ")")
         cand = cand.with_columns(_block=(pl.col("_head") | ~contiguous).cum_sum().over(s))
         cand = cand.with_columns(_in=pl.col("_head").first().over([s, "_block"]),
                                  _closed_before=pl.col("_close").cum_sum().over([s, "_block"])
                                  - pl.col("_close").cast(pl.Int64))
         block = cand.filter(pl.col("_in") & (pl.col("_closed_before") == 0))
         kv = block.filter(~pl.col("_head") & ~pl.col("_close"))
-        g = t.str.extract_groups(_TA_LINE)
+        g = t.str.extract_groups(rx(_TA_LINE))
         frames.append(kv.select("line_no", source=pl.lit("hf-training-args"),
                                 key=trainlog.canonical(g.struct.field("k")), value=g.struct.field("v"),
                                 raw_key=g.struct.field("k")))
         extra = block.filter(pl.col("_head") | pl.col("_close"))["line_no"]
-    run = df.filter(t.str.contains(" = ", literal=True) & t.str.contains(_RUNNING_RE))
+    run = df.filter(t.str.contains(" = ", literal=True) & t.str.contains(rx(_RUNNING_RE)))
     if not run.is_empty():
-        g = t.str.extract_groups(_RUNNING_RE)
+        g = t.str.extract_groups(rx(_RUNNING_RE))
         frames.append(run.select("line_no", source=pl.lit("hf-running-training"),
                                  key=g.struct.field("k").replace_strict(_RUNNING, default=None,
                                                                         return_dtype=pl.String),
                                  value=g.struct.field("v").str.replace_all(",", ""), raw_key=g.struct.field("k")))
     banner = df.filter(t.str.contains("***** Running ", literal=True))
-    banner = banner.filter(t.str.contains(r"^\s*\*{5} Running (?:training|Evaluation) \*{5}\s*$"))
+    banner = banner.filter(t.str.contains(rx(r"^\s*\*{5} Running (?:training|Evaluation) \*{5}\s*$")))
     extra = pl.concat([extra, banner["line_no"]])
     frames += trainlog.settings_rows(df, t, SETTING_KINDS, "accelerate-state")
     frames = [trainlog.conform(f, trainlog.JOB_CONFIG_SCHEMA, framework=NAME) for f in frames if not f.is_empty()]
@@ -266,9 +267,9 @@ def parse(lines: pl.DataFrame) -> ParseResult:
     iterations, events = _dicts(df, progress)
     job_config, extra = _config(df)
     saves = df.filter(t.str.contains("Saving model checkpoint to ", literal=True)).select(
-        "line_no", path=t.str.extract(r"^\s*Saving model checkpoint to (\S+)\s*$", 1), message=t,
+        "line_no", path=t.str.extract(rx(r"^\s*Saving model checkpoint to (\S+)\s*$"), 1), message=t,
         kind=pl.lit("checkpoint_save_start")).filter(pl.col("path").is_not_null())
-    saves = saves.with_columns(iteration=to_int(pl.col("path").str.extract(r"checkpoint-(\d+)/?$", 1)))
+    saves = saves.with_columns(iteration=to_int(pl.col("path").str.extract(rx(r"checkpoint-(\d+)/?$"), 1)))
     ev = [e for e in (events, saves) if not e.is_empty()]
     tables = {
         "iterations": trainlog.stack([trainlog.conform(iterations, trainlog.ITERATIONS_SCHEMA, framework=NAME)]

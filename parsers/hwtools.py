@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from postmortem.parsers.ascii_text import rx
 from postmortem.parsers.base import ParseResult, conform, consumed_of, to_int
 from postmortem.parsers.lines import file_of, files_where, of_files, with_stream
 from postmortem.parsers.tables import SHARED
@@ -196,8 +197,8 @@ def file_gate(text: pl.Expr) -> pl.Expr:
     line_starts = "|".join(f"(?:{pattern})" for pattern in (
         r"^\s*[a-z_]+\.[a-z_.]+(?: \[[^\]]+\])?(?:, |$)", r"^- [^:]+: \d+ ?MiB \(", _ROW_HINT, r"^CA '|^hca_id:",
         _IBDEV2NETDEV, _IBDIAG))
-    return (text.str.contains(literals) | text.str.contains(_NT_MARKERS)
-            | text.str.contains(line_starts)).fill_null(False)
+    return (text.str.contains(literals) | text.str.contains(rx(_NT_MARKERS))
+            | text.str.contains(rx(line_starts))).fill_null(False)
 
 
 def parse(lines: pl.DataFrame) -> ParseResult:

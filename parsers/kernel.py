@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from postmortem.parsers.ascii_text import rx
 from postmortem.parsers.base import ParseResult, consumed_of, to_int
 from postmortem.parsers.kinds import Kind, literals_held, samples_of
 
@@ -204,7 +205,7 @@ def _empty() -> pl.DataFrame:
 
 def _headers(df: pl.DataFrame) -> pl.DataFrame:
     """Split the (optional) syslog / dmesg header off; times as Datetime + zone note."""
-    h = pl.col("text").str.extract_groups(_HEADER)
+    h = pl.col("text").str.extract_groups(rx(_HEADER))
     df = df.with_columns(_h=h).unnest("_h")
     month = pl.col("mon").replace_strict(_MONTHS, default=None, return_dtype=pl.Int64)
     tmonth = pl.col("tmon").replace_strict(_MONTHS, default=None, return_dtype=pl.Int64)
@@ -214,8 +215,8 @@ def _headers(df: pl.DataFrame) -> pl.DataFrame:
     dmesg_t = pl.concat_str([pl.col("tyear"), pl.lit("-"), tmonth.cast(pl.String).str.pad_start(2, "0"), pl.lit("-"),
                              pl.col("tday").str.pad_start(2, "0"), pl.lit(" "), pl.col("thms")])
     iso = pl.col("ext_ts") if "ext_ts" in df.columns else pl.lit(None, dtype=pl.String)
-    iso_zoned = iso.str.contains(r"(?:Z|[+-]\d{2}:?\d{2})$").fill_null(False)
-    iso_ts = (iso.str.replace(r"([+-]\d{2})(\d{2})$", "$1:$2").str.replace(r"Z$", "+00:00")
+    iso_zoned = iso.str.contains(rx(r"(?:Z|[+-]\d{2}:?\d{2})$")).fill_null(False)
+    iso_ts = (iso.str.replace(rx(r"([+-]\d{2})(\d{2})$"), "$1:$2").str.replace(r"Z$", "+00:00")
               .str.to_datetime("%Y-%m-%dT%H:%M:%S%.f%:z", time_zone="UTC", strict=False)
               .dt.replace_time_zone(None))
     iso_local = iso.str.to_datetime("%Y-%m-%dT%H:%M:%S%.f", strict=False)
@@ -250,7 +251,7 @@ def _classify(df: pl.DataFrame) -> pl.DataFrame:
         sub = df.filter(msg.str.contains(kind.literal, literal=True), ~pl.col("line_no").is_in(taken.implode()))
         if sub.is_empty():
             continue
-        sub = sub.with_columns(_m=msg.str.extract_groups(kind.pattern)).unnest("_m")
+        sub = sub.with_columns(_m=msg.str.extract_groups(rx(kind.pattern))).unnest("_m")
         first = [c for c in sub.columns if c not in df.columns]
         matched = pl.any_horizontal([pl.col(c).is_not_null() for c in first]) if first else pl.lit(True)
         if kind.name == "hung_task_detail":
@@ -269,10 +270,10 @@ def _classify(df: pl.DataFrame) -> pl.DataFrame:
     aer = pl.col("kind") == "aer"
     oomc = pl.col("kind") == "oom_constraint"
     out = out.with_columns(
-        src=pl.when(aer).then(pl.col("rest").str.extract(r"error received: (" + _PCI + ")", 1)),
-        sev=pl.when(aer).then(pl.col("rest").str.extract(r"severity=([\w-]+(?: \([\w-]+\))?)", 1)),
+        src=pl.when(aer).then(pl.col("rest").str.extract(rx(r"error received: (" + _PCI + ")"), 1)),
+        sev=pl.when(aer).then(pl.col("rest").str.extract(rx(r"severity=([\w-]+(?: \([\w-]+\))?)"), 1)),
         process=pl.when(oomc).then(pl.col("message").str.extract(r"[,:]task=([^,]+)", 1)).otherwise(pl.col("process")),
-        pid=pl.when(oomc).then(pl.col("message").str.extract(r",pid=(\d+)", 1)).otherwise(pl.col("pid")),
+        pid=pl.when(oomc).then(pl.col("message").str.extract(rx(r",pid=(\d+)"), 1)).otherwise(pl.col("pid")),
     )
     out = out.sort("line_no").with_columns(
         pci=pl.coalesce(pl.col("src"), pl.col("dev").str.to_lowercase(), _pci3(pl.col("dev3"))),
@@ -291,13 +292,13 @@ def _classify(df: pl.DataFrame) -> pl.DataFrame:
     kind = pl.col("kind")
     out = out.with_columns(
         code=(pl.when(kind == "aer").then(pl.coalesce(pl.col("sev"), pl.col("rest").str.extract(
-            r"^((?:Multiple )?(?:Corrected|Uncorrected(?: \([\w-]+\))?))", 1)))
+            rx(r"^((?:Multiple )?(?:Corrected|Uncorrected(?: \([\w-]+\))?))"), 1)))
               .when(kind == "oom_kill").then(pl.when(pl.col("memcg").is_not_null()).then(pl.lit("CONSTRAINT_MEMCG"))
                                               .otherwise(pl.lit("host")))
               .otherwise(pl.col("code"))),
         pid=pl.coalesce(to_int(pl.col("pid")),
-                        pl.when(xid).then(to_int(pl.col("rest").str.extract(r"pid=(\d+)", 1)))),
-        process=pl.coalesce(pl.col("process"), pl.when(xid).then(pl.col("rest").str.extract(r"name=([^,\s]+)", 1))),
+                        pl.when(xid).then(to_int(pl.col("rest").str.extract(rx(r"pid=(\d+)"), 1)))),
+        process=pl.coalesce(pl.col("process"), pl.when(xid).then(pl.col("rest").str.extract(rx(r"name=([^,\s]+)"), 1))),
         device=pl.coalesce(pl.col("ifname"), pl.col("pci"), pl.col("dev")),
         category=(pl.when(xid).then(pl.coalesce(category, pl.lit("unknown")))
                   .when(kind.is_in(["link_down", "link_up", "nic_module", "nic_health"])).then(pl.lit("nic"))
@@ -336,7 +337,7 @@ def file_gate(text: pl.Expr) -> pl.Expr:
     # ``contains_any``'s automaton)
     text = text.fill_null("")
     literals = "|".join(pl.escape_regex(literal) for literal in [*_LITERALS, "AER:", "pcieport", "error status/mask"])
-    return text.str.contains(literals) | text.str.starts_with("-- ")
+    return text.str.contains(rx(literals)) | text.str.starts_with("-- ")
 
 
 def parse(lines: pl.DataFrame) -> ParseResult:
@@ -354,7 +355,7 @@ def parse(lines: pl.DataFrame) -> ParseResult:
     hit = text.str.contains_any(_LITERALS)
     aer = text.str.contains_any(["AER:", "pcieport", "error status/mask"])
     if lines.select(aer.any()).item():  # AER's per-bit lines name no literal: read in the inputs with AER
-        bits = text.str.contains(r":\s+\[\s*\d+\] \w")
+        bits = text.str.contains(rx(r":\s+\[\s*\d+\] \w"))
         hit = hit | (bits & aer.any().over(files) if files else bits)
     df = lines.select(cols).filter(hit)
     none = ParseResult(tables={"node_events": _empty()}, consumed=markers.cast(pl.UInt32))

@@ -46,7 +46,7 @@ import re
 
 import polars as pl
 
-from postmortem.parsers.ascii_text import as_written, patterns_for
+from postmortem.parsers.ascii_text import all_ascii, reading, rx
 
 # Sample lines this module must understand (tests feed them through ``envelope``).
 SAMPLE_LINES = [
@@ -199,7 +199,7 @@ def _is_utf8(body: bytes) -> bool:
     return True
 
 
-def _clean(raw: pl.Expr, rx=as_written) -> pl.Expr:
+def _clean(raw: pl.Expr) -> pl.Expr:
     """Last non-empty carriage-return segment, ANSI removed. A launcher prefix that starts the
     line (``0: ``, ``[default3]:``, ``[1,0]<stderr>:``...) was written once, before the first
     segment: it is kept in front of the last one (a tqdm bar redrawn under ``srun --label``
@@ -223,7 +223,7 @@ def _clean(raw: pl.Expr, rx=as_written) -> pl.Expr:
     )
 
 
-def _cleaned(df: pl.DataFrame, rx=as_written) -> pl.DataFrame:
+def _cleaned(df: pl.DataFrame) -> pl.DataFrame:
     """``raw`` -> ``text`` (``_clean``), the carriage-return and ANSI work only on the lines that
     have a ``\r`` or an ESC (few: the rest are renamed, not copied)."""
     dirty = df.select(pl.col("raw").str.contains("\r", literal=True)
@@ -231,8 +231,8 @@ def _cleaned(df: pl.DataFrame, rx=as_written) -> pl.DataFrame:
     if not dirty.any():
         return df.rename({"raw": "text"})
     if dirty.all():
-        return df.with_columns(text=_clean(pl.col("raw"), rx)).drop("raw")
-    fixed = df.filter(dirty).with_columns(raw=_clean(pl.col("raw"), rx))
+        return df.with_columns(text=_clean(pl.col("raw"))).drop("raw")
+    fixed = df.filter(dirty).with_columns(raw=_clean(pl.col("raw")))
     return pl.concat([df.filter(~dirty), fixed]).rename({"raw": "text"})   # envelope_frame sorts at the end
 
 
@@ -304,12 +304,17 @@ def envelope_frame(datas: list[bytes], passes: int = 4) -> pl.DataFrame:
     ``datas``), in input and line order. A job folder holds hundreds of small per-rank files,
     and a few dozen Polars calls per file cost more than the parsing. The per-file decisions
     (pdsh host tags, ``[N]`` rank tags) are taken per input, and inputs that decided alike are
-    peeled together with the same prefix list."""
+    peeled together with the same prefix list. Where every input is ASCII, the patterns are
+    compiled with ASCII classes (``postmortem.parsers.ascii_text``)."""
+    with reading(all_ascii(datas)):
+        return _envelope_frame(datas, passes)
+
+
+def _envelope_frame(datas: list[bytes], passes: int) -> pl.DataFrame:
     # the row in input and line order: the frame is put back in it with one sort on this key
     # (sorting on `_input` and `line_no` costs four times as much)
     df = decode_many(datas).with_row_index("_row")
-    rx = patterns_for(datas)    # ASCII classes where all the text is ASCII: faster to compile
-    df = _cleaned(df, rx)
+    df = _cleaned(df)
     df = df.with_columns(
         [pl.lit(None, dtype=dtype).alias(name)
          for name, dtype in ENVELOPE_SCHEMA.items() if name not in df.columns]
@@ -317,15 +322,15 @@ def envelope_frame(datas: list[bytes], passes: int = 4) -> pl.DataFrame:
     columns = [*ENVELOPE_SCHEMA, "_input"]
     if df.is_empty():
         return df.select(columns)
-    hosts = _pdsh_hosts_per_input(df, rx)
-    brackets = _rank_brackets_per_input(df, rx)
+    hosts = _pdsh_hosts_per_input(df)
+    brackets = _rank_brackets_per_input(df)
     groups: dict[tuple, list[int]] = {}
     for i in range(len(datas)):
         groups.setdefault((hosts.get(i, frozenset()), i in brackets), []).append(i)
     done = []
     for (group_hosts, group_brackets), members in groups.items():
         part = df.filter(pl.col("_input").is_in(members)) if len(groups) > 1 else df
-        done.append(_peel_all(part, _prefixes_for(group_hosts, group_brackets, rx), passes, rx))
+        done.append(_peel_all(part, _prefixes_for(group_hosts, group_brackets), passes))
     out = pl.concat(done, how="vertical") if len(done) > 1 else done[0]
     return out.sort("_row").select(columns)
 
@@ -359,7 +364,7 @@ def slice_inputs(frame: pl.DataFrame, count: int) -> list[pl.DataFrame]:
     return [frame.slice(*starts[i]) if i in starts else empty for i in range(count)]
 
 
-def _prefixes_for(hosts: frozenset[str], rank_brackets: bool, rx=as_written) -> list[tuple[str, str, dict[str, int]]]:
+def _prefixes_for(hosts: frozenset[str], rank_brackets: bool) -> list[tuple[str, str, dict[str, int]]]:
     prefixes = [(name, rx(pattern), groups) for name, pattern, groups in _PREFIXES]
     if hosts:
         alternatives = "|".join(sorted((h.replace(".", r"\.") for h in hosts), key=len, reverse=True))
@@ -369,7 +374,7 @@ def _prefixes_for(hosts: frozenset[str], rank_brackets: bool, rx=as_written) -> 
     return prefixes
 
 
-def _pdsh_hosts_per_input(df: pl.DataFrame, rx=as_written) -> dict[int, frozenset[str]]:
+def _pdsh_hosts_per_input(df: pl.DataFrame) -> dict[int, frozenset[str]]:
     """Per input: host-like tokens that prefix enough of its lines to be pdsh's ``host:`` tag."""
     # the tokens of the lines that have one (few: most lines have no `word: ` at their start)
     tagged = df.filter(pl.col("text").str.contains(rx(_PDSH)))
@@ -386,7 +391,7 @@ def _pdsh_hosts_per_input(df: pl.DataFrame, rx=as_written) -> dict[int, frozense
     return {i: frozenset(h) for i, h in out.items()}
 
 
-def _rank_brackets_per_input(df: pl.DataFrame, rx=as_written) -> set[int]:
+def _rank_brackets_per_input(df: pl.DataFrame) -> set[int]:
     """Inputs where a user launcher's ``[N] `` tag prefixes a good share of the lines."""
     if not df.select(pl.col("text").str.contains(rx(_RANK_BRACKET)).any()).item():
         return set()
@@ -399,8 +404,7 @@ def _rank_brackets_per_input(df: pl.DataFrame, rx=as_written) -> set[int]:
     return set(chosen["_input"].to_list())
 
 
-def _peel_all(df: pl.DataFrame, prefixes: list[tuple[str, str, dict[str, int]]], passes: int,
-              rx=as_written) -> pl.DataFrame:
+def _peel_all(df: pl.DataFrame, prefixes: list[tuple[str, str, dict[str, int]]], passes: int) -> pl.DataFrame:
     """Peel every line that could change (``_may_change``); the others (nearly all lines of a
     per-rank log: NCCL and framework lines start with their own header) pass untouched, so the
     dozens of prefix patterns run over the few lines a launcher or collector touched."""
@@ -408,8 +412,8 @@ def _peel_all(df: pl.DataFrame, prefixes: list[tuple[str, str, dict[str, int]]],
     if not mask.any():
         return df
     if mask.all():
-        return _peel_rows(df, prefixes, passes, rx)
-    return pl.concat([_peel_rows(df.filter(mask), prefixes, passes, rx), df.filter(~mask)], how="vertical")
+        return _peel_rows(df, prefixes, passes)
+    return pl.concat([_peel_rows(df.filter(mask), prefixes, passes), df.filter(~mask)], how="vertical")
 
 
 def _may_change(prefixes: list[tuple[str, str, dict[str, int]]]) -> pl.Expr:
@@ -421,8 +425,7 @@ def _may_change(prefixes: list[tuple[str, str, dict[str, int]]]) -> pl.Expr:
             | text.str.ends_with("]"))
 
 
-def _peel_rows(df: pl.DataFrame, prefixes: list[tuple[str, str, dict[str, int]]], passes: int,
-               rx=as_written) -> pl.DataFrame:
+def _peel_rows(df: pl.DataFrame, prefixes: list[tuple[str, str, dict[str, int]]], passes: int) -> pl.DataFrame:
     # Only a line a pass peeled can have another prefix under it: each pass takes those alone.
     pattern, layout = _alternation(prefixes)
     settled, todo = [], df
@@ -436,12 +439,12 @@ def _peel_rows(df: pl.DataFrame, prefixes: list[tuple[str, str, dict[str, int]]]
         todo = _peel_pass(todo, pattern, layout)
     df = pl.concat([*settled, todo], how="vertical") if settled else todo   # envelope_frame sorts
     # the few lines with a glued record, a right-edge artefact or c10d's rank tag left
-    edges = df.select(_has_edges(rx)).to_series()
+    edges = df.select(_has_edges()).to_series()
     if not edges.any():
         return df
     if edges.all():
-        return _cut_edges(df, rx)
-    return pl.concat([df.filter(~edges), _cut_edges(df.filter(edges), rx)], how="vertical")
+        return _cut_edges(df)
+    return pl.concat([df.filter(~edges), _cut_edges(df.filter(edges))], how="vertical")
 
 
 # c10d's records as they appear glued after a bar (``_GLUED_BAR`` without its `^(.+?)`).
@@ -451,7 +454,7 @@ _BOX_EDGE = r"\s*[│┃]\s*$"
 _RANK_TAG = r"^\[rank(\d+)\]: ?"
 
 
-def _has_edges(rx=as_written) -> pl.Expr:
+def _has_edges() -> pl.Expr:
     """True for a line ``_cut_edges`` changes (false for the others, which it leaves as they are)."""
     text = pl.col("text")
     # `^(.+?)X` matches where X starts after the first character: X anywhere in the rest of
@@ -461,7 +464,7 @@ def _has_edges(rx=as_written) -> pl.Expr:
             | pl.col("prefix").str.contains("│", literal=True) | text.str.contains(rx(_RANK_TAG))).fill_null(False)
 
 
-def _cut_edges(df: pl.DataFrame, rx=as_written) -> pl.DataFrame:
+def _cut_edges(df: pl.DataFrame) -> pl.DataFrame:
     # A progress bar glued in front of c10d's `[rankN]:` (no newline between them): cut there.
     # The bar is taken as text (a regex group), never as a position: ``str.find`` gives a byte
     # offset and ``str.slice`` counts characters, so one `█` (3 bytes) in the bar shifted the cut

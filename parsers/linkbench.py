@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from postmortem.parsers.ascii_text import rx
 from postmortem.parsers.base import ParseResult, conform, consumed_of, to_int
 from postmortem.parsers.lines import with_stream
 
@@ -140,8 +141,8 @@ def file_gate(text: pl.Expr) -> pl.Expr:
     # _BT_MARK's title apart from its line-start alternatives: mixed in one regex, they walk
     # every byte of every line (four times the time of the two tests)
     bt_title, bt_line_starts = _BT_MARK.split("|", 1)
-    return (text.str.contains(bt_title) | text.str.contains(bt_line_starts)
-            | text.str.contains(_P2P_MARK) | text.str.contains(_PT_MARK)).fill_null(False)
+    return (text.str.contains(rx(bt_title)) | text.str.contains(rx(bt_line_starts))
+            | text.str.contains(rx(_P2P_MARK)) | text.str.contains(rx(_PT_MARK))).fill_null(False)
 
 
 def parse(lines: pl.DataFrame) -> ParseResult:

@@ -77,6 +77,7 @@ from __future__ import annotations
 import polars as pl
 
 from postmortem.parsers import trainlog
+from postmortem.parsers.ascii_text import rx
 from postmortem.parsers.base import ParseResult, consumed_of, to_int
 from postmortem.parsers.kinds import Kind, first_kind, literals_held, possible_kinds, samples_of
 from postmortem.parsers.lines import any_literal, with_stream_where
@@ -295,8 +296,8 @@ def _pieces(frame: pl.DataFrame) -> pl.DataFrame:
         .filter(pl.col("piece").str.len_chars() > 0)
         .with_columns(pos=pl.int_range(pl.len()).over("line_no"))
     )
-    colon = pl.col("piece").str.extract_groups(_PIECE_COLON)
-    bare = pl.col("piece").str.extract_groups(_PIECE_BARE)
+    colon = pl.col("piece").str.extract_groups(rx(_PIECE_COLON))
+    bare = pl.col("piece").str.extract_groups(rx(_PIECE_BARE))
     has_colon = pl.col("piece").str.contains(":", literal=True)
     return long.with_columns(
         k=pl.when(has_colon).then(colon.struct.field("k")).otherwise(bare.struct.field("k")),
@@ -305,7 +306,7 @@ def _pieces(frame: pl.DataFrame) -> pl.DataFrame:
 
 
 def _json_str(expr: pl.Expr) -> pl.Expr:
-    escaped = expr.str.replace_all(r'(["\\])', r"\$1").str.replace_all(r"[\x00-\x1f]", " ")
+    escaped = expr.str.replace_all(rx(r'(["\\])'), r"\$1").str.replace_all(rx(r"[\x00-\x1f]"), " ")
     return pl.concat_str([pl.lit('"'), escaped, pl.lit('"')])
 
 
@@ -320,7 +321,7 @@ def _iterations(df: pl.DataFrame) -> pl.DataFrame:
     train = df.filter(t.str.contains("iteration", literal=True) & t.str.contains("|", literal=True))
     frames = []
     if not train.is_empty():
-        m = t.str.extract_groups(_ITERATION)
+        m = t.str.extract_groups(rx(_ITERATION))
         train = train.select(
             "line_no",
             ts=m.struct.field("ts"),
@@ -332,12 +333,12 @@ def _iterations(df: pl.DataFrame) -> pl.DataFrame:
         frames.append(train)
     valid = df.filter(t.str.contains("validation loss at", literal=True))
     if not valid.is_empty():
-        m = t.str.extract_groups(_VALIDATION)
+        m = t.str.extract_groups(rx(_VALIDATION))
         valid = valid.select(
             "line_no",
             ts=pl.lit(None, dtype=pl.String),
             validation=pl.lit(True),
-            iteration=to_int(m.struct.field("what").str.extract(r"iteration (\d+)", 1)),
+            iteration=to_int(m.struct.field("what").str.extract(rx(r"iteration (\d+)"), 1)),
             train_iters=pl.lit(None, dtype=pl.Int64),
             rest=m.struct.field("rest"),
         ).filter(pl.col("rest").is_not_null())
@@ -370,19 +371,19 @@ def _memory(df: pl.DataFrame) -> pl.DataFrame:
     sub = df.filter(t.str.contains("memory (MB)", literal=True))
     if sub.is_empty():
         return _empty(MEMORY_SCHEMA)
-    m = t.str.extract_groups(_MEMORY)
+    m = t.str.extract_groups(rx(_MEMORY))
     heads = sub.select(
         "line_no",
         reported_rank=to_int(m.struct.field("rank")),
-        label=m.struct.field("label").str.strip_chars().str.replace(r"^\((.*)\)$", "$1"),
+        label=m.struct.field("label").str.strip_chars().str.replace(rx(r"^\((.*)\)$"), "$1"),
         rest=m.struct.field("rest"),
     ).filter(pl.col("rest").is_not_null())
     if heads.is_empty():
         return _empty(MEMORY_SCHEMA)
     heads = heads.with_columns(
         iteration=to_int(pl.coalesce(
-            pl.col("label").str.extract(r"after (\d+) iterations?", 1),
-            pl.col("label").str.extract(r"for iteration (\d+)", 1),
+            pl.col("label").str.extract(rx(r"after (\d+) iterations?"), 1),
+            pl.col("label").str.extract(rx(r"for iteration (\d+)"), 1),
         )),
         label=pl.when(pl.col("label").str.len_chars() > 0).then(pl.col("label")),
     )
@@ -405,11 +406,11 @@ def _settings(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.Series]:
     # Argument dump.
     cand = df.filter(t.str.contains(" arguments ", literal=True) | t.str.starts_with(" "))
     if not cand.is_empty():
-        strict = t.str.extract_groups(_ARG_STRICT)
-        loose = t.str.extract_groups(_ARG_LOOSE)
+        strict = t.str.extract_groups(rx(_ARG_STRICT))
+        loose = t.str.extract_groups(rx(_ARG_LOOSE))
         cand = cand.with_columns(
-            is_open=t.str.contains(_ARGS_OPEN),
-            is_close=t.str.contains(_ARGS_CLOSE),
+            is_open=t.str.contains(rx(_ARGS_OPEN)),
+            is_close=t.str.contains(rx(_ARGS_CLOSE)),
             sk=strict.struct.field("k"), sv=strict.struct.field("v"),
             lk=loose.struct.field("k"), lv=loose.struct.field("v"),
         ).filter(pl.col("is_open") | pl.col("is_close") | pl.col("lk").is_not_null())
@@ -431,7 +432,7 @@ def _settings(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.Series]:
     world = df.filter(t.str.contains("using world size:", literal=True))
     if not world.is_empty():
         long = pl.concat([
-            world.select("line_no", key=pl.lit(key), value=t.str.extract(pattern, 1))
+            world.select("line_no", key=pl.lit(key), value=t.str.extract(rx(pattern), 1))
             for key, pattern in _WORLD_KEYS
         ]).filter(pl.col("value").is_not_null())
         frames.append(long.select("line_no", source=pl.lit("megatron-startup"), key="key", value="value"))
@@ -439,7 +440,7 @@ def _settings(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.Series]:
     # `> initializing tensor model parallel with size 2`
     init = df.filter(t.str.contains(" parallel with size ", literal=True))
     if not init.is_empty():
-        m = t.str.extract_groups(_INIT_SIZE)
+        m = t.str.extract_groups(rx(_INIT_SIZE))
         init = init.select(
             "line_no",
             source=pl.lit("megatron-startup"),
@@ -451,7 +452,7 @@ def _settings(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.Series]:
     # `[after dataloaders are built] datetime: 2022-10-31 08:35:51`
     marks = df.filter(t.str.contains("] datetime: ", literal=True))
     if not marks.is_empty():
-        m = t.str.extract_groups(_DATETIME_MARKER)
+        m = t.str.extract_groups(rx(_DATETIME_MARKER))
         marks = marks.select(
             "line_no",
             source=pl.lit("megatron-startup"),
@@ -475,7 +476,7 @@ def _validation_rules(df: pl.DataFrame, iterations: pl.DataFrame) -> pl.Series:
     near = pl.concat([valid["line_no"].cast(pl.Int64) - 1, valid["line_no"].cast(pl.Int64) + 1])
     rules = df.filter(
         pl.col("line_no").cast(pl.Int64).is_in(near.implode())
-        & pl.col("text").str.contains(r"^\s*-{10,}\s*$")
+        & pl.col("text").str.contains(rx(r"^\s*-{10,}\s*$"))
     )
     return rules["line_no"].cast(pl.UInt32)
 
@@ -496,7 +497,7 @@ def _nemo(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     sub = df.filter(t.str.contains("Training epoch ", literal=True))
     if sub.is_empty():
         return _empty(ITERATIONS_SCHEMA), _empty(MEMORY_SCHEMA)
-    m = t.str.extract_groups(_NEMO)
+    m = t.str.extract_groups(rx(_NEMO))
     heads = sub.select("line_no", epoch=m.struct.field("epoch"), it=m.struct.field("it"),
                        train_iters=m.struct.field("total"), rest=m.struct.field("rest")
                        ).filter(pl.col("rest").is_not_null())
@@ -536,8 +537,8 @@ _NANO_FLOAT = {"elapsed_ms": ["elapsed_time_per_iteration_ms"], "tokens_per_s": 
 def _suffixed(expr: pl.Expr) -> pl.Expr:
     """nanotron's human_format numbers (``634K``, ``75.2M``, ``1.2G``; 1000-based) -> Float64."""
     text = expr.str.strip_chars()
-    base = trainlog.num(text.str.extract(r"^(-?[\d.]+(?:[eE][-+]?\d+)?|nan|-?inf)", 1))
-    unit = text.str.extract(r"^[-\d.eE+]+\s*([KMGTP])$", 1)
+    base = trainlog.num(text.str.extract(rx(r"^(-?[\d.]+(?:[eE][-+]?\d+)?|nan|-?inf)"), 1))
+    unit = text.str.extract(rx(r"^[-\d.eE+]+\s*([KMGTP])$"), 1)
     factor = unit.replace_strict({"K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}, default=1.0,
                                  return_dtype=pl.Float64)
     return base * factor
@@ -548,7 +549,7 @@ def _nanotron(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     sub = df.filter(t.str.contains("]: iteration: ", literal=True))
     if sub.is_empty():
         return _empty(ITERATIONS_SCHEMA), _empty(MEMORY_SCHEMA)
-    m = t.str.extract_groups(_NANOTRON)
+    m = t.str.extract_groups(rx(_NANOTRON))
     heads = sub.select("line_no", ts=m.struct.field("ts"), it=m.struct.field("it"),
                        train_iters=m.struct.field("total"), rest=m.struct.field("rest")
                        ).filter(pl.col("rest").is_not_null())
@@ -644,7 +645,7 @@ def _match_events(df: pl.DataFrame) -> pl.DataFrame:
     if not possible:
         return pl.DataFrame()
     held = {i: t.str.contains(kind.literal, literal=True) for i, kind in enumerate(EVENT_KINDS) if i in possible}
-    at = first_kind([held[i] & t.str.contains(kind.pattern) if i in possible else None
+    at = first_kind([held[i] & t.str.contains(rx(kind.pattern)) if i in possible else None
                      for i, kind in enumerate(EVENT_KINDS)])
     # the patterns read only the lines that hold a literal (on 147,000 lines: 35 ms, not 350)
     hits = (df.lazy().filter(pl.any_horizontal(list(held.values()))).select("line_no", "_stream", "text", _kind=at)
@@ -652,7 +653,7 @@ def _match_events(df: pl.DataFrame) -> pl.DataFrame:
     frames = []
     for i in sorted(hits["_kind"].unique().to_list()):
         kind = EVENT_KINDS[i]
-        m = t.str.extract_groups(kind.pattern)
+        m = t.str.extract_groups(rx(kind.pattern))
         groups = {g for g in ("ts", "it", "path", "detail", "rank", "value") if f"(?P<{g}>" in kind.pattern}
         cols = {"kind": pl.lit(kind.name)}
         for g in groups:
@@ -757,7 +758,7 @@ def _timers(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.Series]:
     # One-line form (before 2022-08): `time (ms) | name: 1.23 | ...`
     one = df.filter(t.str.contains("time (ms) |", literal=True) & ~t.str.contains("rank=", literal=True))
     if not one.is_empty():
-        heads = one.select("line_no", rest=t.str.extract(r"^\s*time \(ms\) \|(.*)$", 1)).filter(
+        heads = one.select("line_no", rest=t.str.extract(rx(r"^\s*time \(ms\) \|(.*)$"), 1)).filter(
             pl.col("rest").is_not_null())
         if not heads.is_empty():
             p = _pieces(heads)
@@ -767,16 +768,16 @@ def _timers(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.Series]:
     blockish = df.filter(t.str.starts_with("  ") | t.str.contains("across ranks (ms):", literal=True))
     if not blockish.is_empty():
         b = blockish.with_columns(
-            is_head=t.str.contains(_TIMER_HEADER),
-            mm=t.str.extract_groups(_TIMER_MINMAX), mx=t.str.extract_groups(_TIMER_MAX),
-            nm=t.str.extract(_TIMER_NAME, 1), rk=t.str.extract_groups(_TIMER_RANK))
+            is_head=t.str.contains(rx(_TIMER_HEADER)),
+            mm=t.str.extract_groups(rx(_TIMER_MINMAX)), mx=t.str.extract_groups(rx(_TIMER_MAX)),
+            nm=t.str.extract(rx(_TIMER_NAME), 1), rk=t.str.extract_groups(rx(_TIMER_RANK)))
         extra = b.filter(pl.col("is_head"))["line_no"]
-        mm = b.filter(pl.col("mm").struct.field("name").is_not_null() & pl.col("text").str.contains(r" \.{2,}:|\S:"))
+        mm = b.filter(pl.col("mm").struct.field("name").is_not_null() & pl.col("text").str.contains(rx(r" \.{2,}:|\S:")))
         frames.append(mm.select("line_no", name=pl.col("mm").struct.field("name"),
                                 min_ms=trainlog.num(pl.col("mm").struct.field("min")),
                                 max_ms=trainlog.num(pl.col("mm").struct.field("max"))))
         mx = b.filter(pl.col("mx").struct.field("name").is_not_null() & pl.col("mm").struct.field("name").is_null()
-                      & pl.col("text").str.contains(r" \.{2,}: "))
+                      & pl.col("text").str.contains(rx(r" \.{2,}: ")))
         frames.append(mx.select("line_no", name=pl.col("mx").struct.field("name"),
                                 min_ms=pl.lit(None, dtype=pl.Float64),
                                 max_ms=trainlog.num(pl.col("mx").struct.field("max"))))
@@ -803,7 +804,7 @@ def _timers(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.Series]:
             extra = pl.concat([extra, names["line_no"]])
     bridge = df.filter(t.str.contains("Step Time :", literal=True))
     if not bridge.is_empty():
-        m = t.str.extract_groups(_BRIDGE_STEP)
+        m = t.str.extract_groups(rx(_BRIDGE_STEP))
         frames.append(bridge.select("line_no", name=pl.lit("step-time"), min_ms=pl.lit(None, dtype=pl.Float64),
                                     max_ms=trainlog.num(m.struct.field("s")) * 1000.0).filter(
             pl.col("max_ms").is_not_null()))
@@ -836,14 +837,14 @@ def _job_config(df: pl.DataFrame, settings: pl.DataFrame) -> pl.DataFrame:
                                  value="value", raw_key="key"))
     sub = df.filter(t.str.contains("number of parameters on", literal=True))
     if not sub.is_empty():
-        m = t.str.extract_groups(_PARAMS)
+        m = t.str.extract_groups(rx(_PARAMS))
         frames.append(sub.select("line_no", source=pl.lit("megatron-model"), key=pl.lit("num_parameters"),
                                  value=m.struct.field("n"),
                                  raw_key=pl.concat_str([pl.lit("number of parameters on "), m.struct.field("where")])
                                  ).filter(pl.col("value").is_not_null()))
     sub = df.filter(t.str.contains(" parameters in ", literal=True) & t.str.contains("in billions", literal=True))
     if not sub.is_empty():
-        m = t.str.extract_groups(_THEORY)
+        m = t.str.extract_groups(rx(_THEORY))
         frames.append(sub.select("line_no", source=pl.lit("megatron-theoretical"),
                                  key=m.struct.field("k").replace_strict(_THEORY_KEYS, default=None,
                                                                         return_dtype=pl.String),
@@ -851,9 +852,9 @@ def _job_config(df: pl.DataFrame, settings: pl.DataFrame) -> pl.DataFrame:
                                  ).filter(pl.col("value").is_not_null()))
     sub = df.filter(t.str.contains("Theoretical memory footprints:", literal=True))
     if not sub.is_empty():
-        long = sub.select("line_no", piece=t.str.extract(_FOOTPRINT, 1).str.split(",")).explode("piece").select(
-            "line_no", raw_key=pl.col("piece").str.extract(r"^\s*([\w ]+?)\s*=", 1),
-            value=pl.col("piece").str.extract(r"=\s*([\d.]+)\s*MB", 1)).filter(pl.col("value").is_not_null())
+        long = sub.select("line_no", piece=t.str.extract(rx(_FOOTPRINT), 1).str.split(",")).explode("piece").select(
+            "line_no", raw_key=pl.col("piece").str.extract(rx(r"^\s*([\w ]+?)\s*="), 1),
+            value=pl.col("piece").str.extract(rx(r"=\s*([\d.]+)\s*MB"), 1)).filter(pl.col("value").is_not_null())
         frames.append(long.select("line_no", source=pl.lit("megatron-theoretical"),
                                   key=pl.concat_str([pl.lit("theoretical_"),
                                                      pl.col("raw_key").str.replace_all(" ", "_"), pl.lit("_mib")]),
@@ -886,25 +887,25 @@ def _startup(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     events, cfg = [], []
     if held & {" ...", "Compilation time"}:
         ev = df.filter(t.str.contains(" ...", literal=True) | t.str.contains("Compilation time", literal=True))
-        events.append(ev.filter(t.str.contains(_STARTUP)).select(
+        events.append(ev.filter(t.str.contains(rx(_STARTUP))).select(
             "line_no", kind=pl.lit("megatron_startup"), level=pl.lit("info"),
-            detail=t.str.extract(_STARTUP, 1), message=t.str.strip_chars()))
+            detail=t.str.extract(rx(_STARTUP), 1), message=t.str.strip_chars()))
     for (key, pattern), literal in zip(_STARTUP_CFG, cfg_literals):
         if literal not in held:
             continue
         sub = df.filter(t.str.contains(literal, literal=True))
-        sub = sub.filter(t.str.contains(pattern))
+        sub = sub.filter(t.str.contains(rx(pattern)))
         if not sub.is_empty():
             cfg.append(sub.select("line_no", source=pl.lit("megatron-startup"), key=pl.lit(key),
-                                  value=t.str.extract(pattern, 1), raw_key=t.str.strip_chars()))
+                                  value=t.str.extract(rx(pattern), 1), raw_key=t.str.strip_chars()))
     cand = df.clear()
     if "datasets target sizes" in held:
         cand = df.filter(t.str.starts_with("    ") | t.str.contains("datasets target sizes", literal=True))
-        cand = cand.filter(t.str.contains(_TARGET_HEAD) | t.str.contains(_TARGET_LINE))
-    if not cand.is_empty() and cand["text"].str.contains(_TARGET_HEAD).any():
+        cand = cand.filter(t.str.contains(rx(_TARGET_HEAD)) | t.str.contains(rx(_TARGET_LINE)))
+    if not cand.is_empty() and cand["text"].str.contains(rx(_TARGET_HEAD)).any():
         s = "_stream"
         contiguous = (pl.col("_seq").shift(1).over(s) == pl.col("_seq") - 1).fill_null(False)
-        cand = cand.with_columns(_head=t.str.contains(_TARGET_HEAD))
+        cand = cand.with_columns(_head=t.str.contains(rx(_TARGET_HEAD)))
         cand = cand.with_columns(_block=(pl.col("_head") | ~contiguous).cum_sum().over(s))
         cand = cand.filter(pl.col("_head").first().over([s, "_block"]))
         heads = cand.filter(pl.col("_head"))
@@ -912,8 +913,8 @@ def _startup(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
                                    detail=pl.lit("datasets target sizes"), message=t.str.strip_chars()))
         body = cand.filter(~pl.col("_head"))
         cfg.append(body.select("line_no", source=pl.lit("megatron-startup"),
-                               key=pl.concat_str([pl.lit("dataset_target_"), t.str.extract(_TARGET_LINE, 1)]),
-                               value=t.str.extract(_TARGET_LINE, 2), raw_key=t.str.strip_chars()))
+                               key=pl.concat_str([pl.lit("dataset_target_"), t.str.extract(rx(_TARGET_LINE), 1)]),
+                               value=t.str.extract(rx(_TARGET_LINE), 2), raw_key=t.str.strip_chars()))
     cfg = [trainlog.conform(f, JOB_CONFIG_SCHEMA, framework=NAME) for f in cfg if not f.is_empty()]
     events = [trainlog.conform(f, EVENTS_SCHEMA, framework=NAME) for f in events if not f.is_empty()]
     return trainlog.stack(events, EVENTS_SCHEMA), trainlog.stack(cfg, JOB_CONFIG_SCHEMA)

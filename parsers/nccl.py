@@ -27,6 +27,7 @@ import re
 
 import polars as pl
 
+from postmortem.parsers.ascii_text import rx
 from postmortem.parsers.base import ParseResult, collect_each, conform, conform_all, consumed_of, to_int
 from postmortem.parsers import nccl_errors
 from postmortem.parsers.torch_errors import oom_size_columns
@@ -163,7 +164,7 @@ def is_plain_info(text: pl.Expr) -> pl.Expr:
     """A whole, untorn NCCL INFO line (`host:pid:tid [dev] NCCL INFO msg`): NCCL's own, a line
     only this parser reads (``postmortem.analyzer.ingest`` keeps such lines from the other parsers, whose
     literal tests would otherwise match NCCL's words: `GPU 0`, `Name:`)."""
-    return (text.str.count_matches("NCCL ", literal=True) == 1) & text.str.contains(_PLAIN_INFO)
+    return (text.str.count_matches("NCCL ", literal=True) == 1) & text.str.contains(rx(_PLAIN_INFO))
 
 
 def is_plain_coll(text: pl.Expr) -> pl.Expr:
@@ -172,7 +173,7 @@ def is_plain_coll(text: pl.Expr) -> pl.Expr:
     `NCCL INFO `, which a plain line has once, right after its header (cheaper than from the
     line's start). Evaluated lazily beside ``is_plain_info``, the INFO test is computed once."""
     return (is_plain_info(text) & text.str.contains(": opCount ", literal=True)
-            & text.str.contains(_COLL_LINE))
+            & text.str.contains(rx(_COLL_LINE)))
 
 
 def _prefix_schema() -> pl.Schema:
@@ -208,13 +209,13 @@ def _full_prefix(df: pl.DataFrame, schema) -> pl.DataFrame:
     """Every other NCCL line: torn lines cut to their surviving record, then the full pattern."""
     if df.is_empty():
         return pl.DataFrame(schema=schema)
-    torn = pl.col("text").str.count_matches(_HEADER_BODY) >= 2
-    survivor = pl.col("text").str.extract(_LAST_HEADER, 1)
-    stamp = pl.col("text").str.extract_all(_TORN_WARN_TS).list.last().str.extract(r"^(\[[^\]]*\]) ", 1)
+    torn = pl.col("text").str.count_matches(rx(_HEADER_BODY)) >= 2
+    survivor = pl.col("text").str.extract(rx(_LAST_HEADER), 1)
+    stamp = pl.col("text").str.extract_all(rx(_TORN_WARN_TS)).list.last().str.extract(rx(r"^(\[[^\]]*\]) "), 1)
     survivor = pl.when(survivor.str.contains(r"NCCL WARN") & stamp.is_not_null()).then(
         pl.concat_str([stamp, pl.lit(" "), survivor])).otherwise(survivor)
     df = df.with_columns(torn=torn, text=pl.when(torn).then(survivor).otherwise(pl.col("text")))
-    df = df.with_columns(_g=pl.col("text").str.extract_groups(_PREFIX)).filter(
+    df = df.with_columns(_g=pl.col("text").str.extract_groups(rx(_PREFIX))).filter(
         pl.col("_g").struct.field("level").is_not_null())
     f = pl.col("_g").struct.field
     return df.select(
@@ -251,7 +252,7 @@ def _classify(info: pl.DataFrame) -> tuple[dict[str, list[pl.DataFrame]], pl.Dat
         return rows, empty
     # COLL trace messages, the bulk: known by the catalogue's own pattern (no shape folding),
     # their fields taken by position.
-    coll = pl.col("msg").str.contains(": opCount ", literal=True) & pl.col("msg").str.contains(_COLL_SHAPE)
+    coll = pl.col("msg").str.contains(": opCount ", literal=True) & pl.col("msg").str.contains(rx(_COLL_SHAPE))
     info = info.with_columns(_coll=coll)
     traced = info.filter(pl.col("_coll"))
     info = info.filter(~pl.col("_coll"))
@@ -261,7 +262,7 @@ def _classify(info: pl.DataFrame) -> tuple[dict[str, list[pl.DataFrame]], pl.Dat
         rows[KINDS[0].table] = [_coll_fields(traced)]
     if info.is_empty():
         return rows, (pl.concat(kinds) if kinds else empty)
-    shape = pl.col("msg").str.replace_all(_FOLD_HEX, "0x0").str.replace_all(r"\b\d+\b", "0")
+    shape = pl.col("msg").str.replace_all(rx(_FOLD_HEX), "0x0").str.replace_all(rx(r"\b\d+\b"), "0")
     info = info.with_columns(_shape=shape)
     shapes = info["_shape"].unique()
     index = pl.DataFrame({"_shape": shapes, "_kind": [_kind_of(s) for s in shapes.to_list()]},
@@ -278,7 +279,7 @@ def _classify(info: pl.DataFrame) -> tuple[dict[str, list[pl.DataFrame]], pl.Dat
         sub = info.lazy().filter(pl.col("_kind") == i)
         columns = [pl.col(c) for c in (*_BASE, "level", "src_file", "msg")] + [pl.lit(kind.name).alias("kind")]
         if "(?P<" in kind.pattern:
-            fields = pl.col("msg").str.extract_groups(kind.pattern)
+            fields = pl.col("msg").str.extract_groups(rx(kind.pattern))
             named = sub.select(fields.struct.unnest()).collect_schema().names()
             # A field the message states (cudaDev) wins over the prefix's guess of it.
             columns = [c for c in columns if c.meta.output_name() not in named or c.meta.output_name() == "line_no"]
@@ -347,7 +348,7 @@ def _connections(df: pl.DataFrame | None, markers: pl.DataFrame, sources: pl.Dat
         return pl.DataFrame(schema=SCHEMAS["nccl_connections"])
     via = pl.col("via")
     net = via.str.extract_groups(
-        r"^(?:NET|COLLNET)/(?P<net>.+?)/(?P<nic>\d+)(?:\((?P<pxn>\d+)\))?(?P<flags>(?:/\w+(?:\(\w+\))?)*)$")
+        rx(r"^(?:NET|COLLNET)/(?P<net>.+?)/(?P<nic>\d+)(?:\((?P<pxn>\d+)\))?(?P<flags>(?:/\w+(?:\(\w+\))?)*)$"))
     df = df.with_columns(_n=net)
     n = pl.col("_n").struct.field
     transport = (pl.when(via.str.starts_with("P2P/")).then(pl.lit("P2P"))
@@ -357,16 +358,16 @@ def _connections(df: pl.DataFrame | None, markers: pl.DataFrame, sources: pl.Dat
                  .when(via.str.starts_with("NVLS")).then(pl.lit("NVLS"))
                  .otherwise(pl.lit("OTHER")))
     flags = n("flags").fill_null("")
-    detail = (pl.when(via.str.starts_with("P2P/") | via.str.starts_with("SHM/")).then(via.str.replace(r"^\w+/", ""))
+    detail = (pl.when(via.str.starts_with("P2P/") | via.str.starts_with("SHM/")).then(via.str.replace(rx(r"^\w+/"), ""))
               .when(via.str.contains("shared memory", literal=True)).then(via)
               .otherwise(flags.str.strip_prefix("/")))
     df = df.with_columns(
         transport=transport, detail=detail, net=n("net"), nic=to_int(n("nic")), pxn_via=to_int(n("pxn")),
         gdr=flags.str.contains("/GDRDMA", literal=True) & transport.is_in(["NET", "COLLNET"]),
-        gdr_mode=flags.str.extract(r"GDRDMA\((\w+)\)", 1),
+        gdr_mode=flags.str.extract(rx(r"GDRDMA\((\w+)\)"), 1),
         shared=flags.str.contains("/Shared", literal=True) | via.str.ends_with("/Shared"),
-        read=via.str.contains(r"/read\b"), copy_engine=via.str.contains(r"/CE\b"),
-        indirect_via=to_int(via.str.extract(r"^P2P/indirect/(\d+)", 1)),
+        read=via.str.contains(rx(r"/read\b")), copy_engine=via.str.contains(rx(r"/CE\b")),
+        indirect_via=to_int(via.str.extract(rx(r"^P2P/indirect/(\d+)"), 1)),
     ).drop("_n")
     return _phase(df, markers, sources)
 
@@ -422,7 +423,7 @@ def _rings(df: pl.DataFrame | None) -> pl.DataFrame:
         df = df.with_columns(order=pl.lit(None, dtype=pl.String))
     if "cut" not in df.columns:
         df = df.with_columns(cut=pl.lit(None, dtype=pl.String))
-    numbers = pl.col("order").str.extract_all(r"\d+").list.eval(pl.element().cast(pl.Int64, strict=False))
+    numbers = pl.col("order").str.extract_all(rx(r"\d+")).list.eval(pl.element().cast(pl.Int64, strict=False))
     # `...` glued to a number (2.23+ overwrites the last three characters): that number is partial.
     partial = pl.col("cut").fill_null("").str.starts_with(".")
     return df.with_columns(
@@ -441,17 +442,17 @@ def _trees(df: pl.DataFrame | None) -> pl.DataFrame:
     lines = df.filter(pl.col("kind") == "trees")
     if lines.is_empty():
         return graph
-    items = lines.with_columns(_item=pl.col("body").str.extract_all(r"\[\d+\] \S+")).explode("_item")
-    items = items.with_columns(channel=pl.col("_item").str.extract(r"^\[(\d+)\]", 1),
-                               _tree=pl.col("_item").str.extract(r"\] (\S+)$", 1))
+    items = lines.with_columns(_item=pl.col("body").str.extract_all(rx(r"\[\d+\] \S+"))).explode("_item")
+    items = items.with_columns(channel=pl.col("_item").str.extract(rx(r"^\[(\d+)\]"), 1),
+                               _tree=pl.col("_item").str.extract(rx(r"\] (\S+)$"), 1))
     items = items.with_columns(_parts=pl.col("_tree").str.split("|")).with_columns(
         _n=pl.col("_parts").list.len()).explode("_parts").with_columns(
         direction=pl.when(pl.col("_n") == 2).then(
             pl.when(pl.int_range(pl.len()).over("line_no", "channel") % 2 == 0).then(pl.lit("up")).otherwise(pl.lit("down"))))
     down_first = r"^(?P<down0>-?\d+)/(?P<down1>-?\d+)/(?P<down2>-?\d+)->(?P<me>-?\d+)->(?P<up>-?\d+)$"
     up_first = r"^(?P<up>-?\d+)->(?P<me>-?\d+)->(?P<down0>-?\d+)/(?P<down1>-?\d+)/(?P<down2>-?\d+)$"
-    a = pl.col("_parts").str.extract_groups(down_first)
-    b = pl.col("_parts").str.extract_groups(up_first)
+    a = pl.col("_parts").str.extract_groups(rx(down_first))
+    b = pl.col("_parts").str.extract_groups(rx(up_first))
     items = items.with_columns(_a=a, _b=b)
     fields = {}
     for name in ("me", "up", "down0", "down1", "down2"):
@@ -479,8 +480,8 @@ def _net(df: pl.DataFrame | None) -> pl.DataFrame:
                                      else pl.col(fallback).alias(column))
     parts = [rest.with_columns(index=to_int(pl.col("index")) if "index" in rest.columns else pl.lit(None, dtype=pl.Int64))]
     if not lists.is_empty():
-        items = lists.with_columns(_i=pl.col("items").str.extract_all(r"\S+")).explode("_i").with_columns(
-            item=pl.int_range(pl.len()).over("line_no"), _g=pl.col("_i").str.extract_groups(_ITEM))
+        items = lists.with_columns(_i=pl.col("items").str.extract_all(rx(r"\S+"))).explode("_i").with_columns(
+            item=pl.int_range(pl.len()).over("line_no"), _g=pl.col("_i").str.extract_groups(rx(_ITEM)))
         g = pl.col("_g").struct.field
         parts.append(items.with_columns(
             index=to_int(g("index")), name=g("name"), address=g("address"),
@@ -495,18 +496,18 @@ def _nic_rows(nics: pl.DataFrame) -> list[pl.DataFrame]:
     a plugin's merged ``[v]={[0] a:1/RoCE, [1] b:1/RoCE}`` device get the virtual index) and one
     ``oob`` row for the handshake interface."""
     base = nics.with_columns(relaxed_ordering=pl.col("items").str.contains("[RO]", literal=True))
-    merged = base.with_columns(_v=pl.col("items").str.extract_all(r"\[\d+\]=\{[^}]*\}")).explode("_v").filter(
+    merged = base.with_columns(_v=pl.col("items").str.extract_all(rx(r"\[\d+\]=\{[^}]*\}"))).explode("_v").filter(
         pl.col("_v").is_not_null())
-    merged = merged.with_columns(index=to_int(pl.col("_v").str.extract(r"^\[(\d+)\]", 1)),
-                                 _m=pl.col("_v").str.extract_all(r"[\w.+-]+:\d+/\w+")).explode("_m")
+    merged = merged.with_columns(index=to_int(pl.col("_v").str.extract(rx(r"^\[(\d+)\]"), 1)),
+                                 _m=pl.col("_v").str.extract_all(rx(r"[\w.+-]+:\d+/\w+"))).explode("_m")
     merged = merged.with_columns(_m=pl.concat_str([pl.lit("[0]"), pl.col("_m")]))
-    plain = base.with_columns(_m=pl.col("items").str.replace_all(r"\[\d+\]=\{[^}]*\}", "").str.extract_all(_NIC)
-                              ).explode("_m").with_columns(index=to_int(pl.col("_m").str.extract(r"^\[(\d+)\]", 1)))
+    plain = base.with_columns(_m=pl.col("items").str.replace_all(rx(r"\[\d+\]=\{[^}]*\}"), "").str.extract_all(rx(_NIC))
+                              ).explode("_m").with_columns(index=to_int(pl.col("_m").str.extract(rx(r"^\[(\d+)\]"), 1)))
     rows = pl.concat([plain, merged], how="diagonal_relaxed").filter(pl.col("_m").is_not_null())
-    rows = rows.with_columns(_g=pl.col("_m").str.extract_groups(_NIC)).with_columns(
+    rows = rows.with_columns(_g=pl.col("_m").str.extract_groups(rx(_NIC))).with_columns(
         name=pl.col("_g").struct.field("name"), port=to_int(pl.col("_g").struct.field("port")),
         link=pl.col("_g").struct.field("link"), item=pl.int_range(pl.len()).over("line_no"))
-    oob = base.with_columns(kind=pl.lit("oob"), _g=pl.col("oob").str.extract_groups(_ITEM)).with_columns(
+    oob = base.with_columns(kind=pl.lit("oob"), _g=pl.col("oob").str.extract_groups(rx(_ITEM))).with_columns(
         name=pl.col("_g").struct.field("name"), address=pl.col("_g").struct.field("address"),
         port=to_int(pl.col("_g").struct.field("port")))
     no_nic = base.join(rows.select("line_no").unique(), on="line_no", how="anti").with_columns(
@@ -550,8 +551,8 @@ def _table_cells(table: pl.DataFrame) -> pl.DataFrame:
         algo=pl.col("_algos").list.get(pl.col("_i"), null_on_oob=True),
         proto=pl.col("_protos").list.get(pl.col("_i"), null_on_oob=True),
         max_threads=to_int(pl.col("_threads").list.get(pl.col("_i"), null_on_oob=True)),
-        latency_us=pl.col("_cell").str.extract(r"^\s*(-?[\d.]+)/", 1).cast(pl.Float64, strict=False),
-        bandwidth_gbs=pl.col("_cell").str.extract(r"/\s*(-?[\d.]+)\s*$", 1).cast(pl.Float64, strict=False),
+        latency_us=pl.col("_cell").str.extract(rx(r"^\s*(-?[\d.]+)/"), 1).cast(pl.Float64, strict=False),
+        bandwidth_gbs=pl.col("_cell").str.extract(rx(r"/\s*(-?[\d.]+)\s*$"), 1).cast(pl.Float64, strict=False),
         table_line=pl.col("_hdr").cast(pl.UInt32), kind=pl.lit("table_cell"))
     headers = table.filter(pl.col("kind") != "table_row")
     return pl.concat([_no_helpers(headers), _no_helpers(rows)], how="diagonal_relaxed")
@@ -568,17 +569,17 @@ def _matrix(lines: pl.DataFrame, tuning: pl.DataFrame) -> pl.DataFrame:
     heads = tuning.filter(pl.col("kind") == "matrix") if "kind" in tuning.columns else tuning.head(0)
     if heads.is_empty():
         return pl.DataFrame(schema=SCHEMAS["nccl_tuning"])
-    cand = lines.select("line_no", "text").filter(pl.col("text").str.contains(_MATRIX_ROW))
+    cand = lines.select("line_no", "text").filter(pl.col("text").str.contains(rx(_MATRIX_ROW)))
     if cand.is_empty():
         return pl.DataFrame(schema=SCHEMAS["nccl_tuning"])
-    cand = cand.with_columns(_g=pl.col("text").str.extract_groups(_MATRIX_ROW)).sort("line_no")
+    cand = cand.with_columns(_g=pl.col("text").str.extract_groups(rx(_MATRIX_ROW))).sort("line_no")
     h = heads.select(*_BASE, table_line=pl.col("line_no")).sort("table_line")
     cand = cand.with_columns(_l=pl.col("line_no")).join_asof(h.rename({"line_no": "_hl"}), left_on="_l",
                                                             right_on="table_line", strategy="backward")
     # Only rows within a few lines of their header belong to it (the block is 6 lines long).
     cand = cand.filter((pl.col("line_no") - pl.col("table_line")).is_between(1, 8))
     g = pl.col("_g").struct.field
-    cand = cand.with_columns(func=g("func"), _p=g("protos").str.extract_all(r"\S+"), _a=g("algos").str.extract_all(r"\S+"))
+    cand = cand.with_columns(func=g("func"), _p=g("protos").str.extract_all(rx(r"\S+")), _a=g("algos").str.extract_all(rx(r"\S+")))
     header = cand.filter(pl.col("func") == "Function").select("table_line", _pn=pl.col("_p"), _an=pl.col("_a"))
     body = cand.filter(pl.col("func") != "Function").join(header, on="table_line", how="left")
     protos = body.with_columns(_i=pl.int_ranges(pl.col("_p").list.len())).explode("_p", "_i").with_columns(
@@ -595,7 +596,7 @@ def _env(df: pl.DataFrame | None) -> pl.DataFrame:
     if df is None:
         return pl.DataFrame(schema=SCHEMAS["nccl_env"])
     # Integer parameters are printed `%lld.` (trailing period); strings are not.
-    value = pl.col("value").str.replace(r"^(-?\d+)\.$", "$1")
+    value = pl.col("value").str.replace(rx(r"^(-?\d+)\.$"), "$1")
     key = pl.when(pl.col("kind") == "comm_config").then(pl.concat_str([pl.lit("config:"), pl.col("key")])).otherwise(pl.col("key"))
     return df.with_columns(value=value, key=key)
 
@@ -684,7 +685,7 @@ def _warn_events(prefixed: pl.DataFrame) -> pl.DataFrame:
     meaning = pl.col("cause").replace_strict({c.name: c.meaning for c in nccl_errors.CAUSES}, default=None,
                                              return_dtype=pl.String)
     ts = pl.col("nccl_ts").str.strptime(pl.Datetime("us"), "%Y-%m-%d %H:%M:%S%.f", strict=False)
-    status = pl.col("msg").str.extract(r"(?:with status=|with error |status=\w+\()(\d+)", 1)
+    status = pl.col("msg").str.extract(rx(r"(?:with status=|with error |status=\w+\()(\d+)"), 1)
     warns = warns.with_columns(cause=cause, error_class=klass.fill_null("other"), **nccl_errors.fields(pl.col("msg")))
     oom = pl.col("error_class") == "out_of_memory"   # its sizes as columns, as torch_errors gives a cuda_oom's
     warns = warns.with_columns(**{k: pl.when(oom).then(v) for k, v in oom_size_columns(pl.col("msg")).items()})
@@ -696,7 +697,7 @@ def _versions(lines: pl.DataFrame, prefixed: pl.DataFrame) -> pl.DataFrame:
     bare = lines.filter(pl.col("text").str.starts_with("NCCL version ")).select(
         "line_no", host=pl.lit(None, dtype=pl.String), pid=pl.lit(None, dtype=pl.Int64), msg=pl.col("text"))
     info = prefixed.filter(pl.col("msg").str.starts_with("NCCL version ")).select("line_no", "host", "pid", "msg")
-    both = pl.concat([bare, info]).with_columns(_v=pl.col("msg").str.extract_groups(_VERSION))
+    both = pl.concat([bare, info]).with_columns(_v=pl.col("msg").str.extract_groups(rx(_VERSION)))
     return both.filter(pl.col("_v").struct.field("version").is_not_null()).select(
         "line_no", "host", "pid", version=pl.col("_v").struct.field("version"), cuda=pl.col("_v").struct.field("cuda"),
     ).cast(SCHEMAS["nccl_versions"])
@@ -705,7 +706,7 @@ def _versions(lines: pl.DataFrame, prefixed: pl.DataFrame) -> pl.DataFrame:
 def _fragments(lines: pl.DataFrame, prefixed: pl.DataFrame) -> pl.DataFrame:
     """Pieces of torn lines without a whole prefix (section 2.1): counted and kept, not parsed."""
     rest = lines.select("line_no", "text").join(prefixed.select("line_no"), on="line_no", how="anti")
-    return rest.filter(pl.col("text").str.contains(_FRAGMENT)).select(
+    return rest.filter(pl.col("text").str.contains(rx(_FRAGMENT))).select(
         "line_no", kind=pl.lit("torn_line"), detail=pl.lit("fragment of a line torn by another process's output"),
         message=pl.col("text"), level=pl.lit(None, dtype=pl.String))
 
@@ -715,7 +716,7 @@ def _shapes(prefixed: pl.DataFrame, kinds: pl.DataFrame) -> pl.DataFrame:
     each, for version fingerprinting over all inputs at once (``postmortem.analyzer.nccl_model``). COLL
     trace lines are left out: they are the bulk and fingerprint nothing."""
     df = prefixed.join(kinds, on="line_no", how="left").filter(pl.col("kind").fill_null("") != "coll")
-    shape = pl.col("msg").str.replace_all(r"0x[0-9a-fA-F]+", "0x0").str.replace_all(r"\d", "0")
+    shape = pl.col("msg").str.replace_all(r"0x[0-9a-fA-F]+", "0x0").str.replace_all(rx(r"\d"), "0")
     df = df.with_columns(shape=shape).sort("line_no").unique(["host", "pid", "shape"], keep="first", maintain_order=True)
     return df.select("line_no", "host", "pid", "level", "msg", has_ts=pl.col("nccl_ts").is_not_null(),
                      has_fn=pl.col("fn").is_not_null())
@@ -729,7 +730,7 @@ def fingerprints(shapes: pl.DataFrame) -> pl.DataFrame:
     extra = [c for c in ("input_id",) if c in shapes.columns]
     info = pl.col("level") == "INFO"
     possible = possible_guards(shapes, "msg", [guard(pattern) for _evidence, pattern, _first, _last in FINGERPRINTS])
-    checks = [(evidence, pl.col("msg").str.contains(pattern) & (info if evidence.endswith("(INFO)") else True), first, last)
+    checks = [(evidence, pl.col("msg").str.contains(rx(pattern)) & (info if evidence.endswith("(INFO)") else True), first, last)
               for i, (evidence, pattern, first, last) in enumerate(FINGERPRINTS) if i in possible]
     warn = pl.col("level") == "WARN"
     checks += [("NCCL timestamp on WARN lines", warn & pl.col("has_ts"), 26, 30),

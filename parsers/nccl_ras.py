@@ -120,6 +120,7 @@ import re
 
 import polars as pl
 
+from postmortem.parsers.ascii_text import rx
 from postmortem.parsers.base import ParseResult, conform, consumed_of, to_int
 from postmortem.parsers.kinds import Kind, possible_kinds
 from postmortem.parsers.lines import with_stream
@@ -364,13 +365,13 @@ def _info_events(df: pl.DataFrame) -> pl.DataFrame:
     sub = df.filter(pl.col("text").str.contains(" NCCL INFO RAS ", literal=True))
     if sub.is_empty():
         return pl.DataFrame(schema=EVENTS_SCHEMA)
-    sub = sub.select("line_no", msg=pl.col("text").str.extract(_INFO, 1)).filter(pl.col("msg").is_not_null())
+    sub = sub.select("line_no", msg=pl.col("text").str.extract(rx(_INFO), 1)).filter(pl.col("msg").is_not_null())
     kind = pl.lit("ras_info")
     detail = pl.lit(None, dtype=pl.String)
     for k in reversed(INFO_KINDS):
-        hit = pl.col("msg").str.contains(k.pattern)
+        hit = pl.col("msg").str.contains(rx(k.pattern))
         kind = pl.when(hit).then(pl.lit(k.name)).otherwise(kind)
-        detail = pl.when(hit).then(pl.col("msg").str.extract(k.pattern, 1)).otherwise(detail)
+        detail = pl.when(hit).then(pl.col("msg").str.extract(rx(k.pattern), 1)).otherwise(detail)
     return sub.select("line_no", level=pl.lit("INFO"), kind=kind, detail=detail,
                       message="msg").cast(EVENTS_SCHEMA)
 
@@ -589,7 +590,7 @@ def _classify(cand: pl.DataFrame) -> pl.DataFrame:
     possible = possible_kinds(cand, "_s", REPORT_KINDS)     # the others' patterns are not even compiled
     for i, k in enumerate(REPORT_KINDS):
         if i in possible:
-            kind = (pl.when if kind is None else kind.when)(s.str.contains(k.pattern)).then(pl.lit(k.name))
+            kind = (pl.when if kind is None else kind.when)(s.str.contains(rx(k.pattern))).then(pl.lit(k.name))
     none = pl.lit(None, dtype=pl.String)
     return cand.with_columns(_kind=none if kind is None else kind.otherwise(none))
 
@@ -601,7 +602,7 @@ def _extract(rep: pl.DataFrame) -> pl.DataFrame:
         sub = rep.filter(pl.col("_kind") == kind)
         if sub.is_empty():
             continue
-        parts.append(sub.with_columns(_g=pl.col("_s").str.extract_groups(pattern)).unnest("_g"))
+        parts.append(sub.with_columns(_g=pl.col("_s").str.extract_groups(rx(pattern))).unnest("_g"))
     return pl.concat(parts, how="diagonal_relaxed").sort("line_no")
 
 
@@ -720,7 +721,7 @@ def _text_reports(df: pl.DataFrame, exclude: pl.Series | None) -> dict[str, pl.D
 
 def _text_report_rows(rep: pl.DataFrame) -> pl.DataFrame:
     k = pl.col("_kind")
-    nums = pl.col("_s").str.extract_all(r"\d+")
+    nums = pl.col("_s").str.extract_all(rx(r"\d+"))
     n = nums.list.len()
 
     def num(i: int) -> pl.Expr:
@@ -773,8 +774,8 @@ def _text_comm_rows(rep: pl.DataFrame) -> pl.DataFrame:
     rows = rows.select(
         "line_no", report_line="_report", group=to_int(pl.col("group")), comms_in_group=to_int(pl.col("cig")),
         nodes=to_int(pl.col("nodes")), ranks_per_node=rpn,
-        ranks_per_node_min=to_int(rpn.str.extract(r"^(\d+)", 1)),
-        ranks_per_node_max=to_int(rpn.str.extract(r"(\d+)$", 1)),
+        ranks_per_node_min=to_int(rpn.str.extract(rx(r"^(\d+)"), 1)),
+        ranks_per_node_max=to_int(rpn.str.extract(rx(r"(\d+)$"), 1)),
         ranks=to_int(pl.col("rpc")), ranks_in_group=to_int(pl.col("rig")), status="status", errors="errors",
     )
     blocks = rep.filter(k == "comm_block").select(report_line="_report", group="_group", hash="_hash")
@@ -841,9 +842,9 @@ def _text_rank_rows(rep: pl.DataFrame) -> pl.DataFrame:
         "line_no", **common, rank=pl.col("ranks").str.split(","), why="_rwhy", status="_rstatus",
     ).explode("rank").with_columns(rank=to_int(pl.col("rank")))
     procs = rep.filter(k == "process").select(
-        "line_no", **common, gpus="gpus", gpu=to_int(pl.col("gpus").str.extract(r"^(\d+)(?: \(NVML \d+\))?$", 1)),
-        nvml_gpu=to_int(pl.coalesce(pl.col("gpus").str.extract(r"^\d+ \(NVML (\d+)\)$", 1),
-                                    pl.col("gpus").str.extract(r"^(\d+)$", 1))),
+        "line_no", **common, gpus="gpus", gpu=to_int(pl.col("gpus").str.extract(rx(r"^(\d+)(?: \(NVML \d+\))?$"), 1)),
+        nvml_gpu=to_int(pl.coalesce(pl.col("gpus").str.extract(rx(r"^\d+ \(NVML (\d+)\)$"), 1),
+                                    pl.col("gpus").str.extract(rx(r"^(\d+)$"), 1))),
         pid=to_int(pl.col("pid")), node="node", why=pl.col("_rwhy").fill_null("process"),
     )
     outliers = rep.filter(k == "outlier_node").select(
@@ -1111,7 +1112,7 @@ def _json_reports(df: pl.DataFrame) -> dict[str, pl.DataFrame]:
         _start=(key & (s.str.starts_with("{") | (prev != "{").fill_null(True)))
         | ((s == "{") & key.shift(-1).over(st).fill_null(False)
            & (pl.col("_seq").shift(-1).over(st) == pl.col("_seq") + 1).fill_null(False)),
-        _jsonish=t.str.contains(_JSONISH),
+        _jsonish=t.str.contains(rx(_JSONISH)),
     )
     sub = sub.with_columns(
         _seg=(~pl.col("_jsonish") | ~contiguous | pl.col("_start")).cast(pl.Int64).cum_sum().over(st))
@@ -1144,7 +1145,7 @@ def file_gate(text: pl.Expr) -> pl.Expr:
     # (one regex of all the literals: its SIMD literal search is faster here than
     # ``contains_any``'s automaton)
     text = text.fill_null("")
-    return text.str.contains("|".join(pl.escape_regex(literal) for literal in [" NCCL INFO RAS ", '"nccl_version"', *_GATE]))
+    return text.str.contains(rx("|".join(pl.escape_regex(literal) for literal in [" NCCL INFO RAS ", '"nccl_version"', *_GATE])))
 
 
 def parse(lines: pl.DataFrame) -> ParseResult:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from postmortem.parsers.ascii_text import rx
 from postmortem.parsers.lines import with_stream
 
 from postmortem.parsers.base import ParseResult, consumed_of, to_int
@@ -102,8 +103,8 @@ def parse(lines: pl.DataFrame) -> ParseResult:
         | t.str.contains("Python v", literal=True)
         | t.str.starts_with("  ")
     )
-    thread = t.str.extract_groups(_THREAD)
-    process = t.str.extract_groups(_PROCESS)
+    thread = t.str.extract_groups(rx(_THREAD))
+    process = t.str.extract_groups(rx(_PROCESS))
     cand = cand.with_columns(
         tid=thread.struct.field("tid"),
         state=thread.struct.field("state"),
@@ -113,10 +114,10 @@ def parse(lines: pl.DataFrame) -> ParseResult:
     ).with_columns(
         kind=pl.when(pl.col("tid").is_not_null()).then(pl.lit("thread"))
         .when(pl.col("cmdline").is_not_null()).then(pl.lit("process"))
-        .when(t.str.contains(_PYTHON)).then(pl.lit("python"))
-        .when(t.str.contains(_LOCALS_HEAD)).then(pl.lit("locals"))
-        .when(t.str.contains(_FRAME)).then(pl.lit("frame"))
-        .when(t.str.contains(_LOCAL_VAR)).then(pl.lit("var"))
+        .when(t.str.contains(rx(_PYTHON))).then(pl.lit("python"))
+        .when(t.str.contains(rx(_LOCALS_HEAD))).then(pl.lit("locals"))
+        .when(t.str.contains(rx(_FRAME))).then(pl.lit("frame"))
+        .when(t.str.contains(rx(_LOCAL_VAR))).then(pl.lit("var"))
         .otherwise(None)
     ).filter(pl.col("kind").is_not_null())
     if cand.is_empty():
@@ -179,7 +180,7 @@ def parse(lines: pl.DataFrame) -> ParseResult:
         _thread_ln="line_no", thread_id="tid", thread_name="tname", thread_state="state"
     )
     frames = cand.filter((pl.col("kind") == "frame") & (pl.col("_lead") == "thread"))
-    fr = pl.col("text").str.extract_groups(_FRAME)
+    fr = pl.col("text").str.extract_groups(rx(_FRAME))
     frames = frames.with_columns(
         function=fr.struct.field("function"),
         file=fr.struct.field("file"),

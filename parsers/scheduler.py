@@ -26,6 +26,7 @@ import re
 
 import polars as pl
 
+from postmortem.parsers.ascii_text import rx
 from postmortem.parsers.base import ParseResult, consumed_of, to_int
 
 NAME = "scheduler"
@@ -133,11 +134,11 @@ def _finish_slurm(rows: pl.DataFrame, source: str) -> pl.DataFrame:
     return rows.with_columns(
         source=pl.lit(source),
         job_id=pl.col("job_id").str.strip_chars().str.extract(r"^([^.]+)", 1),
-        step=pl.col("job_id").str.strip_chars().str.extract(r"^[^.]+\.(.+)$", 1),
+        step=pl.col("job_id").str.strip_chars().str.extract(rx(r"^[^.]+\.(.+)$"), 1),
         state=state.str.extract(r"^([A-Z_]+)", 1),
-        reason=pl.coalesce(pl.col("reason").str.strip_chars(), state.str.extract(r"^[A-Z_]+ (by \d+)", 1)),
-        exit_code=to_int(pl.col("exit").str.extract(r"^\s*(-?\d+)", 1)),
-        signal=to_int(pl.col("exit").str.extract(r":(\d+)", 1)),
+        reason=pl.coalesce(pl.col("reason").str.strip_chars(), state.str.extract(rx(r"^[A-Z_]+ (by \d+)"), 1)),
+        exit_code=to_int(pl.col("exit").str.extract(rx(r"^\s*(-?\d+)"), 1)),
+        signal=to_int(pl.col("exit").str.extract(rx(r":(\d+)"), 1)),
         start=_slurm_ts(pl.col("start")), end=_slurm_ts(pl.col("end")),
         nnodes=to_int(pl.col("nnodes").str.strip_chars()), ntasks=to_int(pl.col("ntasks").str.strip_chars()),
         restarts=to_int(pl.col("restarts").str.strip_chars()),
@@ -150,7 +151,7 @@ def _finish_slurm(rows: pl.DataFrame, source: str) -> pl.DataFrame:
 
 def _sacct_parsable(df: pl.DataFrame) -> tuple[pl.DataFrame, list[int]]:
     t = pl.col("text")
-    is_head = t.str.contains(r"(?i)^\s*JobID(?:Raw)?\|")
+    is_head = t.str.contains(rx(r"(?i)^\s*JobID(?:Raw)?\|"))
     df = df.with_columns(_blk=_block_id(is_head, ~t.str.contains("|", literal=True)))
     heads = df.filter(is_head)
     frames, used = [], heads["line_no"].to_list()
@@ -171,10 +172,10 @@ def _sacct_plain(df: pl.DataFrame) -> tuple[pl.DataFrame, list[int]]:
     t = pl.col("text")
     dashes = t.str.contains(r"^-{3,}(?: +-{3,})+ *$")
     df = df.with_columns(_prev=t.shift(1), _dash=dashes)
-    is_head = pl.col("_dash").shift(-1).fill_null(False) & t.str.contains(r"(?i)^\s*JobID")
+    is_head = pl.col("_dash").shift(-1).fill_null(False) & t.str.contains(rx(r"(?i)^\s*JobID"))
     df = df.with_columns(_head=is_head)
     df = df.with_columns(_blk=_block_id(pl.col("_dash"), t.str.strip_chars() == ""))
-    heads = df.filter(pl.col("_dash") & pl.col("_prev").str.contains(r"(?i)^\s*JobID").fill_null(False))
+    heads = df.filter(pl.col("_dash") & pl.col("_prev").str.contains(rx(r"(?i)^\s*JobID")).fill_null(False))
     frames, used = [], []
     for blk, dash, head, line_no in heads.select("_blk", "text", "_prev", "line_no").iter_rows():
         used += [line_no - 1, line_no]
@@ -196,14 +197,14 @@ def _sacct_plain(df: pl.DataFrame) -> tuple[pl.DataFrame, list[int]]:
 
 def _scontrol(df: pl.DataFrame) -> pl.DataFrame:
     t = pl.col("text")
-    start = t.str.contains(r"^\s*JobId=\d")
-    df = df.with_columns(_blk=_block_id(start, ~t.str.contains(r"^\s*[A-Za-z][\w/:]*=")))
+    start = t.str.contains(rx(r"^\s*JobId=\d"))
+    df = df.with_columns(_blk=_block_id(start, ~t.str.contains(rx(r"^\s*[A-Za-z][\w/:]*="))))
     body = df.filter(pl.col("_blk").is_not_null())
     if body.is_empty():
         return pl.DataFrame()
-    pairs = body.select("line_no", "_blk", _p=t.str.extract_all(r"(?:^|\s)[A-Za-z][\w/:]*=\S*")).explode("_p")
-    pairs = pairs.drop_nulls("_p").with_columns(_k=pl.col("_p").str.extract(r"([A-Za-z][\w/:]*)=", 1),
-                                                _v=pl.col("_p").str.extract(r"=(\S*)$", 1))
+    pairs = body.select("line_no", "_blk", _p=t.str.extract_all(rx(r"(?:^|\s)[A-Za-z][\w/:]*=\S*"))).explode("_p")
+    pairs = pairs.drop_nulls("_p").with_columns(_k=pl.col("_p").str.extract(rx(r"([A-Za-z][\w/:]*)="), 1),
+                                                _v=pl.col("_p").str.extract(rx(r"=(\S*)$"), 1))
     want = {"JobId": "job_id", "JobName": "name", "JobState": "state", "Reason": "reason", "ExitCode": "exit",
             "StartTime": "start", "EndTime": "end", "RunTime": "elapsed", "NodeList": "nodelist",
             "NumNodes": "nnodes", "NumTasks": "ntasks", "Restarts": "restarts"}
@@ -212,7 +213,7 @@ def _scontrol(df: pl.DataFrame) -> pl.DataFrame:
     first = pairs.group_by("_blk").agg(line_no=pl.col("line_no").min())
     wide = pairs.group_by("_blk", "_k").agg(pl.col("_v").first()).pivot(on="_k", index="_blk", values="_v")
     rows = first.join(wide, on="_blk").drop("_blk").with_columns(
-        nnodes=pl.col("nnodes").str.extract(r"^(\d+)", 1) if "nnodes" in wide.columns else pl.lit(None, pl.String))
+        nnodes=pl.col("nnodes").str.extract(rx(r"^(\d+)"), 1) if "nnodes" in wide.columns else pl.lit(None, pl.String))
     out = _finish_slurm(rows, "scontrol")
     return out.with_columns(reason=pl.when(pl.col("reason").is_in(["None", "(null)"])).then(None)
                             .otherwise(pl.col("reason")))
@@ -220,8 +221,8 @@ def _scontrol(df: pl.DataFrame) -> pl.DataFrame:
 
 def _scontrol_lines(df: pl.DataFrame) -> pl.Series:
     t = pl.col("text")
-    start = t.str.contains(r"^\s*JobId=\d")
-    blk = df.select("line_no", _blk=_block_id(start, ~t.str.contains(r"^\s*[A-Za-z][\w/:]*=")))
+    start = t.str.contains(rx(r"^\s*JobId=\d"))
+    blk = df.select("line_no", _blk=_block_id(start, ~t.str.contains(rx(r"^\s*[A-Za-z][\w/:]*="))))
     return blk.filter(pl.col("_blk").is_not_null())["line_no"]
 
 
@@ -235,18 +236,18 @@ _ST = {"R": "RUNNING", "PD": "PENDING", "CG": "COMPLETING", "CD": "COMPLETED", "
 
 def _squeue(df: pl.DataFrame) -> tuple[pl.DataFrame, list[int]]:
     t = pl.col("text")
-    is_head = t.str.contains(r"^\s*JOBID\s+PARTITION\s+NAME\s+USER\s+ST\s+TIME\s+NODES\s+NODELIST")
+    is_head = t.str.contains(rx(r"^\s*JOBID\s+PARTITION\s+NAME\s+USER\s+ST\s+TIME\s+NODES\s+NODELIST"))
     if not df.select(is_head.any()).item():
         return pl.DataFrame(), []
     df = df.with_columns(_blk=_block_id(is_head, t.str.strip_chars() == ""))
     used = df.filter(is_head)["line_no"].to_list()
     body = df.filter(pl.col("_blk").is_not_null() & ~is_head)
-    rows = body.with_columns(_m=t.str.extract_groups(_SQUEUE_ROW)).unnest("_m").filter(pl.col("job_id").is_not_null())
+    rows = body.with_columns(_m=t.str.extract_groups(rx(_SQUEUE_ROW))).unnest("_m").filter(pl.col("job_id").is_not_null())
     if rows.is_empty():
         return pl.DataFrame(), used
     rows = rows.with_columns(
         state=pl.col("st").replace_strict(_ST, default=pl.col("st"), return_dtype=pl.String),
-        reason=pl.col("nl").str.extract(r"^\((.*)\)$", 1),
+        reason=pl.col("nl").str.extract(rx(r"^\((.*)\)$"), 1),
         nodelist=pl.when(pl.col("nl").str.starts_with("(")).then(None).otherwise(pl.col("nl")),
     )
     return _finish_slurm(rows.select("line_no", "job_id", "name", "state", "reason", "nodelist", "nnodes", "elapsed"),
@@ -262,11 +263,11 @@ _K8S_LINE = r'^(?P<ind>\s*)(?P<dash>- )?"?(?P<key>' + _K8S_KEYS + r')"?: ?(?P<va
 def _pod_docs(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.Series]:
     """``kubectl get pod -o yaml|json``: pods, per metadata block (yaml and json alike)."""
     t = pl.col("text")
-    if not df.select(t.str.contains(r'^\s*(?:- )?"?kind"?: ?"?Pod"?').any()).item():
+    if not df.select(t.str.contains(rx(r'^\s*(?:- )?"?kind"?: ?"?Pod"?')).any()).item():
         return pl.DataFrame(), pl.Series("line_no", [], dtype=pl.UInt32)
-    rows = df.with_columns(_m=t.str.extract_groups(_K8S_LINE)).unnest("_m")
+    rows = df.with_columns(_m=t.str.extract_groups(rx(_K8S_LINE))).unnest("_m")
     rows = rows.with_columns(_ind=pl.col("ind").str.len_chars() + pl.col("dash").str.len_chars().fill_null(0),
-                             _next_ind=pl.col("text").str.extract(r"^(\s*)", 1).str.len_chars().shift(-1))
+                             _next_ind=pl.col("text").str.extract(rx(r"^(\s*)"), 1).str.len_chars().shift(-1))
     rows = rows.with_columns(val=pl.col("val").str.strip_chars().str.strip_chars('"').str.strip_chars("'"))
     meta = pl.col("key") == "metadata"
     rows = rows.with_columns(_child=pl.when(meta).then(pl.col("_next_ind")).forward_fill(),
@@ -309,9 +310,9 @@ _DESCRIBE = r"^(?P<ind>\s*)(?P<key>Name|Node|Status|Reason|Message|Exit Code|Res
 
 def _describe(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.Series]:
     t = pl.col("text")
-    if not df.select(t.str.contains(r"^Name:\s+\S").any() & t.str.contains(r"^(?:Node|Status):\s+\S").any()).item():
+    if not df.select(t.str.contains(rx(r"^Name:\s+\S")).any() & t.str.contains(rx(r"^(?:Node|Status):\s+\S")).any()).item():
         return pl.DataFrame(), pl.Series("line_no", [], dtype=pl.UInt32)
-    rows = df.with_columns(_m=t.str.extract_groups(_DESCRIBE)).unnest("_m").filter(pl.col("key").is_not_null())
+    rows = df.with_columns(_m=t.str.extract_groups(rx(_DESCRIBE))).unnest("_m").filter(pl.col("key").is_not_null())
     top = pl.col("ind").str.len_chars() == 0
     rows = rows.with_columns(pod=pl.when(top & (pl.col("key") == "Name")).then(pl.col("val")).forward_fill(),
                              _pl=pl.when(top & (pl.col("key") == "Name")).then(pl.col("line_no")).forward_fill())
@@ -408,14 +409,14 @@ def parse(lines: pl.DataFrame) -> ParseResult:
     if not df.select(file_gate(pl.col("text")).any()).item():
         return empty
     frames, used = [], []
-    if probe.str.contains(r"(?i)^\s*JobID").any():
+    if probe.str.contains(rx(r"(?i)^\s*JobID")).any():
         for fn in (_sacct_parsable, _sacct_plain):
             frame, lines_used = fn(df)
             used += lines_used
             if not frame.is_empty():
                 frames.append(frame)
                 used += frame["line_no"].to_list()
-    if probe.str.contains(r"^\s*JobId=\d").any():
+    if probe.str.contains(rx(r"^\s*JobId=\d")).any():
         frame = _scontrol(df)
         if not frame.is_empty():
             frames.append(frame)
@@ -432,7 +433,7 @@ def parse(lines: pl.DataFrame) -> ParseResult:
         if not pods.is_empty():
             frames.append(pods)
             used += lines_used.to_list()
-    if probe.str.contains(r"^Name:\s").any():
+    if probe.str.contains(rx(r"^Name:\s")).any():
         pods, lines_used = _describe(df)
         if not pods.is_empty():
             frames.append(pods)

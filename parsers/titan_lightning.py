@@ -44,6 +44,7 @@ from __future__ import annotations
 import polars as pl
 
 from postmortem.parsers import trainlog
+from postmortem.parsers.ascii_text import rx
 from postmortem.parsers.kinds import Kind, samples_of
 from postmortem.parsers.base import ParseResult, consumed_of, to_int
 from postmortem.parsers.lines import any_literal, with_stream_where
@@ -158,7 +159,7 @@ def _titan(df: pl.DataFrame) -> tuple[list, list, list, list]:
     sub = df.filter(t.str.contains(" - ", literal=True))
     if sub.is_empty():
         return its, mems, evs, cfgs
-    m = t.str.extract_groups(_HEAD)
+    m = t.str.extract_groups(rx(_HEAD))
     heads = sub.with_columns(
         ts=m.struct.field("ts").str.strptime(pl.Datetime("us"), "%Y-%m-%d %H:%M:%S,%3f", strict=False),
         level=m.struct.field("lvl").str.to_lowercase(), msg=m.struct.field("msg"),
@@ -166,9 +167,9 @@ def _titan(df: pl.DataFrame) -> tuple[list, list, list, list]:
     if heads.is_empty():
         return its, mems, evs, cfgs
     msg = pl.col("msg")
-    steps = heads.filter(msg.str.contains("step:", literal=True) & msg.str.contains(_STEP))
+    steps = heads.filter(msg.str.contains("step:", literal=True) & msg.str.contains(rx(_STEP)))
     if not steps.is_empty():
-        g = msg.str.extract_groups(_STEP)
+        g = msg.str.extract_groups(rx(_STEP))
         steps = steps.with_columns(
             validation=g.struct.field("val").is_not_null(), iteration=to_int(g.struct.field("step")),
             lm_loss=trainlog.num(g.struct.field("loss")), grad_norm=trainlog.num(g.struct.field("gn")),
@@ -186,9 +187,9 @@ def _titan(df: pl.DataFrame) -> tuple[list, list, list, list]:
         mems.append(steps.with_columns(
             label=pl.when(pl.col("validation")).then(pl.lit("validate step")).otherwise(pl.lit("step")),
             source_unit=pl.lit("GiB"), framework=pl.lit("torchtitan")))
-    dev = heads.filter(msg.str.contains(" capacity: ", literal=True) & msg.str.contains(_DEVICE))
+    dev = heads.filter(msg.str.contains(" capacity: ", literal=True) & msg.str.contains(rx(_DEVICE)))
     if not dev.is_empty():
-        g = msg.str.extract_groups(_DEVICE)
+        g = msg.str.extract_groups(rx(_DEVICE))
         for group, key in (("kind", "device_backend"), ("dev", "device_name"), ("cap", "device_capacity_gib")):
             cfgs.append(dev.select("line_no", source=pl.lit("torchtitan-log"), key=pl.lit(key),
                                    value=g.struct.field(group), raw_key=pl.lit(key), framework=pl.lit("torchtitan")))
@@ -196,10 +197,10 @@ def _titan(df: pl.DataFrame) -> tuple[list, list, list, list]:
                           (_MODEL, (("n", "num_parameters"), ("m", "model"))),
                           (_STARTS, (("s", "start_step"), ("lb", "micro_batch_size"), ("gb", "global_batch_size"),
                                      ("sl", "seq_length"), ("ts", "train_iters"), ("wu", "warmup_steps")))):
-        c = heads.filter(msg.str.contains(pattern))
+        c = heads.filter(msg.str.contains(rx(pattern)))
         if c.is_empty():
             continue
-        g = msg.str.extract_groups(pattern)
+        g = msg.str.extract_groups(rx(pattern))
         for group, key in keys:
             cfgs.append(c.select("line_no", source=pl.lit("torchtitan-log"), key=pl.lit(key),
                                  value=g.struct.field(group).str.replace_all(",", ""), raw_key=pl.lit(key),
@@ -207,14 +208,14 @@ def _titan(df: pl.DataFrame) -> tuple[list, list, list, list]:
     # `Running with args: {...}` (job.print_args) and `Building N-D device mesh with [names], [sizes]` [mem]
     args = heads.filter(msg.str.starts_with("Running with args: {"))
     if not args.is_empty():
-        kv = args.select("line_no", a=msg.str.extract_all(_ARG_PAIR)).explode("a").filter(pl.col("a").is_not_null())
-        kv = kv.select("line_no", raw_key=pl.col("a").str.extract(_ARG_PAIR, 1),
-                       value=pl.col("a").str.extract(_ARG_PAIR, 2).str.strip_chars().str.strip_chars("'"))
+        kv = args.select("line_no", a=msg.str.extract_all(rx(_ARG_PAIR))).explode("a").filter(pl.col("a").is_not_null())
+        kv = kv.select("line_no", raw_key=pl.col("a").str.extract(rx(_ARG_PAIR), 1),
+                       value=pl.col("a").str.extract(rx(_ARG_PAIR), 2).str.strip_chars().str.strip_chars("'"))
         cfgs.append(kv.with_columns(source=pl.lit("torchtitan-args"), key=trainlog.canonical(pl.col("raw_key")),
                                     framework=pl.lit("torchtitan")))
-    mesh = heads.filter(msg.str.starts_with("Building ") & msg.str.contains(_MESH))
+    mesh = heads.filter(msg.str.starts_with("Building ") & msg.str.contains(rx(_MESH)))
     if not mesh.is_empty():
-        g = msg.str.extract_groups(_MESH)
+        g = msg.str.extract_groups(rx(_MESH))
         dims = mesh.select("line_no", n=g.struct.field("names").str.split(","),
                            v=g.struct.field("sizes").str.split(",")).explode("n", "v")
         dims = dims.with_columns(raw_key=pl.col("n").str.strip_chars().str.strip_chars("'\""),
@@ -225,10 +226,10 @@ def _titan(df: pl.DataFrame) -> tuple[list, list, list, list]:
                                 framework=pl.lit("torchtitan")))
     for event in TITAN_EVENT_KINDS:
         kind, pattern, level = event.name, event.pattern, _TITAN_LEVELS.get(event.name, "info")
-        e = heads.filter(msg.str.contains(pattern))
+        e = heads.filter(msg.str.contains(rx(pattern)))
         if e.is_empty():
             continue
-        g = msg.str.extract_groups(pattern)
+        g = msg.str.extract_groups(rx(pattern))
         cols = {"kind": pl.lit(kind), "message": msg, "level": pl.lit(level), "framework": pl.lit("torchtitan")}
         if "(?P<v>" in pattern:
             cols["value"] = trainlog.num(g.struct.field("v"))
@@ -247,11 +248,11 @@ def _lightning(df: pl.DataFrame) -> tuple[list, list]:
     its, cfgs = [], []
     cfgs += [f.with_columns(framework=pl.lit("lightning"))
              for f in trainlog.settings_rows(df, t, LIGHTNING_SETTING_KINDS, "lightning-log")]
-    bars = df.filter(t.str.contains("Epoch ", literal=True) & t.str.contains(_EPOCH_BAR))
+    bars = df.filter(t.str.contains("Epoch ", literal=True) & t.str.contains(rx(_EPOCH_BAR)))
     if not bars.is_empty():
-        g = t.str.extract_groups(_EPOCH_BAR)
+        g = t.str.extract_groups(rx(_EPOCH_BAR))
         post = g.struct.field("postfix")
-        loss = pl.coalesce([post.str.extract(rf"(?:^|, ){k}=([^,\]]+)", 1)
+        loss = pl.coalesce([post.str.extract(rx(rf"(?:^|, ){k}=([^,\]]+)"), 1)
                             for k in ("loss", "train_loss", "reduced_train_loss", "train_loss_step")])
         its.append(bars.with_columns(
             iteration=to_int(g.struct.field("n")), train_iters=to_int(g.struct.field("total")),

@@ -71,6 +71,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from postmortem.parsers.ascii_text import rx
 from postmortem.parsers.base import (GLOG, ParseResult, collect_each, conform, conform_lazy, consumed_of,
                                      glog_timestamp, to_int)
 from postmortem.parsers.kinds import Kind, first_kind, kind_name, possible_kinds, samples_of
@@ -242,8 +243,8 @@ SAMPLE_LINES += samples_of(CUDA_FAULT_CLASSES) + samples_of(SINGLE_KINDS)
 
 def _mib(size: pl.Expr) -> pl.Expr:
     """``786.00 MiB`` / ``31.74 GiB`` / ``0 bytes`` -> MiB (1024-based, as c10's format_size)."""
-    number = size.str.extract(r"^([\d.]+)", 1).cast(pl.Float64, strict=False)
-    unit = size.str.extract(r" (\S+)$", 1)
+    number = size.str.extract(rx(r"^([\d.]+)"), 1).cast(pl.Float64, strict=False)
+    unit = size.str.extract(rx(r" (\S+)$"), 1)
     factor = (pl.when(unit == "KiB").then(1 / 1024).when(unit == "MiB").then(1.0).when(unit == "GiB").then(1024.0)
               .when(unit == "TiB").then(1024.0 * 1024).when(unit.is_in(["bytes", "B"])).then(1 / (1024 * 1024))
               .otherwise(None))
@@ -255,11 +256,11 @@ def oom_size_columns(text: pl.Expr) -> dict[str, pl.Expr]:
     the request, the card's capacity, what was free, what PyTorch had allocated, and what it held
     reserved but unallocated (<= 1.3's ``cached``, 1.4-2.0's reserved minus allocated). A message
     without PyTorch's wording may still state its request as NCCL's ``calloc`` byte count."""
-    old, new = text.str.extract_groups(_OOM_OLD), text.str.extract_groups(_OOM_NEW)
+    old, new = text.str.extract_groups(rx(_OOM_OLD)), text.str.extract_groups(rx(_OOM_NEW))
 
     def size(field: str, *structs: pl.Expr) -> pl.Expr:
         return _mib(pl.coalesce([s.struct.field(field) for s in structs]))
-    calloc_mib = text.str.extract(_CALLOC, 1).cast(pl.Float64, strict=False) / (1024 * 1024)
+    calloc_mib = text.str.extract(rx(_CALLOC), 1).cast(pl.Float64, strict=False) / (1024 * 1024)
     return {
         "oom_requested_mib": pl.coalesce(size("req", new, old), calloc_mib),
         "oom_capacity_mib": size("total", new, old),
@@ -273,11 +274,11 @@ def oom_size_columns(text: pl.Expr) -> dict[str, pl.Expr]:
 def _ooms(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     sub = df.filter(pl.col("text").str.contains("out of memory", literal=True)
                     | pl.col("text").str.contains("Cuda failure", literal=True))
-    sub = sub.filter(pl.col("text").str.contains(_OOM_RAW))
+    sub = sub.filter(pl.col("text").str.contains(rx(_OOM_RAW)))
     if sub.is_empty():
         return pl.DataFrame(schema=MEMORY_SCHEMA), pl.DataFrame(schema=EVENTS_SCHEMA)
-    old = pl.col("text").str.extract_groups(_OOM_OLD)
-    new = pl.col("text").str.extract_groups(_OOM_NEW)
+    old = pl.col("text").str.extract_groups(rx(_OOM_OLD))
+    new = pl.col("text").str.extract_groups(rx(_OOM_NEW))
     sub = sub.with_columns(_o=old, _n=new)
     o = lambda f: pl.col("_o").struct.field(f)
     n = lambda f: pl.col("_n").struct.field(f)
@@ -307,7 +308,7 @@ def _ooms(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     )
     events = sub.select(
         "line_no", kind=pl.lit("cuda_oom"),
-        exc_type=pl.col("text").str.extract(r"^\s*((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception)):", 1),
+        exc_type=pl.col("text").str.extract(rx(r"^\s*((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception)):"), 1),
         detail=pl.col("text").str.extract(r"((?:CUDA|Cuda).*)$", 1),
         message=pl.col("text"),
         value=_mib(pl.coalesce(o("req"), n("req"))),
@@ -318,17 +319,17 @@ def _ooms(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
 
 def _cuda_faults(df: pl.DataFrame) -> pl.DataFrame:
     err = pl.col("text").str.contains(r"CUDA error: ") & ~pl.col("text").str.contains("CUDA error: out of memory", literal=True)
-    assertion = pl.col("text").str.contains(r"\.cuh?:\d+: .*block: \[[\d,]+\], thread: \[[\d,]+\] Assertion `")
+    assertion = pl.col("text").str.contains(rx(r"\.cuh?:\d+: .*block: \[[\d,]+\], thread: \[[\d,]+\] Assertion `"))
     sub = df.filter(err | assertion)
     if sub.is_empty():
         return pl.DataFrame(schema=EVENTS_SCHEMA)
     cls = pl.lit("other")
     for kind in reversed(CUDA_FAULT_CLASSES):
-        cls = pl.when(pl.col("text").str.contains(kind.pattern)).then(pl.lit(kind.name)).otherwise(cls)
+        cls = pl.when(pl.col("text").str.contains(rx(kind.pattern))).then(pl.lit(kind.name)).otherwise(cls)
     cls = pl.when(assertion).then(pl.lit("device_side_assert")).otherwise(cls)
     out = sub.select(
         "line_no", kind=pl.lit("cuda_fault"),
-        exc_type=pl.col("text").str.extract(r"^\s*((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception)):", 1),
+        exc_type=pl.col("text").str.extract(rx(r"^\s*((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception)):"), 1),
         detail=cls, message=pl.col("text"),
     )
     return conform(out, EVENTS_SCHEMA)
@@ -355,7 +356,7 @@ def _gloo_cause(text: pl.Expr) -> pl.Expr:
     """What a gloo line says happened, as one word (``cause`` of gloo events)."""
     out = pl.lit("other")
     for name, pattern in reversed(_GLOO_CAUSES):
-        out = pl.when(text.str.contains(pattern)).then(pl.lit(name)).otherwise(out)
+        out = pl.when(text.str.contains(rx(pattern))).then(pl.lit(name)).otherwise(out)
     return out
 
 
@@ -427,7 +428,7 @@ def _ops(events: pl.DataFrame, stacks: pl.DataFrame, st: pl.DataFrame | None) ->
 def _glog_ts(text: pl.Expr) -> pl.Expr:
     """The time of a line with a glog header (``[E1203 08:38:47.093852657 ProcessGroupGloo.cpp:67]``):
     without it, a restart's gloo errors would have no time to place them in their attempt."""
-    h = text.str.extract_groups(rf"^\[{GLOG}")
+    h = text.str.extract_groups(rx(rf"^\[{GLOG}"))
     return glog_timestamp(h.struct.field("mmdd"), h.struct.field("hms"), h.struct.field("frac"))
 
 
@@ -436,25 +437,25 @@ def _singles(df: pl.DataFrame) -> pl.DataFrame:
     kinds' order, then the lines' order. One query: a filter and a select per kind cost more than
     the patterns' work on a small input."""
     possible = possible_kinds(df, "text", SINGLE_KINDS)     # the others' patterns are not even compiled
-    at = first_kind([pl.col("text").str.contains(single.pattern) if i in possible else None
+    at = first_kind([pl.col("text").str.contains(rx(single.pattern)) if i in possible else None
                      for i, single in enumerate(SINGLE_KINDS)])
     which = pl.col("_kind")
     gloo = [i for i, single in enumerate(SINGLE_KINDS) if single.name.startswith("gloo")]
     rows = df.lazy().with_columns(_kind=at).filter(which.is_not_null()).sort("_kind", maintain_order=True).select(
         "line_no",
         kind=kind_name(which, SINGLE_KINDS),
-        exc_type=pl.col("text").str.extract(r"^\s*((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception)):?", 1),
-        detail=pl.coalesce([pl.when(which == i).then(pl.col("text").str.extract(single.pattern, 1))
+        exc_type=pl.col("text").str.extract(rx(r"^\s*((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception)):?"), 1),
+        detail=pl.coalesce([pl.when(which == i).then(pl.col("text").str.extract(rx(single.pattern), 1))
                             for i, single in enumerate(SINGLE_KINDS) if i in possible]
                            or [pl.lit(None, dtype=pl.String)]),
         message=pl.col("text"),
-        value=pl.coalesce(pl.col("text").str.extract(r"Timed out waiting (\d+)ms", 1),
-                          pl.col("text").str.extract(r"sequence number: (\d+)", 1),
-                          pl.col("text").str.extract(r"^Collective sequence number: (\d+)", 1),
-                          pl.col("text").str.extract(r"\. (\d+) vs \d+\. Received data size", 1))
+        value=pl.coalesce(pl.col("text").str.extract(rx(r"Timed out waiting (\d+)ms"), 1),
+                          pl.col("text").str.extract(rx(r"sequence number: (\d+)"), 1),
+                          pl.col("text").str.extract(rx(r"^Collective sequence number: (\d+)"), 1),
+                          pl.col("text").str.extract(rx(r"\. (\d+) vs \d+\. Received data size"), 1))
         .cast(pl.Float64, strict=False),
         cause=pl.when(which.is_in(gloo)).then(_gloo_cause(pl.col("text"))),
-        peer=pl.col("text").str.extract(_PEER, 1) + ":" + pl.col("text").str.extract(_PEER, 2),
+        peer=pl.col("text").str.extract(rx(_PEER), 1) + ":" + pl.col("text").str.extract(rx(_PEER), 2),
         ts=_glog_ts(pl.col("text")),
     )
     return conform(rows.collect(engine="in-memory"), EVENTS_SCHEMA)
@@ -476,8 +477,8 @@ def _tracebacks(st: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.Series
         return empty
     # one plan, run in one call: a dozen eager steps cost more than their work on a small input
     df = st.lazy().sort("_stream", "_seq").with_columns(
-        _head=pl.col("text").str.contains(_TB_HEAD),
-        _indent=pl.col("text").str.contains(r"^\s+\S"),
+        _head=pl.col("text").str.contains(rx(_TB_HEAD)),
+        _indent=pl.col("text").str.contains(rx(r"^\s+\S")),
     )
     # A segment starts at a header or at any unindented line; header segments are tracebacks.
     df = df.with_columns(_seg=(pl.col("_head") | ~pl.col("_indent")).cast(pl.Int64).cum_sum().over("_stream"))
@@ -485,13 +486,13 @@ def _tracebacks(st: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.Series
     body = df.filter(pl.col("_seg_head"))
     # The exception line: the first line of the next segment, when it is not itself a header.
     nxt = df.with_columns(_prev_tb=pl.col("_seg_head").shift(1).over("_stream").fill_null(False))
-    exc = nxt.filter(pl.col("_prev_tb") & ~pl.col("_head") & pl.col("text").str.contains(_EXC_HEAD))
+    exc = nxt.filter(pl.col("_prev_tb") & ~pl.col("_head") & pl.col("text").str.contains(rx(_EXC_HEAD)))
     exc = exc.with_columns(_seg=pl.col("_seg") - 1).select(
         "_stream", "_seg", exc_line_no="line_no",
-        exc_type=pl.col("text").str.extract(_EXC_HEAD, 1), detail=pl.col("text").str.extract(_EXC_HEAD, 2),
+        exc_type=pl.col("text").str.extract(rx(_EXC_HEAD), 1), detail=pl.col("text").str.extract(rx(_EXC_HEAD), 2),
         message=pl.col("text").str.strip_chars())
-    frames = body.filter(pl.col("text").str.contains(_TB_FRAME)).with_columns(
-        pl.col("text").str.extract_groups(_TB_FRAME).struct.unnest())
+    frames = body.filter(pl.col("text").str.contains(rx(_TB_FRAME))).with_columns(
+        pl.col("text").str.extract_groups(rx(_TB_FRAME)).struct.unnest())
     heads = body.filter(pl.col("_head")).select("_stream", "_seg", head_line="line_no")
     frames = frames.join(heads, on=["_stream", "_seg"]).with_columns(
         _n=pl.len().over("_stream", "_seg"), _i=pl.int_range(pl.len()).over("_stream", "_seg"))
@@ -516,8 +517,8 @@ def _faulthandler(st: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.Seri
             not st["text"].str.contains("Fatal Python error", literal=True).any():
         return empty
     df = st.sort("_stream", "_seq").with_columns(
-        _fatal=pl.col("text").str.contains(_FH_FATAL), _thread=pl.col("text").str.contains(_FH_THREAD),
-        _frame=pl.col("text").str.contains(_FH_FRAME))
+        _fatal=pl.col("text").str.contains(rx(_FH_FATAL)), _thread=pl.col("text").str.contains(rx(_FH_THREAD)),
+        _frame=pl.col("text").str.contains(rx(_FH_FRAME)))
     df = df.with_columns(
         _fatal_line=pl.when(pl.col("_fatal")).then(pl.col("line_no")).forward_fill().over("_stream"),
         _thread_line=pl.when(pl.col("_thread")).then(pl.col("line_no"))
@@ -530,10 +531,10 @@ def _faulthandler(st: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.Seri
                          _seg_head=pl.col("line_no").first().over("_stream", "_seg"))
     heads = df.filter(pl.col("_thread")).select(
         "_stream", "_seg", "_fatal_line",
-        tid=pl.col("text").str.extract_groups(_FH_THREAD).struct.field("tid"),
-        current=pl.col("text").str.contains(r"^\s*Current thread"))
+        tid=pl.col("text").str.extract_groups(rx(_FH_THREAD)).struct.field("tid"),
+        current=pl.col("text").str.contains(rx(r"^\s*Current thread")))
     frames = df.filter(pl.col("_frame") & pl.col("_seg_thread")).with_columns(
-        pl.col("text").str.extract_groups(_FH_FRAME).struct.unnest())
+        pl.col("text").str.extract_groups(rx(_FH_FRAME)).struct.unnest())
     frames = frames.drop("_fatal_line").join(heads, on=["_stream", "_seg"])
     stacks = frames.with_columns(_i=pl.int_range(pl.len()).over("_stream", "_seg")).select(
         "line_no", dump_index=pl.col("_fatal_line").cast(pl.Int64), thread_id="tid",
@@ -541,12 +542,12 @@ def _faulthandler(st: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.Seri
         depth=pl.col("_i").cast(pl.Int64), function="func", file="file", file_line=to_int(pl.col("line")),
         source=pl.lit("faulthandler"))
     fatal = df.filter(pl.col("_fatal")).select(
-        "line_no", kind=pl.lit("faulthandler"), detail=pl.col("text").str.extract(_FH_FATAL, 1),
+        "line_no", kind=pl.lit("faulthandler"), detail=pl.col("text").str.extract(rx(_FH_FATAL), 1),
         message=pl.col("text").str.strip_chars())
     nframes = frames.group_by("_fatal_line").agg(frames=pl.len()).rename({"_fatal_line": "line_no"})
     events = fatal.join(nframes, on="line_no", how="left").with_columns(pl.col("frames").fill_null(0))
     # Python >= 3.10 ends the dump with the C extension modules loaded (`(total: N)`)
-    modules = df.filter(pl.col("_fatal_line").is_not_null() & pl.col("text").str.contains(_FH_MODULES))["line_no"]
+    modules = df.filter(pl.col("_fatal_line").is_not_null() & pl.col("text").str.contains(rx(_FH_MODULES)))["line_no"]
     consumed = pl.concat([df.filter(pl.col("_fatal") | pl.col("_thread"))["line_no"], frames["line_no"], modules])
     return conform(events, EVENTS_SCHEMA).sort("line_no"), conform(stacks, STACKS_SCHEMA).sort("line_no"), consumed
 

@@ -81,6 +81,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from postmortem.parsers.ascii_text import rx
 from postmortem.parsers.lines import any_literal, with_stream_where
 
 from postmortem.parsers.base import GLOG, ParseResult, collect_each, consumed_of, glog_timestamp, to_int
@@ -284,9 +285,9 @@ _OOM = (
 
 def _signal_name(expr: pl.Expr) -> pl.Expr:
     """``Signals.SIGKILL`` / ``SIGKILL`` / ``9`` -> ``SIGKILL``."""
-    bare = expr.str.strip_chars().str.replace(r"^Signals\.", "")
+    bare = expr.str.strip_chars().str.replace(rx(r"^Signals\."), "")
     by_number = bare.replace_strict(_SIGNALS, default=None, return_dtype=pl.String)
-    return pl.when(bare.str.contains(r"^\d+$")).then(by_number).otherwise(bare)
+    return pl.when(bare.str.contains(rx(r"^\d+$"))).then(by_number).otherwise(bare)
 
 
 def _empty(schema: dict) -> pl.DataFrame:
@@ -311,20 +312,20 @@ def _exits(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.Series]:
     )
     if cand.is_empty():
         return none
-    field = t.str.extract_groups(_FIELD)
+    field = t.str.extract_groups(rx(_FIELD))
     cand = cand.with_columns(
         fkey=field.struct.field("fkey"),
         fval=field.struct.field("fval"),
-        index=to_int(t.str.extract(_HEADER, 1)),
-        entry_name=t.str.extract(_ENTRY, 1),
+        index=to_int(t.str.extract(rx(_HEADER), 1)),
+        entry_name=t.str.extract(rx(_ENTRY), 1),
     ).with_columns(
-        kind=pl.when(t.str.contains(_BORDER)).then(pl.lit("border"))
+        kind=pl.when(t.str.contains(rx(_BORDER))).then(pl.lit("border"))
         .when(pl.col("index").is_not_null()).then(pl.lit("header"))
         .when(pl.col("fkey").is_not_null()).then(pl.lit("field"))
-        .when(t.str.contains(_SECTION_OTHER)).then(pl.lit("other"))
-        .when(t.str.contains(_SECTION_ROOT)).then(pl.lit("root"))
-        .when(t.str.contains(_NO_OTHER)).then(pl.lit("no_other"))
-        .when(t.str.contains(_CHILD_FAILED)).then(pl.lit("exception"))
+        .when(t.str.contains(rx(_SECTION_OTHER))).then(pl.lit("other"))
+        .when(t.str.contains(rx(_SECTION_ROOT))).then(pl.lit("root"))
+        .when(t.str.contains(rx(_NO_OTHER))).then(pl.lit("no_other"))
+        .when(t.str.contains(rx(_CHILD_FAILED))).then(pl.lit("exception"))
         .when(pl.col("entry_name").is_not_null()).then(pl.lit("entry?"))
         .otherwise(None)
     ).filter(pl.col("kind").is_not_null())
@@ -380,10 +381,10 @@ def _exits(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.Series]:
         traceback=value_of("traceback", "msg"),
     )
     rank = pl.col("rank_text").str.extract_groups(
-        r"^(?P<r>-?\d+)(?:\s*\(local_rank:\s*(?P<l>-?\d+)\))?"
+        rx(r"^(?P<r>-?\d+)(?:\s*\(local_rank:\s*(?P<l>-?\d+)\))?")
     )
     code = pl.col("exit_text").str.extract_groups(
-        r"^(?P<c>-?\d+)(?:\s*\(pid:\s*(?P<p>\d+)\))?(?:\s*\(?(?P<sig>SIG[A-Z0-9]+)\)?)?"
+        rx(r"^(?P<c>-?\d+)(?:\s*\(pid:\s*(?P<p>\d+)\))?(?:\s*\(?(?P<sig>SIG[A-Z0-9]+)\)?)?")
     )
     # A real block always says `(local_rank: L)` or `(pid: P)`; this keeps a stray
     # `  rank : 3` of some config print from becoming a failure.
@@ -409,7 +410,7 @@ def _exits(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.Series]:
     blocks = blocks.with_columns(
         signal=pl.coalesce(
             pl.col("_sig_suffix"),
-            pl.col("traceback").str.extract(r"Signal \d+ \((SIG[A-Z0-9]+)\) received by PID", 1),
+            pl.col("traceback").str.extract(rx(r"Signal \d+ \((SIG[A-Z0-9]+)\) received by PID"), 1),
             from_exitcode,
         )
     )
@@ -442,8 +443,8 @@ def _exits(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.Series]:
 def _logger_head(df: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame | pl.LazyFrame:
     """Add ``ts`` (from a glog or bracketed-asctime header) and ``msg`` (the text after any
     logger header) to candidate rows."""
-    g = pl.col("text").str.extract_groups(r"^\[?" + GLOG)
-    iso = pl.col("text").str.extract_groups(_ISO_HEAD)
+    g = pl.col("text").str.extract_groups(rx(r"^\[?" + GLOG))
+    iso = pl.col("text").str.extract_groups(rx(_ISO_HEAD))
     iso_text = pl.concat_str(
         [iso.struct.field("1"), pl.lit(" "), iso.struct.field("2"), pl.lit("."),
          iso.struct.field("3").fill_null("0").str.slice(0, 6).str.pad_end(6, "0")]
@@ -455,7 +456,7 @@ def _logger_head(df: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame | pl.LazyFrame
             ),
             iso_text.str.strptime(pl.Datetime("us"), "%Y-%m-%d %H:%M:%S%.f", strict=False),
         ),
-        msg=pl.col("text").str.replace(_LOGGER_HEAD, ""),
+        msg=pl.col("text").str.replace(rx(_LOGGER_HEAD), ""),
     )
 
 
@@ -484,7 +485,7 @@ def _agent_events(df: pl.DataFrame) -> list[pl.DataFrame]:
         if literal not in held:
             continue
         sub = _logger_head(df.lazy().filter(t.str.contains(literal, literal=True)))
-        m = pl.col("msg").str.extract_groups(pattern)
+        m = pl.col("msg").str.extract_groups(rx(pattern))
         plans.append(sub.with_columns([m.struct.field(g).alias(g) for g in groups])
                      .filter(pl.col(groups[0]).is_not_null())
                      .with_columns(kind=pl.lit(kind)).select(["line_no", "ts", "kind", *[g for g in groups if g != "state"]]))
@@ -501,7 +502,7 @@ def _agent(df: pl.DataFrame) -> pl.DataFrame:
                                & t.str.contains(":", literal=True)))
     if not cand.is_empty() and cand.select(banner.any()).item():
         cand = _logger_head(cand)
-        cfg = pl.col("msg").str.extract_groups(_CONFIG_LINE)
+        cfg = pl.col("msg").str.extract_groups(rx(_CONFIG_LINE))
         cand = cand.with_columns(
             is_banner=pl.col("msg").str.contains(_LAUNCH_HEADER, literal=True),
             key=cfg.struct.field("key"),
@@ -551,7 +552,7 @@ def _rendezvous(df: pl.DataFrame) -> list[pl.DataFrame]:
     if cand.is_empty() or not cand.select(banner.any()).item():
         return []
     cand = _logger_head(cand)
-    kv = pl.col("msg").str.extract_groups(_RDZV_LINE)
+    kv = pl.col("msg").str.extract_groups(rx(_RDZV_LINE))
     cand = cand.with_columns(
         is_banner=pl.col("msg").str.contains(_RDZV_HEADER, literal=True),
         key=kv.struct.field("key"), value=kv.struct.field("value"),
@@ -569,7 +570,7 @@ def _rendezvous(df: pl.DataFrame) -> list[pl.DataFrame]:
     heads = cand.filter(pl.col("is_banner")).select("line_no", "ts", kind=pl.lit("rendezvous"))
     keys = rows.select("line_no", "ts", kind=pl.lit("rendezvous"), key="key", value="value")
     lists = rows.filter(pl.col("key").is_in(["local_ranks", "global_ranks"])).select(
-        "_block", "key", "line_no", "ts", ranks=pl.col("value").str.extract_all(r"-?\d+"))
+        "_block", "key", "line_no", "ts", ranks=pl.col("value").str.extract_all(rx(r"-?\d+")))
     local = lists.filter(pl.col("key") == "local_ranks").select("_block", _local="ranks")
     workers = (lists.filter(pl.col("key") == "global_ranks").join(local, on="_block", how="inner")
                .filter(pl.col("ranks").list.len() == pl.col("_local").list.len())
@@ -587,7 +588,7 @@ def _slurm(df: pl.DataFrame) -> pl.DataFrame:
         sub = df.filter(t.str.contains(literal, literal=True))
         if sub.is_empty():
             return
-        m = t.str.extract_groups(pattern)
+        m = t.str.extract_groups(rx(pattern))
         sub = sub.with_columns([m.struct.field(g).alias(g) for g in groups]).filter(
             pl.col(first).is_not_null()
         )
@@ -607,7 +608,7 @@ def _slurm(df: pl.DataFrame) -> pl.DataFrame:
             out = out.with_columns(pl.lit(None, dtype=pl.String).alias(c))
     out = out.with_columns(
         ts=pl.col("ts").str.strptime(pl.Datetime("us"), "%Y-%m-%dT%H:%M:%S", strict=False),
-        exit_code=to_int(pl.col("reason").str.extract(r"[Ee]xit(?:ed with exit)? code:? (-?\d+)", 1)),
+        exit_code=to_int(pl.col("reason").str.extract(rx(r"[Ee]xit(?:ed with exit)? code:? (-?\d+)"), 1)),
         tasks=pl.col("tasks").str.strip_chars(),
         reason=pl.when(pl.col("kind") == "oom_kill")
         .then(pl.concat_str([pl.col("count"), pl.lit(" oom_kill event(s)")]))

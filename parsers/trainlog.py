@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from postmortem.parsers.ascii_text import rx
 from postmortem.parsers.kinds import literals_held
 from postmortem.parsers.tables import FRAMEWORK_EVENTS, FRAMEWORK_MEMORY, SHARED
 
@@ -149,10 +150,10 @@ def settings_rows(df: pl.DataFrame, text: pl.Expr, kinds, source: str) -> list[p
         if kind.literal not in held:
             continue
         lines = df.filter(text.str.contains(kind.literal, literal=True))
-        lines = lines.filter(text.str.contains(kind.pattern))
+        lines = lines.filter(text.str.contains(rx(kind.pattern)))
         if lines.is_empty():
             continue
-        g = text.str.extract_groups(kind.pattern)
+        g = text.str.extract_groups(rx(kind.pattern))
         for group, key in kind.keys:
             if key is None:
                 name = g.struct.field("k")
@@ -175,7 +176,7 @@ def num(expr: pl.Expr) -> pl.Expr:
 
 
 def json_str(expr: pl.Expr) -> pl.Expr:
-    escaped = expr.str.replace_all(r'(["\\])', r"\$1").str.replace_all(r"[\x00-\x1f]", " ")
+    escaped = expr.str.replace_all(rx(r'(["\\])'), r"\$1").str.replace_all(rx(r"[\x00-\x1f]"), " ")
     return pl.concat_str([pl.lit('"'), escaped, pl.lit('"')])
 
 
@@ -208,13 +209,13 @@ def cmdline_config(df: pl.DataFrame, framework: str) -> pl.DataFrame:
     line, a job script echo); a flag without a value is ``True``."""
     t = pl.col("text")
     sub = df.filter(t.str.contains(" --", literal=True) & t.str.contains(".py", literal=True))
-    sub = sub.filter(t.str.contains(_LAUNCH))
+    sub = sub.filter(t.str.contains(rx(_LAUNCH)))
     if sub.is_empty():
         return empty(JOB_CONFIG_SCHEMA)
-    args = sub.select("line_no", a=t.str.extract(_LAUNCH + r"(.*)$", 1).str.extract_all(_FLAG)).explode("a")
+    args = sub.select("line_no", a=t.str.extract(rx(_LAUNCH + r"(.*)$"), 1).str.extract_all(rx(_FLAG))).explode("a")
     args = args.filter(pl.col("a").is_not_null()).select(
-        "line_no", raw_key=pl.col("a").str.extract(_FLAG, 1),
-        value=pl.col("a").str.extract(_FLAG, 2).fill_null("True"))
+        "line_no", raw_key=pl.col("a").str.extract(rx(_FLAG), 1),
+        value=pl.col("a").str.extract(rx(_FLAG), 2).fill_null("True"))
     out = args.with_columns(source=pl.lit("cmdline"),
                             key=canonical(pl.col("raw_key").str.replace_all("-", "_")))
     return conform(out, JOB_CONFIG_SCHEMA, framework=framework)

@@ -11,7 +11,7 @@ import pytest
 
 from postmortem import parsers
 from postmortem.parsers import ascii_text, lines
-from postmortem.parsers.ascii_text import as_written, for_ascii, patterns_for
+from postmortem.parsers.ascii_text import all_ascii, for_ascii, reading, rx
 
 ROOT = Path(__file__).resolve().parents[1]
 REAL = ROOT.parent / "shared" / "real-data" / "logs"
@@ -24,6 +24,7 @@ REAL = ROOT.parent / "shared" / "real-data" / "logs"
     (r"[\d-]", r"[0-9-]"),
     (r"[]\d]", r"[]0-9]"),
     (r"[^]\d]", r"[^]0-9]"),
+    (r"[]]\d", r"[]][0-9]"),
     (r"(?i)foo\d", r"(?i)foo[0-9]"),
     (r"\\d", r"\\d"),                       # an escaped backslash, then a letter
     (r"\bword\b\d", r"\bword\b[0-9]"),      # word boundaries stay as written
@@ -95,10 +96,17 @@ def test_catalogue_patterns_match_alike_on_ascii_log_lines():
     assert changed > 20
 
 
-def test_only_all_ascii_inputs_get_the_ascii_patterns():
-    assert patterns_for([b"plain", b"text\n"]) is for_ascii
-    assert patterns_for([b"plain", "caf\u00e9".encode()]) is as_written
-    assert patterns_for([]) is for_ascii
+def test_rx_gives_the_ascii_form_only_while_ascii_text_is_read():
+    assert all_ascii([b"plain", b"text\n"]) and all_ascii([])
+    assert not all_ascii([b"plain", "caf\u00e9".encode()])
+    pattern = r"^\d+ \w+"
+    assert rx(pattern) == pattern                       # a parser called on its own
+    with reading(True):
+        assert rx(pattern) == for_ascii(pattern)
+        with reading(False):                            # a chunk with other text
+            assert rx(pattern) == pattern
+        assert rx(pattern) == for_ascii(pattern)
+    assert rx(pattern) == pattern
 
 
 def test_the_envelope_of_ascii_inputs_is_the_same_with_either(monkeypatch):
@@ -111,6 +119,27 @@ def test_the_envelope_of_ascii_inputs_is_the_same_with_either(monkeypatch):
     datas = [data for data in datas if data.isascii()]
     assert len(datas) > 100
     fast = lines.envelope_frame(datas)
-    monkeypatch.setattr(lines, "patterns_for", lambda _datas: as_written)
+    monkeypatch.setattr(lines, "all_ascii", lambda _datas: False)
     assert fast.equals(lines.envelope_frame(datas))
-    assert ascii_text.patterns_for is patterns_for
+
+
+def test_the_store_and_findings_are_the_same_with_the_patterns_as_written(monkeypatch):
+    """Samples whose evidence spans most parsers and the real excerpts (some of them not ASCII),
+    a chunk per few files: each ASCII chunk's parsers use the ASCII forms, the others the
+    written patterns; with the ASCII forms turned off the store is the same, table by table."""
+    from postmortem.analyzer import ingest
+    from tests.test_scale_ingest import differing, store_of
+
+    paths = [ROOT / "sample_logs" / name for name in ("gpu-fell-off-bus", "ib-link-flap", "mixed-versions")]
+    paths += [REAL] if REAL.is_dir() else []
+    monkeypatch.setattr(ingest, "CHUNK_BYTES", 400_000)
+    monkeypatch.setenv("POSTMORTEM_WORKERS", "1")
+    rewritten = []
+    real_for_ascii = ascii_text.for_ascii
+    monkeypatch.setattr(ascii_text, "for_ascii", lambda p: rewritten.append(p) or real_for_ascii(p))
+    fast = store_of(paths)
+    assert len({p for p in rewritten if real_for_ascii(p) != p}) > 100
+    monkeypatch.setattr(ascii_text, "for_ascii", lambda pattern: pattern)
+    written = store_of(paths)
+    assert not differing(fast[0], written[0])
+    assert fast[1:] == written[1:]
