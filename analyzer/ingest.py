@@ -877,8 +877,9 @@ def _prepare(pieces: list[Piece], spool: str | None) -> _Prepared:
     # line of a COLL-traced log) mean nothing to the parsers but NCCL's: the others read
     # ``others``. With a ``spool`` only the first line of each run of COLL lines is parsed;
     # the rest are read by position (``postmortem.analyzer.bulk``).
-    marks = combined.lazy().select(info=parsers.nccl.is_plain_info(pl.col("text")),   # lazy: the INFO
-                                   coll=parsers.nccl.is_plain_coll(pl.col("text"))).collect()  # test once
+    with reading(prepared.ascii):
+        marks = combined.lazy().select(info=parsers.nccl.is_plain_info(pl.col("text")),   # lazy: the INFO
+                                       coll=parsers.nccl.is_plain_coll(pl.col("text"))).collect()  # test once
     info, coll = marks["info"], marks["coll"]
     ids = [result.input_id for result, _, _ in pending]
     if spool is not None and coll.any():

@@ -151,9 +151,9 @@ def parse(lines: pl.DataFrame) -> ParseResult:
     text = pl.col("text")
     candidate = text.str.contains("=", literal=True) | text.str.contains(" @ ", literal=True) | text.str.starts_with("-e ")
     found = files_where(
-        lines, collect=text.str.contains(_COLLECT_START).any(),
-        pip=((candidate & text.str.contains(_PIP_LINE)).sum() >= 3) | text.str.contains(r"^Package\s+Version\b").any(),
-        sbatch=text.str.contains("#SBATCH", literal=True).any(), commands=text.str.contains(_LAUNCH).any())
+        lines, collect=text.str.contains(rx(_COLLECT_START)).any(),
+        pip=((candidate & text.str.contains(rx(_PIP_LINE))).sum() >= 3) | text.str.contains(rx(r"^Package\s+Version\b")).any(),
+        sbatch=text.str.contains("#SBATCH", literal=True).any(), commands=text.str.contains(rx(_LAUNCH)).any())
     if not any(found[kind].any() for kind in ("collect", "pip", "sbatch", "commands")):
         return ParseResult(tables=tables)
     df = with_stream(lines).with_columns(_file=file_of(lines))
@@ -181,18 +181,18 @@ def _collect_env(df: pl.DataFrame, tables: dict, config: list, packages: list, u
     t = pl.col("text")
     s = "_stream"
     start = t.str.contains(r"^(?:Collecting environment information|PyTorch version: )")
-    kv = t.str.contains(_CE_KV)
-    pkg = t.str.contains(_CE_PKG)
-    gpu = t.str.contains(_CE_GPU)
-    path = t.str.contains(r"^/\S+$")
+    kv = t.str.contains(rx(_CE_KV))
+    pkg = t.str.contains(rx(_CE_PKG))
+    gpu = t.str.contains(rx(_CE_GPU))
+    path = t.str.contains(rx(r"^/\S+$"))
     blank = t.str.strip_chars() == ""
-    key = t.str.extract(_CE_KV, 1)
+    key = t.str.extract(rx(_CE_KV), 1)
     top = key.is_in(_TOP) & kv
     d = df.with_columns(
         _block=pl.when(start).then(pl.col("line_no"))
         .when(~(kv | pkg | gpu | path | blank)).then(pl.lit(0, dtype=pl.UInt32)).forward_fill().over(s),
         _section=pl.when(top).then(key).forward_fill().over(s),
-        _key=key, _value=t.str.extract(_CE_KV, 2),
+        _key=key, _value=t.str.extract(rx(_CE_KV), 2),
     )
     inside = d.filter(pl.col("_block") > 0)
     section = pl.col("_section")
@@ -202,31 +202,31 @@ def _collect_env(df: pl.DataFrame, tables: dict, config: list, packages: list, u
         value="_value", source=pl.lit("collect_env"),
     ).drop_nulls("key")
     config.append(pairs)
-    first = pl.col("value").str.extract(r"^(?:version )?(\S+)", 1)
+    first = pl.col("value").str.extract(rx(r"^(?:version )?(\S+)"), 1)
     versions = pairs.filter(pl.col("key").is_in(list(_VERSION_KEYS)) & (pl.col("value") != "")
                             & ~pl.col("value").is_in(["N/A", "Could not collect"])
                             & ~pl.col("value").str.starts_with("Probably")).select(
         "line_no", name=pl.col("key").replace_strict(_VERSION_KEYS, default=None),
-        version=pl.when(pl.col("key") == "GCC version").then(pl.col("value").str.extract(r"(\S+)\s*$", 1))
+        version=pl.when(pl.col("key") == "GCC version").then(pl.col("value").str.extract(rx(r"(\S+)\s*$"), 1))
         .otherwise(first),
         source=pl.lit("collect_env"))
     cudnn = inside.filter(path & (section == "cuDNN version")).select(
-        "line_no", name=pl.lit("cudnn"), version=t.str.extract(r"libcudnn\.so\.([\d.]+)$", 1),
+        "line_no", name=pl.lit("cudnn"), version=t.str.extract(rx(r"libcudnn\.so\.([\d.]+)$"), 1),
         source=pl.lit("collect_env (candidate)")).drop_nulls("version")
-    body = t.str.extract(_CE_PKG, 2)
+    body = t.str.extract(rx(_CE_PKG), 2)
     pip_like = inside.filter(pkg & (section == "Versions of relevant libraries")).with_columns(
-        _tool=t.str.extract(_CE_PKG, 1), _body=body)
-    pip_rows = pip_like.filter(pl.col("_body").str.contains(r"==") | pl.col("_body").str.contains(r"^\S+\s+\S+")).select(
+        _tool=t.str.extract(rx(_CE_PKG), 1), _body=body)
+    pip_rows = pip_like.filter(pl.col("_body").str.contains(r"==") | pl.col("_body").str.contains(rx(r"^\S+\s+\S+"))).select(
         "line_no",
-        name=pl.when(pl.col("_body").str.contains("==", literal=True)).then(pl.col("_body").str.extract(r"^([^=\s]+)", 1))
-        .otherwise(pl.col("_body").str.extract(r"^(\S+)", 1)),
-        version=pl.when(pl.col("_body").str.contains("==", literal=True)).then(pl.col("_body").str.extract(r"==+(\S+)", 1))
-        .otherwise(pl.col("_body").str.extract(r"^\S+\s+(\S+)", 1)),
+        name=pl.when(pl.col("_body").str.contains("==", literal=True)).then(pl.col("_body").str.extract(rx(r"^([^=\s]+)"), 1))
+        .otherwise(pl.col("_body").str.extract(rx(r"^(\S+)"), 1)),
+        version=pl.when(pl.col("_body").str.contains("==", literal=True)).then(pl.col("_body").str.extract(rx(r"==+(\S+)"), 1))
+        .otherwise(pl.col("_body").str.extract(rx(r"^\S+\s+(\S+)"), 1)),
         source=pl.concat_str([pl.lit("collect_env "), pl.col("_tool")]),
     ).filter(pl.col("name") != "Could")
     packages += [versions, cudnn, pip_rows]
     gpus = inside.filter(gpu & (section == "GPU models and configuration")).select(
-        "line_no", source=pl.lit("collect_env"), index=t.str.extract(_CE_GPU, 1), name=t.str.extract(_CE_GPU, 2),
+        "line_no", source=pl.lit("collect_env"), index=t.str.extract(rx(_CE_GPU), 1), name=t.str.extract(rx(_CE_GPU), 2),
     ).with_columns(gpu=pl.concat_str([pl.lit("GPU"), pl.col("index")]))
     tables["gpus"] = conform(gpus, GPUS_SCHEMA)
     used += [inside.filter(start | pkg).select("line_no"), pairs.select("line_no"), gpus.select("line_no"),
@@ -244,22 +244,22 @@ _LIST_ROW = r"^([A-Za-z0-9][\w.-]*)\s+(\d[\w.+!-]*)(?:\s+(\S.*?))?\s*$"
 def _pip(df: pl.DataFrame, packages: list, used: list) -> None:
     t = pl.col("text")
     s = "_stream"
-    freeze = df.filter(t.str.contains(_FREEZE)).select(
-        "line_no", name=t.str.extract(_FREEZE, 1), version=t.str.extract(_FREEZE, 2), source=pl.lit("pip freeze"))
-    url = df.filter(t.str.contains(_URL)).select(
-        "line_no", name=t.str.extract(_URL, 1), version=t.str.extract(r"-(\d[\w.+]*?)-(?:py|cp)\d", 0)
+    freeze = df.filter(t.str.contains(rx(_FREEZE))).select(
+        "line_no", name=t.str.extract(rx(_FREEZE), 1), version=t.str.extract(rx(_FREEZE), 2), source=pl.lit("pip freeze"))
+    url = df.filter(t.str.contains(rx(_URL))).select(
+        "line_no", name=t.str.extract(rx(_URL), 1), version=t.str.extract(rx(r"-(\d[\w.+]*?)-(?:py|cp)\d"), 0)
         .str.extract(r"-([^-]+)-", 1), source=pl.lit("pip freeze @"))
-    editable = df.filter(t.str.contains(_EDITABLE)).select(
-        "line_no", name=t.str.extract(_EDITABLE, 2), version=t.str.extract(r"@([0-9a-f]{6,40})", 1),
+    editable = df.filter(t.str.contains(rx(_EDITABLE))).select(
+        "line_no", name=t.str.extract(rx(_EDITABLE), 2), version=t.str.extract(r"@([0-9a-f]{6,40})", 1),
         source=pl.lit("pip freeze -e"))
-    head = t.str.contains(r"^Package\s+Version\b")
-    rule = t.str.contains(r"^-{3,}(?:\s+-{3,})+\s*$")
+    head = t.str.contains(rx(r"^Package\s+Version\b"))
+    rule = t.str.contains(rx(r"^-{3,}(?:\s+-{3,})+\s*$"))
     d = df.with_columns(_table=pl.when(head).then(pl.col("line_no"))
-                        .when(~(t.str.contains(_LIST_ROW) | rule)).then(pl.lit(0, dtype=pl.UInt32))
+                        .when(~(t.str.contains(rx(_LIST_ROW)) | rule)).then(pl.lit(0, dtype=pl.UInt32))
                         .forward_fill().over(s))
     in_table = d.filter((pl.col("_table") > 0) & ~head)
-    listed = in_table.filter(t.str.contains(_LIST_ROW) & ~rule).select(
-        "line_no", name=t.str.extract(_LIST_ROW, 1), version=t.str.extract(_LIST_ROW, 2), source=pl.lit("pip list"))
+    listed = in_table.filter(t.str.contains(rx(_LIST_ROW)) & ~rule).select(
+        "line_no", name=t.str.extract(rx(_LIST_ROW), 1), version=t.str.extract(rx(_LIST_ROW), 2), source=pl.lit("pip list"))
     packages += [freeze, url, editable, listed]
     used += [freeze.select("line_no"), url.select("line_no"), editable.select("line_no"), listed.select("line_no"),
              d.filter(head).select("line_no"), in_table.filter(rule).select("line_no")]
@@ -289,14 +289,14 @@ def _unquote(value: pl.Expr) -> pl.Expr:
 
 def _sbatch(df: pl.DataFrame, config: list, used: list) -> None:
     t = pl.col("text")
-    opts = df.filter(t.str.contains(_SBATCH)).select(
-        "line_no", key=_norm_key(t.str.extract(_SBATCH, 1)), value=t.str.extract(_SBATCH, 2).str.strip_chars(),
+    opts = df.filter(t.str.contains(rx(_SBATCH))).select(
+        "line_no", key=_norm_key(t.str.extract(rx(_SBATCH), 1)), value=t.str.extract(rx(_SBATCH), 2).str.strip_chars(),
         source=pl.lit("sbatch"))
-    value = t.str.extract(_ASSIGN, 3)
-    plain = value.str.contains(r"^(?:\"[^\"]*\"|'[^']*'|\$\(.*\)|[^\s=\"'][^\s]*|)$")
-    assign = df.filter(t.str.contains(_ASSIGN) & plain).select(
-        "line_no", key=t.str.extract(_ASSIGN, 2), value=_unquote(t.str.extract(_ASSIGN, 3)),
-        source=pl.when(t.str.extract(_ASSIGN, 1).is_not_null()).then(pl.lit("sbatch export")).otherwise(pl.lit("sbatch var")))
+    value = t.str.extract(rx(_ASSIGN), 3)
+    plain = value.str.contains(rx(r"^(?:\"[^\"]*\"|'[^']*'|\$\(.*\)|[^\s=\"'][^\s]*|)$"))
+    assign = df.filter(t.str.contains(rx(_ASSIGN)) & plain).select(
+        "line_no", key=t.str.extract(rx(_ASSIGN), 2), value=_unquote(t.str.extract(rx(_ASSIGN), 3)),
+        source=pl.when(t.str.extract(rx(_ASSIGN), 1).is_not_null()).then(pl.lit("sbatch export")).otherwise(pl.lit("sbatch var")))
     shebang = df.filter(t.str.starts_with("#!/"))
     config += [opts, assign]
     used += [opts.select("line_no"), assign.select("line_no"), shebang.select("line_no")]
@@ -315,25 +315,25 @@ _FLAGS = {"standalone", "no_python", "no-python", "module", "m", "label", "l", "
 def _commands(df: pl.DataFrame, config: list, used: list) -> None:
     t = pl.col("text")
     s = "_stream"
-    cont = t.str.contains(r"\\\s*$")
+    cont = t.str.contains(rx(r"\\\s*$"))
     d = df.with_columns(_cont=cont, _prev_cont=cont.shift(1).over(s).fill_null(False))
     # Only launch lines and continued lines can belong to a command: group those alone.
-    d = d.filter(pl.col("_cont") | pl.col("_prev_cont") | t.str.contains(_LAUNCH_START))
+    d = d.filter(pl.col("_cont") | pl.col("_prev_cont") | t.str.contains(rx(_LAUNCH_START)))
     d = d.with_columns(_cmd=pl.when(~pl.col("_prev_cont")).then(pl.col("line_no")).forward_fill().over(s))
     cmds = d.group_by([s, "_cmd"], maintain_order=True).agg(
-        text=t.str.replace(r"\\\s*$", "").str.strip_chars().str.join(" "), lines=pl.col("line_no"))
-    cmds = cmds.filter(pl.col("text").str.contains(_LAUNCH_START))
+        text=t.str.replace(rx(r"\\\s*$"), "").str.strip_chars().str.join(" "), lines=pl.col("line_no"))
+    cmds = cmds.filter(pl.col("text").str.contains(rx(_LAUNCH_START)))
     if cmds.is_empty():
         return
-    body = pl.col("text").str.replace(_PROMPT, "")
-    tokens = cmds.select(line_no="_cmd", command="text", tok=body.str.extract_all(r"\S+")) \
+    body = pl.col("text").str.replace(rx(_PROMPT), "")
+    tokens = cmds.select(line_no="_cmd", command="text", tok=body.str.extract_all(rx(r"\S+"))) \
         .with_row_index("_c").explode("tok").with_columns(_i=pl.int_range(pl.len()).over("_c"))
     tok = pl.col("tok")
     prev = tok.shift(1).over("_c")
     base = tok.str.replace(r"^.*/", "")
     launcher = (pl.when(base.is_in(["srun", "torchrun", "deepspeed", "mpirun", "mpiexec"])).then(base)
                 .when((tok == "launch") & (prev.str.replace(r"^.*/", "") == "accelerate")).then(pl.lit("accelerate"))
-                .when(tok.str.contains(r"^torch\.distributed\.(?:run|launch)$") & (prev == "-m")).then(tok))
+                .when(tok.str.contains(rx(r"^torch\.distributed\.(?:run|launch)$")) & (prev == "-m")).then(tok))
     tokens = tokens.with_columns(_launcher=launcher).with_columns(
         _seg=pl.when(pl.col("_launcher").is_not_null()).then(pl.col("_i")).forward_fill().over("_c"),
         _src=pl.col("_launcher").forward_fill().over("_c"))
@@ -362,7 +362,7 @@ def _commands(df: pl.DataFrame, config: list, used: list) -> None:
         .when(pl.col("_takes")).then(nxt).otherwise(pl.lit("true")),
         _name=tok.str.replace(r"=.*$", ""))
     # The token after `python -m` names the launcher: python's own `-m` is no option of a launcher.
-    opts = opts.filter(~((pl.col("_name") == "-m") & nxt.str.contains(r"^torch\.distributed\.").fill_null(False)))
+    opts = opts.filter(~((pl.col("_name") == "-m") & nxt.str.contains(rx(r"^torch\.distributed\.")).fill_null(False)))
     rows = opts.select("line_no", key=_norm_key(pl.col("_name"), pl.col("_src")), value=_unquote(pl.col("value")), source="_src")
     programs = tokens.filter(pl.col("_pos") & ~pl.col("_after") & (tok != "-m")).group_by("_c", "_seg").agg(
         pl.col("line_no").first(), value=tok.first(), source=pl.col("_src").first()) \

@@ -90,21 +90,21 @@ def _classify(lines: pl.DataFrame) -> pl.DataFrame:
     belongs to (``_entry`` = line_no of its KEY line) and the pieces of the KEY line."""
     df = with_stream(lines)
     t = pl.col("text")
-    kv = t.str.extract_groups(_KV)
-    binary = t.str.contains(_CONTROL)
+    kv = t.str.extract_groups(rx(_KV))
+    binary = t.str.contains(rx(_CONTROL))
     df = df.with_columns(
         decl=kv.struct.field("decl"),
-        key=pl.when(~binary).then(pl.coalesce(kv.struct.field("key"), t.str.extract(_DECL_ONLY, 1))),
+        key=pl.when(~binary).then(pl.coalesce(kv.struct.field("key"), t.str.extract(rx(_DECL_ONLY), 1))),
         raw=pl.when(~binary).then(kv.struct.field("value")),
-        _binary=binary | t.str.contains(r"\\x[0-9a-fA-F]{2}"),
+        _binary=binary | t.str.contains(rx(r"\\x[0-9a-fA-F]{2}")),
     )
     is_key = pl.col("key").is_not_null()
     raw = pl.col("raw")
     quoted = pl.col("decl").is_not_null()
     open_kind = (
-        pl.when(raw.str.starts_with("() {") & ~raw.str.contains(r"\}\s*$")).then(pl.lit("func"))
-        .when(quoted & raw.str.starts_with('"') & ~raw.str.contains(_DQ_CLOSED)).then(pl.lit("dq"))
-        .when(quoted & raw.str.starts_with("'") & ~raw.str.contains(_SQ_CLOSED)).then(pl.lit("sq"))
+        pl.when(raw.str.starts_with("() {") & ~raw.str.contains(rx(r"\}\s*$"))).then(pl.lit("func"))
+        .when(quoted & raw.str.starts_with('"') & ~raw.str.contains(rx(_DQ_CLOSED))).then(pl.lit("dq"))
+        .when(quoted & raw.str.starts_with("'") & ~raw.str.contains(rx(_SQ_CLOSED))).then(pl.lit("sq"))
     )
     s = "_stream"
     df = df.with_columns(
@@ -115,8 +115,8 @@ def _classify(lines: pl.DataFrame) -> pl.DataFrame:
     entry_open = pl.col("_open").first().over([s, "_entry"])
     closer = (
         pl.when(entry_open == "func").then(t.str.strip_chars_end() == "}")
-        .when(entry_open == "dq").then(t.str.contains(_DQ_CLOSER))
-        .when(entry_open == "sq").then(t.str.contains(_SQ_CLOSER))
+        .when(entry_open == "dq").then(t.str.contains(rx(_DQ_CLOSER)))
+        .when(entry_open == "sq").then(t.str.contains(rx(_SQ_CLOSER)))
         .otherwise(False)
     ) & ~is_key
     df = df.with_columns(_closer=closer.fill_null(False))
@@ -134,7 +134,7 @@ def _classify(lines: pl.DataFrame) -> pl.DataFrame:
         .when(is_key).then(pl.lit("decl"))
         .when(is_cont).then(pl.lit("cont"))
         .when(blank).then(pl.lit("blank"))
-        .when(t.str.contains(_HEADER) & (t.str.len_chars() <= 200) & ~pl.col("_binary"))
+        .when(t.str.contains(rx(_HEADER)) & (t.str.len_chars() <= 200) & ~pl.col("_binary"))
         .then(pl.lit("header"))
         .otherwise(pl.lit("other"))
     )
@@ -169,13 +169,13 @@ def env_dump_inputs(lines: pl.DataFrame) -> set:
     head = _classify(head).with_columns(input_id=head["input_id"])
     t = pl.col("text")
     counted = pl.col("kind").is_in(["cont", "blank"]).not_()
-    upper = counted & t.str.contains(_UPPER_KV)
+    upper = counted & t.str.contains(rx(_UPPER_KV))
     per_input = head.group_by("input_id").agg(
         # a batch script: parsers.config reads its options, exports and commands
         script=t.str.contains(r"^#SBATCH|^#!/").any(),
         counted=counted.sum(),
         upper=upper.sum(),
-        uncommented=(counted & ~t.str.contains(r"^\s*#")).sum(),
+        uncommented=(counted & ~t.str.contains(rx(r"^\s*#"))).sum(),
         nccl=(upper & t.str.starts_with("NCCL_")).sum(),
     )
     # a one-variable nccl.conf copy (`NCCL_IB_GID_INDEX=3` under a comment), or mostly KEY=VALUE
@@ -208,11 +208,11 @@ def parse(lines: pl.DataFrame) -> ParseResult:
         value=piece.str.join("\n"),
     )
     value = pl.col("value")
-    dq = value.str.contains(r'(?s)^"(?:[^"\\]|\\.)*"\s*$')
-    sq = value.str.contains(r"(?s)^'[^']*'\s*$")
+    dq = value.str.contains(rx(r'(?s)^"(?:[^"\\]|\\.)*"\s*$'))
+    sq = value.str.contains(rx(r"(?s)^'[^']*'\s*$"))
     unquoted = (
-        pl.when(dq).then(value.str.replace(r'(?s)^"(.*)"\s*$', "$1").str.replace_all(r'\\(["\\$`])', "$1"))
-        .when(sq).then(value.str.replace(r"(?s)^'(.*)'\s*$", "$1"))
+        pl.when(dq).then(value.str.replace(rx(r'(?s)^"(.*)"\s*$'), "$1").str.replace_all(rx(r'\\(["\\$`])'), "$1"))
+        .when(sq).then(value.str.replace(rx(r"(?s)^'(.*)'\s*$"), "$1"))
         .otherwise(value)
     )
     env = grouped.with_columns(

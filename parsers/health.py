@@ -152,15 +152,15 @@ def normalise_bus_id(expr: pl.Expr) -> pl.Expr:
 
 def _nvsmi(df: pl.DataFrame) -> tuple[pl.DataFrame, list[int]]:
     t = pl.col("text")
-    gpu_head = t.str.extract(r"^GPU ([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d)\s*$", 1)
+    gpu_head = t.str.extract(rx(r"^GPU ([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d)\s*$"), 1)
     if not df.select(gpu_head.is_not_null().any()).item():
         return pl.DataFrame(), []
     rows = df.with_columns(
         _gpu=gpu_head,
         _ind=t.str.extract(r"^( *)", 1).str.len_chars(),
-        _key=t.str.extract(r"^\s*([^:]*?\S)\s+: ?(.*?)\s*$", 1),
-        _val=t.str.extract(r"^\s*([^:]*?\S)\s+: ?(.*?)\s*$", 2),
-        _head=pl.when(~t.str.contains(":", literal=True) & t.str.contains(r"^\s+\S")).then(t.str.strip_chars()),
+        _key=t.str.extract(rx(r"^\s*([^:]*?\S)\s+: ?(.*?)\s*$"), 1),
+        _val=t.str.extract(rx(r"^\s*([^:]*?\S)\s+: ?(.*?)\s*$"), 2),
+        _head=pl.when(~t.str.contains(":", literal=True) & t.str.contains(rx(r"^\s+\S"))).then(t.str.strip_chars()),
     )
     top_ts = pl.when((pl.col("_ind") == 0) & (pl.col("_key") == "Timestamp")).then(pl.col("_val"))
     top_drv = pl.when((pl.col("_ind") == 0) & (pl.col("_key") == "Driver Version")).then(pl.col("_val"))
@@ -187,7 +187,7 @@ def _nvsmi(df: pl.DataFrame) -> tuple[pl.DataFrame, list[int]]:
     body = body.with_columns(_path=pl.concat_str(
         [pl.when(pl.col(s) != "").then(pl.col(s)) for s in secs] + [pl.col("_key")], separator="/", ignore_nulls=True))
     path = pl.col("_path")
-    num = to_int(pl.col("_val").str.extract(r"^(\d+)", 1))
+    num = to_int(pl.col("_val").str.extract(rx(r"^(\d+)"), 1))
     volatile = path.str.starts_with("ECC Errors/Volatile/")
     aggregate = path.str.starts_with("ECC Errors/Aggregate/")
     unc = path.str.contains(r"(?:Uncorrectable(?: Parity| SEC-DED)?|Double Bit/Total)$")
@@ -213,7 +213,7 @@ def _nvsmi(df: pl.DataFrame) -> tuple[pl.DataFrame, list[int]]:
     ints = ["minor", "retired_sbe", "retired_dbe", "remapped_correctable", "remapped_uncorrectable", "pcie_gen_cur",
             "pcie_gen_max", "pcie_width_cur", "pcie_width_max", "sm_clock_mhz", "sm_clock_max_mhz", "temp_c",
             "memory_total_mib", "memory_used_mib"]
-    out = out.with_columns([to_int(pl.col(c).str.extract(r"^(\d+)", 1)).alias(c) for c in ints if c in out.columns])
+    out = out.with_columns([to_int(pl.col(c).str.extract(rx(r"^(\d+)"), 1)).alias(c) for c in ints if c in out.columns])
     out = out.with_columns(
         bus_id=normalise_bus_id(pl.coalesce(pl.col("bus_id") if "bus_id" in out.columns else pl.lit(None, pl.String),
                                             pl.col("head_bus"))),
@@ -241,7 +241,7 @@ def _csv(df: pl.DataFrame) -> tuple[pl.DataFrame, list[int]]:
     with as many commas, up to the first that has not or the next header. Every header of the
     frame at once; one split per distinct header."""
     t = pl.col("text")
-    head = t.str.contains(_CSV_HEAD)
+    head = t.str.contains(rx(_CSV_HEAD))
     commas = t.str.count_matches(",")
     d = df.with_columns(_head=head, _commas=commas).with_columns(
         _hdr=pl.when("_head").then(pl.col("line_no")).forward_fill().over("_file"),
@@ -273,7 +273,7 @@ def _csv(df: pl.DataFrame) -> tuple[pl.DataFrame, list[int]]:
         return pl.DataFrame(), used
     out = pl.concat(frames, how="diagonal_relaxed")
     ints = [c for c in out.columns if c in GPU_HEALTH_SCHEMA and GPU_HEALTH_SCHEMA[c] == pl.Int64]
-    out = out.with_columns([to_int(pl.col(c).str.extract(r"^(\d+)", 1)).alias(c) for c in ints], state=pl.lit("ok"))
+    out = out.with_columns([to_int(pl.col(c).str.extract(rx(r"^(\d+)"), 1)).alias(c) for c in ints], state=pl.lit("ok"))
     if "bus_id" in out.columns:
         out = out.with_columns(bus_id=normalise_bus_id(pl.col("bus_id")))
     return out, used
@@ -281,13 +281,13 @@ def _csv(df: pl.DataFrame) -> tuple[pl.DataFrame, list[int]]:
 
 def _nics(df: pl.DataFrame) -> pl.DataFrame:
     t = pl.col("text")
-    cmd_dev = pl.coalesce(t.str.extract(r"ethtool -S (\S+)", 1), t.str.extract(r"perfquery\b.*?-C (\S+)", 1))
-    cmd_port = to_int(t.str.extract(r"perfquery\b.*?-P (\d+)", 1))
-    lid = t.str.extract(r"# Port (?:extended )?counters: (Lid \d+ port \d+)", 1)
-    eth_head = t.str.contains(r"^\s*NIC statistics:\s*$")
+    cmd_dev = pl.coalesce(t.str.extract(rx(r"ethtool -S (\S+)"), 1), t.str.extract(rx(r"perfquery\b.*?-C (\S+)"), 1))
+    cmd_port = to_int(t.str.extract(rx(r"perfquery\b.*?-P (\d+)"), 1))
+    lid = t.str.extract(rx(r"# Port (?:extended )?counters: (Lid \d+ port \d+)"), 1)
+    eth_head = t.str.contains(rx(r"^\s*NIC statistics:\s*$"))
     # a Lid header right after a `perfquery -C DEV` command line belongs to that device
     rows = df.with_columns(_dev=pl.coalesce(cmd_dev, pl.when(lid.is_not_null()).then(cmd_dev.shift(1).over("_file"))),
-                           _lid=lid, _port=pl.coalesce(cmd_port, to_int(lid.str.extract(r"port (\d+)", 1))),
+                           _lid=lid, _port=pl.coalesce(cmd_port, to_int(lid.str.extract(rx(r"port (\d+)"), 1))),
                            _src=pl.when(cmd_dev.is_not_null() & t.str.contains("ethtool", literal=True)).then(pl.lit("ethtool"))
                            .when(eth_head).then(pl.lit("ethtool"))
                            .when(lid.is_not_null() | t.str.contains("perfquery", literal=True)).then(pl.lit("perfquery")))
@@ -299,8 +299,8 @@ def _nics(df: pl.DataFrame) -> pl.DataFrame:
         .forward_fill().over("_file"),
         _src=pl.when(mark).then(pl.col("_src")).forward_fill().over("_file"),
     )
-    eth = t.str.extract_groups(r"^\s{2,}(?P<c>[\w\[\]./-]+): (?P<v>-?\d+)\s*$")
-    pq = t.str.extract_groups(r"^(?P<c>[A-Z]\w+):\.{2,}(?P<v>(?:0x)?[0-9a-fA-F]+)\s*$")
+    eth = t.str.extract_groups(rx(r"^\s{2,}(?P<c>[\w\[\]./-]+): (?P<v>-?\d+)\s*$"))
+    pq = t.str.extract_groups(rx(r"^(?P<c>[A-Z]\w+):\.{2,}(?P<v>(?:0x)?[0-9a-fA-F]+)\s*$"))
     rows = rows.with_columns(_e=eth, _q=pq).with_columns(
         counter=pl.coalesce(pl.col("_q").struct.field("c"), pl.when(pl.col("_src") == "ethtool").then(pl.col("_e").struct.field("c"))),
         value=pl.coalesce(pl.col("_q").struct.field("v"), pl.when(pl.col("_src") == "ethtool").then(pl.col("_e").struct.field("v"))),
@@ -313,7 +313,7 @@ def _nics(df: pl.DataFrame) -> pl.DataFrame:
         return pl.DataFrame()
     counters = counters.with_columns(
         value=pl.when(pl.col("value").str.starts_with("0x")).then(None).otherwise(to_int(pl.col("value"))),
-        is_error=pl.col("counter").str.contains(_ERRORISH))
+        is_error=pl.col("counter").str.contains(rx(_ERRORISH)))
     return counters, heads["line_no"]
 
 
@@ -324,7 +324,7 @@ def file_gate(text: pl.Expr) -> pl.Expr:
     # The literals as one regex (its SIMD literal search is several times faster here than
     # ``contains_any``'s automaton), the two line-start patterns as another.
     text = text.fill_null("")
-    return (text.str.contains("|".join(pl.escape_regex(literal) for literal in _GATE))
+    return (text.str.contains(rx("|".join(pl.escape_regex(literal) for literal in _GATE)))
             | text.str.contains(rx(f"(?:{_NVSMI_HEAD})|(?:{_CSV_HEAD})")))
 
 
@@ -337,9 +337,9 @@ def parse(lines: pl.DataFrame) -> ParseResult:
     # which outputs are in which input (several at once carry ``input_id``: postmortem.analyzer.ingest);
     # a training log without any health output costs one scan
     text = pl.col("text")
-    found = files_where(lines, gate=file_gate(text).any(), nvsmi=text.str.contains(_NVSMI_HEAD).any(),
+    found = files_where(lines, gate=file_gate(text).any(), nvsmi=text.str.contains(rx(_NVSMI_HEAD)).any(),
                         unreachable=text.str.contains("device handle", literal=True).any(),
-                        csv=text.str.contains(r"^[a-z_.]+(?: \[[^\]]+\])?, ").any(),
+                        csv=text.str.contains(rx(r"^[a-z_.]+(?: \[[^\]]+\])?, ")).any(),
                         nic=text.str.contains_any(_NIC_LITERALS).any())
     if not found["gate"].any():
         return empty

@@ -197,7 +197,7 @@ def file_gate(text: pl.Expr) -> pl.Expr:
     line_starts = "|".join(f"(?:{pattern})" for pattern in (
         r"^\s*[a-z_]+\.[a-z_.]+(?: \[[^\]]+\])?(?:, |$)", r"^- [^:]+: \d+ ?MiB \(", _ROW_HINT, r"^CA '|^hca_id:",
         _IBDEV2NETDEV, _IBDIAG))
-    return (text.str.contains(literals) | text.str.contains(rx(_NT_MARKERS))
+    return (text.str.contains(rx(literals)) | text.str.contains(rx(_NT_MARKERS))
             | text.str.contains(rx(line_starts))).fill_null(False)
 
 
@@ -236,9 +236,9 @@ _P2P_CODES = ["OK", "CNS", "GNS", "TNS", "NS", "DR", "U"]
 def _topo(df: pl.DataFrame, tables: dict, used: list) -> None:
     t = pl.col("text")
     s = "_stream"
-    header = t.str.contains(_TOPO_HEADER)
-    row = t.str.contains(_TOPO_ROW) & ~header
-    cmd = t.str.extract(_TOPO_CMD, 1)
+    header = t.str.contains(rx(_TOPO_HEADER))
+    row = t.str.contains(rx(_TOPO_ROW)) & ~header
+    cmd = t.str.extract(rx(_TOPO_CMD), 1)
     d = df.with_columns(
         _hdr=pl.when(header).then(pl.col("line_no")).when(~row).then(pl.lit(0, dtype=pl.UInt32))
         .forward_fill().over(s),
@@ -246,13 +246,13 @@ def _topo(df: pl.DataFrame, tables: dict, used: list) -> None:
     )
     heads = d.filter(header).select(
         "_file", _hdr="line_no", _view="_view",
-        names=t.str.replace_all("\t", "  ").str.extract_all(r"CPU Affinity|NUMA Affinity|GPU NUMA ID|\S+"),
+        names=t.str.replace_all("\t", "  ").str.extract_all(rx(r"CPU Affinity|NUMA Affinity|GPU NUMA ID|\S+")),
     )
     rows = d.filter(row & (pl.col("_hdr") > 0)).select(
-        "line_no", "_hdr", cells=t.str.extract_all(r"\S+"))
-    legend_lines = d.filter(t.str.contains(_LEGEND) | cmd.is_not_null())
+        "line_no", "_hdr", cells=t.str.extract_all(rx(r"\S+")))
+    legend_lines = d.filter(t.str.contains(rx(_LEGEND)) | cmd.is_not_null())
     legend = legend_lines.select(
-        "line_no", nic=t.str.extract(r"^\s*(NIC\d+): ", 1), device=t.str.extract(r"^\s*NIC\d+: (\S+)", 1),
+        "line_no", nic=t.str.extract(rx(r"^\s*(NIC\d+): "), 1), device=t.str.extract(rx(r"^\s*NIC\d+: (\S+)"), 1),
         _file="_file",
     ).drop_nulls("nic")
     tables["topo_nics"] = legend.drop("_file")
@@ -260,7 +260,7 @@ def _topo(df: pl.DataFrame, tables: dict, used: list) -> None:
         used.append(legend_lines.select("line_no"))
         return
     heads = heads.with_columns(
-        n_matrix=pl.col("names").list.eval(pl.element().str.contains(r"^(?:GPU\d+|NIC\d+|\w+\d+_\w+)$").cast(pl.Int32))
+        n_matrix=pl.col("names").list.eval(pl.element().str.contains(rx(r"^(?:GPU\d+|NIC\d+|\w+\d+_\w+)$")).cast(pl.Int32))
         .list.sum())
     rows = rows.join(heads, on="_hdr", how="inner")
     # The row name, then one cell per matrix column, then the affinity columns.
@@ -278,7 +278,7 @@ def _topo(df: pl.DataFrame, tables: dict, used: list) -> None:
     # what a view's matrix is, and which NIC a NIC<k> column is, are said per input
     kinds = pairs.group_by("_file", "_view").agg(p2p=pl.col("link").is_in(_P2P_CODES).any())
     pairs = pairs.join(kinds, on=["_file", "_view"], how="left", nulls_equal=True).with_columns(
-        matrix=pl.when(pl.col("p2p") & ~pl.col("link").str.contains(r"^(?:NV\d+|PIX|PXB|PHB|NODE|SYS)$"))
+        matrix=pl.when(pl.col("p2p") & ~pl.col("link").str.contains(rx(r"^(?:NV\d+|PIX|PXB|PHB|NODE|SYS)$")))
         .then(pl.lit("p2p"))
         .when(pl.col("_view") == "-mp").then(pl.lit("pcie"))
         .when(pl.col("_view").str.starts_with("-p2p")).then(pl.lit("p2p"))
@@ -296,7 +296,7 @@ def _topo(df: pl.DataFrame, tables: dict, used: list) -> None:
         .with_columns(tail_names=tail_names)
     gpus = gpus.select(
         "line_no", source=pl.lit("nvidia-smi topo"), gpu="from_",
-        index=to_int(pl.col("from_").str.extract(r"(\d+)", 1)),
+        index=to_int(pl.col("from_").str.extract(rx(r"(\d+)"), 1)),
         cpu_affinity=pl.when(pl.col("tail_names").list.contains("CPU Affinity")).then(pl.col("trailing").list.get(0, null_on_oob=True)),
         numa_affinity=pl.when(pl.col("tail_names").list.contains("NUMA Affinity")).then(pl.col("trailing").list.get(1, null_on_oob=True)),
         gpu_numa_id=pl.when(pl.col("tail_names").list.contains("GPU NUMA ID")).then(pl.col("trailing").list.get(2, null_on_oob=True)),
@@ -319,13 +319,13 @@ _MEMORY_LIST = r"^- ([^:]+): (\d+) ?MiB \(([\d.]+) GB\)\s*$"
 def _smi_csv(df: pl.DataFrame, tables: dict, used: list) -> None:
     t = pl.col("text")
     s = "_stream"
-    query = t.str.extract_groups(_QUERY_CMD)
+    query = t.str.extract_groups(rx(_QUERY_CMD))
     d = df.with_columns(
         _fields=pl.coalesce(query.struct.field("1"), query.struct.field("4")),
         _format=pl.coalesce(query.struct.field("2"), query.struct.field("3")),
     )
     is_cmd = pl.col("_fields").is_not_null()
-    header = t.str.contains(_CSV_HEADER) & t.str.contains(_KNOWN_FIELD) & ~is_cmd
+    header = t.str.contains(rx(_CSV_HEADER)) & t.str.contains(rx(_KNOWN_FIELD)) & ~is_cmd
     noheader_cmd = is_cmd & pl.col("_format").str.contains("noheader")
     blank = t.str.strip_chars() == ""
     # A block starts at a header line (or at a noheader command line) and ends at a blank line
@@ -345,24 +345,24 @@ def _smi_csv(df: pl.DataFrame, tables: dict, used: list) -> None:
         .join(heads, on="_anchor", how="inner") \
         .with_columns(_cells=t.str.strip_chars().str.split(", "))
     rows = rows.filter(pl.col("_cells").list.len() == pl.col("_hnames").list.len())
-    memory = df.filter(t.str.contains(_MEMORY_LIST)).select(
-        "line_no", source=pl.lit("memory list"), name=t.str.extract(_MEMORY_LIST, 1),
-        memory_total_mib=to_int(t.str.extract(_MEMORY_LIST, 2)))
+    memory = df.filter(t.str.contains(rx(_MEMORY_LIST))).select(
+        "line_no", source=pl.lit("memory list"), name=t.str.extract(rx(_MEMORY_LIST), 1),
+        memory_total_mib=to_int(t.str.extract(rx(_MEMORY_LIST), 2)))
     used += [d.filter(is_cmd).select("line_no"), heads.select(line_no="_anchor"), rows.select("line_no"),
              memory.select("line_no")]
     frames = [conform(memory, GPUS_SCHEMA)]
     if not rows.is_empty():
         long = rows.select("line_no", field=pl.col("_hnames"), value=pl.col("_cells")).explode(["field", "value"])
         long = long.with_columns(
-            unit=pl.col("field").str.extract(r"\[([^\]]+)\]", 1),
-            field=pl.col("field").str.replace(r"\s*\[[^\]]+\]$", ""),
+            unit=pl.col("field").str.extract(rx(r"\[([^\]]+)\]"), 1),
+            field=pl.col("field").str.replace(rx(r"\s*\[[^\]]+\]$"), ""),
             value=pl.col("value").str.strip_chars(),
         ).with_columns(
             value=pl.when(pl.col("value").is_in(["[N/A]", "N/A", "[Not Supported]", "[Unknown Error]"])).then(None)
             .when(pl.col("unit").is_not_null() & pl.col("value").str.ends_with(" " + pl.col("unit").fill_null("")))
             .then(pl.col("value").str.slice(0, pl.col("value").str.len_chars() - pl.col("unit").str.len_chars() - 1))
-            .when(pl.col("value").str.contains(r"^-?[\d.]+ (?:MiB|%|W|MHz|C)$"))
-            .then(pl.col("value").str.extract(r"^(-?[\d.]+) ", 1))
+            .when(pl.col("value").str.contains(rx(r"^-?[\d.]+ (?:MiB|%|W|MHz|C)$")))
+            .then(pl.col("value").str.extract(rx(r"^(-?[\d.]+) "), 1))
             .otherwise(pl.col("value")))
         tables["gpu_query"] = long.select("line_no", "field", "unit", "value")
         wide = long.filter(pl.col("field").is_in(["index", "name", "pci.bus_id", "uuid", "serial", "memory.total",
@@ -400,22 +400,22 @@ def _nccl_tests(df: pl.DataFrame, tables: dict, used: list) -> None:
     t = pl.col("text")
     s = "_stream"
     # the inputs with nccl-tests' own markers; a bare result row is read anywhere
-    marked = df.filter(t.str.contains(_NT_MARKERS))["_file"].unique()
+    marked = df.filter(t.str.contains(rx(_NT_MARKERS)))["_file"].unique()
     # mpirun --tag-output puts `[0]` before every field group, inside the row too.
-    clean = t.str.replace_all(r"\[\d+\]", " ")
-    row = clean.str.contains(_ROW)
+    clean = t.str.replace_all(rx(r"\[\d+\]"), " ")
+    row = clean.str.contains(rx(_ROW))
     if marked.is_empty() and not df.select(row.any()).item():
         return
-    head = t.str.contains(_NT_HEAD) | t.str.contains(_BIN)
-    nthread = t.str.contains(r"nThread \d+ nGpus")
-    opname = pl.coalesce(t.str.extract(r"Collective test starting: (\w+?)(?:_perf)?(?:_mpi)?\s*$", 1),
-                         t.str.extract(_BIN, 1))
+    head = t.str.contains(rx(_NT_HEAD)) | t.str.contains(rx(_BIN))
+    nthread = t.str.contains(rx(r"nThread \d+ nGpus"))
+    opname = pl.coalesce(t.str.extract(rx(r"Collective test starting: (\w+?)(?:_perf)?(?:_mpi)?\s*$"), 1),
+                         t.str.extract(rx(_BIN), 1))
     d = df.with_columns(
         _run=pl.when(nthread).then(pl.col("line_no")).forward_fill().over(s).fill_null(0).cast(pl.UInt32),
         _op=pl.when(opname.is_not_null()).then(opname).forward_fill().over(s),
         _clean=clean,
     )
-    parts = pl.col("_clean").str.extract_groups(_ROW)
+    parts = pl.col("_clean").str.extract_groups(rx(_ROW))
     rows = d.filter(row).with_columns(_p=parts).select(
         "line_no", run="_run", op="_op",
         size_bytes=pl.col("_p").struct.field("1"), count=pl.col("_p").struct.field("2"),
@@ -439,19 +439,19 @@ def _nccl_tests(df: pl.DataFrame, tables: dict, used: list) -> None:
         return
     if marked.len() < d["_file"].n_unique():
         d = d.filter(pl.col("_file").is_in(marked.implode()))
-    dev = d.filter(t.str.contains(_DEVICE)).with_columns(_p=t.str.extract_groups(_DEVICE)).select(
+    dev = d.filter(t.str.contains(rx(_DEVICE))).with_columns(_p=t.str.extract_groups(rx(_DEVICE))).select(
         "line_no", source=pl.lit("nccl-tests"),
         rank=pl.col("_p").struct.field("1"), pid=pl.col("_p").struct.field("3"),
         host=pl.col("_p").struct.field("4"), index=pl.col("_p").struct.field("5"),
         bus_id=pl.col("_p").struct.field("6"), name=pl.col("_p").struct.field("7"),
     ).with_columns(gpu=pl.concat_str([pl.lit("GPU"), pl.col("index")]))
     tables["gpus"] = pl.concat([tables["gpus"], conform(dev, GPUS_SCHEMA)], how="diagonal_relaxed")
-    body = t.str.replace(r"^\s*#?\s*", "")
+    body = t.str.replace(rx(r"^\s*#?\s*"), "")
     meta = d.filter(head).select(
         "line_no", run="_run", op="_op",
         key=pl.when(body.str.starts_with("Collective test starting")).then(pl.lit("test_starting"))
         .when(body.str.starts_with("Collective test concluded")).then(pl.lit("test_concluded"))
-        .when(t.str.contains(_BIN)).then(pl.lit("command"))
+        .when(t.str.contains(rx(_BIN))).then(pl.lit("command"))
         .when(body.str.starts_with("nThread")).then(pl.lit("params"))
         .when(body.str.starts_with("Using devices")).then(pl.lit("devices"))
         .when(body.str.starts_with("Blocking")).then(pl.lit("blocking"))
@@ -460,16 +460,16 @@ def _nccl_tests(df: pl.DataFrame, tables: dict, used: list) -> None:
         .when(body.str.starts_with("Collective test concluded")).then(pl.lit("test_concluded"))
         .when(body.str.starts_with("Out of bounds")).then(pl.lit("out_of_bounds"))
         .otherwise(pl.lit("avg_busbw_gbs")),
-        value=pl.when(t.str.contains(_BIN) & ~body.str.starts_with("Collective test")).then(t.str.strip_chars())
-        .when(body.str.contains(r"^(?:Out of bounds values|Avg bus bandwidth)\s*:"))
-        .then(body.str.replace(r"^[^:]*:\s*", "").str.strip_chars())
+        value=pl.when(t.str.contains(rx(_BIN)) & ~body.str.starts_with("Collective test")).then(t.str.strip_chars())
+        .when(body.str.contains(rx(r"^(?:Out of bounds values|Avg bus bandwidth)\s*:")))
+        .then(body.str.replace(rx(r"^[^:]*:\s*"), "").str.strip_chars())
         .when(body.str.starts_with("nccl-tests version")).then(body.str.replace("nccl-tests version ", "", literal=True))
-        .when(body.str.starts_with("Collective test")).then(body.str.replace(r"^[^:]*:\s*", ""))
+        .when(body.str.starts_with("Collective test")).then(body.str.replace(rx(r"^[^:]*:\s*"), ""))
         .otherwise(body.str.strip_chars()),
     )
     tables["bench_runs"] = conform(meta, BENCH_RUNS_SCHEMA)
-    table_head = d.filter(t.str.contains(_TABLE_HEAD))
-    bare_hash = d.filter(t.str.contains(r"^\s*#\s*$"))
+    table_head = d.filter(t.str.contains(rx(_TABLE_HEAD)))
+    bare_hash = d.filter(t.str.contains(rx(r"^\s*#\s*$")))
     used += [dev.select("line_no"), meta.select("line_no"), table_head.select("line_no"), bare_hash.select("line_no")]
 
 
@@ -490,10 +490,10 @@ _FIELD = {
 def _ib_blocks(df: pl.DataFrame, tables: dict, used: list) -> None:
     t = pl.col("text")
     s = "_stream"
-    ca = pl.coalesce(t.str.extract(_CA, 1), t.str.extract(_CA, 2))
+    ca = pl.coalesce(t.str.extract(rx(_CA), 1), t.str.extract(rx(_CA), 2))
     is_ca = ca.is_not_null()
-    port = to_int(pl.coalesce(t.str.extract(_PORT, 1), t.str.extract(_PORT, 2)))
-    indented = t.str.contains(r"^\s+\S")
+    port = to_int(pl.coalesce(t.str.extract(rx(_PORT), 1), t.str.extract(rx(_PORT), 2)))
+    indented = t.str.contains(rx(r"^\s+\S"))
     blank = t.str.strip_chars() == ""
     d = df.with_columns(
         _ca_line=pl.when(is_ca).then(pl.col("line_no"))
@@ -511,11 +511,11 @@ def _ib_blocks(df: pl.DataFrame, tables: dict, used: list) -> None:
         .when(is_ca).then(pl.lit(-1, dtype=pl.Int64)).forward_fill().over(s),
     )
     inside = pl.col("_ca_line") > 0
-    kv = d.filter(inside & ~is_ca & pl.col("_port").is_not_null() & t.str.contains(_KV)
-                  & ~t.str.contains(_PORT)).with_columns(
-        key=t.str.extract(_KV, 1), value=t.str.extract(_KV, 2))
+    kv = d.filter(inside & ~is_ca & pl.col("_port").is_not_null() & t.str.contains(rx(_KV))
+                  & ~t.str.contains(rx(_PORT))).with_columns(
+        key=t.str.extract(rx(_KV), 1), value=t.str.extract(rx(_KV), 2))
     cas = d.filter(is_ca).select("line_no", "_ca_line", ca="_ca", source="_src")
-    ports = d.filter(inside & t.str.contains(_PORT)).select("line_no", "_ca_line", "_port_line", port="_port")
+    ports = d.filter(inside & t.str.contains(rx(_PORT))).select("line_no", "_ca_line", "_port_line", port="_port")
     fields = kv.with_columns(col=pl.col("key").replace_strict(_FIELD, default=None)).drop_nulls("col")
     ca_fields = fields.filter(pl.col("_port") == -1)
     port_fields = fields.filter(pl.col("_port") >= 0)
@@ -534,9 +534,9 @@ def _ib_blocks(df: pl.DataFrame, tables: dict, used: list) -> None:
         return pl.col(name) if name in rows.columns else pl.lit(None, dtype=pl.String)
 
     rows = rows.with_columns(
-        state=col("state").str.replace(r"^PORT_", "").str.replace(r"\s*\(\d+\)$", "").str.to_titlecase(),
-        active_mtu=col("active_mtu").str.extract(r"^(\d+)", 1),
-        max_mtu=col("max_mtu").str.extract(r"^(\d+)", 1),
+        state=col("state").str.replace(r"^PORT_", "").str.replace(rx(r"\s*\(\d+\)$"), "").str.to_titlecase(),
+        active_mtu=col("active_mtu").str.extract(rx(r"^(\d+)"), 1),
+        max_mtu=col("max_mtu").str.extract(rx(r"^(\d+)"), 1),
     )
     tables["nic_ports"] = conform(rows, NIC_PORTS_SCHEMA).sort("line_no")
     used += [cas.select("line_no"), ports.select("line_no"), kv.select("line_no")]
@@ -551,13 +551,13 @@ _LINK_HEAD = r"^(?:CA: (.+?)|Switch: (0x[0-9a-fA-F]+) (.+?)):\s*$"
 
 def _iblinkinfo(df: pl.DataFrame, tables: dict, used: list) -> None:
     t = pl.col("text")
-    links = t.str.contains(_LINK)
+    links = t.str.contains(rx(_LINK))
     if not df.select(links.any()).item():
         return
-    head = t.str.contains(_LINK_HEAD)
-    device = pl.coalesce(t.str.extract(_LINK_HEAD, 1), t.str.extract(_LINK_HEAD, 3))
+    head = t.str.contains(rx(_LINK_HEAD))
+    device = pl.coalesce(t.str.extract(rx(_LINK_HEAD), 1), t.str.extract(rx(_LINK_HEAD), 3))
     d = df.with_columns(_dev=pl.when(head).then(device).forward_fill().over("_stream"))
-    p = t.str.extract_groups(_LINK)
+    p = t.str.extract_groups(rx(_LINK))
     rows = d.filter(links).with_columns(_p=p).select(
         "line_no", device="_dev", guid=pl.col("_p").struct.field("1"), lid=pl.col("_p").struct.field("2"),
         port=pl.col("_p").struct.field("3"), width=pl.col("_p").struct.field("4"),
@@ -565,7 +565,7 @@ def _iblinkinfo(df: pl.DataFrame, tables: dict, used: list) -> None:
         state=pl.col("_p").struct.field("6"), physical_state=pl.col("_p").struct.field("7"),
         peer_lid=pl.col("_p").struct.field("8"), peer_port=pl.col("_p").struct.field("9"),
         peer=pl.col("_p").struct.field("10"),
-    ).with_columns(rate_gbps=pl.col("width").str.extract(r"(\d+)", 1).cast(pl.Float64, strict=False) * pl.col("lane_gbps"))
+    ).with_columns(rate_gbps=pl.col("width").str.extract(rx(r"(\d+)"), 1).cast(pl.Float64, strict=False) * pl.col("lane_gbps"))
     tables["ib_links"] = conform(rows, IB_LINKS_SCHEMA)
     used += [rows.select("line_no"), d.filter(head).select("line_no")]
 
@@ -578,7 +578,7 @@ _IBDIAG = r"^\s*(ibwarn|ibpanic|iberror): \[\d+\] (.*?)\s*$"
 
 def _ibdev2netdev(df: pl.DataFrame, tables: dict, used: list) -> None:
     t = pl.col("text")
-    rows = df.filter(t.str.contains(_IBDEV2NETDEV)).with_columns(_p=t.str.extract_groups(_IBDEV2NETDEV)).select(
+    rows = df.filter(t.str.contains(rx(_IBDEV2NETDEV))).with_columns(_p=t.str.extract_groups(rx(_IBDEV2NETDEV))).select(
         "line_no", source=pl.lit("ibdev2netdev"), ca=pl.col("_p").struct.field("1"),
         port=to_int(pl.col("_p").struct.field("2")), netdev=pl.col("_p").struct.field("3"),
         state=pl.col("_p").struct.field("4").str.to_titlecase())
@@ -590,12 +590,12 @@ def _ibdev2netdev(df: pl.DataFrame, tables: dict, used: list) -> None:
 
 def _ibdiag(df: pl.DataFrame, tables: dict, used: list) -> None:
     t = pl.col("text")
-    rows = df.filter(t.str.contains(_IBDIAG)).with_columns(_p=t.str.extract_groups(_IBDIAG)).select(
+    rows = df.filter(t.str.contains(rx(_IBDIAG))).with_columns(_p=t.str.extract_groups(rx(_IBDIAG))).select(
         "line_no", kind=pl.col("_p").struct.field("1"),
         level=pl.when(pl.col("_p").struct.field("1") == "ibwarn").then(pl.lit("WARN")).otherwise(pl.lit("ERROR")),
         detail=pl.col("_p").struct.field("2"), message=t.str.strip_chars(),
-        device=pl.coalesce(t.str.extract(r"device '([^']+)'", 1), t.str.extract(r"ca_name (\S+)", 1),
-                           t.str.extract(r"opened (\S+)", 1)))
+        device=pl.coalesce(t.str.extract(r"device '([^']+)'", 1), t.str.extract(rx(r"ca_name (\S+)"), 1),
+                           t.str.extract(rx(r"opened (\S+)"), 1)))
     if rows.is_empty():
         return
     tables["events"] = conform(rows, EVENTS_SCHEMA)
@@ -606,11 +606,11 @@ def _ibdiag(df: pl.DataFrame, tables: dict, used: list) -> None:
 # in the order ``parse`` runs them.
 _TOOLS = (
     (lambda t: t.str.contains("GPU0", literal=True) | t.str.contains("Legend:", literal=True), _topo),
-    (lambda t: t.str.contains(r"^\s*[a-z_]+\.[a-z_.]+(?: \[[^\]]+\])?(?:, |$)|--query-gpu=|^- [^:]+: \d+ ?MiB \("),
+    (lambda t: t.str.contains(rx(r"^\s*[a-z_]+\.[a-z_.]+(?: \[[^\]]+\])?(?:, |$)|--query-gpu=|^- [^:]+: \d+ ?MiB \(")),
      _smi_csv),
-    (lambda t: t.str.contains(_NT_MARKERS) | t.str.contains(_ROW_HINT), _nccl_tests),
+    (lambda t: t.str.contains(rx(_NT_MARKERS)) | t.str.contains(rx(_ROW_HINT)), _nccl_tests),
     (lambda t: t.str.contains(r"^CA '|^hca_id:"), _ib_blocks),
     (lambda t: t.str.contains("Gbps", literal=True), _iblinkinfo),
-    (lambda t: t.str.contains(_IBDEV2NETDEV), _ibdev2netdev),
-    (lambda t: t.str.contains(_IBDIAG), _ibdiag),
+    (lambda t: t.str.contains(rx(_IBDEV2NETDEV)), _ibdev2netdev),
+    (lambda t: t.str.contains(rx(_IBDIAG)), _ibdiag),
 )

@@ -150,9 +150,9 @@ def parse(lines: pl.DataFrame) -> ParseResult:
     if lines is None or lines.is_empty() or "text" not in lines.columns:
         return ParseResult(tables=tables)
     text = lines["text"]
-    bt = bool(text.str.contains(_BT_MARK).any())
-    p2p = bool(text.str.contains(_P2P_MARK).any())
-    pt = bool(text.str.contains(_PT_MARK).any())
+    bt = bool(text.str.contains(rx(_BT_MARK)).any())
+    p2p = bool(text.str.contains(rx(_P2P_MARK)).any())
+    pt = bool(text.str.contains(rx(_PT_MARK)).any())
     if not (bt or p2p or pt):
         return ParseResult(tables=tables)
     df = with_stream(lines)
@@ -189,32 +189,32 @@ _DIRS = {"Host to Device": "H2D", "Device to Host": "D2H", "Device to Device": "
 
 def _bandwidth_test(df: pl.DataFrame, tables: dict, used: list) -> None:
     t = pl.col("text")
-    section = t.str.contains(_BT_SECTION)
-    cols = t.str.contains(_BT_COLS)
-    row = t.str.contains(_BT_ROW)
-    banner = t.str.contains(r"\[CUDA Bandwidth Test\]")
+    section = t.str.contains(rx(_BT_SECTION))
+    cols = t.str.contains(rx(_BT_COLS))
+    row = t.str.contains(rx(_BT_ROW))
+    banner = t.str.contains(rx(r"\[CUDA Bandwidth Test\]"))
     d = df.with_columns(
         _run=_ff(pl.when(banner).then(pl.col("line_no"))).fill_null(0).cast(pl.UInt32),
-        _mode=_ff(pl.when(banner).then(pl.lit("")).otherwise(t.str.extract(_BT_MODE, 1))),
-        _dev=_ff(pl.when(banner).then(pl.lit(None, dtype=pl.String)).otherwise(t.str.extract(_BT_DEVICE, 1))),
-        _devname=_ff(pl.when(banner).then(pl.lit(None, dtype=pl.String)).otherwise(t.str.extract(_BT_DEVICE, 2))),
-        _dir=_ff(t.str.extract(_BT_SECTION, 1)),
-        _ndev=_ff(t.str.extract(_BT_SECTION, 2)),
-        _mem=_ff(pl.when(section).then(pl.lit("")).otherwise(t.str.extract(_BT_MEMORY, 1))),
+        _mode=_ff(pl.when(banner).then(pl.lit("")).otherwise(t.str.extract(rx(_BT_MODE), 1))),
+        _dev=_ff(pl.when(banner).then(pl.lit(None, dtype=pl.String)).otherwise(t.str.extract(rx(_BT_DEVICE), 1))),
+        _devname=_ff(pl.when(banner).then(pl.lit(None, dtype=pl.String)).otherwise(t.str.extract(rx(_BT_DEVICE), 2))),
+        _dir=_ff(t.str.extract(rx(_BT_SECTION), 1)),
+        _ndev=_ff(t.str.extract(rx(_BT_SECTION), 2)),
+        _mem=_ff(pl.when(section).then(pl.lit("")).otherwise(t.str.extract(rx(_BT_MEMORY), 1))),
         # the column header opens a table; anything but a row closes it
         _cols=_ff(pl.when(cols).then(pl.col("line_no")).when(~row).then(pl.lit(0, dtype=pl.UInt32))),
-        _unit=_ff(t.str.extract(_BT_COLS, 1)),
+        _unit=_ff(t.str.extract(rx(_BT_COLS), 1)),
     )
     rows = d.filter(row & (pl.col("_cols") > 0)).select(
         "line_no", run="_run", source=pl.lit("bandwidthTest"),
         mode=pl.col("_mode").replace("", None).str.to_lowercase(),
         direction=pl.col("_dir").replace_strict(_DIRS, default=None), memory=pl.col("_mem").replace("", None).str.to_lowercase(),
         devices=to_int(pl.col("_ndev")), device=to_int(pl.col("_dev")), device_name="_devname",
-        size_bytes=to_int(t.str.extract(_BT_ROW, 1)), value=t.str.extract(_BT_ROW, 2).cast(pl.Float64, strict=False),
+        size_bytes=to_int(t.str.extract(rx(_BT_ROW), 1)), value=t.str.extract(rx(_BT_ROW), 2).cast(pl.Float64, strict=False),
         unit=pl.col("_unit") + "/s",
     )
-    p = t.str.extract_groups(_BT_CSV)
-    csv = d.filter(t.str.contains(_BT_CSV)).with_columns(_p=p).select(
+    p = t.str.extract_groups(rx(_BT_CSV))
+    csv = d.filter(t.str.contains(rx(_BT_CSV))).with_columns(_p=p).select(
         "line_no", run="_run", source=pl.lit("bandwidthTest --csv"), mode=pl.col("_mode").replace("", None).str.to_lowercase(),
         direction=pl.col("_p").struct.field("1"),
         memory=pl.col("_p").struct.field("2").str.to_lowercase().replace({"paged": "pageable", "writecombined": "write-combined"}),
@@ -225,8 +225,8 @@ def _bandwidth_test(df: pl.DataFrame, tables: dict, used: list) -> None:
     out = pl.concat([rows, csv], how="diagonal_relaxed").with_columns(
         gbyte_s=pl.when(pl.col("unit") == "MB/s").then(pl.col("value") / 1000).otherwise(pl.col("value")))
     tables["cuda_bandwidth"] = conform(out, CUDA_BW_SCHEMA).sort("line_no")
-    other = d.filter(section | cols | t.str.contains(_BT_MEMORY) | t.str.contains(_BT_MODE) | t.str.contains(_BT_OTHER)
-                     | (t.str.contains(_BT_DEVICE) & ~t.str.contains(r"^\s*Device \d+: .*pciBusID")))
+    other = d.filter(section | cols | t.str.contains(rx(_BT_MEMORY)) | t.str.contains(rx(_BT_MODE)) | t.str.contains(rx(_BT_OTHER))
+                     | (t.str.contains(rx(_BT_DEVICE)) & ~t.str.contains(rx(r"^\s*Device \d+: .*pciBusID"))))
     used += [out.select("line_no"), other.select("line_no")]
 
 
@@ -247,16 +247,16 @@ _P2P_OTHER = (r"^\s*(?:\[P2P \(Peer-to-Peer\) GPU Bandwidth Latency Test\]|\*+NO
 
 def _p2p(df: pl.DataFrame, tables: dict, used: list) -> None:
     t = pl.col("text")
-    title = t.str.contains(_P2P_TITLE) | t.str.contains(_CONN_TITLE)
-    head = t.str.contains(_P2P_HEAD)
-    row = t.str.contains(_P2P_ROW)
+    title = t.str.contains(rx(_P2P_TITLE)) | t.str.contains(rx(_CONN_TITLE))
+    head = t.str.contains(rx(_P2P_HEAD))
+    row = t.str.contains(rx(_P2P_ROW))
     blank = t.str.strip_chars() == ""
-    banner = t.str.contains(r"\[P2P \(Peer-to-Peer\)")
-    g = t.str.extract_groups(_P2P_TITLE)
+    banner = t.str.contains(rx(r"\[P2P \(Peer-to-Peer\)"))
+    g = t.str.extract_groups(rx(_P2P_TITLE))
     d = df.with_columns(
         _run=_ff(pl.when(banner).then(pl.col("line_no"))).fill_null(0).cast(pl.UInt32),
         _title=_ff(pl.when(title).then(pl.col("line_no")).when(~(head | row | blank)).then(pl.lit(0, dtype=pl.UInt32))),
-        _matrix=_ff(pl.when(t.str.contains(_CONN_TITLE)).then(pl.lit("connectivity"))
+        _matrix=_ff(pl.when(t.str.contains(rx(_CONN_TITLE))).then(pl.lit("connectivity"))
                     .when(title).then(pl.when(g.struct.field("3") == "Latency").then(pl.lit("latency")).otherwise(pl.lit("bandwidth")))),
         _direction=_ff(pl.when(title).then(pl.coalesce(g.struct.field("1").str.to_lowercase(), pl.lit("")))),
         _p2p=_ff(pl.when(title).then(pl.coalesce(g.struct.field("2").str.to_lowercase(), pl.lit("")))),
@@ -266,29 +266,29 @@ def _p2p(df: pl.DataFrame, tables: dict, used: list) -> None:
         _head=_ff(pl.when(title).then(pl.lit(0, dtype=pl.UInt32)).when(head).then(pl.col("line_no"))),
     )
     heads = d.filter(head & (pl.col("_title") > 0)).select(
-        _head="line_no", side=t.str.extract(_P2P_HEAD, 1).replace({"D\\D": None}).str.to_lowercase(),
-        _cols=t.str.extract(_P2P_HEAD, 2).str.extract_all(r"\d+"))
+        _head="line_no", side=t.str.extract(rx(_P2P_HEAD), 1).replace({"D\\D": None}).str.to_lowercase(),
+        _cols=t.str.extract(rx(_P2P_HEAD), 2).str.extract_all(rx(r"\d+")))
     cells = d.filter(row & ~head & (pl.col("_title") > 0) & (pl.col("_head") > 0)).select(
         "line_no", run="_run", title_line="_title", _head="_head", matrix="_matrix",
         direction=pl.col("_direction").replace("", None), p2p=pl.col("_p2p").replace("", None),
         method=pl.col("_method").replace("", None), unit=pl.col("_unit").replace("", None),
-        src=to_int(t.str.extract(_P2P_ROW, 1)), _vals=t.str.extract(_P2P_ROW, 2).str.extract_all(r"-?\d+(?:\.\d+)?"),
+        src=to_int(t.str.extract(rx(_P2P_ROW), 1)), _vals=t.str.extract(rx(_P2P_ROW), 2).str.extract_all(rx(r"-?\d+(?:\.\d+)?")),
     ).join(heads, on="_head", how="inner").filter(pl.col("_vals").list.len() == pl.col("_cols").list.len())
     frames = []
     if not cells.is_empty():
         long = cells.explode(["_vals", "_cols"]).with_columns(
             dst=to_int(pl.col("_cols")), value=pl.col("_vals").cast(pl.Float64, strict=False))
         frames.append(long)
-    a = t.str.extract_groups(_P2P_ACCESS)
-    access = d.filter(t.str.contains(_P2P_ACCESS)).with_columns(_a=a).select(
+    a = t.str.extract_groups(rx(_P2P_ACCESS))
+    access = d.filter(t.str.contains(rx(_P2P_ACCESS))).with_columns(_a=a).select(
         "line_no", run="_run", matrix=pl.lit("access"), src=to_int(pl.col("_a").struct.field("1")),
         dst=to_int(pl.col("_a").struct.field("3")),
         value=pl.when(pl.col("_a").struct.field("2") == "CAN").then(1.0).otherwise(0.0))
     frames.append(access)
     out = pl.concat(frames, how="diagonal_relaxed")
     tables["p2p_matrix"] = conform(out, P2P_SCHEMA).sort("line_no", "dst")
-    dv = t.str.extract_groups(_P2P_DEVICE)
-    devs = d.filter(t.str.contains(_P2P_DEVICE)).with_columns(_d=dv).select(
+    dv = t.str.extract_groups(rx(_P2P_DEVICE))
+    devs = d.filter(t.str.contains(rx(_P2P_DEVICE))).with_columns(_d=dv).select(
         "line_no", source=pl.lit("p2pBandwidthLatencyTest"), index=to_int(pl.col("_d").struct.field("1")),
         name=pl.col("_d").struct.field("2"),
         bus_id=pl.format("{}:{}:00.0", pl.col("_d").struct.field("5").str.zfill(4),
@@ -298,7 +298,7 @@ def _p2p(df: pl.DataFrame, tables: dict, used: list) -> None:
         tables["gpus"] = pl.concat([tables["gpus"], conform(devs, GPUS_SCHEMA)], how="diagonal_relaxed")
     heads_used = d.filter(head & (pl.col("_title") > 0)).select("line_no")
     used += [out.select("line_no"), heads_used, devs.select("line_no"),
-             d.filter(title | t.str.contains(_P2P_OTHER)).select("line_no")]
+             d.filter(title | t.str.contains(rx(_P2P_OTHER))).select("line_no")]
 
 
 # -- perftest ---------------------------------------------------------------------------------
@@ -324,21 +324,21 @@ _PARAMS = {"Device": "device", "Link type": "link_type", "Transport type": "tran
 
 def _perftest(df: pl.DataFrame, tables: dict, used: list) -> None:
     t = pl.col("text")
-    title = t.str.contains(_PT_TITLE)
-    head = t.str.contains(_PT_HEAD)
-    addr = t.str.contains(_PT_ADDR)
+    title = t.str.contains(rx(_PT_TITLE))
+    head = t.str.contains(rx(_PT_HEAD))
+    addr = t.str.contains(rx(_PT_ADDR))
     banner = t.str.contains(r"Waiting for client to connect")
     d = df.with_columns(
         _run=_ff(pl.when(title).then(pl.col("line_no"))),
         # where in a run a line is: "head" (key: value block), "addr", "table"
         _phase=_ff(pl.when(title).then(pl.lit("head")).when(addr).then(pl.lit("addr")).when(head).then(pl.lit("table"))),
-        _hdr=_ff(pl.when(title).then(pl.lit(None, dtype=pl.String)).when(head).then(t.str.extract(_PT_HEAD, 1))),
+        _hdr=_ff(pl.when(title).then(pl.lit(None, dtype=pl.String)).when(head).then(t.str.extract(rx(_PT_HEAD), 1))),
         # a result table is its header and the rows right under it (warnings may interleave)
-        _tbl=_ff(pl.when(head).then(pl.col("line_no")).when(~(t.str.contains(_PT_LAT_ROW) | t.str.contains(_PT_WARN)))
+        _tbl=_ff(pl.when(head).then(pl.col("line_no")).when(~(t.str.contains(rx(_PT_LAT_ROW)) | t.str.contains(rx(_PT_WARN))))
                  .then(pl.lit(0, dtype=pl.UInt32))).fill_null(0),
         _banner=_ff(pl.when(banner).then(pl.col("line_no"))).fill_null(0),
     )
-    titles = d.filter(title).with_columns(_g=t.str.extract_groups(_PT_TITLE)).select(
+    titles = d.filter(title).with_columns(_g=t.str.extract_groups(rx(_PT_TITLE))).select(
         run="_run", test=t.str.strip_chars(), verb=pl.col("_g").struct.field("1"),
         kind=pl.when(pl.col("_g").struct.field("3") == "BW").then(pl.lit("bw")).otherwise(pl.lit("lat")),
         bidirectional=pl.col("_g").struct.field("2").str.contains("Bidirectional"),
@@ -346,16 +346,16 @@ def _perftest(df: pl.DataFrame, tables: dict, used: list) -> None:
         .then(pl.lit("server")).otherwise(pl.lit("client")),
     )
     in_head = (pl.col("_phase") == "head") & pl.col("_run").is_not_null()
-    kv_lines = d.filter(in_head & ~title & t.str.contains(_PT_KV_LINE))
-    params = kv_lines.select("line_no", run="_run", _kv=t.str.extract_all(_PT_KV_ONE)).explode("_kv").select(
-        "line_no", "run", key=pl.col("_kv").str.extract(r"^(.*?)\s*:", 1).str.strip_chars(),
-        value=pl.col("_kv").str.extract(r":\s*(\S+)$", 1))
+    kv_lines = d.filter(in_head & ~title & t.str.contains(rx(_PT_KV_LINE)))
+    params = kv_lines.select("line_no", run="_run", _kv=t.str.extract_all(rx(_PT_KV_ONE))).explode("_kv").select(
+        "line_no", "run", key=pl.col("_kv").str.extract(rx(r"^(.*?)\s*:"), 1).str.strip_chars(),
+        value=pl.col("_kv").str.extract(rx(r":\s*(\S+)$"), 1))
     inside = pl.col("_run").is_not_null()
-    warn = d.filter(t.str.contains(_PT_WARN)).select("line_no", run="_run", key=pl.lit("warning"),
+    warn = d.filter(t.str.contains(rx(_PT_WARN))).select("line_no", run="_run", key=pl.lit("warning"),
                                                       value=t.str.strip_chars())
     # the command line a wrapper script echoed (``$ ib_send_bw -d mlx5_0 ...``): it belongs to the next run
-    cmd = d.filter(t.str.contains(_PT_CMD)).select("line_no", run=pl.lit(None, dtype=pl.UInt32), key=pl.lit("command"),
-                                                   value=t.str.replace(r"^\s*(?:\$|#)?\s*", ""))
+    cmd = d.filter(t.str.contains(rx(_PT_CMD))).select("line_no", run=pl.lit(None, dtype=pl.UInt32), key=pl.lit("command"),
+                                                   value=t.str.replace(rx(r"^\s*(?:\$|#)?\s*"), ""))
     tables["perftest_params"] = conform(pl.concat([params, warn, cmd]), PERF_PARAMS_SCHEMA).sort("line_no")
     facts = params.filter(pl.col("key").is_in(list(_PARAMS))).with_columns(
         col=pl.col("key").replace_strict(_PARAMS, default=None))
@@ -366,24 +366,24 @@ def _perftest(df: pl.DataFrame, tables: dict, used: list) -> None:
     for c in _PARAMS.values():
         if c not in wide.columns:
             wide = wide.with_columns(pl.lit(None, dtype=pl.String).alias(c))
-    wide = wide.with_columns(mtu=pl.col("mtu").str.extract(r"^(\d+)", 1))
+    wide = wide.with_columns(mtu=pl.col("mtu").str.extract(rx(r"^(\d+)"), 1))
     in_table = inside & (pl.col("_phase") == "table") & pl.col("_hdr").is_not_null() & (pl.col("_tbl") > 0)
-    bw_hdr = pl.col("_hdr").str.contains(r"BW average\[")
-    bwp = t.str.extract_groups(_PT_BW_ROW)
-    bw = d.filter(in_table & bw_hdr & t.str.contains(_PT_BW_ROW)).with_columns(_p=bwp).select(
+    bw_hdr = pl.col("_hdr").str.contains(rx(r"BW average\["))
+    bwp = t.str.extract_groups(rx(_PT_BW_ROW))
+    bw = d.filter(in_table & bw_hdr & t.str.contains(rx(_PT_BW_ROW))).with_columns(_p=bwp).select(
         "line_no", run="_run", size_bytes=to_int(pl.col("_p").struct.field("1")),
         iterations=to_int(pl.col("_p").struct.field("2")),
         bw_peak=pl.col("_p").struct.field("3").cast(pl.Float64, strict=False),
         bw_avg=pl.col("_p").struct.field("4").cast(pl.Float64, strict=False),
         msg_rate_mpps=pl.col("_p").struct.field("5").cast(pl.Float64, strict=False),
-        unit=pl.col("_hdr").str.extract(r"BW average\[([^\]]+)\]", 1),
+        unit=pl.col("_hdr").str.extract(rx(r"BW average\[([^\]]+)\]"), 1),
     ).with_columns(bw_avg_gbit=pl.when(pl.col("unit") == "MB/sec").then(pl.col("bw_avg") * 1048576 * 8 / 1e9)
                    .otherwise(pl.col("bw_avg")))
-    lat = d.filter(in_table & ~bw_hdr & t.str.contains(_PT_LAT_ROW)).select(
-        "line_no", run="_run", size_bytes=to_int(t.str.extract(_PT_LAT_ROW, 1)),
-        iterations=to_int(t.str.extract(_PT_LAT_ROW, 2)),
-        _vals=t.str.extract(_PT_LAT_ROW, 3).str.extract_all(r"-?[\d.]+"),
-        _names=pl.col("_hdr").str.extract_all(r"t_\w+\[usec\]|99(?:\.9)?% percentile\[usec\]"),
+    lat = d.filter(in_table & ~bw_hdr & t.str.contains(rx(_PT_LAT_ROW))).select(
+        "line_no", run="_run", size_bytes=to_int(t.str.extract(rx(_PT_LAT_ROW), 1)),
+        iterations=to_int(t.str.extract(rx(_PT_LAT_ROW), 2)),
+        _vals=t.str.extract(rx(_PT_LAT_ROW), 3).str.extract_all(rx(r"-?[\d.]+")),
+        _names=pl.col("_hdr").str.extract_all(rx(r"t_\w+\[usec\]|99(?:\.9)?% percentile\[usec\]")),
         unit=pl.lit("usec"))
     lat = lat.filter(pl.col("_vals").list.len() == pl.col("_names").list.len())
     if not lat.is_empty():
@@ -397,6 +397,6 @@ def _perftest(df: pl.DataFrame, tables: dict, used: list) -> None:
     if not results.is_empty():
         results = results.join(titles, on="run", how="left").join(wide, on="run", how="left")
     tables["perftest_results"] = conform(results, PERF_RESULTS_SCHEMA).sort("line_no")
-    other = d.filter(inside & (title | addr | head) | t.str.contains(_PT_SEP))
+    other = d.filter(inside & (title | addr | head) | t.str.contains(rx(_PT_SEP)))
     used += [results.select("line_no"), params.select("line_no"), warn.select("line_no"), cmd.select("line_no"),
              other.select("line_no")]

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
+from postmortem.parsers.ascii_text import rx
 
 @dataclass(frozen=True)
 class Cause:
@@ -430,9 +431,9 @@ def classify(message: pl.Expr, src: pl.Expr | None = None, possible: set[int] | 
     for i, c in reversed(list(enumerate(CAUSES))):
         if possible is not None and i not in possible:
             continue
-        hit = message.str.contains(c.pattern)
+        hit = message.str.contains(rx(c.pattern))
         if c.src:
-            hit = hit & src.fill_null("").str.contains(c.src)
+            hit = hit & src.fill_null("").str.contains(rx(c.src))
         cause = pl.when(hit).then(pl.lit(c.name)).otherwise(cause)
         klass = pl.when(hit).then(pl.lit(c.error_class)).otherwise(klass)
     return cause, klass
@@ -441,19 +442,19 @@ def classify(message: pl.Expr, src: pl.Expr | None = None, possible: set[int] | 
 def fields(message: pl.Expr) -> dict[str, pl.Expr]:
     """The peer rank, peer address, errno (text, name, number), NCCL result code and a byte
     count a message states (null where it states none)."""
-    text = message.str.extract(_ERRNO_TEXT, 1).str.strip_chars()
+    text = message.str.extract(rx(_ERRNO_TEXT), 1).str.strip_chars()
     names = {k: v[0] for k, v in ERRNO.items()}
     numbers = {k: v[1] for k, v in ERRNO.items()}
-    code = message.str.extract(_RETCODE, 1).cast(pl.Int64, strict=False)
+    code = message.str.extract(rx(_RETCODE), 1).cast(pl.Int64, strict=False)
     return {
-        "peer_rank": message.str.extract(_PEER_RANK, 1).cast(pl.Int64, strict=False),
-        "peer": message.str.extract(_PEER, 1),
+        "peer_rank": message.str.extract(rx(_PEER_RANK), 1).cast(pl.Int64, strict=False),
+        "peer": message.str.extract(rx(_PEER), 1),
         "errno_text": text,
         "errno_name": text.replace_strict(names, default=None, return_dtype=pl.String),
         "errno": text.replace_strict(numbers, default=None, return_dtype=pl.Int64),
         "result_code": code,
         "result": code.replace_strict(RESULT_CODES, default=None, return_dtype=pl.String),
-        "bytes": message.str.extract(_BYTES, 1).cast(pl.Int64, strict=False),
+        "bytes": message.str.extract(rx(_BYTES), 1).cast(pl.Int64, strict=False),
     }
 
 
