@@ -871,8 +871,8 @@ def _prepare(pieces: list[Piece], spool: str | None) -> _Prepared:
     placed = [Piece(p.input_id, p.item, r.capped.start if r.capped else p.start, p.end, p.line_base)
               for r, _, p in pending]
     prepared.ascii = all_ascii(data for _, data, _ in pending)
-    combined = _placed(_uncut(envelope_frame([data for _, data, _ in pending]), [r.capped for r, _, _ in pending]),
-                       placed)
+    combined = _placed(_uncut(envelope_frame([data for _, data, _ in pending], ascii=prepared.ascii),
+                              [r.capped for r, _, _ in pending]), placed)
     # Whole NCCL INFO lines (half the lines of an init log; COLL trace lines, nearly every
     # line of a COLL-traced log) mean nothing to the parsers but NCCL's: the others read
     # ``others``. With a ``spool`` only the first line of each run of COLL lines is parsed;

@@ -299,14 +299,14 @@ def envelope(data: bytes, passes: int = 4) -> pl.DataFrame:
     return split_inputs(envelope_frame([data], passes), 1)[0]
 
 
-def envelope_frame(datas: list[bytes], passes: int = 4) -> pl.DataFrame:
+def envelope_frame(datas: list[bytes], passes: int = 4, ascii: bool | None = None) -> pl.DataFrame:
     """All inputs' lines as one frame: ``ENVELOPE_SCHEMA`` plus ``_input`` (the position in
     ``datas``), in input and line order. A job folder holds hundreds of small per-rank files,
     and a few dozen Polars calls per file cost more than the parsing. The per-file decisions
     (pdsh host tags, ``[N]`` rank tags) are taken per input, and inputs that decided alike are
-    peeled together with the same prefix list. Where every input is ASCII, the patterns are
-    compiled with ASCII classes (``postmortem.parsers.ascii_text``)."""
-    with reading(all_ascii(datas)):
+    peeled together with the same prefix list. Where every input is ASCII (``ascii``, when the
+    caller knows), the patterns are compiled with ASCII classes (``postmortem.parsers.ascii_text``)."""
+    with reading(all_ascii(datas) if ascii is None else ascii):
         return _envelope_frame(datas, passes)
 
 

@@ -143,3 +143,40 @@ def test_the_store_and_findings_are_the_same_with_the_patterns_as_written(monkey
     written = store_of(paths)
     assert not differing(fast[0], written[0])
     assert fast[1:] == written[1:]
+
+
+# The parsers that read a chunk's lines inside ingest's ``reading``: each regex with a class
+# they run over those lines goes through ``rx`` (a pattern written bare is right, only slower).
+READERS = ["c10d", "config", "deepspeed", "envdump", "health", "hf_trainer", "hwtools", "kernel", "linkbench",
+           "megatron", "nccl", "nccl_errors", "nccl_ras", "pyspy", "scheduler", "titan_lightning", "torch_errors",
+           "torchrun", "trainlog"]
+_REGEX_METHODS = {"contains", "extract", "extract_all", "extract_groups", "count_matches", "replace", "replace_all",
+                  "find"}
+
+
+def _bare_patterns(source: str) -> list[int]:
+    """Lines where a Polars string method gets a regex with a backslash escape not through rx."""
+    import ast
+
+    bare = []
+    for node in ast.walk(ast.parse(source)):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr in _REGEX_METHODS and isinstance(node.func.value, ast.Attribute)
+                and node.func.value.attr == "str" and node.args):
+            continue
+        if any(k.arg == "literal" and not (isinstance(k.value, ast.Constant) and k.value.value is False)
+               for k in node.keywords):
+            continue
+        pattern = node.args[0]
+        if isinstance(pattern, ast.Call) and isinstance(pattern.func, ast.Name) and pattern.func.id == "rx":
+            continue
+        if isinstance(pattern, ast.Constant) and "\\" not in str(pattern.value):
+            continue
+        bare.append(node.lineno)
+    return bare
+
+
+@pytest.mark.parametrize("name", READERS)
+def test_the_parsers_patterns_go_through_rx(name):
+    source = (ROOT / "parsers" / f"{name}.py").read_text()
+    assert not _bare_patterns(source), f"parsers/{name}.py: wrap these lines' patterns in rx(): {_bare_patterns(source)}"
