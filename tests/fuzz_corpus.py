@@ -17,6 +17,7 @@ from pathlib import Path
 import polars as pl
 
 from postmortem import parsers
+from postmortem.parsers.ascii_text import reading
 from postmortem.parsers.lines import ENVELOPE_SCHEMA
 
 REAL = Path(__file__).resolve().parents[2] / "shared" / "real-data" / "logs"
@@ -238,9 +239,12 @@ def run_parser(module, lines: pl.DataFrame) -> None:
 
 def run_all_parsers(lines: pl.DataFrame, modules=None) -> None:
     """Every line and env parser on one input's envelope frame (each module as ingest would
-    call it: ``parse(frame)``)."""
+    call it: ``parse(frame)``, with the patterns' ASCII forms where all the text is ASCII)."""
+    text = lines["text"].fill_null("") if "text" in lines.columns else pl.Series([], dtype=pl.String)
+    ascii = bool((text.str.len_bytes() == text.str.len_chars()).all())
     for module in modules if modules is not None else parsers.ALL_PARSERS:
         try:
-            run_parser(module, lines)
+            with reading(ascii):
+                run_parser(module, lines)
         except Exception as exc:
             raise AssertionError(f"parser {module.NAME} raised {type(exc).__name__}: {exc}") from exc

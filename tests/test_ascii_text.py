@@ -3,6 +3,8 @@ exactly where the written ones do on every ASCII character and on real log lines
 envelope of an ASCII input is the same with either."""
 from __future__ import annotations
 
+import functools
+import importlib
 import re
 from pathlib import Path
 
@@ -73,6 +75,7 @@ def _catalogue_patterns() -> list[str]:
     return sorted(set(found))
 
 
+@functools.cache
 def _ascii_lines() -> list[str]:
     texts = [line for module in parsers.ALL_PARSERS for line in getattr(module, "SAMPLE_LINES", [])]
     if REAL.is_dir():
@@ -180,3 +183,33 @@ def _bare_patterns(source: str) -> list[int]:
 def test_the_parsers_patterns_go_through_rx(name):
     source = (ROOT / "parsers" / f"{name}.py").read_text()
     assert not _bare_patterns(source), f"parsers/{name}.py: wrap these lines' patterns in rx(): {_bare_patterns(source)}"
+
+
+def _pattern_strings(name: str) -> set[str]:
+    """The module's string constants and module-level strings (composed patterns) with an escape."""
+    import ast
+
+    module = importlib.import_module(f"postmortem.parsers.{name}")
+    found = {node.value for node in ast.walk(ast.parse((ROOT / "parsers" / f"{name}.py").read_text()))
+             if isinstance(node, ast.Constant) and isinstance(node.value, str) and "\\" in node.value}
+    found |= {value for value in vars(module).values() if isinstance(value, str) and "\\" in value}
+    return found
+
+
+@pytest.mark.parametrize("name", READERS)
+def test_every_pattern_of_the_parsers_compiles_and_matches_alike_in_its_ascii_form(name):
+    """Every string of the module that Polars compiles as a regex (its patterns, and strings that
+    merely hold a backslash) compiles in its ASCII form too, and matches the same real lines:
+    a pattern only rare input reaches is held here, not only where a sample reaches it."""
+    frame = pl.DataFrame({"text": _ascii_lines()})
+    compared = 0
+    for pattern in sorted(_pattern_strings(name)):
+        try:
+            written = frame.select(pl.col("text").str.contains(pattern))
+        except Exception:  # noqa: BLE001 -- not a regex (a message, a docstring)
+            continue
+        rewritten = for_ascii(pattern)
+        if rewritten != pattern:
+            assert written.equals(frame.select(pl.col("text").str.contains(rewritten))), pattern
+            compared += 1
+    assert compared > 0, name
