@@ -17,6 +17,10 @@ def accelerator(run, gpu: str | None = None) -> tuple[dict | None, str]:
     if gpu:
         acc = hardware.find(gpu)
         return acc, (f"--gpu {gpu}" if acc else f"--gpu {gpu}: not in the hardware model")
+    return run.derived(("accelerator",), lambda: _named_in_inputs(run))   # a report asks about five times
+
+
+def _named_in_inputs(run) -> tuple[dict | None, str]:
     for table, column in (("gpus", "name"), ("gpu_health", "product")):
         if column in run.columns(table):
             names = run.frame(f'SELECT "{column}" AS n, count(*) AS c FROM "{table}" WHERE "{column}" IS NOT NULL '
