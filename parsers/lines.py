@@ -563,7 +563,7 @@ def with_stream_where(lines: pl.DataFrame, keep: pl.Expr) -> pl.DataFrame:
     it, so the lines that are not its own cost one scan. ``_stream`` and ``_seq`` of the rows kept
     are those of the whole frame (``_seq`` counts every line of the stream, so that two rows
     are contiguous exactly when no line of their stream lies between them)."""
-    mask = lines.select(pl.col("text").fill_null("")).select(keep).to_series()
+    mask = lines.lazy().select(pl.col("text").fill_null("")).select(keep).collect(engine="in-memory").to_series()
     kept = lines.filter(mask)
     if kept.is_empty():
         return with_stream(kept)
