@@ -4,6 +4,7 @@ import atexit
 import os
 import shutil
 import sys
+import sysconfig
 import tempfile
 from pathlib import Path
 
@@ -33,9 +34,46 @@ def _bytecode_outside_the_sources() -> None:
         return
     prefix = tempfile.mkdtemp(prefix="postmortem-tests-pycache-")
     atexit.register(shutil.rmtree, prefix, ignore_errors=True)
+    _link_installed_bytecode(prefix)
     os.environ["PYTHONPYCACHEPREFIX"] = sys.pycache_prefix = prefix
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     sys.dont_write_bytecode = False
+
+
+# Standard-library folders the suite never imports from (a third of the library's bytecode).
+_STDLIB_UNUSED = {"site-packages", "dist-packages", "test", "idlelib", "tkinter", "lib2to3", "turtledemo", "ensurepip"}
+
+
+def _link_installed_bytecode(prefix: str) -> None:
+    """A cache prefix hides the ``__pycache__`` folders that are already there, so each worker
+    would compile the standard library and every installed package again (about 8 s of CPU per
+    worker, three at once at the start). The folder is seeded with links to that bytecode
+    instead: Python checks a linked file against its source as it would in place, and writes a
+    new one by renaming a fresh file over the link, never into the file it points to."""
+    paths = sysconfig.get_paths()
+    tag = f".{sys.implementation.cache_tag}.pyc"
+    for root in {paths["stdlib"], paths["purelib"], paths["platlib"]}:
+        for folder, subfolders, names in os.walk(root):
+            if folder == paths["stdlib"]:
+                subfolders[:] = [s for s in subfolders if s not in _STDLIB_UNUSED]
+            if os.path.basename(folder) != "__pycache__":
+                continue
+            compiled = [name for name in names if name.endswith(tag)]
+            mirror = prefix + os.path.dirname(os.path.abspath(folder))
+            os.makedirs(mirror, exist_ok=True)
+            for name in compiled:
+                _link(os.path.join(folder, name), os.path.join(mirror, name))
+
+
+def _link(source: str, link: str) -> None:
+    """A hard link where it can be (0.02 ms here, a symbolic one 0.3 ms: thousands are made
+    before the workers start); else a symbolic one; else nothing, and that module is compiled."""
+    for make in (os.link, os.symlink):
+        try:
+            make(source, link)
+            return
+        except OSError:     # another file system, or a file this user may not link
+            continue
 
 
 _bytecode_outside_the_sources()

@@ -24,16 +24,19 @@ def _written() -> dict[tuple[str, str], dict]:
     return out
 
 
-WRITTEN = _written()
+@pytest.fixture(scope="module")
+def written() -> dict[tuple[str, str], dict]:
+    """Parsed when the module's tests run, not when every worker collects them (a second each)."""
+    return _written()
 
 
 @pytest.mark.parametrize("table", list(SHARED))
-def test_every_writer_is_declared_with_its_columns(table):
+def test_every_writer_is_declared_with_its_columns(table, written):
     declared = SHARED[table]
-    writers = {parser for t, parser in WRITTEN if t == table}
+    writers = {parser for t, parser in written if t == table}
     assert writers == set(declared.writers), (table, writers ^ set(declared.writers))
     for parser in writers:
-        assert WRITTEN[(table, parser)] == declared.columns_of(parser), (table, parser)
+        assert written[(table, parser)] == declared.columns_of(parser), (table, parser)
 
 
 @pytest.mark.parametrize("table", list(SHARED))
