@@ -40,16 +40,18 @@ def _bytecode_outside_the_sources() -> None:
     sys.dont_write_bytecode = False
 
 
-# Standard-library folders the suite never imports from (a third of the library's bytecode).
+# Standard-library folders the suite never imports from: 1,074 of its 1,761 bytecode files here.
+# Its site-packages is linked only where it is this environment's (sysconfig's purelib).
 _STDLIB_UNUSED = {"site-packages", "dist-packages", "test", "idlelib", "tkinter", "lib2to3", "turtledemo", "ensurepip"}
 
 
 def _link_installed_bytecode(prefix: str) -> None:
     """A cache prefix hides the ``__pycache__`` folders that are already there, so each worker
-    would compile the standard library and every installed package again (about 4 s of CPU per
-    worker, three at once at the start: the suite's start took 20 s instead of 13). The folder is seeded with links to that bytecode
-    instead: Python checks a linked file against its source as it would in place, and writes a
-    new one by renaming a fresh file over the link, never into the file it points to."""
+    would compile the standard library and every installed package again: about 4 s of CPU per
+    worker, three at once at the start (the suite's start took 20 s instead of 13). The folder
+    is seeded with links to that bytecode instead: Python checks a linked file against its
+    source as it would in place, and writes a new one by renaming a fresh file over the link,
+    never into the file it points to."""
     paths = sysconfig.get_paths()
     tag = f".{sys.implementation.cache_tag}.pyc"
     for root in {paths["stdlib"], paths["purelib"], paths["platlib"]}:
