@@ -3,6 +3,7 @@ exactly where the written ones do on every ASCII character and on real log lines
 envelope of an ASCII input is the same with either."""
 from __future__ import annotations
 
+import ast
 import functools
 import importlib
 import re
@@ -169,8 +170,6 @@ _REGEX_METHODS = {"contains", "extract", "extract_all", "extract_groups", "count
 
 def _bare_patterns(source: str) -> list[int]:
     """Lines where a Polars string method gets a regex with a backslash escape not through rx."""
-    import ast
-
     bare = []
     for node in ast.walk(ast.parse(source)):
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
@@ -197,8 +196,6 @@ def test_the_parsers_patterns_go_through_rx(name):
 
 def _pattern_strings(name: str) -> set[str]:
     """The module's string constants and module-level strings (composed patterns) with an escape."""
-    import ast
-
     module = importlib.import_module(f"postmortem.parsers.{name}")
     found = {node.value for node in ast.walk(ast.parse((ROOT / "parsers" / f"{name}.py").read_text()))
              if isinstance(node, ast.Constant) and isinstance(node.value, str) and "\\" in node.value}
