@@ -52,6 +52,12 @@ def whole_file_bytes() -> int:
     return memory() // 16
 
 
+def kept_tables_bytes() -> int:
+    """The analysis's frames kept after it wrote them, for the report to read without a query of
+    the store (``postmortem.analyzer.pipeline.Run.written``): a sixteenth of the budget."""
+    return memory() // 16
+
+
 def db_memory() -> str:
     """DuckDB's memory cap: ``POSTMORTEM_DB_MEMORY``, else an eighth of the budget."""
     return os.environ.get("POSTMORTEM_DB_MEMORY") or f"{max(128, memory() // 8 >> 20)}MB"

@@ -140,6 +140,25 @@ STORE_COLUMNS = ("SELECT table_name, column_name, data_type FROM duckdb_columns(
                  "WHERE database_name = current_database() AND schema_name = 'main'")
 
 
+# The Polars dtype a query of the store (``Run.frame``: DuckDB's Arrow stream) gives for each
+# DuckDB type its tables hold. A type not listed here may read back otherwise (a time zone, an
+# enum, a struct): ``read_back_unchanged`` says no for it.
+_READ_BACK = {"BIGINT": pl.Int64, "INTEGER": pl.Int32, "UBIGINT": pl.UInt64, "UINTEGER": pl.UInt32,
+              "DOUBLE": pl.Float64, "BOOLEAN": pl.Boolean, "VARCHAR": pl.String, "TIMESTAMP": pl.Datetime("us"),
+              "TIMESTAMP_NS": pl.Datetime("ns"), "VARCHAR[]": pl.List(pl.String), "BIGINT[]": pl.List(pl.Int64)}
+
+
+def read_back_unchanged(con: duckdb.DuckDBPyConnection, frames: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:
+    """Those of ``frames`` (just written to the store under their names) that a ``SELECT *`` of
+    their table would give back as they are: the same columns in the same order, of the same
+    dtypes (the rows are the frame's, in its order: DuckDB keeps the insertion order)."""
+    stored: dict[str, list[tuple[str, str]]] = {}
+    for table, column, data_type in con.execute(STORE_COLUMNS + " ORDER BY table_name, column_index").fetchall():
+        stored.setdefault(table, []).append((column, data_type))
+    return {name: frame for name, frame in frames.items()
+            if [(c, _READ_BACK.get(t)) for c, t in stored.get(name, [])] == list(frame.schema.items())}
+
+
 def write_table(con: duckdb.DuckDBPyConnection, name: str, frame: pl.DataFrame) -> None:
     # Polars' own string layout (Arrow string views, which DuckDB reads): the default converts
     # every string column to large_string first, holding the GIL (the 1,024-rank run's tables:
@@ -164,8 +183,9 @@ def write_table(con: duckdb.DuckDBPyConnection, name: str, frame: pl.DataFrame) 
 WRITERS = 2
 
 
-def write_all(con: duckdb.DuckDBPyConnection, tables: dict[str, pl.DataFrame]) -> None:
-    """Every table but ``INTERNAL`` ones, and an empty one for each ``REQUIRED`` table missing."""
+def write_all(con: duckdb.DuckDBPyConnection, tables: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:
+    """Every table but ``INTERNAL`` ones, and an empty one for each ``REQUIRED`` table missing;
+    returns what it wrote."""
     todo = [(name, frame) for name, frame in tables.items() if name not in INTERNAL]
     todo += [(name, pl.DataFrame(schema=schema)) for name, schema in REQUIRED.items() if name not in tables]
     todo.sort(key=lambda item: -item[1].height)    # the largest first: the writers end together
@@ -179,6 +199,7 @@ def write_all(con: duckdb.DuckDBPyConnection, tables: dict[str, pl.DataFrame]) -
 
     with ThreadPoolExecutor(WRITERS) as pool:
         list(pool.map(write, todo))
+    return dict(todo)
 
 
 def line_text(abs_path: str, offset: int, length: int, cache: dict | None = None) -> str:

@@ -102,6 +102,20 @@ class Options:
     what_if_gpu: str | None = None
 
 
+def _rows(frame: pl.DataFrame, attempt: int | None, without_coll_trace: bool) -> pl.DataFrame:
+    """``frame``'s rows that ``Context.table``'s query would select (the frame itself when that is
+    all of them: a frame of a million rows is not copied)."""
+    keep = []
+    if attempt is not None:
+        keep.append(pl.col("attempt").is_null() | (pl.col("attempt") == attempt))
+    if without_coll_trace and "kind" in frame.columns:
+        keep.append(pl.col("kind").ne_missing(COLL_TRACE))
+    if not keep:
+        return frame
+    mask = frame.select(pl.all_horizontal(keep)).to_series()
+    return frame if mask.all() else frame.filter(mask)
+
+
 class Context:
     """A run and one attempt, with helpers rules share (evidence lines, the rank map)."""
 
@@ -131,6 +145,8 @@ class Context:
                 where.append(f"kind IS DISTINCT FROM '{COLL_TRACE}'")
             if not columns:
                 df = pl.DataFrame()
+            elif name in self.run.written:   # the frame the analysis wrote: the same rows, no query
+                df = _rows(self.run.written[name], self.attempt if by_attempt else None, name == "collectives")
             else:
                 sql = f'SELECT * FROM "{name}"' + (" WHERE " + " AND ".join(where) if where else "")
                 df = self.frame(sql, [self.attempt] if by_attempt else None)
