@@ -30,6 +30,7 @@ import json
 import os
 import shutil
 import stat
+import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -182,11 +183,15 @@ def load(run_key: str, db_path: str | Path | None):
     return con, meta
 
 
-def save(run_key: str, con: duckdb.DuckDBPyConnection, meta: dict) -> None:
+def save(run_key: str, con: duckdb.DuckDBPyConnection, meta: dict, background: bool = False) -> threading.Thread | None:
     """Copy the store into the cache (written aside, then renamed: readers never see half), with
-    the SHA-256 of the entry beside it."""
+    the SHA-256 of the entry beside it. ``background``: an in-memory store's rows are copied by a
+    thread, returned, while the caller goes on (the report: on the 1,024-rank run the copy takes
+    about 1 s); the entry holds the tables that existed when ``save`` was called. The caller
+    must join the thread before it closes ``con``. A store on disk is copied at once: its file
+    must not change while it is read."""
     if usable():
-        return
+        return None
     folder = root()
     part = folder / f".{run_key}.{uuid.uuid4().hex}.part"
     try:
@@ -196,50 +201,98 @@ def save(run_key: str, con: duckdb.DuckDBPyConnection, meta: dict) -> None:
             # A store on disk: its file, checkpointed, is the entry (no table is read or rewritten).
             con.execute("CHECKPOINT")
             if not _room_for(folder, 2 * os.path.getsize(source[0])):
-                return
+                return None
             _copy_checked(Path(source[0]), part, None)    # a new file of ours (O_EXCL, O_NOFOLLOW)
             with duckdb.connect(str(part)) as copy:
                 copy.execute(f"CREATE TABLE {_META} AS SELECT ? AS json", [json.dumps(meta, default=str)])
-        else:
-            if not _room_for(folder, 2 * _in_memory_bytes(con)):
-                return
-            con.execute(f"CREATE OR REPLACE TEMP TABLE {_META} AS SELECT ? AS json", [json.dumps(meta, default=str)])
-            alias = f"c{uuid.uuid4().hex[:8]}"
-            con.execute(f"ATTACH '{store.sql_path(part)}' AS {alias}")
-            try:
-                _copy_database(con, alias)
-                con.execute(f"CREATE TABLE {alias}.{_META} AS SELECT * FROM temp.{_META}")
-            finally:
-                con.execute(f"DETACH {alias}")
-                con.execute(f"DROP TABLE temp.{_META}")
-        _write_small(folder / f"{run_key}.duckdb.sha256", _digest_file(part) + "\n")
-        os.replace(part, folder / f"{run_key}.duckdb")
-        _prune(folder)
+            _publish(folder, run_key, part)
+            return None
+        if not _room_for(folder, 2 * _in_memory_bytes(con)):
+            return None
     except (duckdb.Error, OSError):
-        _remove(part)
-        _remove(part.with_name(part.name + ".wal"))
-        return  # a cache that cannot be written costs speed, never the report
+        _remove_part(part)
+        return None  # a cache that cannot be written costs speed, never the report
+    copy = _MemoryCopy(con, folder, run_key, part, meta)
+    if not copy.begin():
+        return None
+    if not background:
+        copy.finish()
+        return None
+    thread = threading.Thread(target=copy.finish, name="postmortem-cache-save")
+    thread.start()
+    return thread
 
 
-def _copy_database(con: duckdb.DuckDBPyConnection, alias: str) -> None:
-    """The store's schema (tables, views), then its tables' rows, ``store.WRITERS`` tables at a
-    time, the largest first: COPY FROM DATABASE copies one table after another on one core
-    (the 1,024-rank run's store: 1.35 s, against about 1 s this way)."""
-    current = con.execute("SELECT current_database()").fetchall()[0][0]
-    con.execute(f"COPY FROM DATABASE {current} TO {alias} (SCHEMA)")
-    names = [name for (name,) in con.execute(
-        "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database() AND NOT temporary "
-        "ORDER BY estimated_size DESC").fetchall()]
+class _MemoryCopy:
+    """An in-memory store copied into a new database file, through a connection of its own (a
+    cursor: the caller's connection stays free for the report). ``begin`` attaches the file and
+    copies the schema, which fixes the tables copied; ``finish`` copies their rows, ``store.WRITERS``
+    tables at a time, the largest first (COPY FROM DATABASE copies one table after another on
+    one core: the 1,024-rank run's store 1.35 s, against about 1 s this way), and publishes."""
 
-    def copy(name: str) -> None:
-        cursor = con.cursor()
+    def __init__(self, con: duckdb.DuckDBPyConnection, folder: Path, run_key: str, part: Path, meta: dict):
+        self.con, self.folder, self.run_key, self.part, self.meta = con, folder, run_key, part, meta
+        self.alias = f"c{uuid.uuid4().hex[:8]}"
+        self.work: duckdb.DuckDBPyConnection | None = None
+        self.current = ""           # the store's database name
+        self.names: list[str] = []  # its tables, fixed by begin
+
+    def begin(self) -> bool:
         try:
-            cursor.execute(f'INSERT INTO {alias}."{name}" SELECT * FROM {current}."{name}"')
+            self.work = self.con.cursor()
+            self.current = self.work.execute("SELECT current_database()").fetchall()[0][0]
+            self.work.execute(f"ATTACH '{store.sql_path(self.part)}' AS {self.alias}")
+            self.work.execute(f"COPY FROM DATABASE {self.current} TO {self.alias} (SCHEMA)")
+            self.names = [name for (name,) in self.work.execute(
+                "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database() AND NOT temporary "
+                "ORDER BY estimated_size DESC").fetchall()]
+            return True
+        except (duckdb.Error, OSError):
+            self._abandon()
+            return False
+
+    def finish(self) -> None:
+        try:
+            with ThreadPoolExecutor(store.WRITERS) as pool:
+                list(pool.map(self._copy_rows, self.names))
+            self.work.execute(f"CREATE TABLE {self.alias}.{_META} AS SELECT ? AS json",
+                              [json.dumps(self.meta, default=str)])
+            self.work.execute(f"DETACH {self.alias}")
+            self.work.close()
+            _publish(self.folder, self.run_key, self.part)
+        except Exception:  # noqa: BLE001 -- in a thread too: a cache that cannot be written costs speed, never the report
+            self._abandon()
+
+    def _copy_rows(self, name: str) -> None:
+        cursor = self.work.cursor()
+        try:
+            cursor.execute(f'INSERT INTO {self.alias}."{name}" SELECT * FROM {self.current}."{name}"')
         finally:
             cursor.close()
 
-    with ThreadPoolExecutor(store.WRITERS) as pool:
-        list(pool.map(copy, names))
+    def _abandon(self) -> None:
+        if self.work is not None:
+            try:
+                self.work.execute(f"DETACH DATABASE IF EXISTS {self.alias}")
+                self.work.close()
+            except duckdb.Error:
+                pass
+        _remove_part(self.part)
+
+
+def _publish(folder: Path, run_key: str, part: Path) -> None:
+    """The finished entry file ``part``, with its checksum, under its key."""
+    try:
+        _write_small(folder / f"{run_key}.duckdb.sha256", _digest_file(part) + "\n")
+        os.replace(part, folder / f"{run_key}.duckdb")
+        _prune(folder)
+    except OSError:
+        _remove_part(part)
+
+
+def _remove_part(part: Path) -> None:
+    _remove(part)
+    _remove(part.with_name(part.name + ".wal"))
 
 
 def _in_memory_bytes(con) -> int:

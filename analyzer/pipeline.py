@@ -8,6 +8,7 @@ inputs were skipped and why).
 from __future__ import annotations
 
 import re
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -48,6 +49,7 @@ class Run:
     # Frames the analysis wrote to the store, which a query of their table would give back as
     # they are (``keep_written``): ``rules.base.Context.table`` reads these instead.
     written: dict[str, pl.DataFrame] = field(default_factory=dict, repr=False)
+    pending_cache: threading.Thread | None = field(default=None, repr=False)   # see cache_written
     _frozen_columns: dict | None = field(default=None, repr=False)   # see schema_frozen
     _derived: dict = field(default_factory=dict, repr=False)          # see derived
 
@@ -67,6 +69,13 @@ class Run:
             return list(self._frozen_columns.get(table, ()))
         rows = self.con.execute(store.STORE_COLUMNS + " AND table_name = ? ORDER BY column_index", [table]).fetchall()
         return [r[1] for r in rows]
+
+    def cache_written(self) -> None:
+        """Wait until the cache entry a thread is writing (``analyze(background_cache=True)``) is
+        written or given up: before the store is closed, or the process ends."""
+        if self.pending_cache is not None:
+            self.pending_cache.join()
+            self.pending_cache = None
 
     def keep_written(self, frames: dict[str, pl.DataFrame]) -> None:
         """Keep ``frames``, just written to the store, where a ``SELECT *`` of their table gives
@@ -108,12 +117,14 @@ class NothingReadable(Exception):
 
 def analyze(paths: list[str | Path], db_path: str | Path | None = None, progress: bool = False,
             exclude: list[str | Path] | None = None, progress_stream=None, use_cache: bool | None = None,
-            follow_symlinks: bool = False) -> Run:
+            follow_symlinks: bool = False, background_cache: bool = False) -> Run:
     """``exclude``: files or folders not to read (the report's own --out folder).
     ``progress_stream``: where progress lines go instead of stderr (the TUI's loading screen).
     ``use_cache``: reuse (and keep) the parsed run in ``postmortem.analyzer.cache`` (default: on unless
     ``POSTMORTEM_CACHE=off``). ``follow_symlinks``: read links that lead out of the input
-    folders (``postmortem.analyzer.discover``)."""
+    folders (``postmortem.analyzer.discover``). ``background_cache``: an in-memory store is
+    copied into the cache by a thread while the caller goes on (``cache.save``); the caller
+    calls ``Run.cache_written`` before it closes the store."""
     started = time.perf_counter()
     exclude = {Path(p) for p in exclude or []} | ({Path(db_path)} if db_path else set())
     meter = Progress(progress or progress_stream is not None, stream=progress_stream)
@@ -213,7 +224,8 @@ def analyze(paths: list[str | Path], db_path: str | Path | None = None, progress
     if saving is not None:
         saving.join()
     if run_key:
-        cache.save(run_key, con, {"info": run.info, "messages": run.messages})
+        run.pending_cache = cache.save(run_key, con, {"info": run.info, "messages": run.messages},
+                                       background=background_cache)
         run.cache_key = run_key
     run.timings = {"discover_s": round(t_discover - started, 3), "parse_s": round(t_parse - started, 3),
                    "models_s": round(t_models - t_parse, 3), "store_s": round(t_store - t_models, 3),

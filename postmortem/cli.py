@@ -319,7 +319,7 @@ def _quiet_stdout() -> None:
         pass
 
 
-def _analyze(paths, db, quiet, exclude=None, no_cache=False, follow_symlinks=False):
+def _analyze(paths, db, quiet, exclude=None, no_cache=False, follow_symlinks=False, background_cache=False):
     """The analysed run, or None after saying why on stderr (nothing readable, a store that
     cannot be written): the caller exits 2. ``db``: the store is built in a private temporary
     folder and copied into place at the end (``_keep_store``): a folder the job's user controls
@@ -335,7 +335,7 @@ def _analyze(paths, db, quiet, exclude=None, no_cache=False, follow_symlinks=Fal
 
         run = analyze(paths, db_path=_private_store() if db else None, progress=progress_wanted(quiet),
                       exclude=[*(exclude or []), *([db] if db else [])], use_cache=False if no_cache else None,
-                      follow_symlinks=follow_symlinks)
+                      follow_symlinks=follow_symlinks, background_cache=background_cache)
     except NothingReadable as exc:
         print(f"postmortem: nothing readable: {_safe(exc)}", file=sys.stderr)
         return None
@@ -509,8 +509,9 @@ def _report(args) -> int:
     if args.out and paths is None:
         return USAGE
     # --out inside the job folder (the epilog recipe) must not be read back as input on a re-run
+    # The cache entry is written while the rules run (joined before the store is closed or kept).
     run = _analyze(args.paths, args.db, args.quiet, exclude=[args.out] if args.out else None, no_cache=args.no_cache,
-                   follow_symlinks=args.follow_symlinks)
+                   follow_symlinks=args.follow_symlinks, background_cache=True)
     if run is None:
         return USAGE
     options = Options(gpu=args.gpu, what_if_gpu=getattr(args, "what_if_gpu", None))
@@ -524,6 +525,7 @@ def _report(args) -> int:
                             roots=args.paths, inputs=_input_ids(run, args.paths)):
         _discard(run)
         return USAGE
+    run.cache_written()
     if args.db and not _keep_store(run, args.db, args.paths):
         return USAGE
     _say_partial(report)
@@ -531,6 +533,7 @@ def _report(args) -> int:
 
 
 def _discard(run) -> None:
+    run.cache_written()
     try:
         run.con.close()
     except Exception:  # noqa: BLE001

@@ -184,3 +184,50 @@ def test_a_cached_report_follows_the_schema(cache_dir, tmp_path):
     assert again["timings"]["report"] == "cached"
     schema = json.loads((ROOT / "docs" / "report.schema.json").read_text())
     assert not list(jsonschema.Draft202012Validator(schema).iter_errors(again))
+
+
+def _entry_tables(cache_dir) -> dict[str, int]:
+    import duckdb
+
+    (entry,) = cache_dir.glob("*.duckdb")
+    with duckdb.connect(str(entry), read_only=True) as con:
+        names = [r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() ORDER BY 1").fetchall()]
+        return {name: con.execute(f'SELECT count(*) FROM "{name}"').fetchall()[0][0] for name in names}
+
+
+def test_an_entry_written_while_the_report_runs_is_the_entry_written_before_it(cache_dir, tmp_path):
+    """``background_cache``: the rows are copied by a thread while the rules run and write their
+    own tables; the entry holds what the analysis wrote, as the entry written at once does."""
+    job = tmp_path / "job"
+    shutil.copytree(SAMPLE, job)
+    at_once = analyze([job])
+    assert at_once.pending_cache is None
+    want = _entry_tables(cache_dir)
+    shutil.rmtree(cache_dir)
+    beside = analyze([job], background_cache=True)
+    assert beside.pending_cache is not None
+    report = build_report(beside)
+    beside.cache_written()
+    assert beside.pending_cache is None
+    assert _entry_tables(cache_dir) == want and "findings" not in want
+    again = analyze([job])
+    assert again.timings.get("cache") == "hit"
+    assert _findings(again)[1]["findings"] == report["findings"]
+
+
+def test_a_store_on_disk_is_copied_into_the_cache_at_once(cache_dir, tmp_path):
+    """Its file must not change while it is read: no thread."""
+    run = analyze([SAMPLE], db_path=tmp_path / "store.duckdb", background_cache=True)
+    assert run.pending_cache is None and len(list(cache_dir.glob("*.duckdb"))) == 1
+
+
+def test_an_entry_that_cannot_be_written_in_the_background_is_no_error(cache_dir, tmp_path, monkeypatch):
+    def refuse(*_args):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(cache, "_digest_file", refuse)
+    run = analyze([SAMPLE], background_cache=True)
+    assert run.pending_cache is not None
+    run.cache_written()
+    assert not list(cache_dir.glob("*.duckdb")) and not list(cache_dir.glob(".*part*"))
+    assert build_report(run)["findings"]

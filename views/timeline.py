@@ -75,7 +75,8 @@ class Store:
         self.con, self.quiet = con, quiet
         self.have: dict[str, dict[str, str]] = {}
         for table, column, dtype in self.rows("SELECT table_name, column_name, data_type FROM "
-                                              "information_schema.columns WHERE table_schema = 'main'"):
+                                              "information_schema.columns WHERE table_schema = 'main' "
+                                              "AND table_catalog = current_database()"):
             self.have.setdefault(table, {})[column] = dtype
 
     def columns(self, table: str) -> dict[str, str]:
