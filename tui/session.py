@@ -104,11 +104,13 @@ def analyze_paths(paths: list[str], progress: Callable[[str], None] | None = Non
     from postmortem.rules.report import build_report
     from postmortem.analyzer.store import lock_down
 
+    # The cache entry is written while the rules run, and finished before the store is locked down.
     run = analyze(paths, db_path=db, progress_stream=_LineStream(progress) if progress else None,
-                  follow_symlinks=follow_symlinks)
+                  follow_symlinks=follow_symlinks, background_cache=True)
     if progress:
         progress("running the rules")
     report = build_report(run)
+    run.cache_written()
     if not allow_file_access:
         lock_down(run.con)
     names = sorted({Path(p).name for p in paths})
