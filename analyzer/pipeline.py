@@ -70,6 +70,13 @@ class Run:
         rows = self.con.execute(store.STORE_COLUMNS + " AND table_name = ? ORDER BY column_index", [table]).fetchall()
         return [r[1] for r in rows]
 
+    def table(self, name: str) -> pl.DataFrame:
+        """Every row of ``name``: the frame the analysis kept (``keep_written``), else a query;
+        an empty frame when the store has no such table."""
+        if name in self.written:
+            return self.written[name]
+        return self.frame(f'SELECT * FROM "{name}"') if self.columns(name) else pl.DataFrame()
+
     def cache_written(self) -> None:
         """Wait until the cache entry a thread is writing (``analyze(background_cache=True)``) is
         written or given up: before the store is closed, or the process ends."""

@@ -16,9 +16,9 @@ from postmortem.analyzer.transports import accelerator, judge, no_module_hosts
 
 
 def view(run, comm: str | None = None, gpu: str | None = None) -> dict:
-    tables = {name: run.frame(f"SELECT * FROM {name}") if run.columns(name) else pl.DataFrame()
-              for name in ("nccl_communicators", "nccl_members", "nccl_hops", "nccl_ring_order", "nccl_processes",
-                           "nccl_tuning", "events", "nccl_net")}
+    tables = {name: run.table(name) for name in ("nccl_communicators", "nccl_members", "nccl_hops", "nccl_ring_order",
+                                                  "nccl_processes", "nccl_tuning", "nccl_net")}
+    tables["events"] = _refusal_events(run)
     tables["nic_rates"] = _nic_rates(run)
     comms = tables["nccl_communicators"]
     hops = tables["nccl_hops"]
@@ -32,9 +32,14 @@ def view(run, comm: str | None = None, gpu: str | None = None) -> dict:
         # The same judgement the rules make (N010-N013): which hops are slower than they should be.
         judged = judge(hops, topology.from_run(run), accelerator(run)[0], no_module_hosts(tables["nccl_net"]))
         tables["nccl_hops"] = hops.with_row_index("_hop").join(judged, on="_hop", how="left").drop("_hop")
+    # each table cut by communicator once: a filter per communicator and table costs more than
+    # the work (the 1,024-rank run has 129 communicators)
+    per_comm = {name: _by_comm(tables[name]) for name in ("nccl_communicators", "nccl_members", "nccl_hops",
+                                                          "nccl_ring_order")}
+    tables["decisions"] = _decisions_by_process(tables["nccl_tuning"])
     return {
         "accelerator": {"name": acc["name"] if acc else None, "source": acc_source},
-        "communicators": [_communicator(key, tables, acc) for key in keys],
+        "communicators": [_communicator(key, tables, per_comm, acc) for key in keys],
         "processes": tables["nccl_processes"].to_dicts() if not tables["nccl_processes"].is_empty() else [],
         "p2p_refusals": _refusals(tables["events"]),
     }
@@ -49,15 +54,32 @@ def _nic_rates(run) -> dict[tuple[str, str], float]:
     return {(r["node"], r["ca"]): r["rate"] for r in rows.iter_rows(named=True)}
 
 
-def _rows(frame: pl.DataFrame, key: str) -> pl.DataFrame:
-    return frame.filter(pl.col("comm_key") == key) if not frame.is_empty() else frame
+def _refusal_events(run) -> pl.DataFrame:
+    """The events ``_refusals`` reads (the store's events are mostly c10d work updates)."""
+    if "kind" not in run.columns("events"):
+        return pl.DataFrame()
+    return run.frame("SELECT * FROM events WHERE kind = 'p2p_unavailable'")
 
 
-def _communicator(key: str, tables: dict[str, pl.DataFrame], acc: dict | None = None) -> dict:
-    info = _rows(tables["nccl_communicators"], key)
-    members = _rows(tables["nccl_members"], key).sort("rank")
-    hops = _rows(tables["nccl_hops"], key)
-    rings = _rows(tables["nccl_ring_order"], key).sort("channel")
+def _by_comm(frame: pl.DataFrame) -> tuple[pl.DataFrame, dict]:
+    """``frame`` with its rows per communicator key, each part in the frame's order."""
+    if frame.is_empty() or "comm_key" not in frame.columns:
+        return frame, {}
+    return frame, {key: part for (key,), part in frame.partition_by("comm_key", as_dict=True).items() if key is not None}
+
+
+def _rows(cut: tuple[pl.DataFrame, dict], key: str) -> pl.DataFrame:
+    """The rows of communicator ``key`` (none for a null key, as ``comm_key == key`` selects)."""
+    frame, parts = cut
+    return parts.get(key, frame.clear()) if not frame.is_empty() else frame
+
+
+def _communicator(key: str, tables: dict[str, pl.DataFrame], per_comm: dict[str, tuple], acc: dict | None = None) -> dict:
+    info = _rows(per_comm["nccl_communicators"], key)
+    members = _rows(per_comm["nccl_members"], key).sort("rank")
+    hops = _rows(per_comm["nccl_hops"], key)
+    rings = _rows(per_comm["nccl_ring_order"], key).sort("channel")
+    ring_hops = _ring_hops(hops)
     if info.is_empty():
         hosts = sorted({h for c in ("src_host", "dst_host") for h in hops[c].drop_nulls().to_list()}) if not hops.is_empty() else []
         head = {"comm_key": key, "comm_id": None, "identified_by": "no init line names it", "nranks": None,
@@ -71,13 +93,14 @@ def _communicator(key: str, tables: dict[str, pl.DataFrame], acc: dict | None = 
                                     "nnodes", "hosts", "versions")},
         "members": member_rows,
         "tiers": [{**t, **_price(t["tier"], acc)} for t in _tier_counts(hops)],
-        "rings": [_ring(r, hops, acc, tables["nic_rates"]) for r in rings.iter_rows(named=True)],
+        "rings": [_ring(r, ring_hops.get(r["channel"], {}) if r["channel"] is not None else {}, acc, tables["nic_rates"])
+                  for r in rings.iter_rows(named=True)],
         "hops": [_hop(h, acc, tables["nic_rates"])
                  for h in hops.sort("channel", "phase", "src_rank", nulls_last=True).iter_rows(named=True)],
         "attention": [{**_hop(h, acc, tables["nic_rates"]), "reason": h.get("reason"), "covered_by": h.get("code")}
                       for h in hops.filter(pl.col("slow").fill_null(False)).sort("channel", "src_rank").iter_rows(named=True)]
         if "slow" in hops.columns else [],
-        "tuning": _tuning(tables["nccl_tuning"], members),
+        "tuning": _tuning(tables["decisions"], member_rows),
     }
 
 
@@ -110,12 +133,21 @@ def _hop(h: dict, acc: dict | None = None, rates: dict | None = None) -> dict:
                                   "pxn_via", "tier", "input_id", "line_no")}}
 
 
-def _ring(ring: dict, hops: pl.DataFrame, acc: dict | None = None, rates: dict | None = None) -> dict:
+def _ring_hops(hops: pl.DataFrame) -> dict:
+    """channel -> {(src rank, dst rank): hop} of the ring hops, in one pass (a later hop of the
+    same pair wins)."""
+    by_channel: dict = {}
+    if hops.is_empty():
+        return by_channel
+    for h in hops.filter(pl.col("phase") == "ring").iter_rows(named=True):
+        if h["channel"] is not None:
+            by_channel.setdefault(h["channel"], {})[(h["src_rank"], h["dst_rank"])] = h
+    return by_channel
+
+
+def _ring(ring: dict, by_pair: dict, acc: dict | None = None, rates: dict | None = None) -> dict:
+    """A ring's links in its order; ``by_pair``: its channel's ring hops (``_ring_hops``)."""
     order = ring["order"] or []
-    by_pair = {}
-    if not hops.is_empty():
-        for h in hops.filter((pl.col("channel") == ring["channel"]) & (pl.col("phase") == "ring")).iter_rows(named=True):
-            by_pair[(h["src_rank"], h["dst_rank"])] = h
     links = []
     for i, src in enumerate(order):
         dst = order[(i + 1) % len(order)] if ring["complete"] else (order[i + 1] if i + 1 < len(order) else None)
@@ -132,17 +164,27 @@ def _ring(ring: dict, hops: pl.DataFrame, acc: dict | None = None, rates: dict |
             "agrees_with_hops": ring["agrees_with_hops"], "links": links, "slowest": slowest}
 
 
-def _tuning(tuning: pl.DataFrame, members: pl.DataFrame) -> list[dict]:
+_DECISIONS = ["decision", "decision_numeric", "decision_symmetric", "decision_ce"]
+
+
+def _decisions_by_process(tuning: pl.DataFrame) -> dict[tuple, pl.DataFrame]:
+    """(host, pid) -> the tuning decision lines that process printed, in their order."""
+    if tuning.is_empty() or "kind" not in tuning.columns:
+        return {}
+    picked = tuning.filter(pl.col("kind").is_in(_DECISIONS))
+    if picked.is_empty():
+        return {}
+    return {key: part for key, part in picked.partition_by("host", "pid", as_dict=True).items() if None not in key}
+
+
+def _tuning(decisions: dict[tuple, pl.DataFrame], members: list[dict]) -> list[dict]:
     """Decision lines printed by this communicator's rank 0 process (they name no communicator,
-    so with several communicators on that process they are shown for each, marked shared)."""
-    if tuning.is_empty() or members.is_empty() or "kind" not in tuning.columns:
+    so with several communicators on that process they are shown for each, marked shared).
+    ``members``: the communicator's members by rank."""
+    zero = next((m for m in members if m["rank"] == 0), None)
+    picked = decisions.get((zero["host"], zero["pid"])) if zero is not None else None
+    if picked is None:
         return []
-    zero = members.filter(pl.col("rank") == 0)
-    if zero.is_empty():
-        return []
-    host, pid = zero.row(0, named=True)["host"], zero.row(0, named=True)["pid"]
-    picked = tuning.filter((pl.col("host") == host) & (pl.col("pid") == pid)
-                           & pl.col("kind").is_in(["decision", "decision_numeric", "decision_symmetric", "decision_ce"]))
     return picked.select("func", "bytes", "algo", "proto", "ch_lo", "ch_hi", "kernel", "time_us").unique(
         maintain_order=True).head(200).to_dicts()
 
