@@ -105,11 +105,16 @@ def _communicator(key: str, tables: dict[str, pl.DataFrame], per_comm: dict[str,
 
 
 def _tier_counts(hops: pl.DataFrame) -> list[dict]:
-    if hops.is_empty():
-        return []
-    counts = hops.group_by("phase", "tier").agg(hops=pl.len(), channels=pl.col("channel").n_unique())
-    counts = counts.with_columns(_o=pl.col("tier").replace_strict(TIER_ORDER, default=9, return_dtype=pl.Int64))
-    return counts.sort("phase", "_o", nulls_last=True).drop("_o").to_dicts()
+    """Hops and channels per (phase, tier), by phase and then from the fastest tier (in plain
+    Python: a communicator has a few dozen hops, and five Polars calls each cost more)."""
+    counts: dict[tuple, list] = {}
+    for phase, tier, channel in hops.select("phase", "tier", "channel").iter_rows() if not hops.is_empty() else []:
+        group = counts.setdefault((phase, tier), [0, set()])
+        group[0] += 1
+        group[1].add(channel)
+    order = sorted(counts, key=lambda k: (k[0] is None, k[0] or "", TIER_ORDER.get(k[1], 9)))
+    return [{"phase": phase, "tier": tier, "hops": counts[phase, tier][0], "channels": len(counts[phase, tier][1])}
+            for phase, tier in order]
 
 
 def _price(tier_label: str | None, acc: dict | None, nic_gbit: float | None = None) -> dict:
