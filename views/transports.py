@@ -93,8 +93,7 @@ def _communicator(key: str, tables: dict[str, pl.DataFrame], per_comm: dict[str,
                                     "nnodes", "hosts", "versions")},
         "members": member_rows,
         "tiers": [{**t, **_price(t["tier"], acc)} for t in _tier_counts(hops)],
-        "rings": [_ring(r, ring_hops.get(r["channel"], {}) if r["channel"] is not None else {}, acc, tables["nic_rates"])
-                  for r in rings.iter_rows(named=True)],
+        "rings": [_ring(r, ring_hops.get(r["channel"], {}), acc, tables["nic_rates"]) for r in rings.iter_rows(named=True)],
         "hops": [_hop(h, acc, tables["nic_rates"])
                  for h in hops.sort("channel", "phase", "src_rank", nulls_last=True).iter_rows(named=True)],
         "attention": [{**_hop(h, acc, tables["nic_rates"]), "reason": h.get("reason"), "covered_by": h.get("code")}
@@ -106,7 +105,7 @@ def _communicator(key: str, tables: dict[str, pl.DataFrame], per_comm: dict[str,
 
 def _tier_counts(hops: pl.DataFrame) -> list[dict]:
     """Hops and channels per (phase, tier), by phase and then from the fastest tier (in plain
-    Python: a communicator has a few dozen hops, and five Polars calls each cost more)."""
+    Python: five Polars calls per communicator cost more than counting its hundred-odd hops)."""
     counts: dict[tuple, list] = {}
     for phase, tier, channel in hops.select("phase", "tier", "channel").iter_rows() if not hops.is_empty() else []:
         group = counts.setdefault((phase, tier), [0, set()])
@@ -140,7 +139,7 @@ def _hop(h: dict, acc: dict | None = None, rates: dict | None = None) -> dict:
 
 def _ring_hops(hops: pl.DataFrame) -> dict:
     """channel -> {(src rank, dst rank): hop} of the ring hops, in one pass (a later hop of the
-    same pair wins)."""
+    same pair wins; a hop of no channel is on no ring)."""
     by_channel: dict = {}
     if hops.is_empty():
         return by_channel
