@@ -99,10 +99,7 @@ class Run:
 
     def _all_columns(self) -> dict[str, list[str]]:
         """Every table's column names, in one query."""
-        out: dict[str, list[str]] = {}
-        for name, column, _ in self.con.execute(store.STORE_COLUMNS + " ORDER BY table_name, column_index").fetchall():
-            out.setdefault(name, []).append(column)
-        return out
+        return {name: [column for column, _ in columns] for name, columns in store.columns_by_table(self.con).items()}
 
     @contextmanager
     def schema_frozen(self):

@@ -140,6 +140,14 @@ STORE_COLUMNS = ("SELECT table_name, column_name, data_type FROM duckdb_columns(
                  "WHERE database_name = current_database() AND schema_name = 'main'")
 
 
+def columns_by_table(con: duckdb.DuckDBPyConnection) -> dict[str, list[tuple[str, str]]]:
+    """Every table's (column, DuckDB type) pairs in their order, in one query."""
+    out: dict[str, list[tuple[str, str]]] = {}
+    for table, column, data_type in con.execute(STORE_COLUMNS + " ORDER BY table_name, column_index").fetchall():
+        out.setdefault(table, []).append((column, data_type))
+    return out
+
+
 # The Polars dtype a query of the store (``Run.frame``: DuckDB's Arrow stream) gives for each
 # DuckDB type its tables hold. A type not listed here may read back otherwise (a time zone, an
 # enum, a struct): ``read_back_unchanged`` says no for it.
@@ -152,9 +160,7 @@ def read_back_unchanged(con: duckdb.DuckDBPyConnection, frames: dict[str, pl.Dat
     """Those of ``frames`` (just written to the store under their names) that a ``SELECT *`` of
     their table would give back as they are: the same columns in the same order, of the same
     dtypes (the rows are the frame's, in its order: DuckDB keeps the insertion order)."""
-    stored: dict[str, list[tuple[str, str]]] = {}
-    for table, column, data_type in con.execute(STORE_COLUMNS + " ORDER BY table_name, column_index").fetchall():
-        stored.setdefault(table, []).append((column, data_type))
+    stored = columns_by_table(con)
     return {name: frame for name, frame in frames.items()
             if [(c, _READ_BACK.get(t)) for c, t in stored.get(name, [])] == list(frame.schema.items())}
 
