@@ -183,13 +183,17 @@ def load(run_key: str, db_path: str | Path | None):
     return con, meta
 
 
-def save(run_key: str, con: duckdb.DuckDBPyConnection, meta: dict, background: bool = False) -> threading.Thread | None:
+def save(run_key: str, con: duckdb.DuckDBPyConnection, meta: dict, background: bool = False,
+         start: bool = True) -> threading.Thread | None:
     """Copy the store into the cache (written aside, then renamed: readers never see half), with
     the SHA-256 of the entry beside it. ``background``: an in-memory store's rows are copied by a
     thread, returned, while the caller goes on (the report: on the 1,024-rank run the copy takes
-    about 1 s); the entry holds the tables that existed when ``save`` was called. The caller
-    must join the thread before it closes ``con``. A store on disk is copied at once: its file
-    must not change while it is read."""
+    about 1 s); the entry holds the tables that existed when ``save`` was called. ``start``
+    False: the thread is returned unstarted, for the caller to start when it has a core to
+    spare (the TUI, once its first screen is up). The entry file is attached here, so the
+    thread still runs after ``store.lock_down``. The caller must start and join the thread
+    before it closes ``con``. A store on disk is copied at once: its file must not change while
+    it is read."""
     if usable():
         return None
     folder = root()
@@ -212,14 +216,16 @@ def save(run_key: str, con: duckdb.DuckDBPyConnection, meta: dict, background: b
     except (duckdb.Error, OSError):
         _remove_part(part)
         return None  # a cache that cannot be written costs speed, never the report
-    copy = _MemoryCopy(con, folder, run_key, part, meta)
+    # a copy started later runs beside an interactive screen: one table at a time
+    copy = _MemoryCopy(con, folder, run_key, part, meta, writers=store.WRITERS if start else 1)
     if not copy.begin():
         return None
     if not background:
         copy.finish()
         return None
     thread = threading.Thread(target=copy.finish, name="postmortem-cache-save")
-    thread.start()
+    if start:
+        thread.start()
     return thread
 
 
@@ -230,8 +236,10 @@ class _MemoryCopy:
     tables at a time, the largest first (COPY FROM DATABASE copies one table after another on
     one core: the 1,024-rank run's store 1.35 s, against about 1 s this way), and publishes."""
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, folder: Path, run_key: str, part: Path, meta: dict):
+    def __init__(self, con: duckdb.DuckDBPyConnection, folder: Path, run_key: str, part: Path, meta: dict,
+                 writers: int = store.WRITERS):
         self.con, self.folder, self.run_key, self.part, self.meta = con, folder, run_key, part, meta
+        self.writers = writers
         self.alias = f"c{uuid.uuid4().hex[:8]}"
         self.work: duckdb.DuckDBPyConnection | None = None
         self.current = ""           # the store's database name
@@ -253,7 +261,7 @@ class _MemoryCopy:
 
     def finish(self) -> None:
         try:
-            with ThreadPoolExecutor(store.WRITERS) as pool:
+            with ThreadPoolExecutor(self.writers) as pool:
                 list(pool.map(self._copy_rows, self.names))
             self.work.execute(f"CREATE TABLE {self.alias}.{_META} AS SELECT ? AS json",
                               [json.dumps(self.meta, default=str)])

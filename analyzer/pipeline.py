@@ -77,11 +77,24 @@ class Run:
             return self.written[name]
         return self.frame(f'SELECT * FROM "{name}"') if self.columns(name) else pl.DataFrame()
 
+    def start_cache(self) -> None:
+        """Start writing the cache entry that ``analyze(background_cache=True, start_cache=False)``
+        prepared (nothing when there is none, or it has started)."""
+        thread = self.pending_cache
+        if thread is not None and thread.ident is None:
+            try:
+                thread.start()
+            except RuntimeError:    # started by another thread meanwhile
+                pass
+
     def cache_written(self) -> None:
         """Wait until the cache entry a thread is writing (``analyze(background_cache=True)``) is
-        written or given up: before the store is closed, or the process ends."""
-        if self.pending_cache is not None:
-            self.pending_cache.join()
+        written or given up, starting it if it has not started: before the store is closed, or
+        the process ends."""
+        thread = self.pending_cache
+        if thread is not None:
+            self.start_cache()
+            thread.join()
             self.pending_cache = None
 
     def keep_written(self, frames: dict[str, pl.DataFrame]) -> None:
@@ -121,14 +134,15 @@ class NothingReadable(Exception):
 
 def analyze(paths: list[str | Path], db_path: str | Path | None = None, progress: bool = False,
             exclude: list[str | Path] | None = None, progress_stream=None, use_cache: bool | None = None,
-            follow_symlinks: bool = False, background_cache: bool = False) -> Run:
+            follow_symlinks: bool = False, background_cache: bool = False, start_cache: bool = True) -> Run:
     """``exclude``: files or folders not to read (the report's own --out folder).
     ``progress_stream``: where progress lines go instead of stderr (the TUI's loading screen).
     ``use_cache``: reuse (and keep) the parsed run in ``postmortem.analyzer.cache`` (default: on unless
     ``POSTMORTEM_CACHE=off``). ``follow_symlinks``: read links that lead out of the input
     folders (``postmortem.analyzer.discover``). ``background_cache``: an in-memory store is
     copied into the cache by a thread while the caller goes on (``cache.save``); the caller
-    calls ``Run.cache_written`` before it closes the store."""
+    calls ``Run.cache_written`` before it closes the store. ``start_cache`` False: that thread
+    waits for ``Run.start_cache`` (or ``cache_written``)."""
     started = time.perf_counter()
     exclude = {Path(p) for p in exclude or []} | ({Path(db_path)} if db_path else set())
     meter = Progress(progress or progress_stream is not None, stream=progress_stream)
@@ -229,7 +243,7 @@ def analyze(paths: list[str | Path], db_path: str | Path | None = None, progress
         saving.join()
     if run_key:
         run.pending_cache = cache.save(run_key, con, {"info": run.info, "messages": run.messages},
-                                       background=background_cache)
+                                       background=background_cache, start=start_cache)
         run.cache_key = run_key
     run.timings = {"discover_s": round(t_discover - started, 3), "parse_s": round(t_parse - started, 3),
                    "models_s": round(t_models - t_parse, 3), "store_s": round(t_store - t_models, 3),

@@ -231,3 +231,33 @@ def test_an_entry_that_cannot_be_written_in_the_background_is_no_error(cache_dir
     run.cache_written()
     assert not list(cache_dir.glob("*.duckdb")) and not list(cache_dir.glob(".*part*"))
     assert build_report(run)["findings"]
+
+
+def test_an_entry_started_later_is_written_after_the_store_is_locked_down(cache_dir, tmp_path):
+    """``start_cache=False`` (the TUI: the entry is written once its first screen is up): nothing
+    is written until the thread starts; it then runs on a store already locked down (its file
+    was attached before) and gives the entry an at-once analysis gives."""
+    from postmortem.analyzer.store import lock_down
+
+    job = tmp_path / "job"
+    shutil.copytree(SAMPLE, job)
+    analyze([job])
+    want = _entry_tables(cache_dir)
+    shutil.rmtree(cache_dir)
+    later = analyze([job], background_cache=True, start_cache=False)
+    assert later.pending_cache is not None and later.pending_cache.ident is None
+    build_report(later)
+    lock_down(later.con)
+    assert not list(cache_dir.glob("*.duckdb"))
+    later.start_cache()
+    later.start_cache()     # once only
+    later.cache_written()
+    assert later.pending_cache is None
+    assert _entry_tables(cache_dir) == want
+    assert analyze([job]).timings.get("cache") == "hit"
+
+
+def test_an_entry_never_started_is_written_when_waited_for(cache_dir):
+    run = analyze([SAMPLE], background_cache=True, start_cache=False)
+    run.cache_written()     # starts it, then waits
+    assert len(list(cache_dir.glob("*.duckdb"))) == 1

@@ -141,3 +141,32 @@ def test_quit_while_loading_exits_cleanly_and_stops_the_load(tmp_path):
     shown = drive(app, steps)
     assert app.cancelled and app.failure is None and app.return_code in (None, 0)
     assert " s" in shown and any(ch in shown for ch in "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏")   # a spinner and the time spent
+
+
+def test_a_run_loaded_with_the_cache_on_writes_its_entry_after_the_first_screen(tmp_path, monkeypatch):
+    """The cache entry is copied once the verdict is up (not beside the rules, where it slowed
+    the first screen down), on one DuckDB thread; a query of the user's waits for it, so it
+    never sees the entry's file attached; the CLI waits for it after the app exits."""
+    from tests.conftest import ROOT
+    from tests.test_tui_sql import run_sql
+
+    monkeypatch.setenv("POSTMORTEM_CACHE", "on")
+    monkeypatch.setenv("POSTMORTEM_CACHE_DIR", str(tmp_path / "cache"))
+    app = PostmortemApp(paths=[str(ROOT / "sample_logs" / "rendezvous-missing-node")])
+
+    async def steps(pilot):
+        for _ in range(600):
+            await pilot.pause(0.05)
+            if app.session is not None and app.current_mode == "verdict":
+                break
+        prepared = app.session.run.pending_cache is not None
+        await pilot.press("7")
+        await pilot.pause()
+        result = await run_sql(pilot, "SELECT (SELECT count(*) FROM duckdb_databases() WHERE NOT internal), "
+                                      "current_setting('threads')")
+        return prepared, result
+    prepared, result = drive(app, steps)
+    assert prepared and result.error is None and result.rows == [(1, 1)]
+    app.finish_cache()
+    assert app.session.run.pending_cache is None
+    assert len(list((tmp_path / "cache").glob("*.duckdb"))) == 1

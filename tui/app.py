@@ -150,8 +150,11 @@ class PostmortemApp(App):
     @work(thread=True, exclusive=True)
     def _load(self) -> None:
         try:
+            # the cache entry is written once the first screen is up (screen_painted), not beside
+            # the rules: on two cores that copy delayed the verdict by about a second
             session = analyze_paths(self.paths, progress=self._progress_from_thread,
-                                    allow_file_access=self.allow_file_access, follow_symlinks=self.follow_symlinks)
+                                    allow_file_access=self.allow_file_access, follow_symlinks=self.follow_symlinks,
+                                    cache_later=True)
         except LoadCancelled:
             return
         except Exception as exc:  # noqa: BLE001 -- shown to the user, the app then exits with it
@@ -188,6 +191,18 @@ class PostmortemApp(App):
     def _loaded(self, session: Session) -> None:
         self.session = session
         self.switch_mode(self.start)
+
+    def screen_painted(self) -> None:
+        """A screen is up (``BaseScreen.on_mount``, after its first refresh): the cache entry of a
+        run just analysed can be written now without slowing the first screen down."""
+        if self.session is not None:
+            self.session.run.start_cache()
+
+    def finish_cache(self) -> None:
+        """Wait for the cache entry started after the first screen (the CLI, once the app has
+        exited and the terminal is back)."""
+        if self.session is not None:
+            self.session.run.cache_written()
 
     async def action_quit(self) -> None:
         self.cancelled = self.session is None

@@ -96,21 +96,30 @@ def open_store(db: str | Path, allow_file_access: bool = False) -> Session:
 
 
 def analyze_paths(paths: list[str], progress: Callable[[str], None] | None = None,
-                  db: str | None = None, allow_file_access: bool = False, follow_symlinks: bool = False) -> Session:
+                  db: str | None = None, allow_file_access: bool = False, follow_symlinks: bool = False,
+                  cache_later: bool = False) -> Session:
     """Ingest ``paths`` and run the rules; ``progress`` receives each progress line (files, MB,
     MB/s, then the later phases). Once the report is made, the store's SQL cannot reach the
-    file system unless ``allow_file_access``."""
+    file system unless ``allow_file_access``. The cache entry is written while the rules run
+    and finished here; ``cache_later``: it is written only once the caller calls
+    ``session.run.start_cache()`` (the app: after its first screen), and the caller joins it
+    (``Run.cache_written``) before the store is closed."""
     from postmortem.analyzer.pipeline import analyze
     from postmortem.rules.report import build_report
     from postmortem.analyzer.store import lock_down
 
-    # The cache entry is written while the rules run, and finished before the store is locked down.
     run = analyze(paths, db_path=db, progress_stream=_LineStream(progress) if progress else None,
-                  follow_symlinks=follow_symlinks, background_cache=True)
+                  follow_symlinks=follow_symlinks, background_cache=True, start_cache=not cache_later)
     if progress:
         progress("running the rules")
     report = build_report(run)
-    run.cache_written()
+    if not cache_later:
+        run.cache_written()
+    elif run.pending_cache is not None:
+        # The entry is copied while the first screen is drawn and read: DuckDB on one core, the
+        # other left to the screen (the screens' queries take as long on one DuckDB thread:
+        # 1,024-rank run, measured). Set before lock_down, which locks every setting.
+        run.con.execute("SET threads = 1")
     if not allow_file_access:
         lock_down(run.con)
     names = sorted({Path(p).name for p in paths})

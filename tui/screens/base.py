@@ -159,6 +159,7 @@ class BaseScreen(Screen):
         # Textual calls every class's on_mount in turn: subclasses must not call super() here.
         self.title = f"postmortem · {self.TITLE_NAME}"
         self.sub_title = self.session.title
+        self.call_after_refresh(self.app.screen_painted)  # type: ignore[attr-defined]
 
     @work(thread=True, exclusive=True, group="load")
     def load_view(self, build, done, failed=None) -> None:

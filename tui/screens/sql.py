@@ -502,6 +502,9 @@ class SqlScreen(BaseScreen):
     @work(thread=True, exclusive=True, group="sql")
     def _run_in_thread(self, cursor: duckdb.DuckDBPyConnection, sql: str) -> None:
         worker = get_current_worker()
+        # No query of the user's runs while the cache entry of a run just analysed is being
+        # written (its file is attached to the store until then: tui.session.analyze_paths).
+        self.session.run.cache_written()
         try:
             result = run_query(cursor, sql)
         finally:
