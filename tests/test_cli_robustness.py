@@ -168,3 +168,20 @@ def test_version_and_help_from_the_command_line():
     assert proc.returncode == 0 and proc.stdout.startswith("postmortem ")
     proc = _cli("report", "--help")
     assert proc.returncode == 0 and "exit codes:" in proc.stdout and "Traceback" not in proc.stderr
+
+
+def test_the_process_ends_at_once_with_its_output_whole_and_no_temporary_file_left(folder, tmp_path):
+    """``entry`` ends the process without the interpreter's teardown (``os._exit``): stdout is
+    flushed first, the temporary files are removed first (a store kept with --db is built in
+    a private folder), and the exit code is the report's."""
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    env = {"TMPDIR": str(temp)}
+    proc = _cli("report", str(folder), "--format", "json", "--db", str(tmp_path / "store.duckdb"), env=env)
+    report_ = json.loads(proc.stdout)
+    assert proc.returncode == 1 and any(f["severity"] == "error" for f in report_["findings"])   # a finding at error
+    assert (tmp_path / "store.duckdb").is_file() and not list(temp.iterdir())
+    lines = _cli("query", "--db", str(tmp_path / "store.duckdb"), "SELECT count(*) > 0 AS any_lines FROM lines",
+                 "--format", "csv", env=env)
+    assert lines.returncode == 0 and lines.stdout.split() == ["any_lines", "True"]
+    assert not list(temp.iterdir())
