@@ -96,10 +96,11 @@ run_report() {
     local started rc tmp
     started=$(date +%s)
     tmp=$(mktemp ./.postmortem.log.XXXXXX) || return 0
-    # --out .: this folder, entered above (postmortem itself refuses links inside the job folder too)
+    # --out .: this folder, entered above (postmortem itself refuses links inside the job folder too).
+    # --no-cache: a cache entry in the scheduler user's cache folder would never be opened.
     nice -n 19 timeout --kill-after=30 "$POSTMORTEM_TIMEOUT" \
         "$POSTMORTEM_BIN" report "$job_dir" --format "$POSTMORTEM_FORMATS" --out . \
-        --fail-on "$POSTMORTEM_FAIL_ON" --quiet >"$tmp" 2>&1
+        --fail-on "$POSTMORTEM_FAIL_ON" --quiet --no-cache >"$tmp" 2>&1
     rc=$?
     mv -f -T -- "$tmp" postmortem.log || rm -f -- "$tmp"
     printf '%s\n' "$rc" | put exit_code

@@ -151,7 +151,7 @@ def test_writes_are_all_or_nothing(tmp_path, monkeypatch):
 def _fake_postmortem(tmp_path: Path) -> Path:
     stub = tmp_path / "bin" / "postmortem"
     stub.parent.mkdir()
-    stub.write_text("#!/bin/sh\necho report-run\nexit 1\n")
+    stub.write_text('#!/bin/sh\necho report-run "$@"\nexit 1\n')
     stub.chmod(0o755)
     return stub
 
@@ -173,6 +173,8 @@ def test_the_epilog_never_writes_through_links_planted_in_the_job_folder(tmp_pat
     assert all(v.read_text() == "precious\n" for v in victims.values())
     spool = tmp_path / "spool" / "42"
     assert (spool / "exit_code").read_text() == "1\n" and "report-run" in (spool / "postmortem.log").read_text()
+    # no cache entries in the scheduler user's cache folder, where nobody would open them
+    assert "--no-cache" in (spool / "postmortem.log").read_text().split()
     assert not any(p.name.startswith((".postmortem.log.", ".exit_code.")) for p in spool.iterdir())
     # a folder that is ours: written there, atomically
     job2 = tmp_path / "job2"

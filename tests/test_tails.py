@@ -41,6 +41,9 @@ def test_grown_logs_are_read_from_their_tails_and_give_the_full_result(cached):
     shutil.copytree(DEADLOCK, job)
     first = analyze([job])
     assert "cache" not in first.timings
+    (entry,) = (cached / "cache").glob("*.parsed")
+    # the frames compressed (LZ4): a run's parse entry is a few times smaller than its logs
+    assert sum(f.stat().st_size for f in entry.glob("*.arrow")) < sum(f.stat().st_size for f in job.rglob("*") if f.is_file())
     for path in biggest_logs(job, 3):
         grow(path)
     again = analyze([job])
