@@ -490,7 +490,7 @@ def ring_map(run, culprit_nodes: list[str] | None = None, gpu: str | None = None
     from postmortem.views.transports import view
 
     try:
-        comms = view(run, gpu=gpu)["communicators"]
+        comms = view(run, gpu=gpu, ring_map=True)["communicators"]
     except Exception:  # noqa: BLE001 -- a picture must never cost the report
         return None
     comms = [c for c in comms if c.get("rings")]

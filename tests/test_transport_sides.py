@@ -166,3 +166,31 @@ def test_every_hop_transports_calls_slow_is_covered_by_a_finding(all_runs):
                 assert covering, (path.name, code, h["reason"], hosts, [f["nodes"] for f in _findings(report, code)])
                 checked += 1
     assert checked >= 10
+
+
+@pytest.mark.parametrize("sample", ["slow-ring", "rendezvous-missing-node"])
+def test_the_ring_maps_view_is_the_communicator_the_full_view_would_give_it(sample):
+    """``view(ring_map=True)`` builds only the communicator the HTML ring map draws (the most
+    ranks among those with a ring order, then the largest key), exactly as the full view has it."""
+    run = analyze([Path(__file__).resolve().parents[1] / "sample_logs" / sample])
+    try:
+        full = view(run)["communicators"]
+        ringed = [c for c in full if c.get("rings")]
+        want = [max(ringed, key=lambda c: (c["nranks"] or 0, c["comm_key"]))] if ringed else []
+        assert view(run, ring_map=True)["communicators"] == want
+        assert bool(want) == (sample == "slow-ring")
+    finally:
+        run.con.close()
+
+
+def test_the_ring_maps_communicator_ties_go_to_the_larger_key_and_unknown_sizes_count_as_zero():
+    import polars as pl
+
+    from postmortem.views.transports import _by_comm, _largest_ringed
+
+    comms = pl.DataFrame({"comm_key": ["a", "b", "c"], "nranks": [8, 8, None]})
+    rings = pl.DataFrame({"comm_key": ["a", "b", "c", "d"], "channel": [0, 0, 0, 0]})
+    per_comm = {"nccl_communicators": _by_comm(comms), "nccl_ring_order": _by_comm(rings)}
+    assert _largest_ringed(["a", "b", "c", "d"], per_comm) == ["b"]
+    assert _largest_ringed(["c", "d"], per_comm) == ["d"]       # no size known: the larger key
+    assert _largest_ringed(["e"], per_comm) == []               # no ring order at all
