@@ -490,13 +490,13 @@ def ring_map(run, culprit_nodes: list[str] | None = None, gpu: str | None = None
     from postmortem.views.transports import view
 
     try:
+        # the one communicator drawn: the most ranks among those with a ring order (views.transports)
         comms = view(run, gpu=gpu, ring_map=True)["communicators"]
     except Exception:  # noqa: BLE001 -- a picture must never cost the report
         return None
-    comms = [c for c in comms if c.get("rings")]
-    if not comms:
+    if not comms or not comms[0].get("rings"):
         return None
-    comm = max(comms, key=lambda c: (c["nranks"] or 0, c["comm_key"]))
+    comm = comms[0]
     ring = comm["rings"][0]
     links = ring.get("links") or []
     if not links:
