@@ -53,16 +53,22 @@ def test_store_without_a_report_is_refused_with_the_reason(tmp_path):
         open_store(tmp_path / "missing.duckdb")
 
 
+async def _until_the_verdict(pilot, tries: int = 600) -> None:
+    """Wait (up to 30 s) until an app loading from paths shows its verdict."""
+    app = pilot.app
+    for _ in range(tries):
+        await pilot.pause(0.05)
+        if app.session is not None and app.current_mode == "verdict":
+            return
+
+
 def test_loading_from_paths_shows_progress_then_the_verdict(tmp_path):
     from tests.conftest import ROOT
 
     app = PostmortemApp(paths=[str(ROOT / "sample_logs" / "rendezvous-missing-node")])
 
     async def steps(pilot):
-        for _ in range(600):
-            await pilot.pause(0.05)
-            if app.session is not None and app.current_mode == "verdict":
-                break
+        await _until_the_verdict(pilot)
         return app.session.report["verdict"]["status"], app.current_mode
     status, mode = drive(app, steps)
     assert mode == "verdict" and status
@@ -155,10 +161,7 @@ def test_a_run_loaded_with_the_cache_on_writes_its_entry_after_the_first_screen(
     app = PostmortemApp(paths=[str(ROOT / "sample_logs" / "rendezvous-missing-node")])
 
     async def steps(pilot):
-        for _ in range(600):
-            await pilot.pause(0.05)
-            if app.session is not None and app.current_mode == "verdict":
-                break
+        await _until_the_verdict(pilot)
         prepared = app.session.run.pending_cache is not None
         await pilot.press("7")
         await pilot.pause()
