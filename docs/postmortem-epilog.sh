@@ -25,6 +25,10 @@
 #   POSTMORTEM_ON_SUCCESS   1: also report jobs that ended 0:0 (default: failed jobs only)
 #   POSTMORTEM_FORCE        1: write a new report even if this job already has one
 #   POSTMORTEM_FALLBACK_DIR where reports go when JOB_DIR/postmortem cannot be written
+#   POSTMORTEM_CACHE        on/off: keep postmortem's cache of the run, so that a later `postmortem tui
+#                           JOB_DIR` opens at once. It lives in the cache folder of the user who runs
+#                           this script: by default on when that is the job's own user (a follow-up
+#                           job, by hand), off otherwise (the controller's SlurmUser: nobody opens it)
 
 set -u
 PATH=/usr/local/bin:/usr/bin:/bin
@@ -37,6 +41,13 @@ POSTMORTEM_FAIL_ON=${POSTMORTEM_FAIL_ON:-error}
 POSTMORTEM_ON_SUCCESS=${POSTMORTEM_ON_SUCCESS:-0}
 POSTMORTEM_FORCE=${POSTMORTEM_FORCE:-0}
 POSTMORTEM_FALLBACK_DIR=${POSTMORTEM_FALLBACK_DIR:-/var/spool/postmortem}
+if [ -z "${POSTMORTEM_CACHE:-}" ]; then
+    if [ -n "${SLURM_JOB_USER:-}" ] && [ "$SLURM_JOB_USER" != "$(id -un 2>/dev/null)" ]; then
+        POSTMORTEM_CACHE=off
+    else
+        POSTMORTEM_CACHE=on
+    fi
+fi
 
 log() { logger -t postmortem-epilog -- "$*" 2>/dev/null || printf 'postmortem-epilog: %s\n' "$*" >&2; }
 
@@ -83,7 +94,11 @@ fi
 put() {
     local tmp
     tmp=$(mktemp "./.$1.XXXXXX") || return 1
-    cat >"$tmp" && mv -f -T -- "$tmp" "$1" || { rm -f -- "$tmp"; return 1; }
+    if cat >"$tmp" && mv -f -T -- "$tmp" "$1"; then
+        return 0
+    fi
+    rm -f -- "$tmp"
+    return 1
 }
 
 run_report() {
@@ -93,14 +108,14 @@ run_report() {
     if [ -s ./exit_code ] && [ "$POSTMORTEM_FORCE" != 1 ]; then
         return 0
     fi
-    local started rc tmp
+    local started rc tmp cache=()
+    [ "$POSTMORTEM_CACHE" = off ] && cache=(--no-cache)
     started=$(date +%s)
     tmp=$(mktemp ./.postmortem.log.XXXXXX) || return 0
-    # --out .: this folder, entered above (postmortem itself refuses links inside the job folder too).
-    # --no-cache: a cache entry in the scheduler user's cache folder would never be opened.
+    # --out .: this folder, entered above (postmortem itself refuses links inside the job folder too)
     nice -n 19 timeout --kill-after=30 "$POSTMORTEM_TIMEOUT" \
         "$POSTMORTEM_BIN" report "$job_dir" --format "$POSTMORTEM_FORMATS" --out . \
-        --fail-on "$POSTMORTEM_FAIL_ON" --quiet --no-cache >"$tmp" 2>&1
+        --fail-on "$POSTMORTEM_FAIL_ON" --quiet ${cache[@]+"${cache[@]}"} >"$tmp" 2>&1
     rc=$?
     mv -f -T -- "$tmp" postmortem.log || rm -f -- "$tmp"
     printf '%s\n' "$rc" | put exit_code

@@ -13,6 +13,7 @@ import io
 import json
 import os
 import pickle
+import pwd
 import random
 import shutil
 import signal
@@ -166,22 +167,25 @@ def test_the_epilog_never_writes_through_links_planted_in_the_job_folder(tmp_pat
         (job / "postmortem" / name).symlink_to(victim)
     os.chmod(job / "postmortem", 0o777)      # the job's user can write it: not ours alone
     env = {"POSTMORTEM_BIN": str(_fake_postmortem(tmp_path)), "POSTMORTEM_FALLBACK_DIR": str(tmp_path / "spool"),
-           "SLURM_SCRIPT_CONTEXT": ""}
+           "SLURM_SCRIPT_CONTEXT": "", "SLURM_JOB_USER": "someone-else"}
+    env = {**{k: v for k, v in os.environ.items() if k != "POSTMORTEM_CACHE"}, **env}
     proc = subprocess.run(["bash", str(ROOT / "docs" / "postmortem-epilog.sh"), "42", str(job)], capture_output=True,
-                          text=True, env={**os.environ, **env})
+                          text=True, env=env)
     assert proc.returncode == 0
     assert all(v.read_text() == "precious\n" for v in victims.values())
     spool = tmp_path / "spool" / "42"
     assert (spool / "exit_code").read_text() == "1\n" and "report-run" in (spool / "postmortem.log").read_text()
-    # no cache entries in the scheduler user's cache folder, where nobody would open them
+    # run as another user than the job's (the controller's SlurmUser): no cache entries, which
+    # nobody would open; run as the job's own user (a follow-up job): the cache is kept
     assert "--no-cache" in (spool / "postmortem.log").read_text().split()
     assert not any(p.name.startswith((".postmortem.log.", ".exit_code.")) for p in spool.iterdir())
     # a folder that is ours: written there, atomically
     job2 = tmp_path / "job2"
     job2.mkdir()
     proc = subprocess.run(["bash", str(ROOT / "docs" / "postmortem-epilog.sh"), "43", str(job2)], capture_output=True,
-                          text=True, env={**os.environ, **env})
+                          text=True, env={**env, "SLURM_JOB_USER": pwd.getpwuid(os.geteuid()).pw_name})
     assert (job2 / "postmortem" / "exit_code").read_text() == "1\n"
+    assert "--no-cache" not in (job2 / "postmortem" / "postmortem.log").read_text().split()
 
 
 # -- 2. inputs stay inside the roots the user named --------------------------------------------------
