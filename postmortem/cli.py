@@ -1010,7 +1010,7 @@ def _tui(args) -> int:
         app = PostmortemApp(paths=args.paths, theme=theme, start=args.screen, allow_file_access=args.allow_file_access,
                             follow_symlinks=args.follow_symlinks)
     app.run()
-    app.finish_cache()
+    app.finish_cache(say=lambda line: print(line, file=sys.stderr))
     if app.failure:
         print(f"postmortem: {app.failure}", file=sys.stderr)
         return 2

@@ -173,3 +173,21 @@ def test_a_run_loaded_with_the_cache_on_writes_its_entry_after_the_first_screen(
     app.finish_cache()
     assert app.session.run.pending_cache is None
     assert len(list((tmp_path / "cache").glob("*.duckdb"))) == 1
+
+
+def test_quitting_while_the_cache_entry_is_written_says_so_and_waits(sample_store):
+    """The command line waits for the cache entry after the app exits; while there is still a
+    wait it says why, in one line (the terminal is back by then)."""
+    import threading
+    import time
+
+    app = app_of(sample_store("slow-ring"))
+    writing = threading.Thread(target=time.sleep, args=(0.3,))
+    writing.start()
+    app.session.run.pending_cache = writing
+    said = []
+    app.finish_cache(say=said.append)
+    assert not writing.is_alive() and app.session.run.pending_cache is None
+    assert said == ["postmortem: saving this analysis for the next open ..."]
+    app.finish_cache(say=said.append)      # nothing left: nothing said
+    assert len(said) == 1

@@ -198,11 +198,15 @@ class PostmortemApp(App):
         if self.session is not None:
             self.session.run.start_cache()
 
-    def finish_cache(self) -> None:
+    def finish_cache(self, say=None) -> None:
         """Wait for the cache entry started after the first screen (the CLI, once the app has
-        exited and the terminal is back)."""
-        if self.session is not None:
-            self.session.run.cache_written()
+        exited and the terminal is back); ``say(line)`` first, when there is still a wait."""
+        if self.session is None:
+            return
+        pending = self.session.run.pending_cache
+        if say is not None and pending is not None and pending.is_alive():
+            say("postmortem: saving this analysis for the next open ...")
+        self.session.run.cache_written()
 
     async def action_quit(self) -> None:
         self.cancelled = self.session is None
