@@ -39,6 +39,8 @@ from datetime import datetime, timedelta
 
 import polars as pl
 
+from postmortem.analyzer.store import STORE_COLUMNS
+
 EPOCH = datetime(1970, 1, 1)
 
 # ``events`` kinds that are no mark (periodic status lines live in ``progress``; frames belong to
@@ -74,9 +76,7 @@ class Store:
     def __init__(self, con, quiet: bool = False):
         self.con, self.quiet = con, quiet
         self.have: dict[str, dict[str, str]] = {}
-        for table, column, dtype in self.rows("SELECT table_name, column_name, data_type FROM "
-                                              "information_schema.columns WHERE table_schema = 'main' "
-                                              "AND table_catalog = current_database()"):
+        for table, column, dtype in self.rows(STORE_COLUMNS):
             self.have.setdefault(table, {})[column] = dtype
 
     def columns(self, table: str) -> dict[str, str]:
