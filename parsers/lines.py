@@ -557,23 +557,25 @@ def _without_superstrings(literals) -> list[str]:
     return [a for i, a in enumerate(unique) if not any(b in a for b in unique[:i])]
 
 
-def with_stream_where(lines: pl.DataFrame, keep: pl.Expr) -> pl.DataFrame:
+def with_stream_where(lines: pl.DataFrame, keep: pl.Expr, carry: tuple[str, ...] = ()) -> pl.DataFrame:
     """``with_stream(lines).filter(keep)`` (``keep`` read on ``text``, a null text as ""), without
     building the stream key of the rows ``keep`` drops: a parser routes its candidate lines with
     it, so the lines that are not its own cost one scan. ``_stream`` and ``_seq`` of the rows kept
     are those of the whole frame (``_seq`` counts every line of the stream, so that two rows
-    are contiguous exactly when no line of their stream lies between them)."""
+    are contiguous exactly when no line of their stream lies between them). ``carry``: columns of
+    ``lines`` the rows kept keep too."""
     mask = lines.lazy().select(pl.col("text").fill_null("")).select(keep).collect(engine="in-memory").to_series()
     kept = lines.filter(mask)
+    carried = [kept[c] for c in carry]
     if kept.is_empty():
-        return with_stream(kept)
+        return with_stream(kept).with_columns(carried)
     split = _stream_split(lines)
     if split is None:
-        return with_stream(lines).filter(mask)
+        return with_stream(lines).filter(mask).with_columns(carried)
     if not split:      # one stream: with_stream numbers the lines by line_no
-        return with_stream(kept).with_columns(_seq=pl.col("line_no").cast(pl.Int64))
+        return with_stream(kept).with_columns(carried, _seq=pl.col("line_no").cast(pl.Int64))
     seq = lines.select(_seq=pl.int_range(pl.len(), dtype=pl.Int64).over(split)).filter(mask)["_seq"]
-    return with_stream(kept).with_columns(_seq=seq)
+    return with_stream(kept).with_columns(carried, _seq=seq)
 
 
 def with_stream_holding(lines: pl.DataFrame, mark: pl.Expr) -> pl.DataFrame:

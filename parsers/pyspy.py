@@ -28,7 +28,7 @@ from __future__ import annotations
 import polars as pl
 
 from postmortem.parsers.ascii_text import rx
-from postmortem.parsers.lines import with_stream
+from postmortem.parsers.lines import with_stream_where
 
 from postmortem.parsers.base import ParseResult, consumed_of, to_int
 from postmortem.parsers.tables import SHARED
@@ -94,15 +94,14 @@ def parse(lines: pl.DataFrame) -> ParseResult:
     # Cheap gate: no thread header anywhere means no dump in this input.
     if not lines.select(file_gate(t).any()).item():
         return ParseResult(tables={"stacks": _empty()})
-    df = with_stream(lines)
+    # Only the candidate lines get a stream key (with the whole frame's line count per stream).
     # Many inputs at once (postmortem.analyzer.ingest): dumps are numbered per input, as for one input.
-    df = df.with_columns(_input=lines["input_id"] if "input_id" in lines.columns else pl.lit(0))
-    cand = df.filter(
-        t.str.contains("Thread ", literal=True)
-        | t.str.contains("Process ", literal=True)
-        | t.str.contains("Python v", literal=True)
-        | t.str.starts_with("  ")
-    )
+    many = "input_id" in lines.columns
+    cand = with_stream_where(lines, t.str.contains("Thread ", literal=True)
+                             | t.str.contains("Process ", literal=True)
+                             | t.str.contains("Python v", literal=True)
+                             | t.str.starts_with("  "), carry=("input_id",) if many else ())
+    cand = cand.with_columns(pl.col("input_id").alias("_input") if many else pl.lit(0).alias("_input"))
     thread = t.str.extract_groups(rx(_THREAD))
     process = t.str.extract_groups(rx(_PROCESS))
     cand = cand.with_columns(

@@ -1,0 +1,77 @@
+"""Attribution by runs of lines read alike (``identity._runs``) gives every line what attributing
+it on its own gives: the same attribution frame, row for row, the same ranks table and the same
+world size, on the samples, the real torchrun jobs and the real excerpts."""
+from pathlib import Path
+
+import pytest
+
+from postmortem.analyzer import identity
+from postmortem.analyzer.discover import discover
+from postmortem.analyzer.ingest import parse_all
+from tests.conftest import ROOT
+
+SAMPLES = sorted(p.name for p in (ROOT / "sample_logs").iterdir() if p.is_dir())
+TORCH_RUNS = sorted(p.name for p in (ROOT / "tests" / "torch_runs").iterdir() if p.is_dir())
+
+
+def _both_ways(path: Path, monkeypatch) -> tuple:
+    items, _ = discover([path])
+    parsed = parse_all(items, workers=1)
+    monkeypatch.setattr(identity, "RUNS_FROM", 10**12)
+    one_by_one = identity.resolve(parsed.lines, parsed.tables, parsed.inputs)
+    monkeypatch.setattr(identity, "RUNS_FROM", 0)
+    in_runs = identity.resolve(parsed.lines, parsed.tables, parsed.inputs)
+    return one_by_one, in_runs
+
+
+def _assert_same(one_by_one, in_runs) -> None:
+    assert in_runs[0].equals(one_by_one[0])
+    assert in_runs[1].equals(one_by_one[1])
+    assert in_runs[2] == one_by_one[2]
+
+
+@pytest.mark.parametrize("sample", SAMPLES)
+def test_runs_attribute_a_sample_as_lines_one_by_one(sample, monkeypatch):
+    _assert_same(*_both_ways(ROOT / "sample_logs" / sample, monkeypatch))
+
+
+@pytest.mark.parametrize("run", TORCH_RUNS)
+def test_runs_attribute_a_real_torchrun_job_as_lines_one_by_one(run, monkeypatch):
+    _assert_same(*_both_ways(ROOT / "tests" / "torch_runs" / run, monkeypatch))
+
+
+@pytest.mark.parametrize("group", ["nccl", "torch", "training"])
+def test_runs_attribute_real_excerpts_as_lines_one_by_one(group, real_logs, monkeypatch):
+    for path in sorted((real_logs / group).glob("*.log")):
+        _assert_same(*_both_ways(path, monkeypatch))
+
+
+def test_a_long_log_is_attributed_in_far_fewer_rows_than_lines(monkeypatch):
+    """The 40-rank sample's c10d status lines and training log fall in runs: the collapse is
+    taken (its lines are in input and line order), not skipped."""
+    items, _ = discover([ROOT / "sample_logs" / "silent-deadlock-40r"])
+    parsed = parse_all(items, workers=1)
+    seen = []
+    runs = identity._runs
+    monkeypatch.setattr(identity, "_runs", lambda df, *a, **k: seen.append(runs(df, *a, **k)) or seen[-1])
+    monkeypatch.setattr(identity, "RUNS_FROM", 0)
+    identity.resolve(parsed.lines, parsed.tables, parsed.inputs)
+    heads, line_runs = seen[0]
+    assert line_runs is not None and line_runs.height == parsed.lines.height
+    assert heads.height < parsed.lines.height / 3
+    assert heads["_w"].sum() == parsed.lines.height   # every line counted once, by its run's row
+
+
+def test_lines_out_of_order_are_attributed_one_by_one(monkeypatch):
+    """Runs are consecutive lines; where the lines are not in input and line order, none is taken."""
+    import polars as pl
+
+    monkeypatch.setattr(identity, "RUNS_FROM", 0)
+
+    df = pl.DataFrame({"input_id": [0, 0, 1], "line_no": [2, 1, 1], "_w": [1, 1, 1]},
+                      schema={"input_id": pl.UInt32, "line_no": pl.UInt32, "_w": pl.UInt32})
+    same, line_runs = identity._runs(df, {}, decided=pl.lit(False))
+    assert line_runs is None and same.equals(df)
+
+
+
