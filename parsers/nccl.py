@@ -67,6 +67,7 @@ _VERSION = r"NCCL version (?P<version>\d+\.\d+\.\d+[^+\s]*)\+cuda(?P<cuda>[\w.]+
 
 # Two processes writing to one pipe tear lines: `a:1:1 [2] NCCL INFO b:2:2 [7] NCCL INFO msg`
 # (section 2.1). The last header starts the record that survived.
+_LEVEL_WORDS = ["NCCL INFO", "NCCL WARN", "NCCL TRACE", "NCCL CALL", "NCCL ABORT"]   # _PREFIX's levels
 _HEADER_BODY = r":\d+:\d+ (?:\[\d+\] )?(?:\d+\.\d+ \S+:\d+ )?(?:\S+ (?:\([^)]*\) )?)?NCCL (?:INFO|WARN|TRACE|CALL)\b"
 _LAST_HEADER = rf"^(?:.*\s)?([^\s:]*{_HEADER_BODY}.*)$"
 # A surviving 2.26+ WARN keeps the timestamp NCCL wrote in front of its header.
@@ -207,6 +208,9 @@ def _plain_prefix(df: pl.DataFrame, schema) -> pl.DataFrame:
 
 def _full_prefix(df: pl.DataFrame, schema) -> pl.DataFrame:
     """Every other NCCL line: torn lines cut to their surviving record, then the full pattern."""
+    # A record, whole or surviving a tear, holds `NCCL <level>`: the lines without one (c10d's
+    # `NCCL Work update ...`, most of a long c10d log) skip the patterns.
+    df = df.filter(pl.col("text").str.contains_any(_LEVEL_WORDS))
     if df.is_empty():
         return pl.DataFrame(schema=schema)
     torn = pl.col("text").str.count_matches(rx(_HEADER_BODY)) >= 2
