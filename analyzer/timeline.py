@@ -46,7 +46,7 @@ def reference_year(tables: dict[str, pl.DataFrame], mtimes: list[float]) -> tupl
 
 
 def _leap_day_placeholder(column: pl.Expr) -> pl.Expr:
-    return (column.dt.year() == PLACEHOLDER_YEAR) & (column.dt.month() == 2) & (column.dt.day() == 29)
+    return (column >= datetime(PLACEHOLDER_YEAR, 2, 29)) & (column < datetime(PLACEHOLDER_YEAR, 3, 1))
 
 
 def fix_years(tables: dict[str, pl.DataFrame], year: int) -> dict[str, pl.DataFrame]:
@@ -66,10 +66,14 @@ def _year_fixes(schema: pl.Schema, year: int) -> list[pl.Expr]:
             value = pl.col(column)
             if not calendar.isleap(year):
                 value = pl.when(_leap_day_placeholder(value)).then(None).otherwise(value)
-            placeholder = value.dt.year() == PLACEHOLDER_YEAR
-            # only the placeholder rows go through replace (a real 2024-02-29 must not meet year=2023)
-            moved = pl.when(placeholder).then(value).dt.replace(year=year)
-            fixes.append(pl.when(placeholder).then(moved).otherwise(value).alias(column))
+            placeholder = (value >= datetime(PLACEHOLDER_YEAR, 1, 1)) & (value < datetime(PLACEHOLDER_YEAR + 1, 1, 1))
+            # The year replaced by a shift (``dt.replace`` takes every time apart): the same days
+            # from Jan 1 up to Feb 28 in every year, and from Mar 1 on (the placeholder year is a
+            # leap year; its Feb 29 has no time in another year, above).
+            before_march = datetime(year, 1, 1) - datetime(PLACEHOLDER_YEAR, 1, 1)
+            from_march = datetime(year, 3, 1) - datetime(PLACEHOLDER_YEAR, 3, 1)
+            shift = pl.when(value < datetime(PLACEHOLDER_YEAR, 3, 1)).then(pl.lit(before_march)).otherwise(pl.lit(from_march))
+            fixes.append(pl.when(placeholder).then(value + shift).otherwise(value).alias(column))
     return fixes
 
 
