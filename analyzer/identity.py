@@ -195,8 +195,8 @@ def resolve(lines: pl.DataFrame, tables: dict[str, pl.DataFrame], inputs: pl.Dat
 # and its PG-0 rank, except for the lines some step reads one by one. Most lines of a job are
 # runs of lines that share all of those (a rank's c10d status lines, its training log): each run
 # is attributed once, by its first line standing for all of them (``_w``), and every line of the
-# run takes that line's attribution. The 1,024-rank run's 322,183 lines are 41,085 such rows (27,395
-# of them py-spy frames, read one by one), and its attribution takes 0.40 s instead of 0.80 s.
+# run takes that line's attribution. The 1,024-rank run's 322,183 lines are 9,850 such rows, and its
+# attribution takes 0.3 s instead of 0.8 s (the 10,000-rank run: 1.58 M lines, 4.7-5.1 s before).
 RUNS_FROM = 20_000    # lines; below, the few calls that find the runs cost more than they save
 _ALIKE = ("input_id", "srun_task", "mpi_rank", "host_tag", "ray_pid", "local_rank", "rank_tag", "prefix",
           "nccl_host", "nccl_pid", "nccl_dev")
@@ -206,22 +206,23 @@ def _runs(df: pl.DataFrame, tables: dict[str, pl.DataFrame], decided: pl.Expr) -
     """``df`` (one row per line, in input and line order) as one row per run of lines read alike,
     with ``_run``; and each line's ``_run`` (None, and ``df`` as it was, where its lines are not
     in that order). A PG-0 rank tells lines apart only where no ``[rankN]:`` prefix ``decided``
-    the rank. A line read on its own (``_read_alone``) is a run, and the line after it starts
-    one; so does a line that prints a pid (``_pids`` reads its text)."""
+    the rank. A line read on its own (``_breaks``) is a run, and the line after it starts one;
+    so do the first line of a py-spy dump and the line after it, and a line that prints a pid
+    (``_pids`` reads its text)."""
     ordered = df.select(((pl.col("input_id") > pl.col("input_id").shift())
                          | ((pl.col("input_id") == pl.col("input_id").shift())
                             & (pl.col("line_no") > pl.col("line_no").shift()))).fill_null(True).all()).item()
     if not ordered or df.height < RUNS_FROM:
         return df, None
-    alone = _read_alone(tables)
-    if not alone.is_empty():
-        df = df.join(alone, on=["input_id", "line_no"], how="left", maintain_order="left")
+    breaks = _breaks(tables)
+    if not breaks.is_empty():
+        df = df.join(breaks, on=["input_id", "line_no"], how="left", maintain_order="left")
     else:
         df = df.with_columns(_alone=pl.lit(None, dtype=pl.Boolean))
     alike = [pl.col(c) for c in _ALIKE if c in df.columns]
     alike += [pl.when(~decided).then(pl.col(c)).alias(c) for c in ("pg0_rank", "pgx_rank") if c in df.columns]
-    alone_here = pl.col("_alone").fill_null(False)
-    starts = ((pl.struct(alike).rle_id().diff().fill_null(1) != 0) | alone_here | alone_here.shift().fill_null(False))
+    after_alone = pl.col("_alone").shift().fill_null(False)
+    starts = (pl.struct(alike).rle_id().diff().fill_null(1) != 0) | pl.col("_alone").is_not_null() | after_alone
     if "text" in df.columns:
         starts = starts | pl.col("text").str.contains("pid", literal=True).fill_null(False)
     df = df.with_columns(_run=starts.cum_sum().cast(pl.UInt32)).drop("_alone")
@@ -230,22 +231,30 @@ def _runs(df: pl.DataFrame, tables: dict[str, pl.DataFrame], decided: pl.Expr) -
     return heads.select(*df.columns), line_runs
 
 
-def _read_alone(tables: dict[str, pl.DataFrame]) -> pl.DataFrame:
-    """The lines some step reads one by one: torchrun's failure summaries (rows and title) and
-    rendezvous results (``_agent_maps``, ``_agent_of``), its ``worker_failed`` lines (``_pids``),
-    py-spy dumps (headers and frames: ``_pids``), NCCL version banners (``_attempts``)."""
+def _breaks(tables: dict[str, pl.DataFrame]) -> pl.DataFrame:
+    """Where runs break: ``_alone`` true for the lines some step reads one by one (a run of
+    their own): torchrun's failure summaries (rows and title) and rendezvous results
+    (``_agent_maps``, ``_agent_of``), its ``worker_failed`` lines (``_pids``), NCCL version
+    banners (``_attempts``); false for the lines that start a run: the first line of each py-spy
+    dump and the line after its last (``_pids`` gives the lines between them the dump's pid)."""
     parts = []
-    for name, columns in (("exits", ("line_no", "table_line")), ("agent", ("line_no",)),
-                          ("stacks", ("line_no", "dump_line")), ("nccl_versions", ("line_no",))):
+    for name, columns in (("exits", ("line_no", "table_line")), ("agent", ("line_no",)), ("nccl_versions", ("line_no",))):
         t = tables.get(name)
         if t is None or t.is_empty() or "input_id" not in t.columns:
             continue
         for column in columns:
             if column in t.columns:
-                parts.append(t.select(pl.col("input_id").cast(pl.UInt32), line_no=pl.col(column).cast(pl.UInt32)))
+                parts.append(t.select(pl.col("input_id").cast(pl.UInt32), line_no=pl.col(column).cast(pl.UInt32),
+                                      _alone=pl.lit(True)))
+    stacks = tables.get("stacks")
+    if stacks is not None and not stacks.is_empty() and {"input_id", "dump_line", "pid"} <= set(stacks.columns):
+        dumps = stacks.drop_nulls(["dump_line", "pid"]).group_by("input_id", "dump_line").agg(last=pl.col("line_no").max())
+        parts += [dumps.select(pl.col("input_id").cast(pl.UInt32), line_no=pl.col(column).cast(pl.UInt32), _alone=pl.lit(False))
+                  for column in ("dump_line", "last")]
+        parts[-1] = parts[-1].with_columns(line_no=pl.col("line_no") + 1)
     if not parts:
         return pl.DataFrame(schema={"input_id": pl.UInt32, "line_no": pl.UInt32, "_alone": pl.Boolean})
-    return pl.concat(parts).drop_nulls().unique().with_columns(_alone=pl.lit(True))
+    return pl.concat(parts).drop_nulls().group_by("input_id", "line_no").agg(pl.col("_alone").max())
 
 
 # --- what torchrun's agents state --------------------------------------------------------------
