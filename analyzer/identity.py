@@ -129,10 +129,10 @@ def resolve(lines: pl.DataFrame, tables: dict[str, pl.DataFrame], inputs: pl.Dat
     procs = _process_map(tables, world)
     nccl = tables.get("nccl_lines", pl.DataFrame(schema={"input_id": pl.UInt32, "line_no": pl.UInt32,
                                                           "host": pl.String, "pid": pl.Int64, "cuda_dev": pl.Int64}))
-    df = lines.join(nccl.select("input_id", "line_no", pl.col("host").alias("nccl_host"), pl.col("pid").alias("nccl_pid"),
-                                pl.col("cuda_dev").alias("nccl_dev")),
+    # the NCCL lines' hosts shortened before the join: a large run's lines are mostly not NCCL's
+    df = lines.join(nccl.select("input_id", "line_no", _short(pl.col("host")).alias("nccl_host"),
+                                pl.col("pid").alias("nccl_pid"), pl.col("cuda_dev").alias("nccl_dev")),
                     on=["input_id", "line_no"], how="left")
-    df = df.with_columns(nccl_host=_short(pl.col("nccl_host")))
     df = df.join(procs, left_on=["nccl_host", "nccl_pid"], right_on=["host", "pid"], how="left")
     df = df.join(_pg0_rows(tables), on=["input_id", "line_no"], how="left")
     titan = _titan_inputs(lines)
@@ -187,7 +187,18 @@ def resolve(lines: pl.DataFrame, tables: dict[str, pl.DataFrame], inputs: pl.Dat
             "pid", "attempt", "attempt_source"]
     if line_runs is None:
         return df.select(keep), ranks, info
-    return line_runs.join(df.drop("input_id", "line_no"), on="_run", how="left", maintain_order="left").select(keep), ranks, info
+    return _per_line(df, line_runs, keep), ranks, info
+
+
+def _per_line(heads: pl.DataFrame, line_runs: pl.DataFrame, keep: list[str]) -> pl.DataFrame:
+    """Each line of ``line_runs`` with its run's ``keep`` columns from ``heads`` (a row per run):
+    gathered by run number where ``heads`` holds each run once, else joined."""
+    heads = heads.sort("_run")
+    runs = heads["_run"]
+    if runs.len() and runs[0] == 1 and runs[-1] == runs.len() and runs.is_unique().all():
+        taken = heads.select([c for c in keep if c not in ("input_id", "line_no")]).gather(line_runs["_run"] - 1)
+        return pl.concat([line_runs.select("input_id", "line_no"), taken], how="horizontal").select(keep)
+    return line_runs.join(heads.drop("input_id", "line_no"), on="_run", how="left", maintain_order="left").select(keep)
 
 
 # --- runs of lines read alike -------------------------------------------------------------------

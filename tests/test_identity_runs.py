@@ -75,3 +75,18 @@ def test_lines_out_of_order_are_attributed_one_by_one(monkeypatch):
 
 
 
+
+
+def test_each_line_takes_its_runs_attribution_by_gather_or_by_join():
+    """``_per_line`` gathers by run number where each run has one row, and joins otherwise (a
+    row a step repeated): the same rows as a join either way."""
+    import polars as pl
+
+    line_runs = pl.DataFrame({"input_id": [0, 0, 0, 1], "line_no": [1, 2, 3, 1], "_run": [1, 1, 2, 3]},
+                             schema={"input_id": pl.UInt32, "line_no": pl.UInt32, "_run": pl.UInt32})
+    keep = ["input_id", "line_no", "rank"]
+    for runs, ranks in (([3, 1, 2], [30, 10, 20]), ([1, 2, 2, 3], [10, 20, 21, 30])):
+        heads = pl.DataFrame({"input_id": [9] * len(runs), "line_no": [9] * len(runs), "_run": runs, "rank": ranks},
+                             schema={"input_id": pl.UInt32, "line_no": pl.UInt32, "_run": pl.UInt32, "rank": pl.Int64})
+        joined = line_runs.join(heads.drop("input_id", "line_no"), on="_run", how="left", maintain_order="left")
+        assert identity._per_line(heads, line_runs, keep).equals(joined.select(keep))
