@@ -189,3 +189,27 @@ def test_algo_env_and_tuning_table_belong_to_each_communicator_init(tmp_path):
     assert dict(env.rows()) == {mapping[c["key"]]: c["nranks"] for c in truth["comms"]}
     tables = run.frame("SELECT DISTINCT comm_key FROM nccl_tuning WHERE kind = 'table_cell'")["comm_key"].to_list()
     assert sorted(tables) == sorted(mapping.values())
+
+
+def test_a_ring_is_walked_from_rank_0_until_a_missing_or_repeated_pointer():
+    """``nccl_model._chains``: per (communicator, channel), the ranks from 0 along the first
+    pointer each rank states, up to the first rank with none or seen before; a ring without a
+    communicator stays at [0], a ring without rank 0 has no row; a 10,000-rank ring is walked
+    whole."""
+    import polars as pl
+
+    from postmortem.analyzer.nccl_model import _chains
+
+    big = 10_000
+    rows = [("c1", 0, 0, 2, "a"), ("c1", 0, 2, 1, "a"), ("c1", 0, 1, 3, "a"), ("c1", 0, 1, 0, "a"),  # 1 -> 3 first
+            ("c1", 1, 0, 1, "b"), ("c1", 1, 1, 0, "b"),                                                # back to 0
+            ("c1", 2, 0, 5, "c"), ("c1", 2, 5, None, "c"),                                              # a null pointer
+            ("c1", 3, 4, 0, "d"),                                                                       # no rank 0
+            (None, 0, 0, 1, "e"), (None, 0, 1, 0, "e")]                                                 # no communicator
+    rows += [("big", 0, r, (r + 1) % big, "f") for r in range(big)]
+    nxt = pl.DataFrame(rows, schema={"comm_key": pl.String, "channel": pl.Int64, "src": pl.Int64, "dst": pl.Int64,
+                                     "source": pl.String}, orient="row")
+    walks = {(c, ch): (order, source) for c, ch, order, source in _chains(nxt).iter_rows()}
+    assert walks.pop(("big", 0)) == (list(range(big)), "f")
+    assert walks == {("c1", 0): ([0, 2, 1, 3], "a"), ("c1", 1): ([0, 1], "b"), ("c1", 2): ([0, 5], "c"),
+                     (None, 0): ([0], None)}   # (nor a source: joins match no null key)
