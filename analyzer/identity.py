@@ -260,9 +260,8 @@ def _breaks(tables: dict[str, pl.DataFrame]) -> pl.DataFrame:
     stacks = tables.get("stacks")
     if stacks is not None and not stacks.is_empty() and {"input_id", "dump_line", "pid"} <= set(stacks.columns):
         dumps = stacks.drop_nulls(["dump_line", "pid"]).group_by("input_id", "dump_line").agg(last=pl.col("line_no").max())
-        parts += [dumps.select(pl.col("input_id").cast(pl.UInt32), line_no=pl.col(column).cast(pl.UInt32), _alone=pl.lit(False))
-                  for column in ("dump_line", "last")]
-        parts[-1] = parts[-1].with_columns(line_no=pl.col("line_no") + 1)
+        parts += [dumps.select(pl.col("input_id").cast(pl.UInt32), line_no=line.cast(pl.UInt32), _alone=pl.lit(False))
+                  for line in (pl.col("dump_line"), pl.col("last") + 1)]
     if not parts:
         return pl.DataFrame(schema={"input_id": pl.UInt32, "line_no": pl.UInt32, "_alone": pl.Boolean})
     return pl.concat(parts).drop_nulls().group_by("input_id", "line_no").agg(pl.col("_alone").max())
