@@ -208,6 +208,8 @@ def _per_line(heads: pl.DataFrame, line_runs: pl.DataFrame, keep: list[str]) -> 
 # is attributed once, by its first line standing for all of them (``_w``), and every line of the
 # run takes that line's attribution. The 1,024-rank run's 322,183 lines are 9,850 such rows, and its
 # attribution takes 0.3 s instead of 0.8 s (the 10,000-rank run: 1.58 M lines, 4.7-5.1 s before).
+# A step added here that reads a line's own text, position or table row must say so in ``_breaks``
+# (or ``_ALIKE``); tests/test_identity_runs.py holds the runs to the line-by-line result.
 RUNS_FROM = 20_000    # lines; below, the few calls that find the runs cost more than they save
 _ALIKE = ("input_id", "srun_task", "mpi_rank", "host_tag", "ray_pid", "local_rank", "rank_tag", "prefix",
           "nccl_host", "nccl_pid", "nccl_dev")
