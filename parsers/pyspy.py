@@ -101,7 +101,7 @@ def parse(lines: pl.DataFrame) -> ParseResult:
                              | t.str.contains("Process ", literal=True)
                              | t.str.contains("Python v", literal=True)
                              | t.str.starts_with("  "), carry=("input_id",) if many else ())
-    cand = cand.with_columns(pl.col("input_id").alias("_input") if many else pl.lit(0).alias("_input"))
+    cand = cand.rename({"input_id": "_input"}) if many else cand.with_columns(_input=pl.lit(0))
     thread = t.str.extract_groups(rx(_THREAD))
     process = t.str.extract_groups(rx(_PROCESS))
     cand = cand.with_columns(
