@@ -53,6 +53,9 @@ from postmortem.parsers.base import Unreadable, WholeFile
 NAME = "nsys"
 LABEL = "nsys"
 CHUNK_ROWS = 250_000
+# A table of fewer rows is read row by row in one query (``_rows_of``): below this, the few
+# Polars calls per column of the aggregate reading cost more than the rows' Python objects.
+SMALL_ROWS = 2_000
 
 # --- NCCL kernel names (reference section 4.2) -------------------------------------------
 _FAMILIES = [
@@ -194,7 +197,8 @@ def _tables(con: sqlite3.Connection) -> set[str]:
 
 
 def read_columns(con: sqlite3.Connection, table: str, ints: list[str] = (), texts: list[str] = (),
-                 where: str = "", chunk: int = CHUNK_ROWS, hexes: list[str] = ()) -> pl.DataFrame:
+                 where: str = "", chunk: int = CHUNK_ROWS, hexes: list[str] = (),
+                 small: int | None = None) -> pl.DataFrame:
     """Columns of ``table`` as a frame, read as a few strings per chunk of ``chunk`` rows.
 
     Integer columns: SQLite formats each row with one ``printf`` and ``group_concat`` joins the
@@ -218,7 +222,9 @@ def read_columns(con: sqlite3.Connection, table: str, ints: list[str] = (), text
                if c not in hexes else
                f"group_concat(CASE WHEN \"{c}\" IS NULL THEN char(31) ELSE hex(\"{c}\") END, char(30))"
                for c in text_cols]
-    lo, hi = con.execute(f'SELECT min(rowid), max(rowid) FROM "{table}"').fetchone()
+    lo, hi, count = con.execute(f'SELECT min(rowid), max(rowid), count(*) FROM "{table}"').fetchone()
+    if count < (SMALL_ROWS if small is None else small):
+        return _with_missing(_rows_of(con, table, int_cols, text_cols, hexes, where, schema), schema)
     frames = []
     if lo is not None:
         cond = f" AND ({where})" if where else ""
@@ -246,8 +252,36 @@ def read_columns(con: sqlite3.Connection, table: str, ints: list[str] = (), text
             frames.append(pl.concat(parts, how="horizontal"))
     present = int_cols + text_cols
     frame = pl.concat(frames) if frames else pl.DataFrame(schema={c: schema[c] for c in present})
+    return _with_missing(frame, schema)
+
+
+def _with_missing(frame: pl.DataFrame, schema: dict) -> pl.DataFrame:
+    """``frame`` with the columns of ``schema`` it lacks, as nulls, in ``schema``'s order."""
+    if frame.columns == list(schema):
+        return frame
     missing = [pl.lit(None, dtype=schema[c]).alias(c) for c in schema if c not in frame.columns]
-    return frame.with_columns(missing).select(list(schema))
+    return frame.lazy().with_columns(missing).select(list(schema)).collect()
+
+
+def _rows_of(con: sqlite3.Connection, table: str, ints: list[str], texts: list[str], hexes: list[str],
+             where: str, schema: dict) -> pl.DataFrame:
+    """``read_columns`` of a small table: its rows in one query, as one frame. The values are
+    those the aggregates give (the same casts, the same record separator made a space, text
+    decoded the same way)."""
+    exprs = [f'CAST("{c}" AS INTEGER)' for c in ints] + [
+        f'CASE WHEN "{c}" IS NULL THEN NULL ELSE hex("{c}") END' if c in hexes else
+        f"replace(CAST(\"{c}\" AS TEXT), char(30), ' ')" for c in texts]
+    sql = f'SELECT {", ".join(exprs)} FROM "{table}"' + (f" WHERE ({where})" if where else "")
+    con.text_factory = _decoded
+    try:
+        rows = con.execute(sql).fetchall()
+    finally:
+        con.text_factory = str
+    return pl.DataFrame(rows, schema={c: schema[c] for c in ints + texts}, orient="row")
+
+
+def _decoded(raw: bytes) -> str:
+    return raw.decode("utf-8", "replace")
 
 
 def _kv(con: sqlite3.Connection, table: str, tables: set[str]) -> pl.DataFrame:
@@ -632,28 +666,32 @@ def _nccl_payloads(con, tables, nvtx: pl.DataFrame) -> pl.DataFrame:
     if "NVTX_PAYLOAD_SCHEMA_ENTRIES" not in tables or nvtx["binaryData"].is_null().all():
         return blank
     entries = read_columns(con, "NVTX_PAYLOAD_SCHEMA_ENTRIES", ints=["domainId", "schemaId", "offset"],
-                           texts=["name"]).filter(pl.col("name").is_in(list(_PAYLOAD_FIELDS)))
-    with_blob = nvtx.with_row_index("_row").filter(pl.col("binaryData").is_not_null()
-                                                   & (pl.col("binaryData").str.len_chars() >= 64))
+                           texts=["name"])
+    fields = pl.LazyFrame({"name": list(_PAYLOAD_FIELDS), "_col": [c for c, _ in _PAYLOAD_FIELDS.values()],
+                           "_width": [w for _, w in _PAYLOAD_FIELDS.values()]})
+    # Per field, its offset in each (domain, schema); then each blob's fields as rows, decoded
+    # side by side and gathered back into a column per field: one query for every field.
+    offsets = entries.lazy().join(fields, on="name").select(
+        "_col", "_width", domain_id="domainId", _schema="schemaId", _off=pl.col("offset").fill_null(0)
+    ).unique(["_col", "domain_id", "_schema"])
     hexcol = pl.col("binaryData")
-    with_blob = with_blob.with_columns(
-        _schema=_le_hex(hexcol, pl.lit(8), 4).str.to_integer(base=16, strict=False))
-    decoded = with_blob.select("_row")
-    for field, (col, width) in _PAYLOAD_FIELDS.items():
-        offs = entries.filter(pl.col("name") == field).select(
-            domain_id="domainId", _schema="schemaId", _off=pl.col("offset").fill_null(0)).unique(["domain_id", "_schema"])
-        part = with_blob.join(offs, on=["domain_id", "_schema"], how="inner")
-        if part.is_empty():
-            continue
-        digits = _le_hex(hexcol, pl.col("_off") + 32, width)
-        ok = hexcol.str.len_chars() >= (pl.col("_off") + 32 + width) * 2
-        if col == "comm_id":
-            value = pl.when(ok).then(pl.concat_str([pl.lit("0x"), digits.str.to_lowercase()]))
-        else:
-            value = pl.when(ok).then(digits.str.to_integer(base=16, strict=False))
-            if width == 4:   # int fields are 32-bit signed
-                value = pl.when(value >= 2**31).then(value - 2**32).otherwise(value)
-        decoded = decoded.join(part.select("_row", value.alias(col)), on="_row", how="left")
+    with_blob = nvtx.lazy().with_row_index("_row").filter(hexcol.is_not_null() & (hexcol.str.len_chars() >= 64))
+    with_blob = with_blob.with_columns(_schema=_le_hex(hexcol, pl.lit(8), 4).str.to_integer(base=16, strict=False))
+    ok = hexcol.str.len_chars() >= (pl.col("_off") + 32 + pl.col("_width")) * 2
+    wide = _le_hex(hexcol, pl.col("_off") + 32, 8)
+    narrow = _le_hex(hexcol, pl.col("_off") + 32, 4).str.to_integer(base=16, strict=False)
+    fielded = with_blob.join(offsets, on=["domain_id", "_schema"], how="inner").select(
+        "_row", "_col",
+        _int=pl.when(ok).then(pl.when(pl.col("_width") == 4)   # int fields of 4 bytes are 32-bit signed
+                              .then(pl.when(narrow >= 2**31).then(narrow - 2**32).otherwise(narrow))
+                              .otherwise(wide.str.to_integer(base=16, strict=False))),
+        _text=pl.when(ok).then(pl.concat_str([pl.lit("0x"), wide.str.to_lowercase()])),
+    ).collect()
+    # The fields some blob has come first, in field order; the others are added after, as null.
+    present = set(fielded["_col"].unique().to_list())
+    value = {col: pl.col("_text" if col == "comm_id" else "_int").filter(pl.col("_col") == col).first()
+             for col in columns if col in present}
+    decoded = fielded.group_by("_row").agg(**value) if value else fielded.select("_row")
     out = nvtx.with_row_index("_row").join(decoded, on="_row", how="left").drop("_row")
     return out.with_columns([pl.lit(None, dtype=t).alias(c) for c, t in columns.items() if c not in out.columns])
 

@@ -374,3 +374,33 @@ def test_kineto_2022_epoch_us_integers():
     assert tables["profile_info"]["time_base"][0].startswith("epoch us")
     cpu = tables["cpu_ops"].filter(pl.col("name") == "AddmmBackward0").row(0, named=True)
     assert cpu["seq_nr"] == 714649 and cpu["dur_ns"] == 102_000
+
+
+@pytest.mark.parametrize("where", ["", "kind IN (1, 3)"])
+def test_small_tables_read_as_rows_give_the_aggregates_frame(tmp_path, where):
+    """``read_columns`` reads a table under ``SMALL_ROWS`` rows as rows in one query; the frame
+    is the one the aggregate reading gives: NULLs, empty text, the record separators in a value,
+    bytes that are not UTF-8, blobs as hex, numbers stored as text or real, and no rows at all."""
+    import sqlite3
+
+    path = tmp_path / "small.sqlite"
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE t (kind INTEGER, n, name TEXT, blob BLOB)")
+    con.executemany("INSERT INTO t VALUES (?, ?, ?, ?)", [
+        (1, 5, "plain", b"\x01\xab"), (3, None, None, None), (1, "12", "", b""), (2, 7.9, "a\x1eb\x1fc", b"\x00"),
+        (3, -4, "caf\u00e9 \u2713", b"\xff"), (1, 2**62, "x", None)])
+    con.execute("UPDATE t SET name = CAST(X'66ff6f' AS TEXT) WHERE kind = 2")   # not UTF-8
+    con.execute("CREATE TABLE empty (kind INTEGER, name TEXT)")
+    con.commit()
+    con.close()
+    con = nsys._open(path)
+    try:
+        for table in ("t", "empty"):
+            args = dict(ints=["kind", "n", "missing"], texts=["name"], hexes=["blob"], where=where)
+            rows = nsys.read_columns(con, table, **args)
+            aggregates = nsys.read_columns(con, table, small=0, **args)
+            assert rows.equals(aggregates, null_equal=True), (table, rows, aggregates)
+            assert rows.schema == aggregates.schema
+        assert nsys.read_columns(con, "t", ints=["kind"], texts=["name"], small=0).height == 6
+    finally:
+        con.close()
