@@ -201,7 +201,8 @@ def test_jobs_hold_every_chunk_once_in_order(workers):
 def test_a_few_chunks_are_evened_out_over_the_workers():
     """7 chunks' worth of files on 2 workers: 8 chunks of even size (one worker would parse 4
     chunks while the other waits); 2 chunks of uneven size: 2 of the same; with many chunks, or
-    one worker, the plan is unchanged."""
+    one worker, the plan is unchanged; a run of one chunk's worth is cut in two from
+    ``SPLIT_FROM`` on."""
     from pathlib import Path
 
     from postmortem.analyzer.discover import InputFile
@@ -221,6 +222,12 @@ def test_a_few_chunks_are_evened_out_over_the_workers():
     assert [sum(p.size for p in chunk) >> 20 for chunk in ingest.plan_chunks(uneven, workers=2)] == [26, 26]
     many = files(ingest.EVEN_CHUNKS_BELOW * 2 * 32 + 5)
     assert ingest.plan_chunks(many, workers=2) == ingest.plan_chunks(many)
+    # a run of one chunk: one a worker from SPLIT_FROM on, whole files each; one chunk below it
+    one = files(ingest.SPLIT_FROM >> 20)
+    assert len(ingest.plan_chunks(one)) == 1
+    assert [sum(p.size for p in chunk) >> 20 for chunk in ingest.plan_chunks(one, workers=2)] == \
+        [ingest.SPLIT_FROM >> 21] * 2
+    assert len(ingest.plan_chunks(files((ingest.SPLIT_FROM >> 20) - 1), workers=2)) == 1
 
 
 def test_only_chunks_mostly_of_coll_lines_are_grouped(tmp_path):
