@@ -719,18 +719,10 @@ def _coll_share(piece: Piece) -> float:
     return min(1.0, sample.count(b": opCount ") / lines) if lines else 0.0
 
 
-# What parsing a piece costs beyond its bytes (reading it, its envelope, gates and rows), in
-# bytes of text that cost as much: on two cores, 3,201 small inputs of 12 MB parse in 2.1 s and
-# the same inputs with 56 MB in 4.7 s of CPU, about 0.6 ms an input and 0.05 s a MB.
-PIECE_COST_BYTES = 12 << 10
-
-
 def _pack(pieces: list[Piece], limit: int, count: int | None = None) -> list[list[Piece]]:
     """Pieces in order into chunks of at most ``limit`` bytes (or one piece); with ``count``,
-    a new chunk also starts at each ``count``-th of the total cost (bytes, and
-    ``PIECE_COST_BYTES`` a piece: a chunk of many small files takes longer than one of as many
-    bytes in a few)."""
-    step = sum(p.size + PIECE_COST_BYTES for p in pieces) / count if count else None
+    a new chunk also starts at each ``count``-th of the total bytes."""
+    step = sum(p.size for p in pieces) / count if count else None
     chunks: list[list[Piece]] = []
     current: list[Piece] = []
     size = done = 0
@@ -741,7 +733,7 @@ def _pack(pieces: list[Piece], limit: int, count: int | None = None) -> list[lis
             current, size = [], 0
         current.append(piece)
         size += piece.size
-        done += piece.size + PIECE_COST_BYTES
+        done += piece.size
     if current:
         chunks.append(current)
     return chunks
