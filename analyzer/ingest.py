@@ -628,8 +628,9 @@ SEGMENT_BYTES = CHUNK_BYTES
 EVEN_CHUNKS_BELOW = 8
 # With several workers, a run that fits one chunk is still cut into one chunk a worker from
 # this size on (whole inputs, as ``_pack`` cuts them): one core would otherwise parse it alone.
-# Measured on two cores: 256 ranks, 15 MB, parse 1.7 -> 1.3 s; 64 ranks, 3.7 MB, no faster
-# (each chunk runs every parser: a fixed cost the second core must repay).
+# Measured on two cores (five alternating pairs): 256 ranks, 15 MB, parse 1.26-1.71 -> 1.27-1.35 s
+# for 0.3 s more CPU; 64 ranks, 3.7 MB, no faster (each chunk runs every parser: a fixed cost
+# the second core must repay).
 SPLIT_FROM = 8 << 20
 # A segment ends at a newline followed by a line that does not start with white space, so that
 # the indented lines of a traceback or a py-spy stack stay with their first line.
