@@ -53,8 +53,8 @@ from postmortem.parsers.base import Unreadable, WholeFile
 NAME = "nsys"
 LABEL = "nsys"
 CHUNK_ROWS = 250_000
-# A table of fewer rows is read row by row in one query (``_rows_of``): below this, the few
-# Polars calls per column of the aggregate reading cost more than the rows' Python objects.
+# A table whose rowids span fewer is read row by row in one query (``_rows_of``): below this,
+# the few Polars calls per column of the aggregate reading cost more than the rows' Python objects.
 SMALL_ROWS = 2_000
 
 # --- NCCL kernel names (reference section 4.2) -------------------------------------------
@@ -199,7 +199,8 @@ def _tables(con: sqlite3.Connection) -> set[str]:
 def read_columns(con: sqlite3.Connection, table: str, ints: list[str] = (), texts: list[str] = (),
                  where: str = "", chunk: int = CHUNK_ROWS, hexes: list[str] = (),
                  small: int | None = None) -> pl.DataFrame:
-    """Columns of ``table`` as a frame, read as a few strings per chunk of ``chunk`` rows.
+    """Columns of ``table`` as a frame: a table of fewer than ``small`` (``SMALL_ROWS``) rowids
+    as its rows in one query (``_rows_of``), a larger one as a few strings per chunk of ``chunk`` rows.
 
     Integer columns: SQLite formats each row with one ``printf`` and ``group_concat`` joins the
     rows into CSV text, which Polars' CSV reader parses with the schema. Text columns (names,
@@ -222,8 +223,9 @@ def read_columns(con: sqlite3.Connection, table: str, ints: list[str] = (), text
                if c not in hexes else
                f"group_concat(CASE WHEN \"{c}\" IS NULL THEN char(31) ELSE hex(\"{c}\") END, char(30))"
                for c in text_cols]
-    lo, hi, count = con.execute(f'SELECT min(rowid), max(rowid), count(*) FROM "{table}"').fetchone()
-    if count < (SMALL_ROWS if small is None else small):
+    lo, hi = con.execute(f'SELECT min(rowid), max(rowid) FROM "{table}"').fetchone()
+    span = 0 if lo is None else hi - lo + 1    # bounds the rows (count(*) would read the whole table)
+    if span < (SMALL_ROWS if small is None else small):
         return _with_missing(_rows_of(con, table, int_cols, text_cols, hexes, where, schema), schema)
     frames = []
     if lo is not None:
