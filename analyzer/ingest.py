@@ -885,8 +885,9 @@ def _prepare(pieces: list[Piece], spool: str | None) -> _Prepared:
     # ``others``. With a ``spool`` only the first line of each run of COLL lines is parsed;
     # the rest are read by position (``postmortem.analyzer.bulk``).
     with reading(prepared.ascii):
-        marks = combined.lazy().select(info=parsers.nccl.is_plain_info(pl.col("text")),   # lazy: the INFO
-                                       coll=parsers.nccl.is_plain_coll(pl.col("text"))).collect()  # test once
+        # lazy: the INFO test once (the COLL test holds it)
+        marks = combined.lazy().select(info=parsers.nccl.is_plain_info(pl.col("text")),
+                                       coll=parsers.nccl.is_plain_coll(pl.col("text"))).collect(engine="in-memory")
     info, coll = marks["info"], marks["coll"]
     ids = [result.input_id for result, _, _ in pending]
     if spool is not None and coll.any():

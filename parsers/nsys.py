@@ -48,7 +48,7 @@ from pathlib import Path
 
 import polars as pl
 
-from postmortem.parsers.base import Unreadable, WholeFile
+from postmortem.parsers.base import Unreadable, WholeFile, collect_each
 
 NAME = "nsys"
 LABEL = "nsys"
@@ -152,7 +152,8 @@ def _open(path: str | Path) -> sqlite3.Connection:
 
 def kernel_fields(names: pl.Series) -> pl.DataFrame:
     """Per distinct kernel name: is_nccl, family, collective, dtype (normalised), algo, proto."""
-    uniq = pl.DataFrame({"name": names.unique()}).with_columns(base=pl.col("name").str.split("(").list.first())
+    # one query (a per-rank export names a few dozen kernels: each eager step cost more than its work)
+    uniq = pl.LazyFrame({"name": names.unique()}).with_columns(base=pl.col("name").str.split("(").list.first())
     fam = pl.lit(None, dtype=pl.String)
     fields = {k: pl.lit(None, dtype=pl.String) for k in ("coll", "algo", "proto", "op", "ty")}
     parts = []
@@ -183,7 +184,7 @@ def kernel_fields(names: pl.Series) -> pl.DataFrame:
         # >= 2.19 names only say TREE vs not-TREE and always LL; legacy names name what was compiled.
         algo_reliable=pl.when(pl.col("nccl_family") == "legacy").then(True)
         .when(pl.col("nccl_family").is_in(["dev_red", "dev_copy", "symmetric"])).then(False),
-    )
+    ).collect(engine="in-memory")
 
 
 # --- bulk column reads ---------------------------------------------------------------------
@@ -262,7 +263,7 @@ def _with_missing(frame: pl.DataFrame, schema: dict) -> pl.DataFrame:
     if frame.columns == list(schema):
         return frame
     missing = [pl.lit(None, dtype=schema[c]).alias(c) for c in schema if c not in frame.columns]
-    return frame.lazy().with_columns(missing).select(list(schema)).collect()
+    return frame.lazy().with_columns(missing).select(list(schema)).collect(engine="in-memory")
 
 
 def _rows_of(con: sqlite3.Connection, table: str, ints: list[str], texts: list[str], hexes: list[str],
@@ -350,33 +351,39 @@ def _read(con: sqlite3.Connection, display: str) -> tuple[dict[str, pl.DataFrame
         else pl.DataFrame(schema={"id": pl.Int64, "value": pl.String})
     host = _system_env(con, tables).get("Hostname")
 
-    out: dict[str, pl.DataFrame] = {}
+    # The tables as plans, each with its processes' ranks, run in one Polars call at the end.
+    out: dict[str, pl.DataFrame | pl.LazyFrame] = {}
     kernels = _kernels(con, tables, strings, utc)
     nvtx = _nvtx(con, tables, strings, utc)
     processes = _processes(con, tables, kernels, capture, display, host, meta_d, base, nvtx)
+    ranks = processes.lazy().select("pid", "rank")
     if not kernels.is_empty():
         kernels = _attach_payloads(kernels, nvtx)
-        kernels = kernels.join(processes.select("pid", "rank", "rank_source", "rank_confidence"), on="pid", how="left")
-        kernels = kernels.with_columns(source=pl.lit("nsys"), host=pl.lit(host, dtype=pl.String))
-        missing = [pl.lit(None, dtype=t).alias(c) for c, t in KERNEL_SCHEMA.items() if c not in kernels.columns]
-        out["kernels"] = kernels.with_columns(missing).select(list(KERNEL_SCHEMA))
+        plan = kernels.lazy().join(processes.lazy().select("pid", "rank", "rank_source", "rank_confidence"),
+                                   on="pid", how="left")
+        plan = plan.with_columns(source=pl.lit("nsys"), host=pl.lit(host, dtype=pl.String))
+        have = plan.collect_schema()
+        missing = [pl.lit(None, dtype=t).alias(c) for c, t in KERNEL_SCHEMA.items() if c not in have]
+        out["kernels"] = plan.with_columns(missing).select(list(KERNEL_SCHEMA))
     out["profile_processes"] = processes
     if not nvtx.is_empty():
-        out["nvtx"] = nvtx.join(processes.select("pid", "rank"), on="pid", how="left")
+        out["nvtx"] = nvtx.lazy().join(ranks, on="pid", how="left")
     memcpy = _memcpy(con, tables, utc)
     if not memcpy.is_empty():
-        out["memcpy"] = memcpy.join(processes.select("pid", "rank"), on="pid", how="left")
+        out["memcpy"] = memcpy.lazy().join(ranks, on="pid", how="left")
     memory = _gpu_memory(con, tables, utc)
     if not memory.is_empty():
-        out["gpu_memory"] = memory.join(processes.select("pid", "rank"), on="pid", how="left")
+        out["gpu_memory"] = memory.lazy().join(ranks, on="pid", how="left")
     gpus = _gpus(con, tables)
     if not gpus.is_empty():
-        out["profile_processes"] = processes.join(gpus.select("device", "bus_id").unique("device"), on="device",
-                                                  how="left")
-        out["gpus"] = gpus.with_columns(host=pl.lit(host, dtype=pl.String), source=pl.lit("nsys"))
+        out["profile_processes"] = processes.lazy().join(gpus.lazy().select("device", "bus_id").unique("device"),
+                                                         on="device", how="left")
+        out["gpus"] = gpus.lazy().with_columns(host=pl.lit(host, dtype=pl.String), source=pl.lit("nsys"))
     streams = _process_streams(con, tables, strings)
     if not streams.is_empty():
-        out["process_streams"] = streams.join(processes.select("pid", "rank"), on="pid", how="left")
+        out["process_streams"] = streams.lazy().join(ranks, on="pid", how="left")
+    plans = {name: plan for name, plan in out.items() if isinstance(plan, pl.LazyFrame)}
+    out.update(zip(plans, collect_each(list(plans.values()))))
     out["profile_info"] = pl.DataFrame({
         "source": ["nsys"], "product_version": [meta_d.get("EXPORT_PRODUCT_VERSION")],
         "schema_version": [meta_d.get("EXPORT_SCHEMA_VERSION")], "host": [host],
@@ -424,13 +431,15 @@ def _kernels(con, tables, strings, utc) -> pl.DataFrame:
         return pl.DataFrame()
     # Names are decoded once per distinct (shortName, demangledName) pair -- a few thousand --
     # and joined back on the integer ids, not per kernel row.
-    pairs = raw.select("shortName", "demangledName").unique()
-    pairs = pairs.join(strings.rename({"id": "shortName", "value": "name"}), on="shortName", how="left") \
-        .join(strings.rename({"id": "demangledName", "value": "full_name"}), on="demangledName", how="left") \
-        .with_columns(name=pl.coalesce("name", pl.col("full_name").str.split("(").list.first()))
-    pairs = pairs.join(kernel_fields(pairs["name"].drop_nulls()), on="name", how="left")
+    pairs = raw.lazy().select("shortName", "demangledName").unique()
+    pairs = pairs.join(strings.lazy().rename({"id": "shortName", "value": "name"}), on="shortName", how="left") \
+        .join(strings.lazy().rename({"id": "demangledName", "value": "full_name"}), on="demangledName", how="left") \
+        .with_columns(name=pl.coalesce("name", pl.col("full_name").str.split("(").list.first())) \
+        .collect(engine="in-memory")
     # the per-row name columns as Categorical: 4-byte codes instead of a string copy per kernel
-    pairs = pairs.with_columns(pl.col("name", "full_name").cast(pl.Categorical))
+    # (a plan: _kernel_query runs it with its own)
+    pairs = pairs.lazy().join(kernel_fields(pairs["name"].drop_nulls()).lazy(), on="name", how="left") \
+        .with_columns(pl.col("name", "full_name").cast(pl.Categorical))
     launches = _launches(con, tables, strings, utc)
     out = _kernel_query(raw, pairs, launches, utc)
     if out.height != raw.height:  # duplicate (pid, correlationId) launch rows: keep one launch per kernel
@@ -454,7 +463,7 @@ def _kernel_query(raw, pairs, launches, utc) -> pl.DataFrame:
         grid_x=pl.col("gridX"), block_x=pl.col("blockX"), is_nccl=pl.col("is_nccl").fill_null(False),
         nccl_family=pl.col("nccl_family"), collective=pl.col("collective"), op=pl.col("op"),
         dtype=pl.col("dtype"), algo=pl.col("algo"), proto=pl.col("proto"), algo_reliable=pl.col("algo_reliable"),
-    ).sort("start").collect()
+    ).sort("start").collect(engine="in-memory")
 
 
 def _launches(con, tables, strings, utc) -> pl.DataFrame:
@@ -595,24 +604,24 @@ def _nvtx(con, tables, strings, utc) -> pl.DataFrame:
                        where="eventType IN (34, 59, 60, 75)")
     if raw.is_empty():
         return pl.DataFrame()
-    raw = raw.join(strings.rename({"id": "textId", "value": "_registered"}), on="textId", how="left")
+    raw = raw.lazy().join(strings.lazy().rename({"id": "textId", "value": "_registered"}), on="textId", how="left")
     raw = raw.with_columns(text=pl.coalesce("text", "_registered"))
     # Domain names come from NvtxDomainCreate rows (eventType 75); NCCL's domain is also
     # recognisable by its registered nccl* range names.
     domains = raw.filter(pl.col("eventType") == 75).select("domainId", domain=pl.col("text")).unique("domainId")
     ranges = raw.filter(pl.col("eventType") != 75).join(domains, on="domainId", how="left")
-    nccl_domain = ranges.filter(pl.col("textId").is_not_null() & pl.col("text").str.starts_with("nccl")
-                                & (pl.col("domainId") != 0))["domainId"].unique().to_list()
-    ranges = ranges.with_columns(domain=pl.when(pl.col("domain").is_null() & pl.col("domainId").is_in(nccl_domain))
+    # (one query: each eager step on a per-rank export's few dozen ranges cost more than its work)
+    nccl_text = pl.col("textId").is_not_null() & pl.col("text").str.starts_with("nccl") & (pl.col("domainId") != 0)
+    ranges = ranges.with_columns(domain=pl.when(pl.col("domain").is_null() & nccl_text.any().over("domainId"))
                                  .then(pl.lit("NCCL")).otherwise(pl.col("domain")))
     out = ranges.select(
         _pid("globalTid"), _tid("globalTid"), start=utc("start"), end=utc("end"),
         dur_ns=pl.col("end") - pl.col("start"), event_type=pl.col("eventType"), domain_id=pl.col("domainId"),
         domain=pl.col("domain"), text=pl.col("text"), is_nccl_api=(pl.col("domain") == "NCCL").fill_null(False),
         payload_int=pl.coalesce("uint64Value", "int64Value", "uint32Value", "int32Value"),
-        payload_json=pl.col("jsonText"), binaryData=pl.col("binaryData"))
-    out = _nccl_payloads(con, tables, out).with_columns(source=pl.lit("nsys"))
-    return out.drop("binaryData").sort("start")
+        payload_json=pl.col("jsonText"), binaryData=pl.col("binaryData")).collect(engine="in-memory")
+    return _nccl_payloads(con, tables, out).lazy().with_columns(source=pl.lit("nsys")).drop("binaryData").sort(
+        "start").collect(engine="in-memory")
 
 
 _PER_RANK_OPS = ["allreduce", "broadcast", "reduce", "sendrecv"]   # payload size = S of the busbw table
@@ -626,11 +635,12 @@ def _attach_payloads(kernels: pl.DataFrame, nvtx: pl.DataFrame) -> pl.DataFrame:
     if nvtx.is_empty() or "message_bytes" not in nvtx.columns or nvtx["message_bytes"].is_null().all() \
             or "launch_start" not in kernels.columns:
         return kernels
-    api = nvtx.filter(pl.col("is_nccl_api") & pl.col("message_bytes").is_not_null()).select(
+    # one query (each eager step on a per-rank export's few hundred kernels cost more than its work)
+    api = nvtx.lazy().filter(pl.col("is_nccl_api") & pl.col("message_bytes").is_not_null()).select(
         "pid", "tid", _api_start="start", _api_end="end", _msg="message_bytes", _comm="comm_id").sort("_api_start")
-    nranks = nvtx.filter(pl.col("comm_nranks").is_not_null() & pl.col("comm_id").is_not_null()).group_by(
+    nranks = nvtx.lazy().filter(pl.col("comm_nranks").is_not_null() & pl.col("comm_id").is_not_null()).group_by(
         "comm_id").agg(_n=pl.col("comm_nranks").max())
-    k = kernels.with_row_index("_k")
+    k = kernels.lazy().with_row_index("_k")
     cand = k.filter(pl.col("is_nccl") & pl.col("launch_start").is_not_null() & pl.col("tid").is_not_null()) \
         .select("_k", "pid", "tid", "launch_start").sort("launch_start")
     hit = cand.join_asof(api, left_on="launch_start", right_on="_api_start", by=["pid", "tid"], strategy="backward",
@@ -640,7 +650,8 @@ def _attach_payloads(kernels: pl.DataFrame, nvtx: pl.DataFrame) -> pl.DataFrame:
     k = k.join(hit, on="_k", how="left")
     size = (pl.when(pl.col("op").is_in(_PER_RANK_OPS)).then(pl.col("_msg"))
             .when(pl.col("op").is_in(_TOTAL_OPS)).then(pl.col("_msg") * pl.col("_n")))
-    return k.with_columns(bytes=size, pg=pl.col("_comm"), group_size=pl.col("_n")).drop("_k", "_msg", "_comm", "_n")
+    return k.with_columns(bytes=size, pg=pl.col("_comm"), group_size=pl.col("_n")).drop(
+        "_k", "_msg", "_comm", "_n").collect(engine="in-memory")
 
 
 # Fields of NCCL's payload schemas we decode (name in NVTX_PAYLOAD_SCHEMA_ENTRIES -> column, bytes).
@@ -688,7 +699,7 @@ def _nccl_payloads(con, tables, nvtx: pl.DataFrame) -> pl.DataFrame:
                               .then(pl.when(narrow >= 2**31).then(narrow - 2**32).otherwise(narrow))
                               .otherwise(wide.str.to_integer(base=16, strict=False))),
         _text=pl.when(ok).then(pl.concat_str([pl.lit("0x"), wide.str.to_lowercase()])),
-    ).collect()
+    ).collect(engine="in-memory")
     # The fields some blob has come first, in field order; the others are added after, as null.
     present = set(fielded["_col"].unique().to_list())
     value = {col: pl.col("_text" if col == "comm_id" else "_int").filter(pl.col("_col") == col).first()
