@@ -704,9 +704,10 @@ def _nccl_payloads(con, tables, nvtx: pl.DataFrame) -> pl.DataFrame:
     present = set(fielded["_col"].unique().to_list())
     value = {col: pl.col("_text" if col == "comm_id" else "_int").filter(pl.col("_col") == col).first()
              for col in columns if col in present}
-    decoded = fielded.group_by("_row").agg(**value) if value else fielded.select("_row")
-    out = nvtx.with_row_index("_row").join(decoded, on="_row", how="left").drop("_row")
-    return out.with_columns([pl.lit(None, dtype=t).alias(c) for c, t in columns.items() if c not in out.columns])
+    decoded = fielded.lazy().group_by("_row").agg(**value) if value else fielded.lazy().select("_row")
+    out = nvtx.lazy().with_row_index("_row").join(decoded, on="_row", how="left").drop("_row")
+    return out.with_columns([pl.lit(None, dtype=t).alias(c) for c, t in columns.items() if c not in value]).collect(
+        engine="in-memory")
 
 
 def _memcpy(con, tables, utc) -> pl.DataFrame:
