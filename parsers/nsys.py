@@ -152,7 +152,7 @@ def _open(path: str | Path) -> sqlite3.Connection:
 
 def kernel_fields(names: pl.Series) -> pl.DataFrame:
     """Per distinct kernel name: is_nccl, family, collective, dtype (normalised), algo, proto."""
-    # one query (a per-rank export names a few dozen kernels: each eager step cost more than its work)
+    # one query (a per-rank export names a few dozen kernels: an eager step costs more than its work)
     uniq = pl.LazyFrame({"name": names.unique()}).with_columns(base=pl.col("name").str.split("(").list.first())
     fam = pl.lit(None, dtype=pl.String)
     fields = {k: pl.lit(None, dtype=pl.String) for k in ("coll", "algo", "proto", "op", "ty")}
@@ -610,7 +610,8 @@ def _nvtx(con, tables, strings, utc) -> pl.DataFrame:
     # recognisable by its registered nccl* range names.
     domains = raw.filter(pl.col("eventType") == 75).select("domainId", domain=pl.col("text")).unique("domainId")
     ranges = raw.filter(pl.col("eventType") != 75).join(domains, on="domainId", how="left")
-    # (one query: each eager step on a per-rank export's few dozen ranges cost more than its work)
+    # One query for all of it (an eager step on a per-rank export's few dozen ranges costs more
+    # than its work): a domain is NCCL's where one of its ranges names an nccl* text.
     nccl_text = pl.col("textId").is_not_null() & pl.col("text").str.starts_with("nccl") & (pl.col("domainId") != 0)
     ranges = ranges.with_columns(domain=pl.when(pl.col("domain").is_null() & nccl_text.any().over("domainId"))
                                  .then(pl.lit("NCCL")).otherwise(pl.col("domain")))
