@@ -258,12 +258,15 @@ def read_columns(con: sqlite3.Connection, table: str, ints: list[str] = (), text
     return _with_missing(frame, schema)
 
 
-def _with_missing(frame: pl.DataFrame, schema: dict) -> pl.DataFrame:
-    """``frame`` with the columns of ``schema`` it lacks, as nulls, in ``schema``'s order."""
-    if frame.columns == list(schema):
+def _with_missing(frame: pl.DataFrame | pl.LazyFrame, schema: dict) -> pl.DataFrame | pl.LazyFrame:
+    """``frame`` (or a plan, which stays one) with the columns of ``schema`` it lacks, as nulls,
+    in ``schema``'s order; the columns it has keep their dtypes."""
+    have = frame.collect_schema().names()
+    if have == list(schema):
         return frame
-    missing = [pl.lit(None, dtype=schema[c]).alias(c) for c in schema if c not in frame.columns]
-    return frame.lazy().with_columns(missing).select(list(schema)).collect(engine="in-memory")
+    missing = [pl.lit(None, dtype=schema[c]).alias(c) for c in schema if c not in have]
+    plan = frame.lazy().with_columns(missing).select(list(schema))
+    return plan if isinstance(frame, pl.LazyFrame) else plan.collect(engine="in-memory")
 
 
 def _rows_of(con: sqlite3.Connection, table: str, ints: list[str], texts: list[str], hexes: list[str],
@@ -361,10 +364,8 @@ def _read(con: sqlite3.Connection, display: str) -> tuple[dict[str, pl.DataFrame
         kernels = _attach_payloads(kernels, nvtx)
         plan = kernels.lazy().join(processes.lazy().select("pid", "rank", "rank_source", "rank_confidence"),
                                    on="pid", how="left")
-        plan = plan.with_columns(source=pl.lit("nsys"), host=pl.lit(host, dtype=pl.String))
-        have = plan.collect_schema()
-        missing = [pl.lit(None, dtype=t).alias(c) for c, t in KERNEL_SCHEMA.items() if c not in have]
-        out["kernels"] = plan.with_columns(missing).select(list(KERNEL_SCHEMA))
+        out["kernels"] = _with_missing(plan.with_columns(source=pl.lit("nsys"), host=pl.lit(host, dtype=pl.String)),
+                                       KERNEL_SCHEMA)
     out["profile_processes"] = processes
     if not nvtx.is_empty():
         out["nvtx"] = nvtx.lazy().join(ranks, on="pid", how="left")
