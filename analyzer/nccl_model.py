@@ -564,6 +564,14 @@ def _settle_phase(hops: pl.DataFrame, rings: pl.DataFrame) -> pl.DataFrame:
     return hops.with_columns(phase=phase).drop("_neighbours", "_known")
 
 
+def _cut(values: list[int], lengths: list[int]) -> pl.Series:
+    """``values`` cut into consecutive lists of ``lengths`` (one list per length, in order)."""
+    flat = pl.DataFrame({"_len": lengths}, schema={"_len": pl.UInt32}).select(
+        _list=pl.int_range(pl.len(), dtype=pl.UInt32).repeat_by("_len").explode())
+    lists = flat.with_columns(order=pl.Series(values, dtype=pl.Int64)).group_by("_list", maintain_order=True).agg("order")
+    return lists["order"]
+
+
 def _chains(nxt: pl.DataFrame | None) -> pl.DataFrame | None:
     """Follow next-neighbour pointers from rank 0 on each (communicator, channel): the ranks up
     to (not including) the first one with no pointer or seen before. A ring without a
@@ -582,15 +590,19 @@ def _chains(nxt: pl.DataFrame | None) -> pl.DataFrame | None:
     links = nxt.drop_nulls(ring).select(*ring, pl.col("src").cast(pl.Int64), pl.col("dst").cast(pl.Int64))
     for comm, channel, src, dst in zip(*(links[c].to_list() for c in links.columns)):
         pointers.setdefault((comm, channel), {})[src] = dst
-    rows = []
-    for comm, channel in nxt.filter(pl.col("src") == 0).select(ring).iter_rows():
+    starts = nxt.filter(pl.col("src") == 0).select(ring)
+    walked: list[int] = []      # every ring's ranks one after another, and each ring's length
+    lengths: list[int] = []
+    for comm, channel in starts.iter_rows():
         step = pointers.get((comm, channel), {})
-        order, seen, node = [0], {0}, step.get(0)
+        seen, node = {0}, step.get(0)
+        walked.append(0)
         while node is not None and node not in seen:
-            order.append(node)
+            walked.append(node)
             seen.add(node)
             node = step.get(node)
-        rows.append((comm, channel, order))
-    schema = {"comm_key": nxt.schema["comm_key"], "channel": nxt.schema["channel"], "order": pl.List(pl.Int64)}
-    walk = pl.DataFrame(rows, schema=schema, orient="row")
+        lengths.append(len(seen))
+    # one flat Series cut into lists: a frame of Python lists built a Series per ring (0.26 s
+    # for the 10,000-rank run's 10,000 rings)
+    walk = starts.with_columns(order=_cut(walked, lengths))
     return walk.join(source, on=ring, how="left").select("comm_key", "channel", "order", "source")
