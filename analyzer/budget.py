@@ -59,7 +59,7 @@ def kept_tables_bytes() -> int:
     A table the report reads and that was not kept is read back whole, a second copy beside
     DuckDB's result: with a sixteenth, the 10,000-rank run read back its events, stacks,
     settings and progress (600 MB, 1.8 s) and peaked at 4,200 MiB in the rules, against 3,677
-    MiB and 0.7 s less with a quarter (the 535 MB log: 3,010 -> 2,636 MiB, 0.7 s less)."""
+    MiB and 0.7 s less with a quarter (the 535 MB log: 3,010 -> 2,636 MiB)."""
     return memory() // 4
 
 

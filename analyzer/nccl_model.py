@@ -602,7 +602,7 @@ def _chains(nxt: pl.DataFrame | None) -> pl.DataFrame | None:
             seen.add(node)
             node = step.get(node)
         lengths.append(len(seen))
-    # one flat Series cut into lists: a frame of Python lists built a Series per ring (0.26 s
-    # for the 10,000-rank run's 10,000 rings)
+    # one flat Series cut into lists: a frame of Python lists built a Series per ring (the
+    # 10,000-rank run's rings: 0.17-0.20 s, cut: 0.09 s)
     walk = starts.with_columns(order=_cut(walked, lengths))
     return walk.join(source, on=ring, how="left").select("comm_key", "channel", "order", "source")
