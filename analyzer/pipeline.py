@@ -110,6 +110,16 @@ class Run:
                 break
             self.written[name] = frame
 
+    def keep_at_most(self, room: int) -> None:
+        """Let go of the largest kept frames until the rest fit in ``room`` bytes: what
+        ``keep_written`` would have kept with that room (they were kept smallest first). For a
+        run held open after its report (the terminal UI), whose screens ask few tables."""
+        held = sum(frame.estimated_size() for frame in self.written.values())
+        for name in reversed(list(self.written)):
+            if held <= room:
+                break
+            held -= self.written.pop(name).estimated_size()
+
     def _all_columns(self) -> dict[str, list[str]]:
         """Every table's column names, in one query."""
         return {name: [column for column, _ in columns] for name, columns in store.columns_by_table(self.con).items()}

@@ -73,3 +73,20 @@ def test_the_kept_frames_stay_within_their_share_of_the_budget(monkeypatch):
     assert len(sizes) > 3
     assert not any(kept_sizes(0)), "only empty tables fit in no room"
     assert [size for size in kept_sizes(sum(sizes[:3])) if size] == sizes[:3]
+
+
+def test_a_run_held_open_keeps_what_the_smaller_share_would_have_kept(monkeypatch):
+    """``Run.keep_at_most`` (the terminal UI, after the report) leaves the frames that
+    ``keep_written`` keeps in that room, and only those: the UI holds no more than before the
+    report's share grew."""
+    def kept(room: int):
+        monkeypatch.setattr(budget, "kept_tables_bytes", lambda: room)
+        return analyze([CORPUS / "restart-fails"], use_cache=False)
+
+    whole = kept(1 << 30)
+    sizes = sorted(frame.estimated_size() for frame in whole.written.values())
+    for room in (0, sum(sizes[:3]), sum(sizes[:3]) + 1, sum(sizes) - 1, sum(sizes)):
+        run = kept(1 << 30)
+        run.keep_at_most(room)
+        assert sorted(run.written) == sorted(kept(room).written), room
+        assert sum(frame.estimated_size() for frame in run.written.values()) <= room

@@ -104,6 +104,7 @@ def analyze_paths(paths: list[str], progress: Callable[[str], None] | None = Non
     and finished here; ``cache_later``: it is written only once the caller calls
     ``session.run.start_cache()`` (the app: after its first screen), and the caller joins it
     (``Run.cache_written``) before the store is closed."""
+    from postmortem.analyzer.budget import held_tables_bytes
     from postmortem.analyzer.pipeline import analyze
     from postmortem.rules.report import build_report
     from postmortem.analyzer.store import lock_down
@@ -113,6 +114,7 @@ def analyze_paths(paths: list[str], progress: Callable[[str], None] | None = Non
     if progress:
         progress("running the rules")
     report = build_report(run)
+    run.keep_at_most(held_tables_bytes())   # the rules read most tables once; the screens few
     if not cache_later:
         run.cache_written()
     elif run.pending_cache is not None:
