@@ -102,18 +102,15 @@ class Run:
         them back unchanged (``store.read_back_unchanged``), the smallest first, up to
         ``budget.kept_tables_bytes`` in all. A report asks for 40-90 tables; each query costs
         1.5-2 ms on a small table and 0.3-0.5 s for the 200,000 events of a 1,024-rank run."""
-        room = budget.kept_tables_bytes()
-        for name, frame in sorted(store.read_back_unchanged(self.con, frames).items(),
-                                  key=lambda item: item[1].estimated_size()):
-            room -= frame.estimated_size()
-            if room < 0:
-                break
-            self.written[name] = frame
+        self.written.update(sorted(store.read_back_unchanged(self.con, frames).items(),
+                                   key=lambda item: item[1].estimated_size()))
+        self.keep_at_most(budget.kept_tables_bytes())
 
     def keep_at_most(self, room: int) -> None:
-        """Let go of the largest kept frames until the rest fit in ``room`` bytes: what
-        ``keep_written`` would have kept with that room (they were kept smallest first). For a
-        run held open after its report (the terminal UI), whose screens ask few tables."""
+        """Let go of the largest kept frames until the rest fit in ``room`` bytes. They are kept
+        smallest first, so what is left is the most of them that fit: ``keep_written``'s rule,
+        and what a run held open after its report (the terminal UI, whose screens ask few
+        tables) keeps of a smaller room."""
         held = sum(frame.estimated_size() for frame in self.written.values())
         for name in reversed(list(self.written)):
             if held <= room:
