@@ -24,6 +24,7 @@ import polars as pl
 
 from postmortem.analyzer import clocks
 from postmortem.analyzer.ranges import rank_ranges
+from postmortem.parsers.base import collect_each
 
 GPU_IDENTITY_SCHEMA = {"node": pl.String, "pci": pl.String, "gpu_index": pl.Int64, "cuda_dev": pl.Int64,
                        "uuid": pl.String, "serial": pl.String, "product": pl.String, "global_rank": pl.Int64,
@@ -43,13 +44,13 @@ def _known_hosts(tables: dict[str, pl.DataFrame], ranks: pl.DataFrame | None) ->
     hosts: set[str] = set()
     if ranks is not None and not ranks.is_empty() and "node" in ranks.columns:
         hosts.update(h for h in ranks["node"].drop_nulls().to_list())
-    for name in ("job_nodes", "nccl_members", "nccl_processes", "node_events"):
-        frame = _get(tables, name)
-        if frame is None:
-            continue
-        for col in ("node", "host"):
-            if col in frame.columns:
-                hosts.update(frame.select(_short(pl.col(col).cast(pl.String))).to_series().drop_nulls().to_list())
+    frames = [frame for name in ("job_nodes", "nccl_members", "nccl_processes", "node_events")
+              if (frame := _get(tables, name)) is not None]
+    # every table's host columns in one Polars call
+    named = collect_each([frame.lazy().select(_short(pl.col(col).cast(pl.String)).alias("host")).drop_nulls()
+                          for frame in frames for col in ("node", "host") if col in frame.columns])
+    for found in named:
+        hosts.update(found["host"].to_list())
     return {h for h in hosts if h}
 
 

@@ -266,9 +266,9 @@ def _csv(df: pl.DataFrame) -> tuple[pl.DataFrame, list[int]]:
         rows = body.filter(under(headers)) if len(schemas) > 1 else body
         if rows.is_empty():
             continue
-        parts = rows["text"].str.split(",")
-        cols = {n: parts.list.get(i, null_on_oob=True).str.strip_chars() for i, n in enumerate(names) if n}
-        frames.append(rows.select("line_no").with_columns(**cols))
+        parts = pl.col("text").str.split(",")    # every field in one Polars call
+        frames.append(rows.select("line_no", **{n: parts.list.get(i, null_on_oob=True).str.strip_chars()
+                                                for i, n in enumerate(names) if n}))
     if not frames:
         return pl.DataFrame(), used
     out = pl.concat(frames, how="diagonal_relaxed")

@@ -529,7 +529,7 @@ def files_where(lines: pl.DataFrame, **flags: pl.Expr) -> pl.DataFrame:
 def of_files(frame: pl.DataFrame, found: pl.DataFrame, flag: str) -> pl.DataFrame | None:
     """The rows of ``frame`` (with ``_file``) of the inputs ``found`` (``files_where``) flags;
     None when no input is flagged."""
-    files = found.filter(pl.col(flag).fill_null(False))["_file"]
+    files = found["_file"].filter(found[flag])     # a null flag is no input (Series.filter drops it)
     if files.is_empty():
         return None
     return frame if len(files) == found.height else frame.filter(pl.col("_file").is_in(files.implode()))

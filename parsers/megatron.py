@@ -431,11 +431,12 @@ def _settings(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.Series]:
     # `using world size: ...`
     world = df.filter(t.str.contains("using world size:", literal=True))
     if not world.is_empty():
-        long = pl.concat([
-            world.select("line_no", key=pl.lit(key), value=t.str.extract(rx(pattern), 1))
+        long = pl.concat([   # every key's rows in one Polars call
+            world.lazy().select("line_no", key=pl.lit(key), value=t.str.extract(rx(pattern), 1))
             for key, pattern in _WORLD_KEYS
         ]).filter(pl.col("value").is_not_null())
-        frames.append(long.select("line_no", source=pl.lit("megatron-startup"), key="key", value="value"))
+        frames.append(long.select("line_no", source=pl.lit("megatron-startup"), key="key", value="value")
+                      .collect(engine="in-memory"))
 
     # `> initializing tensor model parallel with size 2`
     init = df.filter(t.str.contains(" parallel with size ", literal=True))
@@ -709,12 +710,12 @@ def _iteration_events(iterations: pl.DataFrame) -> pl.DataFrame:
         ("skipped_iterations", pl.col("skipped_iterations") > 0, pl.col("skipped_iterations").cast(pl.Float64)),
         ("nan_iterations", pl.col("nan_iterations") > 0, pl.col("nan_iterations").cast(pl.Float64)),
     ]
-    frames = [it.filter(cond.fill_null(False)).select(
+    frames = [it.lazy().filter(cond.fill_null(False)).select(
         "line_no", "ts", "iteration", "framework", kind=pl.lit(kind), value=value,
         message=pl.concat_str([pl.lit(kind.replace("_", " ") + " at iteration "),
                                pl.col("iteration").cast(pl.String).fill_null("?")]))
         for kind, cond, value in checks]
-    return pl.concat(frames, how="vertical_relaxed")
+    return pl.concat(frames, how="vertical_relaxed").collect(engine="in-memory")   # every check in one call
 
 
 def _events(df: pl.DataFrame, iterations: pl.DataFrame) -> pl.DataFrame:

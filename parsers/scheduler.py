@@ -160,9 +160,9 @@ def _sacct_parsable(df: pl.DataFrame) -> tuple[pl.DataFrame, list[int]]:
         body = df.filter((pl.col("_blk") == blk) & ~is_head)
         if body.is_empty():
             continue
-        parts = body["text"].str.strip_chars().str.split("|")
-        cols = {name: parts.list.get(i, null_on_oob=True) for i, name in enumerate(names) if not name.startswith("_x")}
-        frames.append(body.select("line_no").with_columns(**cols))
+        parts = pl.col("text").str.strip_chars().str.split("|")    # every field in one Polars call
+        frames.append(body.select("line_no", **{name: parts.list.get(i, null_on_oob=True)
+                                                for i, name in enumerate(names) if not name.startswith("_x")}))
     if not frames:
         return pl.DataFrame(), used
     return _finish_slurm(pl.concat(frames, how="diagonal_relaxed"), "sacct"), used
