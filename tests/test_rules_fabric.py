@@ -287,3 +287,14 @@ def test_real_link_local_bootstrap_and_socket_list(real_logs):
     assert n002["details"]["what"] == "link-local" and "NCCL_SOCKET_IFNAME=veth0" in n002["suggestion"]
     veth = _find(_report(_real(real_logs, "pytorch-issue-68893-")), "N002")[0]
     assert veth["details"]["check"] == "socket_list" and not veth["culprit"] and "veth75fa783" in veth["title"]
+
+
+def test_the_suggested_interface_breaks_a_tie_by_the_first_host():
+    """Two hosts bootstrap on two routable interfaces, once each: the suggestion names the first
+    host's, whatever the string hash seed (a set's order made it eth0, bond0 or eno1 by run)."""
+    from postmortem.rules.network.n002_bootstrap_interface import _good_interface
+    by_host = {"node-b": ("bond0", "10.0.0.2"), "node-a": ("eno1", "10.0.0.1"), "node-c": ("eth0", "10.0.0.3")}
+    assert _good_interface(by_host, exclude=set()) == "bond0"
+    assert _good_interface(by_host, exclude={"node-b"}) == "eno1"
+    assert _good_interface({**by_host, "node-d": ("eth0", "10.0.0.4")}, exclude=set()) == "eth0"
+    assert _good_interface({"node-a": ("docker0", "172.17.0.1")}, exclude=set()) == "<routable interface>"

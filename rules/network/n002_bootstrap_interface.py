@@ -34,6 +34,7 @@ Known false positives
 from __future__ import annotations
 
 import re
+from collections import Counter
 
 import polars as pl
 
@@ -255,7 +256,8 @@ def _alternatives(ctx: Context, host: str, ifname: str) -> list[str]:
 
 def _good_interface(by_host: dict, exclude: set) -> str:
     names = [ifname for host, (ifname, _) in by_host.items() if host not in exclude and not _VIRTUAL.match(ifname)]
-    return max(set(names), key=names.count) if names else "<routable interface>"
+    # the commonest; of equally common ones the first host's (a set's order changes from run to run)
+    return Counter(names).most_common(1)[0][0] if names else "<routable interface>"
 
 
 def _odd_one_out(ctx: Context, by_host: dict, init_ok: bool) -> list[Finding]:
