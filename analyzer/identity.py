@@ -44,6 +44,7 @@ from __future__ import annotations
 import polars as pl
 
 from postmortem.analyzer.discover import path_hints
+from postmortem.parsers.base import among
 from postmortem.parsers.nccl import bus_id_to_pci
 
 CONFIDENCE_ORDER = {"certain": 0, "derived": 1, "guessed": 2}
@@ -377,7 +378,7 @@ def _prefixed_lines(df: pl.DataFrame, maps: pl.DataFrame) -> pl.DataFrame:
     same input as its failure summary or rendezvous result."""
     inputs = maps["input_id"].unique()
     tpl = pl.col("prefix").str.extract_groups(_TEMPLATE)
-    rows = df.filter(pl.col("input_id").is_in(inputs.implode()) & pl.col("local_rank").is_not_null()).select(
+    rows = df.filter(pl.col("input_id").is_in(among(inputs)) & pl.col("local_rank").is_not_null()).select(
         "input_id", "line_no", "rank_tag", _okey=_outer_key(), _L=pl.col("local_rank").cast(pl.Int64),
         _a=tpl.struct.field("1").cast(pl.Int64, strict=False), _b=tpl.struct.field("2").cast(pl.Int64, strict=False))
     if rows.is_empty():
@@ -496,8 +497,8 @@ def _log_folders(df: pl.DataFrame, maps: pl.DataFrame, hints_of: dict[int, dict]
                    .join(pointed.drop_nulls("base"), on="base").select("h_dir", "key").unique()
                    .filter(pl.len().over("h_dir") == 1)
                    .with_columns(how=pl.lit("an error_file of that agent's failure summary points into it")))
-        matched = pl.concat([by_file, by_anchor.filter(~pl.col("h_dir").is_in(by_file["h_dir"].implode()))])
-    left_dirs = dirs.filter(~pl.col("h_dir").is_in(matched["h_dir"].implode()))["h_dir"].to_list()
+        matched = pl.concat([by_file, by_anchor.filter(~pl.col("h_dir").is_in(among(by_file["h_dir"])))])
+    left_dirs = dirs.filter(~pl.col("h_dir").is_in(among(matched["h_dir"])))["h_dir"].to_list()
     left_keys = sorted(set(keys["key"].to_list()) - set(matched["key"].to_list()))
     if len(left_dirs) == 1 and len(left_keys) == 1 and agrees(left_dirs[0], left_keys[0]):
         how = ("it is the only log folder, and that the only agent" if matched.is_empty()
@@ -580,7 +581,7 @@ def _pids(df: pl.DataFrame, maps: pl.DataFrame, tables: dict[str, pl.DataFrame])
         p_src=pl.col("p_src").first()).filter(pl.col("n") == 1).drop("n")
     dumped = dumps.lazy().join(pids, on="pid", how="left")
     ids = pl.Series(dumps["input_id"].unique(), dtype=pl.UInt32)
-    lines = df.lazy().select("input_id", "line_no").filter(pl.col("input_id").is_in(ids.implode())).sort("line_no")
+    lines = df.lazy().select("input_id", "line_no").filter(pl.col("input_id").is_in(among(ids))).sort("line_no")
     at = lines.join_asof(dumped.sort("dump_line"), left_on="line_no", right_on="dump_line", by="input_id",
                          strategy="backward", check_sortedness=False).filter(pl.col("line_no") <= pl.col("last"))
     at = at.select("input_id", "line_no", _dump_pid="pid", _r="p_rank",

@@ -33,7 +33,7 @@ from postmortem.analyzer import budget
 from postmortem.analyzer.discover import (SMALL_DECOMPRESSED, Capped, InputError, InputFile, capped_bytes, cut_message,
                                decode_to, is_utf16, leading_nuls, max_decompressed, open_input, path_text, read_capped, sniff)
 from postmortem.parsers.ascii_text import all_ascii, reading
-from postmortem.parsers.base import ParseResult, Unreadable, WholeFile, collect_each
+from postmortem.parsers.base import ParseResult, Unreadable, WholeFile, among, collect_each
 from postmortem.parsers.lines import by_input, envelope_frame, slice_inputs
 
 
@@ -337,7 +337,7 @@ def _parse_at_once(results: list[FileResult], others: pl.DataFrame, gates: dict[
         ids = [r.input_id for i, r in enumerate(results) if i not in dumps and _gate_passes(gates, module, r.input_id)]
         if not ids:     # no input to read (nor will parse_text read one)
             continue
-        numbered = _Numbered.of(others.filter(pl.col("input_id").is_in(pl.Series(ids, dtype=pl.UInt32).implode())))
+        numbered = _Numbered.of(others.filter(pl.col("input_id").is_in(among(pl.Series(ids, dtype=pl.UInt32)))))
         try:
             parsed = module.parse(numbered.frame)
         except Exception:  # noqa: BLE001 -- one input at a time instead (parse_text)
@@ -357,9 +357,11 @@ def _shares(module, parsed: ParseResult, numbered: _Numbered) -> dict[int, Parse
     for name, frame in _unbatched(module, parsed.tables, mapping).items():
         if not frame["input_id"].is_sorted():
             frame = frame.sort("input_id", maintain_order=True)
-        runs = frame["input_id"].rle()    # each input's rows, in their order: a slice of the frame each
-        frame, at = frame.drop("input_id"), 0
-        for length, input_id in zip(runs.struct.field("len").to_list(), runs.struct.field("value").to_list()):
+        # each input's rows, in their order: a slice of the frame each. (Columns picked by name and
+        # a struct unnested are plain Series work; `drop` and `struct.field` are Polars calls each.)
+        runs = frame["input_id"].rle().struct.unnest()
+        frame, at = frame[[c for c in frame.columns if c != "input_id"]], 0
+        for length, input_id in zip(runs["len"].to_list(), runs["value"].to_list()):
             shares.setdefault(input_id, ParseResult()).tables[name] = frame.slice(at, length)
             at += length
     return shares
@@ -415,7 +417,7 @@ def _parse_batched(results: list[FileResult], whole: list[tuple[pl.DataFrame, pl
             combined = frames[source]
             if combined is not None and literal:   # only the inputs that mention the literal
                 mention = combined.filter(pl.col("text").str.contains(literal, literal=True))["input_id"].unique()
-                combined = combined.filter(pl.col("input_id").is_in(mention.implode()))
+                combined = combined.filter(pl.col("input_id").is_in(among(mention)))
             numbered[key] = _Numbered.of(combined) if combined is not None and not combined.is_empty() else None
         if numbered[key] is not None:
             _batch_parse(module, numbered[key], texts, batched)
@@ -434,7 +436,7 @@ def _lines_read(results: list[FileResult], chosen: list[FileResult], nccl: bool,
     frame = pl.concat([lines if nccl else others for lines, others in whole], how="vertical_relaxed", rechunk=True)
     if len(chosen) < sum(r.lines is not None for r in results):
         ids = pl.Series([r.input_id for r in chosen], dtype=pl.UInt32)
-        frame = frame.filter(pl.col("input_id").is_in(ids.implode()))
+        frame = frame.filter(pl.col("input_id").is_in(among(ids)))
     return frame
 
 
@@ -454,7 +456,7 @@ class _Numbered:
     def claims(self, parser: str, consumed: pl.Series) -> pl.LazyFrame:
         """The lines a parser understood (``consumed``: global rows) as ``_claims`` rows: a plan,
         run with the chunk's others (``_assign_kinds``)."""
-        lines = self.mapping.lazy().filter(pl.col("_row").is_in(consumed.implode()))
+        lines = self.mapping.lazy().filter(pl.col("_row").is_in(among(consumed)))
         return _claims(parser, lines.select("input_id", line_no="_line"))
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from postmortem.parsers.base import collect_each
 from postmortem.parsers.nccl import bus_id_to_pci, fingerprints
 
 # How fast a tier is, roughly, for ordering and "slowest hop" questions (lower = faster).
@@ -92,11 +93,12 @@ def build(tables: dict[str, pl.DataFrame], ranks: pl.DataFrame | None = None) ->
     out["nccl_ring_order"] = _ring_order(tables, members, hops)
     out["nccl_hops"] = _settle_phase(hops, out["nccl_ring_order"])
     out["nccl_communicators"] = _communicators(members, processes)
-    keys = members.select("host", "pid", comm="comm", comm_key="comm_key").unique(["host", "pid", "comm"])
-    for name in ("nccl_env", "nccl_tuning"):
-        frame = _get(tables, name)
-        if frame is not None and "comm" in frame.columns:
-            out[name] = frame.drop("comm_key", strict=False).join(keys, on=["host", "pid", "comm"], how="left")
+    keys = (members.lazy().select("host", "pid", comm="comm", comm_key="comm_key").unique(["host", "pid", "comm"])
+            .collect(engine="in-memory").lazy())     # one choice of comm_key, shared by both tables
+    keyed = {name: frame.lazy().drop("comm_key", strict=False).join(keys, on=["host", "pid", "comm"], how="left")
+             for name in ("nccl_env", "nccl_tuning")
+             if (frame := _get(tables, name)) is not None and "comm" in frame.columns}
+    out.update(zip(keyed, collect_each(list(keyed.values()))))     # both in one Polars call
     return out
 
 
@@ -319,14 +321,15 @@ def _nearest_instance(rows: pl.DataFrame, members: pl.DataFrame, rank_col: str, 
     same process with that rank. When the process's own init line for that rank is missing (a
     cut excerpt) but the process holds exactly one communicator, the row goes to that one."""
     picked = _nearest_by_rank(rows, members, rank_col, peers)
-    lone = members.group_by("host", "pid").agg(_only=pl.col("comm_key").unique()).filter(
+    lone = members.lazy().group_by("host", "pid").agg(_only=pl.col("comm_key").unique()).filter(
         pl.col("_only").list.len() == 1).with_columns(_only=pl.col("_only").list.first())
     picked = picked.join(lone, on=["host", "pid"], how="left")
-    return picked.with_columns(comm_key=pl.coalesce("comm_key", "_only")).drop("_only")
+    # the whole choice is one plan, run in one Polars call (a call per step cost more than the work)
+    return picked.with_columns(comm_key=pl.coalesce("comm_key", "_only")).drop("_only").collect(engine="in-memory")
 
 
-def _nearest_by_rank(rows: pl.DataFrame, members: pl.DataFrame, rank_col: str, peers: bool) -> pl.DataFrame:
-    """Rank the candidate instances of each row, best first:
+def _nearest_by_rank(rows: pl.DataFrame, members: pl.DataFrame, rank_col: str, peers: bool) -> pl.LazyFrame:
+    """The plan of: rank the candidate instances of each row, best first:
 
     1. same input file;
     2. consistent with the line (``peers``): the peer rank exists in the communicator and its
@@ -335,13 +338,13 @@ def _nearest_by_rank(rows: pl.DataFrame, members: pl.DataFrame, rank_col: str, p
     3. printed during that communicator's init (before its Init COMPLETE), nearest completion
        first; else after it, nearest first (lazy connections);
     4. same thread as the init."""
-    cand = members.select("host", "pid", "comm_key", "nranks", _rank="rank", _tid="tid", _input="input_id",
-                          _start="line_no", _end="complete_line")
-    joined = rows.join(cand, left_on=["host", "pid", rank_col], right_on=["host", "pid", "_rank"], how="left")
+    cand = members.lazy().select("host", "pid", "comm_key", "nranks", _rank="rank", _tid="tid", _input="input_id",
+                                 _start="line_no", _end="complete_line")
+    joined = rows.lazy().join(cand, left_on=["host", "pid", rank_col], right_on=["host", "pid", "_rank"], how="left")
     bad = pl.lit(False)
     if peers:
-        peer = members.select("comm_key", _peer="rank", _peer_bus="bus_id",
-                              _peer_idx=pl.coalesce("nvml_dev", "cuda_dev"))
+        peer = members.lazy().select("comm_key", _peer="rank", _peer_bus="bus_id",
+                                     _peer_idx=pl.coalesce("nvml_dev", "cuda_dev"))
         joined = joined.join(peer, on=["comm_key", "_peer"], how="left")
         dev = pl.col("_peer_dev").str.to_lowercase()
         hexlike = (dev.str.len_chars() >= 3) | dev.str.contains("[a-f]")
@@ -444,10 +447,11 @@ def _fill_hosts(hops: pl.DataFrame) -> pl.DataFrame:
         pl.col("_hs").list.len() == 1).select("comm_key", "_r", _h=pl.col("_hs").list.first())
     if known.is_empty():
         return hops
+    plan = hops.lazy()
     for side in ("src", "dst"):
-        hops = hops.join(known.rename({"_r": side}), on=["comm_key", side], how="left").with_columns(
+        plan = plan.join(known.lazy().rename({"_r": side}), on=["comm_key", side], how="left").with_columns(
             pl.coalesce(f"{side}_host", "_h").alias(f"{side}_host")).drop("_h")
-    return hops
+    return plan.collect(engine="in-memory")     # both sides in one Polars call
 
 
 def _with_nic_names(conns: pl.DataFrame, tables: dict[str, pl.DataFrame]) -> pl.DataFrame:

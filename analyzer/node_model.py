@@ -24,7 +24,7 @@ import polars as pl
 
 from postmortem.analyzer import clocks
 from postmortem.analyzer.ranges import rank_ranges
-from postmortem.parsers.base import collect_each
+from postmortem.parsers.base import among, collect_each
 
 GPU_IDENTITY_SCHEMA = {"node": pl.String, "pci": pl.String, "gpu_index": pl.Int64, "cuda_dev": pl.Int64,
                        "uuid": pl.String, "serial": pl.String, "product": pl.String, "global_rank": pl.Int64,
@@ -64,7 +64,7 @@ def _path_nodes(inputs: pl.DataFrame | None, hosts: set[str]) -> pl.DataFrame:
         return empty
     known = pl.Series(sorted(hosts), dtype=pl.String)
     parts = inputs.select(pl.col("input_id").cast(pl.UInt32), part=pl.col("path").str.split("/"))
-    named = _longest(parts.explode("part").filter(pl.col("part").is_in(known.implode())))
+    named = _longest(parts.explode("part").filter(pl.col("part").is_in(among(known))))
     rest = parts.join(named, on="input_id", how="anti").select(
         "input_id", part=pl.col("part").list.last().str.extract_many(known.implode(), overlapping=True))
     within = _longest(rest.explode("part").drop_nulls("part"))

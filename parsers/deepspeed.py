@@ -42,7 +42,7 @@ import polars as pl
 from postmortem.parsers import trainlog
 from postmortem.parsers.ascii_text import rx
 from postmortem.parsers.kinds import Kind, samples_of
-from postmortem.parsers.base import ParseResult, consumed_of, to_int
+from postmortem.parsers.base import ParseResult, among, consumed_of, to_int
 from postmortem.parsers.lines import with_stream, with_stream_where
 
 NAME = "deepspeed"
@@ -190,7 +190,7 @@ def _cmd(lines: pl.DataFrame, heads: pl.DataFrame) -> tuple[pl.DataFrame, pl.Ser
     s = "_stream"
     is_head = pl.col("text").str.contains(rx(_HEAD))
     prev_len = pl.col("text").str.len_chars().shift(1).over(s)
-    d = df.with_columns(_head=is_head, _cmd=pl.col("line_no").is_in(starts["line_no"].implode()))
+    d = df.with_columns(_head=is_head, _cmd=pl.col("line_no").is_in(among(starts["line_no"])))
     # A continuation: no logger header, and the line before it was wrapped (long).
     d = d.with_columns(_cont=~pl.col("_head") & (prev_len >= 100).fill_null(False)
                        & (pl.col("text").str.strip_chars() != ""))
@@ -285,7 +285,7 @@ def parse(lines: pl.DataFrame) -> ParseResult:
             .then(pl.col("_prev").str.strip_chars()))
         mem_frames.append(ma)
         labels = ma.filter(pl.col("label").is_not_null())["_prev_line"]
-        ev_frames.append(heads.filter(pl.col("line_no").is_in(labels.implode())).with_columns(
+        ev_frames.append(heads.filter(pl.col("line_no").is_in(among(labels))).with_columns(
             kind=pl.lit("memory_checkpoint"), message=msg, detail=msg))
     cpu = heads.filter(msg.str.starts_with("CPU Virtual Memory:"))
     if not cpu.is_empty():

@@ -26,7 +26,7 @@ from __future__ import annotations
 import polars as pl
 
 from postmortem.parsers.ascii_text import rx
-from postmortem.parsers.base import ParseResult, consumed_of, to_int
+from postmortem.parsers.base import ParseResult, among, consumed_of, to_int
 from postmortem.parsers.lines import file_of, files_where, of_files
 
 NAME = "health"
@@ -257,7 +257,7 @@ def _csv(df: pl.DataFrame) -> tuple[pl.DataFrame, list[int]]:
         return pl.DataFrame(), used
 
     def under(headers: list[int]) -> pl.Expr:
-        return pl.col("_hdr").is_in(pl.Series(headers, dtype=d["line_no"].dtype).implode())
+        return pl.col("_hdr").is_in(among(pl.Series(headers, dtype=d["line_no"].dtype)))
     body = d.filter(~pl.col("_head") & under(used)).with_columns(
         _stop=(pl.col("_commas") != pl.col("_hc")).cum_max().over("_hdr")).filter(~pl.col("_stop"))
     used += body["line_no"].to_list()

@@ -43,7 +43,7 @@ from __future__ import annotations
 import polars as pl
 
 from postmortem.parsers.ascii_text import rx
-from postmortem.parsers.base import ParseResult, conform, consumed_of, to_int
+from postmortem.parsers.base import ParseResult, among, conform, consumed_of, to_int
 from postmortem.parsers.lines import file_of, files_where, of_files, with_stream
 from postmortem.parsers.tables import SHARED
 
@@ -438,7 +438,7 @@ def _nccl_tests(df: pl.DataFrame, tables: dict, used: list) -> None:
     if marked.is_empty():
         return
     if marked.len() < d["_file"].n_unique():
-        d = d.filter(pl.col("_file").is_in(marked.implode()))
+        d = d.filter(pl.col("_file").is_in(among(marked)))
     dev = d.filter(t.str.contains(rx(_DEVICE))).with_columns(_p=t.str.extract_groups(rx(_DEVICE))).select(
         "line_no", source=pl.lit("nccl-tests"),
         rank=pl.col("_p").struct.field("1"), pid=pl.col("_p").struct.field("3"),

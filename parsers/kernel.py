@@ -41,7 +41,7 @@ from __future__ import annotations
 import polars as pl
 
 from postmortem.parsers.ascii_text import rx
-from postmortem.parsers.base import ParseResult, consumed_of, to_int
+from postmortem.parsers.base import ParseResult, among, consumed_of, to_int
 from postmortem.parsers.kinds import Kind, literals_held, samples_of
 
 NAME = "kernel"
@@ -248,7 +248,7 @@ def _classify(df: pl.DataFrame) -> pl.DataFrame:
     for kind in KINDS:
         if kind.literal not in held:
             continue
-        sub = df.filter(msg.str.contains(kind.literal, literal=True), ~pl.col("line_no").is_in(taken.implode()))
+        sub = df.filter(msg.str.contains(kind.literal, literal=True), ~pl.col("line_no").is_in(among(taken)))
         if sub.is_empty():
             continue
         sub = sub.with_columns(_m=msg.str.extract_groups(rx(kind.pattern))).unnest("_m")

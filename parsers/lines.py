@@ -47,6 +47,7 @@ import re
 import polars as pl
 
 from postmortem.parsers.ascii_text import all_ascii, reading, rx
+from postmortem.parsers.base import among
 
 # Sample lines this module must understand (tests feed them through ``envelope``).
 SAMPLE_LINES = [
@@ -532,7 +533,7 @@ def of_files(frame: pl.DataFrame, found: pl.DataFrame, flag: str) -> pl.DataFram
     files = found["_file"].filter(found[flag])     # a null flag is no input (Series.filter drops it)
     if files.is_empty():
         return None
-    return frame if len(files) == found.height else frame.filter(pl.col("_file").is_in(files.implode()))
+    return frame if len(files) == found.height else frame.filter(pl.col("_file").is_in(among(files)))
 
 
 def any_literal(text: pl.Expr, literals) -> pl.Expr:

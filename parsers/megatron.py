@@ -78,7 +78,7 @@ import polars as pl
 
 from postmortem.parsers import trainlog
 from postmortem.parsers.ascii_text import rx
-from postmortem.parsers.base import ParseResult, consumed_of, to_int
+from postmortem.parsers.base import ParseResult, among, consumed_of, to_int
 from postmortem.parsers.kinds import Kind, first_kind, literals_held, possible_kinds, samples_of
 from postmortem.parsers.lines import any_literal, with_stream_where
 
@@ -476,7 +476,7 @@ def _validation_rules(df: pl.DataFrame, iterations: pl.DataFrame) -> pl.Series:
         return pl.Series("line_no", [], dtype=pl.UInt32)
     near = pl.concat([valid["line_no"].cast(pl.Int64) - 1, valid["line_no"].cast(pl.Int64) + 1])
     rules = df.filter(
-        pl.col("line_no").cast(pl.Int64).is_in(near.implode())
+        pl.col("line_no").cast(pl.Int64).is_in(among(near))
         & pl.col("text").str.contains(rx(r"^\s*-{10,}\s*$"))
     )
     return rules["line_no"].cast(pl.UInt32)
@@ -727,7 +727,7 @@ def _events(df: pl.DataFrame, iterations: pl.DataFrame) -> pl.DataFrame:
         loads = _pair(raw, "checkpoint_load_start", "checkpoint_load_done")
         paired = pl.concat([saves, loads], how="diagonal_relaxed") if not (saves.is_empty() and loads.is_empty()) \
             else raw.clear()
-        rest = raw.filter(~pl.col("line_no").is_in(paired["line_no"].implode()))
+        rest = raw.filter(~pl.col("line_no").is_in(among(paired["line_no"])))
         merged = pl.concat([rest, paired], how="diagonal_relaxed").with_columns(
             level=pl.when(pl.col("kind").is_in(["checkpoint_missing", "checkpoint_warning", "rerun_unexpected"]))
             .then(pl.lit("warning")).otherwise(pl.lit("info")),

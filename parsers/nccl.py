@@ -28,7 +28,7 @@ import re
 import polars as pl
 
 from postmortem.parsers.ascii_text import rx
-from postmortem.parsers.base import ParseResult, collect_each, conform, conform_all, consumed_of, to_int
+from postmortem.parsers.base import ParseResult, among, collect_each, conform, conform_all, consumed_of, to_int
 from postmortem.parsers import nccl_errors
 from postmortem.parsers.torch_errors import oom_size_columns
 from postmortem.parsers.nccl_catalogue import DATATYPE_BYTES, DATATYPES, FINGERPRINTS, KINDS, RED_OPS, RESULT_CODES
@@ -408,7 +408,7 @@ def _phase(conns: pl.DataFrame, markers: pl.DataFrame, sources: pl.DataFrame | N
     # is read as it would be alone, however the inputs are batched.
     stalled = pl.col("_marker").is_null()
     if "_src" in nxt.columns:
-        stalled = stalled & pl.col("_src").is_in(markers["_src"].unique().implode())
+        stalled = stalled & pl.col("_src").is_in(among(markers["_src"].unique()))
     phase = (pl.when(pl.col("conn_index") == 1).then(pl.lit("p2p"))
              .when(pl.col("kind") == "collnet_connection").then(pl.lit("collnet"))
              .when(pl.col("_marker") == "Connected all rings").then(pl.lit("ring"))
@@ -613,13 +613,16 @@ def _with_comm(df: pl.DataFrame, comms: pl.DataFrame) -> pl.DataFrame:
     communicator whose ``Init COMPLETE`` the same thread prints next: NCCL_ALGO/NCCL_PROTO and
     the tuning step repeat at every communicator init (nccl.md 3.14.4)."""
     key = ["host", "pid", "tid"]
-    done = comms.filter(pl.col("phase") == "Init COMPLETE").select(*key, _c_line="line_no", _comm="comm").sort("_c_line")
+    # each step chain as one plan, one Polars call (a call per step cost more than the steps here)
+    done = (comms.lazy().filter(pl.col("phase") == "Init COMPLETE").select(*key, _c_line="line_no", _comm="comm")
+            .sort("_c_line").collect(engine="in-memory"))
     if df.is_empty() or done.is_empty():
         return df.with_columns(comm=pl.lit(None, dtype=pl.String))
     runtime = pl.col("kind").is_in(_RUNTIME_TUNING)
-    out = df.with_columns(_c_line=pl.col("line_no")).sort("_c_line").join_asof(
-        done, on="_c_line", by=key, strategy="forward", check_sortedness=False)
-    return out.with_columns(comm=pl.when(runtime).then(None).otherwise(pl.col("_comm"))).drop("_c_line", "_comm").sort("line_no")
+    out = df.lazy().with_columns(_c_line=pl.col("line_no")).sort("_c_line").join_asof(
+        done.lazy(), on="_c_line", by=key, strategy="forward", check_sortedness=False)
+    return (out.with_columns(comm=pl.when(runtime).then(None).otherwise(pl.col("_comm"))).drop("_c_line", "_comm")
+            .sort("line_no").collect(engine="in-memory"))
 
 
 def _comms(df: pl.DataFrame | None) -> pl.DataFrame:

@@ -121,7 +121,7 @@ import re
 import polars as pl
 
 from postmortem.parsers.ascii_text import rx
-from postmortem.parsers.base import ParseResult, conform, consumed_of, to_int
+from postmortem.parsers.base import ParseResult, among, conform, consumed_of, to_int
 from postmortem.parsers.kinds import Kind, possible_kinds
 from postmortem.parsers.lines import with_stream
 from postmortem.parsers.tables import SHARED
@@ -622,7 +622,7 @@ def _text_reports(df: pl.DataFrame, exclude: pl.Series | None) -> dict[str, pl.D
         | ((pl.col("_next") - pl.col("line_no").cast(pl.Int64)) <= _WINDOW).fill_null(False)
     ).drop("_prev", "_next")
     if exclude is not None and len(exclude):
-        near = near.filter(~pl.col("line_no").is_in(exclude.implode()))
+        near = near.filter(~pl.col("line_no").is_in(among(exclude)))
     cand = _classify(near.with_columns(_s=t.str.strip_chars()))
     st = "_stream"
     contiguous = (pl.col("_seq").shift(1).over(st) == pl.col("_seq") - 1).fill_null(False)

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from postmortem.analyzer.ranges import rank_ranges
+from postmortem.parsers.base import among
 from postmortem.rules.base import COLL_TRACE, Context, memoised, with_columns
 
 P2P_OPS = {"SEND", "RECV", "_SEND", "_RECV", "COALESCED"}
@@ -320,7 +321,7 @@ def stacks_of(ctx: Context, ranks: list[int]) -> pl.DataFrame:
     stacks = _stacks(ctx)
     if stacks.is_empty():
         return stacks
-    return stacks.filter(pl.col("stack_rank").is_in(pl.Series(list(ranks), dtype=stacks.schema["stack_rank"]).implode()))
+    return stacks.filter(pl.col("stack_rank").is_in(among(pl.Series(list(ranks), dtype=stacks.schema["stack_rank"]))))
 
 
 @memoised

@@ -32,6 +32,7 @@ from __future__ import annotations
 import polars as pl
 
 from postmortem.analyzer.transports import gdr_gaps, no_module_hosts
+from postmortem.parsers.base import among
 from postmortem.rules.network import transport_model as tm
 from postmortem.rules.base import Context, Finding
 from postmortem.rules.declare import Category, Rule, Severity
@@ -62,7 +63,7 @@ def check(ctx: Context) -> list[Finding]:
         out.append(_strong(ctx, f, hops, strong, sides, net, module))
     weak = wanted.filter(pl.col("reason") == "others have it")
     if not strong.is_empty():
-        weak = weak.filter(~pl.col("host").is_in(strong["host"].drop_nulls().unique().implode()))
+        weak = weak.filter(~pl.col("host").is_in(among(strong["host"].drop_nulls().unique())))
     if not weak.is_empty():
         out.append(_weak(ctx, f, hops, weak, sides))
     return out
