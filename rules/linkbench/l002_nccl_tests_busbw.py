@@ -33,6 +33,8 @@ Known false positives
 
 from __future__ import annotations
 
+from collections import Counter
+
 import polars as pl
 
 from postmortem.analyzer import hardware
@@ -119,7 +121,8 @@ def _expected(ctx: Context, input_id: int) -> tuple[float | None, str]:
         hosts = sorted(set(mine["host"].drop_nulls().to_list())) if "host" in mine.columns else []
         if not names:
             names = gpus["name"].drop_nulls().to_list() if "name" in gpus.columns else []
-    acc = hardware.find(max(set(names), key=names.count)) if names else None
+    # the commonest GPU; of equally common ones the first listed (a set's order changes from run to run)
+    acc = hardware.find(Counter(names).most_common(1)[0][0]) if names else None
     if not hosts:
         return None, "node count not in the nccl-tests output"
     return sm.link_rate(ctx, acc, hosts, max(1, len(names) // len(hosts)) if names else None)
