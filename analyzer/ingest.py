@@ -383,10 +383,10 @@ def _read_whole(result: FileResult, module, source: WholeFile) -> FileResult:
         result.error = f"{item.display}: {module.LABEL} reader failed ({type(exc).__name__}: {exc}); skipped"
         return result
     item.problems.extend(problems)
-    for table, frame in tables.items():
-        if not frame.is_empty():
-            result.tables[table] = frame.with_columns(input_id=pl.lit(result.input_id, dtype=pl.UInt32),
-                                                      parser=pl.lit(module.NAME))
+    stamped = {table: frame.lazy().with_columns(input_id=pl.lit(result.input_id, dtype=pl.UInt32),
+                                                parser=pl.lit(module.NAME))
+               for table, frame in tables.items() if not frame.is_empty()}
+    result.tables.update(zip(stamped, collect_each(list(stamped.values()))))     # every table in one call
     return result
 
 
@@ -577,7 +577,7 @@ def file_gates(input_ids: list[int], frame: pl.DataFrame) -> dict[str, set[int]]
     gates = {}
     for m in modules:
         column = passed[m.NAME]
-        inputs = passed.filter(column)["_input"].unique().to_list() if column.any() else []
+        inputs = passed["_input"].filter(column).unique().to_list() if column.any() else []
         gates[m.NAME] = {input_ids[i] for i in inputs}
     return gates
 

@@ -575,7 +575,7 @@ def with_stream_where(lines: pl.DataFrame, keep: pl.Expr, carry: tuple[str, ...]
         return with_stream(lines).filter(mask).with_columns(carried)
     if not split:      # one stream: with_stream numbers the lines by line_no
         return with_stream(kept).with_columns(carried, _seq=pl.col("line_no").cast(pl.Int64))
-    seq = lines.select(_seq=pl.int_range(pl.len(), dtype=pl.Int64).over(split)).filter(mask)["_seq"]
+    seq = lines.select(_seq=pl.int_range(pl.len(), dtype=pl.Int64).over(split))["_seq"].filter(mask)
     return with_stream(kept).with_columns(carried, _seq=seq)
 
 
