@@ -123,9 +123,15 @@ def _conformed_column(frame: pl.DataFrame, name: str, dtype) -> pl.Series:
     if name not in frame.columns:
         return pl.Series(name, [None], dtype=dtype).new_from_index(0, frame.height)
     column = frame[name]
-    if dtype == pl.Int64 and column.dtype == pl.String:
-        column = column.cast(pl.Int64, strict=False)
-    return column.cast(dtype, strict=False)
+    for step in _casts(column.dtype, dtype):
+        column = column.cast(step, strict=False)
+    return column
+
+
+def _casts(have, dtype) -> list:
+    """The lenient casts that take a column of type ``have`` to ``dtype``: a regex-captured string
+    goes through Int64 where an integer is wanted (``to_int``)."""
+    return [pl.Int64, dtype] if dtype == pl.Int64 and have == pl.String else [dtype]
 
 
 def conform_lazy(plan: pl.LazyFrame, schema: dict) -> pl.LazyFrame:
@@ -154,7 +160,7 @@ def _conformed(have: pl.Schema, schema: dict) -> list[pl.Expr]:
             columns.append(pl.lit(None, dtype=dtype).alias(name))
             continue
         value = pl.col(name)
-        if dtype == pl.Int64 and have[name] == pl.String:
-            value = to_int(value)
-        columns.append(value.cast(dtype, strict=False).alias(name))
+        for step in _casts(have[name], dtype):
+            value = value.cast(step, strict=False)
+        columns.append(value.alias(name))
     return columns

@@ -408,7 +408,7 @@ def _phase(conns: pl.DataFrame, markers: pl.DataFrame, sources: pl.DataFrame | N
     # is read as it would be alone, however the inputs are batched.
     stalled = pl.col("_marker").is_null()
     if "_src" in nxt.columns:
-        stalled = stalled & pl.col("_src").is_in(among(markers["_src"].unique()))
+        stalled = stalled & pl.col("_src").is_in(among(markers["_src"]))
     phase = (pl.when(pl.col("conn_index") == 1).then(pl.lit("p2p"))
              .when(pl.col("kind") == "collnet_connection").then(pl.lit("collnet"))
              .when(pl.col("_marker") == "Connected all rings").then(pl.lit("ring"))
