@@ -64,9 +64,10 @@ class Unreadable(Exception):
     message names the input and says why; the input is skipped with it."""
 
 
-def consumed_of(*frames: pl.DataFrame) -> pl.Series:
-    """The union of the ``line_no`` columns of ``frames``."""
-    parts = [f["line_no"] for f in frames if f is not None and not f.is_empty()]
+def consumed_of(*frames: pl.DataFrame | pl.Series) -> pl.Series:
+    """The union of the ``line_no`` columns of ``frames`` (a Series is line numbers itself: a
+    parser hands over its frames, or a column, without selecting ``line_no`` in a call each)."""
+    parts = [f if isinstance(f, pl.Series) else f["line_no"] for f in frames if f is not None and not f.is_empty()]
     if not parts:
         return pl.Series("line_no", [], dtype=pl.UInt32)
     return pl.concat(parts).unique().cast(pl.UInt32)

@@ -229,8 +229,7 @@ def _collect_env(df: pl.DataFrame, tables: dict, config: list, packages: list, u
         "line_no", source=pl.lit("collect_env"), index=t.str.extract(rx(_CE_GPU), 1), name=t.str.extract(rx(_CE_GPU), 2),
     ).with_columns(gpu=pl.concat_str([pl.lit("GPU"), pl.col("index")]))
     tables["gpus"] = conform(gpus, GPUS_SCHEMA)
-    used += [inside.filter(start | pkg).select("line_no"), pairs.select("line_no"), gpus.select("line_no"),
-             inside.filter(path & (section == "cuDNN version")).select("line_no")]
+    used += [inside.filter(start | pkg), pairs, gpus, inside.filter(path & (section == "cuDNN version"))]
 
 
 # -- pip freeze / pip list ----------------------------------------------------------------------
@@ -261,8 +260,7 @@ def _pip(df: pl.DataFrame, packages: list, used: list) -> None:
     listed = in_table.filter(t.str.contains(rx(_LIST_ROW)) & ~rule).select(
         "line_no", name=t.str.extract(rx(_LIST_ROW), 1), version=t.str.extract(rx(_LIST_ROW), 2), source=pl.lit("pip list"))
     packages += [freeze, url, editable, listed]
-    used += [freeze.select("line_no"), url.select("line_no"), editable.select("line_no"), listed.select("line_no"),
-             d.filter(head).select("line_no"), in_table.filter(rule).select("line_no")]
+    used += [freeze, url, editable, listed, d.filter(head), in_table.filter(rule)]
 
 
 # -- sbatch scripts -----------------------------------------------------------------------------
@@ -299,7 +297,7 @@ def _sbatch(df: pl.DataFrame, config: list, used: list) -> None:
         source=pl.when(t.str.extract(rx(_ASSIGN), 1).is_not_null()).then(pl.lit("sbatch export")).otherwise(pl.lit("sbatch var")))
     shebang = df.filter(t.str.starts_with("#!/"))
     config += [opts, assign]
-    used += [opts.select("line_no"), assign.select("line_no"), shebang.select("line_no")]
+    used += [opts, assign, shebang]
 
 
 # -- launch commands ----------------------------------------------------------------------------

@@ -363,16 +363,11 @@ def parse(lines: pl.DataFrame) -> ParseResult:
     if not cmd.is_empty():
         cfg_frames.append(cmd)
 
-    iterations = trainlog.stack([trainlog.conform(f, trainlog.ITERATIONS_SCHEMA, framework=NAME, validation=False)
-                                 for f in it_frames], trainlog.ITERATIONS_SCHEMA)
-    memory = trainlog.stack([trainlog.conform(f, trainlog.MEMORY_SCHEMA, framework=NAME, source_unit="GB=GiB")
-                             for f in mem_frames], trainlog.MEMORY_SCHEMA)
-    events = trainlog.stack([trainlog.conform(f, trainlog.EVENTS_SCHEMA, framework=NAME) for f in ev_frames],
-                            trainlog.EVENTS_SCHEMA)
-    timers = trainlog.stack([trainlog.conform(f, trainlog.TIMERS_SCHEMA, framework=NAME) for f in timer_frames],
-                            trainlog.TIMERS_SCHEMA)
-    job_config = trainlog.stack([trainlog.conform(f, trainlog.JOB_CONFIG_SCHEMA, framework=NAME)
-                                 for f in cfg_frames], trainlog.JOB_CONFIG_SCHEMA)
+    iterations = trainlog.stack_conformed(it_frames, trainlog.ITERATIONS_SCHEMA, framework=NAME, validation=False)
+    memory = trainlog.stack_conformed(mem_frames, trainlog.MEMORY_SCHEMA, framework=NAME, source_unit="GB=GiB")
+    events = trainlog.stack_conformed(ev_frames, trainlog.EVENTS_SCHEMA, framework=NAME)
+    timers = trainlog.stack_conformed(timer_frames, trainlog.TIMERS_SCHEMA, framework=NAME)
+    job_config = trainlog.stack_conformed(cfg_frames, trainlog.JOB_CONFIG_SCHEMA, framework=NAME)
     consumed = consumed_of(iterations, memory, events, timers, job_config, pl.DataFrame({"line_no": cmd_lines}))
     return ParseResult(tables={"iterations": iterations, "memory": memory, "events": events, "timers": timers,
                                "job_config": job_config}, consumed=consumed)

@@ -227,8 +227,7 @@ def _config(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.Series]:
     banner = banner.filter(t.str.contains(rx(r"^\s*\*{5} Running (?:training|Evaluation) \*{5}\s*$")))
     extra = pl.concat([extra, banner["line_no"]])
     frames += trainlog.settings_rows(df, t, SETTING_KINDS, "accelerate-state")
-    frames = [trainlog.conform(f, trainlog.JOB_CONFIG_SCHEMA, framework=NAME) for f in frames if not f.is_empty()]
-    return trainlog.stack(frames, trainlog.JOB_CONFIG_SCHEMA), extra.cast(pl.UInt32)
+    return trainlog.stack_conformed(frames, trainlog.JOB_CONFIG_SCHEMA, framework=NAME), extra.cast(pl.UInt32)
 
 
 # The line router: every literal the functions above and ``parse`` filter the lines on (of two
@@ -272,12 +271,9 @@ def parse(lines: pl.DataFrame) -> ParseResult:
     saves = saves.with_columns(iteration=to_int(pl.col("path").str.extract(rx(r"checkpoint-(\d+)/?$"), 1)))
     ev = [e for e in (events, saves) if not e.is_empty()]
     tables = {
-        "iterations": trainlog.stack([trainlog.conform(iterations, trainlog.ITERATIONS_SCHEMA, framework=NAME)]
-                                     if not iterations.is_empty() else [], trainlog.ITERATIONS_SCHEMA),
-        "events": trainlog.stack([trainlog.conform(e, trainlog.EVENTS_SCHEMA, framework=NAME) for e in ev],
-                                 trainlog.EVENTS_SCHEMA),
-        "train_progress": trainlog.stack([trainlog.conform(progress, trainlog.PROGRESS_SCHEMA, framework=NAME)]
-                                         if not progress.is_empty() else [], trainlog.PROGRESS_SCHEMA),
+        "iterations": trainlog.stack_conformed([iterations], trainlog.ITERATIONS_SCHEMA, framework=NAME),
+        "events": trainlog.stack_conformed(ev, trainlog.EVENTS_SCHEMA, framework=NAME),
+        "train_progress": trainlog.stack_conformed([progress], trainlog.PROGRESS_SCHEMA, framework=NAME),
         "job_config": job_config,
     }
     consumed = consumed_of(*tables.values(), pl.DataFrame({"line_no": extra}))

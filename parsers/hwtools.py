@@ -302,7 +302,7 @@ def _topo(df: pl.DataFrame, tables: dict, used: list) -> None:
         gpu_numa_id=pl.when(pl.col("tail_names").list.contains("GPU NUMA ID")).then(pl.col("trailing").list.get(2, null_on_oob=True)),
     )
     tables["gpus"] = pl.concat([tables["gpus"], conform(gpus, GPUS_SCHEMA)], how="diagonal_relaxed")
-    used += [heads.select(line_no="_hdr"), rows.select("line_no"), legend_lines.select("line_no")]
+    used += [heads["_hdr"].alias("line_no"), rows, legend_lines]
 
 
 # -- nvidia-smi --query-gpu --format=csv --------------------------------------------------------
@@ -348,8 +348,7 @@ def _smi_csv(df: pl.DataFrame, tables: dict, used: list) -> None:
     memory = df.filter(t.str.contains(rx(_MEMORY_LIST))).select(
         "line_no", source=pl.lit("memory list"), name=t.str.extract(rx(_MEMORY_LIST), 1),
         memory_total_mib=to_int(t.str.extract(rx(_MEMORY_LIST), 2)))
-    used += [d.filter(is_cmd).select("line_no"), heads.select(line_no="_anchor"), rows.select("line_no"),
-             memory.select("line_no")]
+    used += [d.filter(is_cmd), heads["_anchor"].alias("line_no"), rows, memory]
     frames = [conform(memory, GPUS_SCHEMA)]
     if not rows.is_empty():
         long = rows.select("line_no", field=pl.col("_hnames"), value=pl.col("_cells")).explode(["field", "value"])
@@ -470,7 +469,7 @@ def _nccl_tests(df: pl.DataFrame, tables: dict, used: list) -> None:
     tables["bench_runs"] = conform(meta, BENCH_RUNS_SCHEMA)
     table_head = d.filter(t.str.contains(rx(_TABLE_HEAD)))
     bare_hash = d.filter(t.str.contains(rx(r"^\s*#\s*$")))
-    used += [dev.select("line_no"), meta.select("line_no"), table_head.select("line_no"), bare_hash.select("line_no")]
+    used += [dev, meta, table_head, bare_hash]
 
 
 # -- ibstat / ibv_devinfo -----------------------------------------------------------------------
@@ -539,7 +538,7 @@ def _ib_blocks(df: pl.DataFrame, tables: dict, used: list) -> None:
         max_mtu=col("max_mtu").str.extract(rx(r"^(\d+)"), 1),
     )
     tables["nic_ports"] = conform(rows, NIC_PORTS_SCHEMA).sort("line_no")
-    used += [cas.select("line_no"), ports.select("line_no"), kv.select("line_no")]
+    used += [cas, ports, kv]
 
 
 # -- iblinkinfo -------------------------------------------------------------------------------
@@ -567,7 +566,7 @@ def _iblinkinfo(df: pl.DataFrame, tables: dict, used: list) -> None:
         peer=pl.col("_p").struct.field("10"),
     ).with_columns(rate_gbps=pl.col("width").str.extract(rx(r"(\d+)"), 1).cast(pl.Float64, strict=False) * pl.col("lane_gbps"))
     tables["ib_links"] = conform(rows, IB_LINKS_SCHEMA)
-    used += [rows.select("line_no"), d.filter(head).select("line_no")]
+    used += [rows, d.filter(head)]
 
 
 # -- ibdev2netdev, ibwarn / ibpanic ------------------------------------------------------------

@@ -227,7 +227,7 @@ def _bandwidth_test(df: pl.DataFrame, tables: dict, used: list) -> None:
     tables["cuda_bandwidth"] = conform(out, CUDA_BW_SCHEMA).sort("line_no")
     other = d.filter(section | cols | t.str.contains(rx(_BT_MEMORY)) | t.str.contains(rx(_BT_MODE)) | t.str.contains(rx(_BT_OTHER))
                      | (t.str.contains(rx(_BT_DEVICE)) & ~t.str.contains(rx(r"^\s*Device \d+: .*pciBusID"))))
-    used += [out.select("line_no"), other.select("line_no")]
+    used += [out, other]
 
 
 # -- p2pBandwidthLatencyTest -----------------------------------------------------------------
@@ -297,8 +297,7 @@ def _p2p(df: pl.DataFrame, tables: dict, used: list) -> None:
     if not devs.is_empty():
         tables["gpus"] = pl.concat([tables["gpus"], conform(devs, GPUS_SCHEMA)], how="diagonal_relaxed")
     heads_used = d.filter(head & (pl.col("_title") > 0)).select("line_no")
-    used += [out.select("line_no"), heads_used, devs.select("line_no"),
-             d.filter(title | t.str.contains(rx(_P2P_OTHER))).select("line_no")]
+    used += [out, heads_used, devs, d.filter(title | t.str.contains(rx(_P2P_OTHER)))]
 
 
 # -- perftest ---------------------------------------------------------------------------------
@@ -398,5 +397,4 @@ def _perftest(df: pl.DataFrame, tables: dict, used: list) -> None:
         results = results.join(titles, on="run", how="left").join(wide, on="run", how="left")
     tables["perftest_results"] = conform(results, PERF_RESULTS_SCHEMA).sort("line_no")
     other = d.filter(inside & (title | addr | head) | t.str.contains(rx(_PT_SEP)))
-    used += [results.select("line_no"), params.select("line_no"), warn.select("line_no"), cmd.select("line_no"),
-             other.select("line_no")]
+    used += [results, params, warn, cmd, other]

@@ -739,7 +739,7 @@ def _events(df: pl.DataFrame, iterations: pl.DataFrame) -> pl.DataFrame:
             .then(pl.lit("loss_spike")).otherwise(pl.col("kind")),
         )
         parts.append(merged)
-    out = trainlog.stack([trainlog.conform(p, EVENTS_SCHEMA) for p in parts if not p.is_empty()], EVENTS_SCHEMA)
+    out = trainlog.stack_conformed(parts, EVENTS_SCHEMA)
     return out.with_columns(framework=pl.col("framework").fill_null(NAME))
 
 
@@ -809,8 +809,7 @@ def _timers(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.Series]:
         frames.append(bridge.select("line_no", name=pl.lit("step-time"), min_ms=pl.lit(None, dtype=pl.Float64),
                                     max_ms=trainlog.num(m.struct.field("s")) * 1000.0).filter(
             pl.col("max_ms").is_not_null()))
-    frames = [trainlog.conform(f, TIMERS_SCHEMA, framework=NAME) for f in frames if not f.is_empty()]
-    return trainlog.stack(frames, TIMERS_SCHEMA), extra.cast(pl.UInt32)
+    return trainlog.stack_conformed(frames, TIMERS_SCHEMA, framework=NAME), extra.cast(pl.UInt32)
 
 
 # -- parameter counts, theoretical memory -> job_config (sections 2.3, 2.5) --------------------
@@ -860,8 +859,7 @@ def _job_config(df: pl.DataFrame, settings: pl.DataFrame) -> pl.DataFrame:
                                   key=pl.concat_str([pl.lit("theoretical_"),
                                                      pl.col("raw_key").str.replace_all(" ", "_"), pl.lit("_mib")]),
                                   value="value", raw_key="raw_key"))
-    frames = [trainlog.conform(f, JOB_CONFIG_SCHEMA, framework=NAME) for f in frames if not f.is_empty()]
-    return trainlog.stack(frames, JOB_CONFIG_SCHEMA)
+    return trainlog.stack_conformed(frames, JOB_CONFIG_SCHEMA, framework=NAME)
 
 
 # Startup chatter (section 2.5 "Other"), rank 0; the `> ` may already be peeled by the envelope.
@@ -916,9 +914,8 @@ def _startup(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
         cfg.append(body.select("line_no", source=pl.lit("megatron-startup"),
                                key=pl.concat_str([pl.lit("dataset_target_"), t.str.extract(rx(_TARGET_LINE), 1)]),
                                value=t.str.extract(rx(_TARGET_LINE), 2), raw_key=t.str.strip_chars()))
-    cfg = [trainlog.conform(f, JOB_CONFIG_SCHEMA, framework=NAME) for f in cfg if not f.is_empty()]
-    events = [trainlog.conform(f, EVENTS_SCHEMA, framework=NAME) for f in events if not f.is_empty()]
-    return trainlog.stack(events, EVENTS_SCHEMA), trainlog.stack(cfg, JOB_CONFIG_SCHEMA)
+    return (trainlog.stack_conformed(events, EVENTS_SCHEMA, framework=NAME),
+            trainlog.stack_conformed(cfg, JOB_CONFIG_SCHEMA, framework=NAME))
 
 
 def _empty_tables() -> dict[str, pl.DataFrame]:

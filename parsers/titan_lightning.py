@@ -282,13 +282,11 @@ def parse(lines: pl.DataFrame) -> ParseResult:
     its += l_its
     cfgs += l_cfgs
     tables = {
-        "iterations": trainlog.stack([trainlog.conform(f, trainlog.ITERATIONS_SCHEMA) for f in its],
-                                     trainlog.ITERATIONS_SCHEMA),
-        "memory": trainlog.stack([trainlog.conform(f.with_columns(iteration=pl.col("iteration_for_mem")),
-                                                   trainlog.MEMORY_SCHEMA) for f in mems], trainlog.MEMORY_SCHEMA),
-        "events": trainlog.stack([trainlog.conform(f, trainlog.EVENTS_SCHEMA) for f in evs], trainlog.EVENTS_SCHEMA),
-        "job_config": trainlog.stack([trainlog.conform(f, trainlog.JOB_CONFIG_SCHEMA) for f in cfgs],
-                                     trainlog.JOB_CONFIG_SCHEMA),
+        "iterations": trainlog.stack_conformed(its, trainlog.ITERATIONS_SCHEMA),
+        "memory": trainlog.stack_conformed([f.with_columns(iteration=pl.col("iteration_for_mem")) for f in mems],
+                                           trainlog.MEMORY_SCHEMA),
+        "events": trainlog.stack_conformed(evs, trainlog.EVENTS_SCHEMA),
+        "job_config": trainlog.stack_conformed(cfgs, trainlog.JOB_CONFIG_SCHEMA),
     }
     consumed = consumed_of(*tables.values())
     return ParseResult(tables=tables, consumed=consumed)

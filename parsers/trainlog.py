@@ -116,18 +116,30 @@ def empty(schema: dict) -> pl.DataFrame:
 
 def conform(frame: pl.DataFrame, schema: dict, **constants) -> pl.DataFrame:
     """``frame`` with exactly ``schema``'s columns (missing -> null, strings cast leniently)."""
+    return frame.select(_conformed(frame.schema, schema, constants))
+
+
+def stack_conformed(frames: list[pl.DataFrame], schema: dict, **constants) -> pl.DataFrame:
+    """``stack`` of ``frames``, each ``conform``ed first: one Polars call for them all."""
+    plans = [f.lazy().select(_conformed(f.schema, schema, constants)) for f in frames if f is not None and not f.is_empty()]
+    if not plans:
+        return empty(schema)
+    return pl.concat(plans).sort("line_no", maintain_order=True).collect(engine="in-memory")
+
+
+def _conformed(have: pl.Schema, schema: dict, constants: dict) -> list[pl.Expr]:
     columns = []
     for name, dtype in schema.items():
         if name in constants:
             columns.append(pl.lit(constants[name], dtype=dtype).alias(name))
-        elif name not in frame.columns:
+        elif name not in have:
             columns.append(pl.lit(None, dtype=dtype).alias(name))
         else:
             value = pl.col(name)
-            if frame.schema[name] == pl.String and dtype in (pl.Int64, pl.Float64):
+            if have[name] == pl.String and dtype in (pl.Int64, pl.Float64):
                 value = value.str.strip_chars().str.replace_all(",", "")
             columns.append(value.cast(dtype, strict=False).alias(name))
-    return frame.select(columns)
+    return columns
 
 
 def stack(frames: list[pl.DataFrame], schema: dict) -> pl.DataFrame:
