@@ -84,8 +84,9 @@ def estimate(tables: dict[str, pl.DataFrame], nodes: list[str]) -> pl.DataFrame:
                              + ("; with two nodes either clock may be the wrong one" if nn < 3 else "")),
                 "confidence": conf,
             }
-    return pl.DataFrame(list(rows.values()), schema={k: v for k, v in NODE_CLOCKS_SCHEMA.items() if k != "boot_utc"}) \
-        .with_columns(boot_utc=pl.lit(None, dtype=pl.Datetime("us"))).select(list(NODE_CLOCKS_SCHEMA)).sort("node")
+    return pl.LazyFrame(list(rows.values()), schema={k: v for k, v in NODE_CLOCKS_SCHEMA.items() if k != "boot_utc"}) \
+        .with_columns(boot_utc=pl.lit(None, dtype=pl.Datetime("us"))).select(list(NODE_CLOCKS_SCHEMA)).sort("node") \
+        .collect(engine="in-memory")
 
 
 def boot_times(events: pl.DataFrame) -> pl.DataFrame:

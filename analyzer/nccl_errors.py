@@ -59,8 +59,9 @@ def build(tables: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:
     text = (pl.when(message.str.contains(r"^\s*Last error:\s*$")).then(detail)
             .when(pl.col("kind") == "nccl_error").then(pl.coalesce(detail, message))
             .otherwise(message))
-    wrapped = events.filter(pl.col("kind").is_in(_WRAPPED_KINDS)).with_columns(_t=text).filter(
-        pl.col("_t").is_not_null() & (pl.col("_t").str.contains(_WRAPPED_TEXT) | (pl.col("kind") == "nccl_error")))
+    wrapped = events.lazy().filter(pl.col("kind").is_in(_WRAPPED_KINDS)).with_columns(_t=text).filter(
+        pl.col("_t").is_not_null() & (pl.col("_t").str.contains(_WRAPPED_TEXT) | (pl.col("kind") == "nccl_error"))
+    ).collect(engine="in-memory")
     parts = [warns]
     if not wrapped.is_empty():
         cause, klass = catalogue.classify(pl.col("_t"), possible=possible_kinds(wrapped, "_t", catalogue.CAUSES))

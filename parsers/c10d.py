@@ -402,8 +402,9 @@ def _settings(df: pl.DataFrame) -> pl.DataFrame:
 
 def _as_events(df: pl.DataFrame) -> pl.DataFrame:
     """Classified messages of the other tables as events rows (the message, no detail)."""
-    return df.with_columns(message=pl.col("msg"), exc_type=pl.lit(None, dtype=pl.String),
-                           detail=pl.lit(None, dtype=pl.String)).select(list(EVENTS_SCHEMA)).cast(EVENTS_SCHEMA)
+    return df.lazy().with_columns(message=pl.col("msg"), exc_type=pl.lit(None, dtype=pl.String),
+                                  detail=pl.lit(None, dtype=pl.String)).select(list(EVENTS_SCHEMA)).cast(EVENTS_SCHEMA) \
+        .collect(engine="in-memory")
 
 
 def parse(lines: pl.DataFrame) -> ParseResult:

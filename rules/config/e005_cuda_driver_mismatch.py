@@ -34,7 +34,8 @@ RULE = Rule(code="E005", name="cuda-driver-mismatch", severity=Severity.WARNING,
 def _per_node(frame: pl.DataFrame, node: str, value: str) -> tuple[dict[str, str], dict[str, tuple[int, int]]]:
     if frame.is_empty() or node not in frame.columns or value not in frame.columns:
         return {}, {}
-    frame = frame.filter(pl.col(node).is_not_null() & pl.col(value).is_not_null()).sort("input_id", "line_no")
+    frame = (frame.lazy().filter(pl.col(node).is_not_null() & pl.col(value).is_not_null()).sort("input_id", "line_no")
+             .collect(engine="in-memory"))
     values, refs = {}, {}
     for row in frame.group_by(node, maintain_order=True).agg(
             v=pl.col(value).cast(pl.String).unique().sort().str.join(" | "),

@@ -56,7 +56,7 @@ def training_rows(ctx: Context) -> pl.DataFrame:
     if it.is_empty() or "lm_loss" not in it.columns:
         return pl.DataFrame()
     it = with_columns(it, validation=pl.Boolean)  # only frameworks that print validation lines have the column
-    return it.filter(~pl.col("validation").fill_null(False)).sort("input_id", "line_no")
+    return it.lazy().filter(~pl.col("validation").fill_null(False)).sort("input_id", "line_no").collect(engine="in-memory")
 
 
 @memoised

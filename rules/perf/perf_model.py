@@ -114,8 +114,8 @@ def train_steps(ctx: Context) -> pl.DataFrame:
                    & ~pl.col("validation").fill_null(False))
     if it.is_empty():
         return it
-    return (it.sort("elapsed_ms", descending=True).unique("iteration", keep="first", maintain_order=True)
-            .sort("iteration"))
+    return (it.lazy().sort("elapsed_ms", descending=True).unique("iteration", keep="first", maintain_order=True)
+            .sort("iteration").collect(engine="in-memory"))     # one Polars call for the three steps
 
 
 def steady(steps: pl.DataFrame) -> pl.DataFrame:
