@@ -106,14 +106,14 @@ def _pg0_rows(tables: dict[str, pl.DataFrame]) -> pl.DataFrame:
             continue
         pg0 = ((pl.col("pg_id") == 0) | (pl.col("pg_desc") == "default_pg")).fill_null(False)
         unnamed = pl.col("pg_id").is_null() & pl.col("pg_desc").is_null() & pl.col("pg_guid").is_null()
-        parts.append(t.filter(pl.col("pg_rank").is_not_null() & (pg0 | unnamed)).select(
+        parts.append(t.lazy().filter(pl.col("pg_rank").is_not_null() & (pg0 | unnamed)).select(
             "input_id", "line_no",
             pg0_rank=pl.when(pg0).then(pl.col("pg_rank")),
             pgx_rank=pl.when(unnamed).then(pl.col("pg_rank"))))
     if not parts:
         return pl.DataFrame(schema={"input_id": pl.UInt32, "line_no": pl.UInt32, "pg0_rank": pl.Int64,
                                     "pgx_rank": pl.Int64})
-    return pl.concat(parts).unique(["input_id", "line_no"], keep="first")
+    return pl.concat(parts).unique(["input_id", "line_no"], keep="first").collect(engine="in-memory")   # one call
 
 
 def _titan_inputs(lines: pl.DataFrame) -> list[int]:
