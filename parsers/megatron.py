@@ -659,20 +659,21 @@ def _match_events(df: pl.DataFrame) -> pl.DataFrame:
         cols = {"kind": pl.lit(kind.name)}
         for g in groups:
             cols[{"it": "iteration", "rank": "reported_rank"}.get(g, g)] = m.struct.field(g)
-        frames.append(hits.filter(pl.col("_kind") == i).select("line_no", "_stream", "text", **cols))
+        frames.append(hits.lazy().filter(pl.col("_kind") == i).select("line_no", "_stream", "text", **cols))
     if not frames:
         return pl.DataFrame()
+    # every kind's rows, the missing columns and the conversions below in one Polars call
     out = pl.concat(frames, how="diagonal_relaxed")
-    for c in ("ts", "iteration", "path", "detail", "reported_rank", "value"):
-        if c not in out.columns:
-            out = out.with_columns(pl.lit(None, dtype=pl.String).alias(c))
+    have = out.collect_schema().names()
+    out = out.with_columns([pl.lit(None, dtype=pl.String).alias(c) for c in
+                            ("ts", "iteration", "path", "detail", "reported_rank", "value") if c not in have])
     return out.with_columns(
         ts=pl.col("ts").str.replace("T", " ").str.strptime(pl.Datetime("us"), "%Y-%m-%d %H:%M:%S%.f", strict=False),
         iteration=to_int(pl.col("iteration")),
         detail=pl.col("detail").str.strip_chars().replace("", None),
         value=trainlog.num(pl.col("value").str.strip_chars("'\"")),
         message=pl.col("text").str.strip_chars(),
-    ).sort("line_no")
+    ).sort("line_no").collect(engine="in-memory")
 
 
 def _pair(events: pl.DataFrame, start: str, done: str) -> pl.DataFrame:

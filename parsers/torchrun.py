@@ -589,10 +589,11 @@ def _slurm(df: pl.DataFrame) -> pl.DataFrame:
         if sub.is_empty():
             return
         m = t.str.extract_groups(rx(pattern))
-        sub = sub.with_columns([m.struct.field(g).alias(g) for g in groups]).filter(
+        sub = sub.lazy().with_columns([m.struct.field(g).alias(g) for g in groups]).filter(
             pl.col(first).is_not_null()
         )
-        frames.append(sub.with_columns(kind=pl.lit(kind)).select(["line_no", "kind", *groups]))
+        frames.append(sub.with_columns(kind=pl.lit(kind)).select(["line_no", "kind", *groups])
+                      .collect(engine="in-memory"))     # the steps in one Polars call
 
     one("CANCELLED AT", "cancelled", _CANCELLED, ["job_id", "host", "ts", "reason"], "job_id")
     one("STEPD TERMINATED", "stepd_terminated", _STEPD_TERMINATED,
