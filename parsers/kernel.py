@@ -251,22 +251,22 @@ def _classify(df: pl.DataFrame) -> pl.DataFrame:
         sub = df.filter(msg.str.contains(kind.literal, literal=True), ~pl.col("line_no").is_in(among(taken)))
         if sub.is_empty():
             continue
-        sub = sub.with_columns(_m=msg.str.extract_groups(rx(kind.pattern))).unnest("_m")
-        first = [c for c in sub.columns if c not in df.columns]
+        plan = sub.lazy().with_columns(_m=msg.str.extract_groups(rx(kind.pattern))).unnest("_m")
+        first = [c for c in plan.collect_schema().names() if c not in df.columns]
         matched = pl.any_horizontal([pl.col(c).is_not_null() for c in first]) if first else pl.lit(True)
         if kind.name == "hung_task_detail":
             matched = msg.str.contains("hung_task_timeout_secs", literal=True)
-        sub = sub.filter(matched)
+        sub = plan.filter(matched).with_columns(kind=pl.lit(kind.name)).collect(engine="in-memory")   # one call
         if sub.is_empty():
             continue
-        frames.append(sub.with_columns(kind=pl.lit(kind.name)))
+        frames.append(sub)
         taken = pl.concat([taken, sub["line_no"]])
     if not frames:
         return _empty()
     out = pl.concat(frames, how="diagonal_relaxed")
-    for c in ("dev", "dev3", "code", "rest", "uuid", "serial", "ifname", "process", "pid", "src", "sev", "memcg"):
-        if c not in out.columns:
-            out = out.with_columns(pl.lit(None, dtype=pl.String).alias(c))
+    out = out.with_columns([pl.lit(None, dtype=pl.String).alias(c) for c in     # the missing ones, in one call
+                            ("dev", "dev3", "code", "rest", "uuid", "serial", "ifname", "process", "pid", "src", "sev",
+                             "memcg") if c not in out.columns])
     aer = pl.col("kind") == "aer"
     oomc = pl.col("kind") == "oom_constraint"
     out = out.with_columns(
