@@ -66,7 +66,7 @@ def _path_nodes(inputs: pl.DataFrame | None, hosts: set[str]) -> pl.DataFrame:
     parts = inputs.select(pl.col("input_id").cast(pl.UInt32), part=pl.col("path").str.split("/"))
     named = _longest(parts.explode("part").filter(pl.col("part").is_in(among(known))))
     rest = parts.join(named, on="input_id", how="anti").select(
-        "input_id", part=pl.col("part").list.last().str.extract_many(known.implode(), overlapping=True))
+        "input_id", part=pl.col("part").list.last().str.extract_many(among(known), overlapping=True))
     within = _longest(rest.explode("part").drop_nulls("part"))
     return pl.concat([named, within]).sort("input_id")
 

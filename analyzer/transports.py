@@ -10,6 +10,7 @@ import polars as pl
 
 from postmortem.analyzer import hardware
 from postmortem.analyzer.topology import GDR_PATHS, Topology
+from postmortem.parsers.base import among
 
 
 def accelerator(run, gpu: str | None = None) -> tuple[dict | None, str]:
@@ -46,8 +47,7 @@ def judge(hops: pl.DataFrame, topo: Topology, acc: dict | None, no_module_hosts:
         return pl.DataFrame(schema=schema)
     shm_expected = sorted(shm_by_design(hops, topo, acc))
     gaps = gdr_gaps(hops, topo, no_module_hosts)
-    gdr_slow = gaps.filter(pl.col("expected"))["_hop"].unique().implode() if not gaps.is_empty() else \
-        pl.Series([], dtype=pl.UInt32).implode()
+    gdr_slow = among(gaps.filter(pl.col("expected"))["_hop"] if not gaps.is_empty() else pl.Series([], dtype=pl.UInt32))
     intra = pl.col("same_host").fill_null(False)
     tier = pl.col("tier")
     rows = hops.with_row_index("_hop").select(
