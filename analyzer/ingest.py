@@ -451,7 +451,9 @@ class _Numbered:
     def of(cls, combined: pl.DataFrame) -> "_Numbered":
         mapping = combined.select(_row=pl.int_range(1, pl.len() + 1, dtype=pl.UInt32), input_id="input_id",
                                   _line="line_no")
-        return cls(combined.with_columns(line_no=mapping["_row"]), mapping)
+        frame = combined.clone()     # a new frame of the same columns (no copy), its line_no replaced in place
+        frame.replace_column(frame.get_column_index("line_no"), mapping["_row"].alias("line_no"))
+        return cls(frame, mapping)
 
     def claims(self, parser: str, consumed: pl.Series) -> pl.LazyFrame:
         """The lines a parser understood (``consumed``: global rows) as ``_claims`` rows: a plan,

@@ -493,21 +493,38 @@ def _cut_edges(df: pl.DataFrame) -> pl.DataFrame:
 STREAM_COLUMNS = ("srun_task", "mpi_rank", "host_tag", "ray_pid", "local_rank", "rank_tag")
 
 
-def with_stream(lines: pl.DataFrame) -> pl.DataFrame:
+def with_stream(lines: pl.DataFrame, seq: pl.Series | None = None) -> pl.DataFrame:
     """``line_no``, ``text``, plus ``_stream`` (the launcher-prefix identity of a line: lines of
     one process in an interleaved file share it) and ``_seq`` (the row's position within its
-    stream), so multi-line blocks can be followed per process."""
+    stream), so multi-line blocks can be followed per process. ``seq``: the ``_seq`` the caller
+    already knows (``with_stream_holding``)."""
+    text = pl.col("text").fill_null("")
+    split = _stream_split(lines) if seq is None else None
+    if split is not None:   # the streams known from their columns: one query
+        return lines.select("line_no", text, _stream=_stream_key(lines), _seq=_stream_seq(split))
+    df = lines.select("line_no", text, _stream=_stream_key(lines))
+    if seq is None:
+        if df.height > 0 and df["_stream"].n_unique() > 1:
+            return df.with_columns(_seq=pl.int_range(pl.len(), dtype=pl.Int64).over("_stream"))
+        seq = df["line_no"].cast(pl.Int64)
+    # a Series added by position, not by a query: a Polars call costs more than this work
+    return df.hstack([seq.alias("_seq")])
+
+
+def _stream_key(lines: pl.DataFrame) -> pl.Expr:
+    """``with_stream``'s ``_stream``: the stream columns' values joined by ``|`` (a null as "")."""
     # ``input_id`` is there when a batched parser sees many inputs at once (postmortem.analyzer.ingest):
     # lines of different inputs are never one stream.
     cols = [c for c in ("input_id", *STREAM_COLUMNS) if c in lines.columns]
-    if cols:
-        key = pl.concat_str([pl.col(c).cast(pl.String).fill_null("") for c in cols], separator="|")
-    else:
-        key = pl.lit("")
-    df = lines.select("line_no", pl.col("text").fill_null(""), _stream=key)
-    if df.height == 0 or df["_stream"].n_unique() <= 1:
-        return df.with_columns(_seq=pl.col("line_no").cast(pl.Int64))
-    return df.with_columns(_seq=pl.int_range(pl.len(), dtype=pl.Int64).over("_stream"))
+    if not cols:
+        return pl.lit("")
+    return pl.concat_str([pl.col(c).cast(pl.String).fill_null("") for c in cols], separator="|")
+
+
+def _stream_seq(split: list[pl.Expr]) -> pl.Expr:
+    """``_seq`` of the streams ``split`` (``_stream_split``, not None) makes: a row's position in
+    its stream, or its line number where the frame is one stream."""
+    return pl.int_range(pl.len(), dtype=pl.Int64).over(split) if split else pl.col("line_no").cast(pl.Int64)
 
 
 # A per-file parser can be handed several inputs at once (``postmortem.analyzer.ingest``, ``AT_ONCE``):
@@ -565,18 +582,17 @@ def with_stream_where(lines: pl.DataFrame, keep: pl.Expr, carry: tuple[str, ...]
     are those of the whole frame (``_seq`` counts every line of the stream, so that two rows
     are contiguous exactly when no line of their stream lies between them). ``carry``: columns of
     ``lines`` the rows kept keep too."""
-    mask = lines.lazy().select(pl.col("text").fill_null("")).select(keep).collect(engine="in-memory").to_series()
-    kept = lines.filter(mask)
-    carried = [kept[c] for c in carry]
-    if kept.is_empty():
-        return with_stream(kept).with_columns(carried)
     split = _stream_split(lines)
-    if split is None:
-        return with_stream(lines).filter(mask).with_columns(carried)
-    if not split:      # one stream: with_stream numbers the lines by line_no
-        return with_stream(kept).with_columns(carried, _seq=pl.col("line_no").cast(pl.Int64))
-    seq = lines.select(_seq=pl.int_range(pl.len(), dtype=pl.Int64).over(split))["_seq"].filter(mask)
-    return with_stream(kept).with_columns(carried, _seq=seq)
+    if split is None:   # a stream key this shortcut cannot vouch for: the whole frame's
+        mask = lines.lazy().select(pl.col("text").fill_null("")).select(keep).collect(engine="in-memory").to_series()
+        return with_stream(lines).filter(mask).hstack([lines[c].filter(mask) for c in carry])
+    # one query: _seq numbered over every line (a window, which the filter after it cannot skip)
+    plan = lines.lazy().with_columns(pl.col("text").fill_null(""))
+    if split:
+        plan = plan.with_columns(_seq=_stream_seq(split))
+    seq = pl.col("_seq") if split else _stream_seq(split).alias("_seq")
+    return plan.filter(keep).select("line_no", "text", _stream_key(lines).alias("_stream"), seq, *carry) \
+        .collect(engine="in-memory")
 
 
 def with_stream_holding(lines: pl.DataFrame, mark: pl.Expr) -> pl.DataFrame:
@@ -591,7 +607,7 @@ def with_stream_holding(lines: pl.DataFrame, mark: pl.Expr) -> pl.DataFrame:
     if not split:       # one stream
         return with_stream(lines if filled.select(mark.any()).item() else lines.clear())
     picked = filled.select(_keep=mark.any().over(split), _seq=pl.int_range(pl.len(), dtype=pl.Int64).over(split))
-    return with_stream(lines.filter(picked["_keep"])).with_columns(_seq=picked.filter("_keep")["_seq"])
+    return with_stream(lines.filter(picked["_keep"]), seq=picked["_seq"].filter(picked["_keep"]))
 
 
 def _stream_split(lines: pl.DataFrame) -> list[pl.Expr] | None:

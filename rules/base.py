@@ -110,10 +110,25 @@ def _rows(frame: pl.DataFrame, attempt: int | None, without_coll_trace: bool) ->
         keep.append(pl.col("attempt").is_null() | (pl.col("attempt") == attempt))
     if without_coll_trace and "kind" in frame.columns:
         keep.append(pl.col("kind").ne_missing(COLL_TRACE))
-    if not keep:
+    if not keep or _keeps_all(frame, attempt, without_coll_trace):
         return frame
     mask = frame.select(pl.all_horizontal(keep)).to_series()
     return frame if mask.all() else frame.filter(mask)
+
+
+def _keeps_all(frame: pl.DataFrame, attempt: int | None, without_coll_trace: bool) -> bool:
+    """Whether ``_rows`` keeps every row of ``frame`` (the usual case: a run of one attempt, no
+    COLL trace in the table), asked of its Series without a query (a Polars call each, and a
+    report reads about 20 tables a context). False where a column's type is not the usual one
+    (the query decides)."""
+    if attempt is not None:
+        attempts = frame["attempt"]
+        if not attempts.dtype.is_integer() or (attempts == attempt).sum() + attempts.null_count() != frame.height:
+            return False
+    if without_coll_trace and "kind" in frame.columns:
+        kinds = frame["kind"]
+        return kinds.dtype == pl.String and not (kinds == COLL_TRACE).any()
+    return True
 
 
 class Context:
