@@ -336,10 +336,12 @@ def _merge(table: str, frames: list[pl.DataFrame] | None) -> pl.DataFrame | None
         return None
     frame = pl.concat(frames, how="diagonal_relaxed")
     schema = SCHEMAS[table]
-    return frame.with_columns([
-        (to_int(pl.col(c)) if schema[c] == pl.Int64 else pl.col(c).cast(schema[c], strict=False))
-        for c in frame.columns
-        if c in schema and c != "line_no" and frame.schema[c] == pl.String and schema[c] in (pl.Int64, pl.Float64)])
+    numeric = [c for c in frame.columns
+               if c in schema and c != "line_no" and frame.schema[c] == pl.String and schema[c] in (pl.Int64, pl.Float64)]
+    if not numeric:
+        return frame
+    # cast as Series (``to_int``'s lenient cast): a query costs more than the casts of a parser's frame
+    return pl.DataFrame([frame[c].cast(schema[c], strict=False) if c in numeric else frame[c] for c in frame.columns])
 
 
 # -- per-table shaping ---------------------------------------------------------------------------

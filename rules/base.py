@@ -236,10 +236,15 @@ class Context:
         return Evidence(path, int(line_no), text.rstrip("\r"), rank, node, note)
 
     def gpu_of(self, rank: int) -> dict:
-        row = self.ranks.filter(pl.col("rank") == rank)
-        if row.is_empty():
+        ranks = self.ranks
+        if isinstance(rank, int) and ranks["rank"].dtype.is_integer():
+            match = ranks["rank"] == rank     # Series work: a query per rank asked costs more
+            at = match.arg_max() if match.any() else None
+        else:
+            at = ranks.with_row_index("_at").filter(pl.col("rank") == rank)["_at"].first()
+        if at is None:
             return {"rank": rank}
-        r = row.row(0, named=True)
+        r = ranks.row(at, named=True)
         return {"rank": rank, "node": r["node"], "local_rank": r["local_rank"], "cuda_dev": r["cuda_dev"],
                 "bus_id": r["bus_id"], "pid": r["pid"],
                 "mapping_source": r["source"], "mapping_confidence": r["confidence"]}

@@ -201,11 +201,12 @@ def timed_out_ranks(ctx: Context) -> dict[int, datetime | None]:
         t = ctx.table(name)
         if t.is_empty() or not {"rank", "kind"} <= set(t.columns):
             continue
-        rows = t.filter(pl.col("kind").is_in(kinds) & pl.col("rank").is_not_null())
-        if name == "events" and "detail" in rows.columns:
+        rows = t.lazy().filter(pl.col("kind").is_in(kinds) & pl.col("rank").is_not_null())
+        if name == "events" and "detail" in t.columns:
             gloo_wait = pl.col("detail").fill_null("").str.contains("Timed out")
             rows = rows.filter((pl.col("kind") != "gloo_error") | gloo_wait)
-        for rank, ts in rows.select("rank", "ts" if "ts" in rows.columns else pl.lit(None).alias("ts")).iter_rows():
+        rows = rows.select("rank", "ts" if "ts" in t.columns else pl.lit(None).alias("ts")).collect(engine="in-memory")
+        for rank, ts in rows.iter_rows():
             prev = out.get(rank)
             if rank not in out or (ts is not None and (prev is None or ts < prev)):
                 out[rank] = ts

@@ -71,8 +71,9 @@ def init_picture(ctx: Context) -> InitPicture:
     agent = with_columns(ctx.table("agent"), value=pl.String)  # only key/value lines of the agent fill value
     if not agent.is_empty() and "key" in agent.columns:
         pic.nodes.setdefault("launched", set()).update(agent["node"].drop_nulls().to_list())
+        keys = agent["key"].cast(pl.String)     # Series work, not a query per key
         for key in ("min_nodes", "max_nodes"):
-            values = agent.filter(pl.col("key") == key)["value"].cast(pl.Int64, strict=False).drop_nulls()
+            values = agent["value"].filter(keys == key).cast(pl.Int64, strict=False).drop_nulls()
             if len(values):
                 setattr(pic, key, int(values.max()))
     workers: set[str] = set()

@@ -56,9 +56,9 @@ def check(ctx: Context) -> list[Finding]:
     capped = []
     # Each ring's slowest hop, all rings at once; only rings capped by a slow tier are looked at
     # one by one (NVLink, or the network hop: the expected bottleneck of a multi-node ring).
-    worst_of = (ring.sort("tier_order", descending=True, maintain_order=True)
+    worst_of = (ring.lazy().sort("tier_order", descending=True, maintain_order=True)
                 .group_by("comm_key", maintain_order=True).first()
-                .filter(pl.col("tier").is_in(list(SLOW_TIERS))))
+                .filter(pl.col("tier").is_in(list(SLOW_TIERS))).collect(engine="in-memory"))
     by_key = ring.partition_by("comm_key", as_dict=True, maintain_order=True)   # a null key too
     for worst in worst_of.iter_rows(named=True):
         key, tier = worst["comm_key"], worst["tier"]
