@@ -399,8 +399,9 @@ def _phase(conns: pl.DataFrame, markers: pl.DataFrame, sources: pl.DataFrame | N
         return conns.with_columns(phase=pl.when(pl.col("conn_index") == 1).then(pl.lit("p2p"))
                                   .when(pl.col("kind") == "collnet_connection").then(pl.lit("collnet"))
                                   .otherwise(pl.lit(None, dtype=pl.String))).sort("line_no")
-    m = markers.select(*key, pl.col("line_no").alias("_mline"), pl.col("key").alias("_marker")).sort("_mline")
-    c = conns.with_columns(_mline=pl.col("line_no")).sort("_mline")
+    # the steps as one plan (a Polars call each cost more than their work)
+    m = markers.lazy().select(*key, pl.col("line_no").alias("_mline"), pl.col("key").alias("_marker")).sort("_mline")
+    c = conns.lazy().with_columns(_mline=pl.col("line_no")).sort("_mline")
     nxt = c.join_asof(m, on="_mline", by=key, strategy="forward", check_sortedness=False)
     prev = m.rename({"_marker": "_before"})
     nxt = nxt.drop("_mline").with_columns(_mline=pl.col("line_no")).sort("_mline").join_asof(
@@ -409,7 +410,7 @@ def _phase(conns: pl.DataFrame, markers: pl.DataFrame, sources: pl.DataFrame | N
     # several inputs at once, that holds only in an input that has markers: one without any
     # is read as it would be alone, however the inputs are batched.
     stalled = pl.col("_marker").is_null()
-    if "_src" in nxt.columns:
+    if "_src" in key:
         stalled = stalled & pl.col("_src").is_in(among(markers["_src"]))
     phase = (pl.when(pl.col("conn_index") == 1).then(pl.lit("p2p"))
              .when(pl.col("kind") == "collnet_connection").then(pl.lit("collnet"))
@@ -419,7 +420,8 @@ def _phase(conns: pl.DataFrame, markers: pl.DataFrame, sources: pl.DataFrame | N
              .when(stalled & pl.col("_before").is_null()).then(pl.lit("ring"))
              .when(stalled & (pl.col("_before") == "Connected all rings")).then(pl.lit("tree"))
              .otherwise(pl.lit(None, dtype=pl.String)))
-    return nxt.with_columns(phase=phase).drop("_marker", "_before", "_src", strict=False).sort("line_no")
+    return nxt.with_columns(phase=phase).drop("_marker", "_before", "_src", strict=False).sort("line_no") \
+        .collect(engine="in-memory")
 
 
 def _rings(df: pl.DataFrame | None) -> pl.DataFrame:
@@ -501,7 +503,8 @@ def _nic_rows(nics: pl.DataFrame) -> list[pl.DataFrame]:
     """``NET/IB : Using [0]mlx5_0:1/IB [1]... [RO]; OOB if:addr<port>``: a row per NIC (members of
     a plugin's merged ``[v]={[0] a:1/RoCE, [1] b:1/RoCE}`` device get the virtual index) and one
     ``oob`` row for the handshake interface."""
-    base = nics.with_columns(relaxed_ordering=pl.col("items").str.contains("[RO]", literal=True))
+    # as plans, collected together (a Polars call per step cost more than the steps)
+    base = nics.lazy().with_columns(relaxed_ordering=pl.col("items").str.contains("[RO]", literal=True))
     merged = base.with_columns(_v=pl.col("items").str.extract_all(rx(r"\[\d+\]=\{[^}]*\}"))).explode("_v").filter(
         pl.col("_v").is_not_null())
     merged = merged.with_columns(index=to_int(pl.col("_v").str.extract(rx(r"^\[(\d+)\]"), 1)),
@@ -518,7 +521,7 @@ def _nic_rows(nics: pl.DataFrame) -> list[pl.DataFrame]:
         port=to_int(pl.col("_g").struct.field("port")))
     no_nic = base.join(rows.select("line_no").unique(), on="line_no", how="anti").with_columns(
         detail=pl.lit("no devices listed"))
-    return [rows, oob, no_nic]
+    return collect_each([rows, oob, no_nic])
 
 
 def _tuning(df: pl.DataFrame | None) -> pl.DataFrame:
@@ -714,21 +717,21 @@ def _versions(lines: pl.DataFrame, prefixed: pl.DataFrame) -> pl.DataFrame:
 
 def _fragments(lines: pl.DataFrame, prefixed: pl.DataFrame) -> pl.DataFrame:
     """Pieces of torn lines without a whole prefix (section 2.1): counted and kept, not parsed."""
-    rest = lines.select("line_no", "text").join(prefixed.select("line_no"), on="line_no", how="anti")
+    rest = lines.lazy().select("line_no", "text").join(prefixed.lazy().select("line_no"), on="line_no", how="anti")
     return rest.filter(pl.col("text").str.contains(rx(_FRAGMENT))).select(
         "line_no", kind=pl.lit("torn_line"), detail=pl.lit("fragment of a line torn by another process's output"),
-        message=pl.col("text"), level=pl.lit(None, dtype=pl.String))
+        message=pl.col("text"), level=pl.lit(None, dtype=pl.String)).collect(engine="in-memory")
 
 
 def _shapes(prefixed: pl.DataFrame, kinds: pl.DataFrame) -> pl.DataFrame:
     """Each process's distinct message shapes (numbers folded, lengths kept), first line of
     each, for version fingerprinting over all inputs at once (``postmortem.analyzer.nccl_model``). COLL
     trace lines are left out: they are the bulk and fingerprint nothing."""
-    df = prefixed.join(kinds, on="line_no", how="left").filter(pl.col("kind").fill_null("") != "coll")
+    df = prefixed.lazy().join(kinds.lazy(), on="line_no", how="left").filter(pl.col("kind").fill_null("") != "coll")
     shape = pl.col("msg").str.replace_all(r"0x[0-9a-fA-F]+", "0x0").str.replace_all(rx(r"\d"), "0")
     df = df.with_columns(shape=shape).sort("line_no").unique(["host", "pid", "shape"], keep="first", maintain_order=True)
     return df.select("line_no", "host", "pid", "level", "msg", has_ts=pl.col("nccl_ts").is_not_null(),
-                     has_fn=pl.col("fn").is_not_null())
+                     has_fn=pl.col("fn").is_not_null()).collect(engine="in-memory")
 
 
 def fingerprints(shapes: pl.DataFrame) -> pl.DataFrame:

@@ -580,44 +580,45 @@ def _rendezvous(df: pl.DataFrame) -> list[pl.DataFrame]:
     return [heads, keys, workers]
 
 
+# Slurm's lines about the job: (literal, kind, pattern, its groups, the group a row must have).
+_SLURM_KINDS = [
+    ("CANCELLED AT", "cancelled", _CANCELLED, ["job_id", "host", "ts", "reason"], "job_id"),
+    ("STEPD TERMINATED", "stepd_terminated", _STEPD_TERMINATED, ["job_id", "host", "ts", "reason"], "job_id"),
+    ("srun: error:", "task_exit", _TASK_EXIT, ["host", "tasks", "reason"], "tasks"),
+    ("Job step aborted", "step_aborted", _STEP_ABORTED, ["reason"], "reason"),
+    ("kill event", "oom_kill", _OOM, ["count", "job_id"], "count"),
+]
+
+
 def _slurm(df: pl.DataFrame) -> pl.DataFrame:
     t = pl.col("text")
-    frames: list[pl.DataFrame] = []
-
-    def one(literal: str, kind: str, pattern: str, groups: list[str], first: str) -> None:
-        sub = df.filter(t.str.contains(literal, literal=True))
-        if sub.is_empty():
-            return
+    # which kinds' literals the lines hold, in one call; then every held kind's rows in one plan
+    held = df.select([t.str.contains(literal, literal=True).any().alias(kind) for literal, kind, *_ in _SLURM_KINDS]
+                     ).row(0) if not df.is_empty() else [False] * len(_SLURM_KINDS)
+    plans, columns = [], set()
+    for (literal, kind, pattern, groups, first), found in zip(_SLURM_KINDS, held):
+        if not found:
+            continue
         m = t.str.extract_groups(rx(pattern))
-        sub = sub.lazy().with_columns([m.struct.field(g).alias(g) for g in groups]).filter(
-            pl.col(first).is_not_null()
-        )
-        frames.append(sub.with_columns(kind=pl.lit(kind)).select(["line_no", "kind", *groups])
-                      .collect(engine="in-memory"))     # the steps in one Polars call
-
-    one("CANCELLED AT", "cancelled", _CANCELLED, ["job_id", "host", "ts", "reason"], "job_id")
-    one("STEPD TERMINATED", "stepd_terminated", _STEPD_TERMINATED,
-        ["job_id", "host", "ts", "reason"], "job_id")
-    one("srun: error:", "task_exit", _TASK_EXIT, ["host", "tasks", "reason"], "tasks")
-    one("Job step aborted", "step_aborted", _STEP_ABORTED, ["reason"], "reason")
-    one("kill event", "oom_kill", _OOM, ["count", "job_id"], "count")
-    if not frames:
+        plans.append(df.lazy().filter(t.str.contains(literal, literal=True))
+                     .with_columns([m.struct.field(g).alias(g) for g in groups]).filter(pl.col(first).is_not_null())
+                     .select("line_no", pl.lit(kind).alias("kind"), *groups))
+        columns.update(groups)
+    if not plans:
         return _empty(SLURM_SCHEMA)
-    out = pl.concat(frames, how="diagonal_relaxed")
-    for c in ("ts", "job_id", "host", "tasks", "reason", "count"):
-        if c not in out.columns:
-            out = out.with_columns(pl.lit(None, dtype=pl.String).alias(c))
-    out = out.with_columns(
+    out = pl.concat(plans, how="diagonal_relaxed").with_columns(
+        pl.lit(None, dtype=pl.String).alias(c) for c in ("ts", "job_id", "host", "tasks", "reason", "count")
+        if c not in columns)
+    return out.with_columns(
         ts=pl.col("ts").str.strptime(pl.Datetime("us"), "%Y-%m-%dT%H:%M:%S", strict=False),
         exit_code=to_int(pl.col("reason").str.extract(rx(r"[Ee]xit(?:ed with exit)? code:? (-?\d+)"), 1)),
         tasks=pl.col("tasks").str.strip_chars(),
         reason=pl.when(pl.col("kind") == "oom_kill")
         .then(pl.concat_str([pl.col("count"), pl.lit(" oom_kill event(s)")]))
         .otherwise(pl.col("reason")),
-    )
-    return out.select(
+    ).select(
         [pl.col(c).cast(dtype, strict=False) for c, dtype in SLURM_SCHEMA.items()]
-    ).sort("line_no")
+    ).sort("line_no").collect(engine="in-memory")
 
 
 # The line router: every literal ``_exits``, ``_agent``, ``_rendezvous`` and ``_slurm`` filter the

@@ -71,8 +71,13 @@ def with_columns(frame: pl.DataFrame, **dtypes) -> pl.DataFrame:
     """``frame`` with each named column it lacks added as nulls of that type. A parser table has
     only the columns some row filled (no event carried a time: ``events`` has no ``ts``), so a
     rule that reads an optional column asks for it here instead of failing on its absence."""
-    missing = [pl.lit(None, dtype=dtype).alias(name) for name, dtype in dtypes.items() if name not in frame.columns]
-    return frame.with_columns(missing) if missing else frame
+    missing = [(name, dtype) for name, dtype in dtypes.items() if name not in frame.columns]
+    if not missing:
+        return frame
+    if not frame.width:     # no column to take the height from: a query's one row of literals
+        return frame.with_columns(pl.lit(None, dtype=dtype).alias(name) for name, dtype in missing)
+    # null Series added by position (a query per table read costs more than the columns)
+    return frame.hstack([pl.Series(name, [None], dtype=dtype).new_from_index(0, frame.height) for name, dtype in missing])
 
 
 def memoised(build):
