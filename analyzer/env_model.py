@@ -100,13 +100,13 @@ def nccl_echo_nodes(nccl_env: pl.DataFrame | None) -> pl.DataFrame:
     Only nodes that printed such lines take part in that basis's comparison."""
     if nccl_env is None or nccl_env.is_empty() or not {"key", "value", "node"} <= set(nccl_env.columns):
         return pl.DataFrame(schema=ENV_NODES_SCHEMA)
-    df = nccl_env.filter(pl.col("node").is_not_null() & pl.col("key").is_not_null())
+    df = nccl_env.lazy().filter(pl.col("node").is_not_null() & pl.col("key").is_not_null())
     out = df.sort("input_id", "line_no").group_by(["node", "key"], maintain_order=True).agg(
         node_source=pl.lit("NCCL line prefix"),
         value=pl.col("value").fill_null("").unique(maintain_order=True).sort().str.join(" | "),
         input_id=pl.col("input_id").first(), line_no=pl.col("line_no").first(),
     ).with_columns(basis=pl.lit("NCCL INFO"), source=pl.lit("NCCL INFO"), **{"class": classify(pl.col("key"))})
-    return out.select([pl.col(c).cast(t) for c, t in ENV_NODES_SCHEMA.items()])
+    return out.select([pl.col(c).cast(t) for c, t in ENV_NODES_SCHEMA.items()]).collect(engine="in-memory")
 
 
 HW_TABLES = ("topology", "gpus", "gpu_query", "nic_ports", "ib_links", "bench_results", "bench_runs",

@@ -115,7 +115,7 @@ def _processes(tables: dict[str, pl.DataFrame], fps: pl.DataFrame | None) -> pl.
     lines = _get(tables, "nccl_lines")
     if lines is None:
         return None
-    procs = lines.filter(pl.col("host").is_not_null()).select("host", "pid").unique()
+    procs = lines.lazy().filter(pl.col("host").is_not_null()).select("host", "pid").unique().collect(engine="in-memory")
     versions = _get(tables, "nccl_versions")
     job_versions: list[str] = []
     if versions is not None:
@@ -199,11 +199,17 @@ def _members(tables: dict[str, pl.DataFrame], ranks: pl.DataFrame | None) -> pl.
     inst = _comm_keys(inst)
     inst = inst.with_columns(pci=pl.col("bus_id").map_elements(bus_id_to_pci, return_dtype=pl.String))
     if ranks is not None and not ranks.is_empty():
-        g = ranks.select(host=pl.col("node"), pid="pid", global_rank="rank").drop_nulls(["host", "pid"]).unique(["host", "pid"])
-        inst = inst.join(g, on=["host", "pid"], how="left")
+        g = ranks.lazy().select(host=pl.col("node"), pid="pid", global_rank="rank").drop_nulls(["host", "pid"]).unique(["host", "pid"])
+        inst = inst.lazy().join(g, on=["host", "pid"], how="left").collect(engine="in-memory")
     else:
         inst = inst.with_columns(global_rank=pl.lit(None, dtype=pl.Int64))
     return inst.select(list(EMPTY["nccl_members"]))
+
+
+def _collided(inst: pl.DataFrame, key: str) -> list:
+    """The values of ``key`` that more than one instance of the same rank share (one query)."""
+    return inst.lazy().group_by(key, "rank").agg(n=pl.len()).filter(pl.col("n") > 1).select(
+        pl.col(key).unique()).collect(engine="in-memory")[key].to_list()
 
 
 def _comm_keys(inst: pl.DataFrame) -> pl.DataFrame:
@@ -216,10 +222,10 @@ def _comm_keys(inst: pl.DataFrame) -> pl.DataFrame:
     inst = inst.with_columns(_order=pl.int_range(pl.len()).over("host", "pid", "nranks"))
     by_order = pl.format("size{}#{}", "nranks", "_order")
     inst = inst.with_columns(_k0=by_order)
-    dup = inst.group_by("_k0", "rank").agg(n=pl.len()).filter(pl.col("n") > 1)["_k0"].unique().to_list()
+    dup = _collided(inst, "_k0")
     per_host = pl.format("size{}#{}@{}", "nranks", "_order", "host")
     inst = inst.with_columns(_k1=pl.when(pl.col("_k0").is_in(dup)).then(per_host).otherwise(pl.col("_k0")))
-    dup2 = inst.group_by("_k1", "rank").agg(n=pl.len()).filter(pl.col("n") > 1)["_k1"].unique().to_list()
+    dup2 = _collided(inst, "_k1")
     heuristic = pl.when(pl.col("_k1").is_in(dup2)).then(pl.lit("init order (ambiguous: ranks collide)")) \
         .when(pl.col("_k1") != pl.col("_k0")).then(pl.lit("init order and host")).otherwise(pl.lit("init order"))
     parents = inst.select("host", "pid", parent="comm", _parent_id="comm_id")
@@ -307,10 +313,10 @@ def _with_blocks(conns: pl.DataFrame, tables: dict[str, pl.DataFrame]) -> pl.Dat
         *key, _mline=pl.col("line_no")).sort("_mline")
     if markers.is_empty():
         return conns.with_columns(_block=pl.lit(None, dtype=pl.String))
-    joined = conns.with_columns(_l=pl.col("line_no")).sort("_l").join_asof(
-        markers, left_on="_l", right_on="_mline", by=key, strategy="forward", check_sortedness=False)
+    joined = conns.lazy().with_columns(_l=pl.col("line_no")).sort("_l").join_asof(
+        markers.lazy(), left_on="_l", right_on="_mline", by=key, strategy="forward", check_sortedness=False)
     block = pl.when(pl.col("_mline").is_not_null()).then(pl.format("{}:{}:{}:{}:{}", *key, "_mline"))
-    return joined.with_columns(_block=block).drop("_l", "_mline").sort("_row")
+    return joined.with_columns(_block=block).drop("_l", "_mline").sort("_row").collect(engine="in-memory")
 
 
 UNIDENTIFIED = "unidentified (no init line names it)"
@@ -381,7 +387,9 @@ def _hops(conns: pl.DataFrame | None, members: pl.DataFrame, tables: dict[str, p
     # The connection slot: the printed index, else (releases that print none) 1 for a lazy
     # point-to-point connection and 0 for ring/tree ones, so a p2p hop between ring
     # neighbours is not merged with the ring hop.
-    conns = conns.with_columns(_slot=pl.coalesce(pl.col("conn_index"), pl.when(pl.col("phase") == "p2p").then(1).otherwise(0)))
+    # (the steps up to the hosts' fill as one plan: a Polars call each cost more than their work)
+    conns = conns.lazy().with_columns(
+        _slot=pl.coalesce(pl.col("conn_index"), pl.when(pl.col("phase") == "p2p").then(1).otherwise(0)))
     key = ["comm_key", "channel", "_slot", "src", "dst"]
     conns = conns.with_columns(_send_flags=pl.col("detail"))
     sender = conns.filter(pl.col("side").is_null() | (pl.col("side") == "send"))
@@ -393,7 +401,7 @@ def _hops(conns: pl.DataFrame | None, members: pl.DataFrame, tables: dict[str, p
                                        _recv_flags="detail", _recv_input="input_id", _recv_line="line_no"),
                        on=key, how="full", coalesce=True, nulls_equal=True, suffix="_r")
     hops = hops.with_columns([pl.coalesce(c, f"{c}_r").alias(c) for c in shared_cols]).drop([f"{c}_r" for c in shared_cols])
-    where = members.select("comm_key", "rank", _m_host="host", _m_gpu="cuda_dev", _m_pci="pci")
+    where = members.lazy().select("comm_key", "rank", _m_host="host", _m_gpu="cuda_dev", _m_pci="pci")
     for side in ("src", "dst"):
         hops = hops.join(where.rename({"rank": side, "_m_host": f"_{side}_host", "_m_gpu": f"{side}_gpu",
                                        "_m_pci": f"{side}_pci"}), on=["comm_key", side], how="left")
@@ -426,7 +434,7 @@ def _hops(conns: pl.DataFrame | None, members: pl.DataFrame, tables: dict[str, p
             .otherwise(pl.lit("send no, receive not logged")))
         .when(pl.col("recv_gdr").is_not_null()).then(
             pl.when(pl.col("recv_gdr")).then(pl.lit("receive yes, send not logged"))
-            .otherwise(pl.lit("receive no, send not logged"))))
+            .otherwise(pl.lit("receive no, send not logged")))).collect(engine="in-memory")
     hops = _fill_hosts(hops)
     hops = hops.with_columns(same_host=pl.col("src_host") == pl.col("dst_host"))
     hops = hops.with_columns(tier=_tier(tables, hops)).with_columns(
@@ -546,7 +554,7 @@ def _settle_phase(hops: pl.DataFrame, rings: pl.DataFrame) -> pl.DataFrame:
     when it is P2P/SHM: NCCL prints those once, at ring setup, even if trees reuse them."""
     if hops.is_empty() or rings.is_empty():
         return hops
-    pairs = rings.select("comm_key", "channel", "order").with_columns(
+    pairs = rings.lazy().select("comm_key", "channel", "order").with_columns(
         src_rank=pl.col("order"), dst_rank=pl.col("order").list.shift(-1).list.concat(pl.col("order").list.slice(0, 1)))
     pairs = pairs.with_columns(dst_rank=pl.col("dst_rank").list.drop_nulls()).with_columns(
         dst_rank=pl.when(pl.col("dst_rank").list.len() == pl.col("src_rank").list.len()).then(pl.col("dst_rank"))
@@ -554,7 +562,7 @@ def _settle_phase(hops: pl.DataFrame, rings: pl.DataFrame) -> pl.DataFrame:
     # drop the whole-ring ``order`` list before exploding: explode would copy it onto every
     # pair, n x n values per ring (800M for eight channels of a 10,000-rank ring)
     pairs = pairs.select("comm_key", "channel", "src_rank", "dst_rank").explode("src_rank", "dst_rank").with_columns(
-        _neighbours=pl.lit(True))
+        _neighbours=pl.lit(True)).collect(engine="in-memory")
     # the hops keep their order (``_hops``): a join may otherwise return them in any order
     hops = hops.join(pairs, on=["comm_key", "channel", "src_rank", "dst_rank"], how="left", maintain_order="left")
     known = rings.select("comm_key", "channel", _known=pl.col("complete"))
