@@ -43,7 +43,7 @@ from __future__ import annotations
 import polars as pl
 
 from postmortem.parsers.ascii_text import rx
-from postmortem.parsers.base import ParseResult, among, conform, consumed_of, to_int
+from postmortem.parsers.base import ParseResult, among, collect_each, conform, consumed_of, to_int
 from postmortem.parsers.lines import file_of, files_where, of_files, with_stream
 from postmortem.parsers.tables import SHARED
 
@@ -415,7 +415,8 @@ def _nccl_tests(df: pl.DataFrame, tables: dict, used: list) -> None:
         _clean=clean,
     )
     parts = pl.col("_clean").str.extract_groups(rx(_ROW))
-    rows = d.filter(row).with_columns(_p=parts).select(
+    # (each table's steps as one plan: a Polars call each cost more than their work)
+    rows = d.lazy().filter(row).with_columns(_p=parts).select(
         "line_no", run="_run", op="_op",
         size_bytes=pl.col("_p").struct.field("1"), count=pl.col("_p").struct.field("2"),
         dtype=pl.col("_p").struct.field("3"), redop=pl.col("_p").struct.field("4"),
@@ -431,22 +432,22 @@ def _nccl_tests(df: pl.DataFrame, tables: dict, used: list) -> None:
         ip_wrong=pl.when(~legacy).then(pl.col("_iw").cast(pl.Int64, strict=False)),
         oop_error=pl.when(legacy).then(pl.col("_ow").cast(pl.Float64, strict=False)),
         ip_error=pl.when(legacy).then(pl.col("_iw").cast(pl.Float64, strict=False)),
-    )
+    ).collect(engine="in-memory")
     tables["bench_results"] = conform(rows, BENCH_RESULTS_SCHEMA)
-    used.append(rows.select("line_no"))
+    used.append(rows[["line_no"]])
     if marked.is_empty():
         return
     if marked.len() < d["_file"].n_unique():
         d = d.filter(pl.col("_file").is_in(among(marked)))
-    dev = d.filter(t.str.contains(rx(_DEVICE))).with_columns(_p=t.str.extract_groups(rx(_DEVICE))).select(
+    dev = d.lazy().filter(t.str.contains(rx(_DEVICE))).with_columns(_p=t.str.extract_groups(rx(_DEVICE))).select(
         "line_no", source=pl.lit("nccl-tests"),
         rank=pl.col("_p").struct.field("1"), pid=pl.col("_p").struct.field("3"),
         host=pl.col("_p").struct.field("4"), index=pl.col("_p").struct.field("5"),
         bus_id=pl.col("_p").struct.field("6"), name=pl.col("_p").struct.field("7"),
-    ).with_columns(gpu=pl.concat_str([pl.lit("GPU"), pl.col("index")]))
+    ).with_columns(gpu=pl.concat_str([pl.lit("GPU"), pl.col("index")])).collect(engine="in-memory")
     tables["gpus"] = pl.concat([tables["gpus"], conform(dev, GPUS_SCHEMA)], how="diagonal_relaxed")
     body = t.str.replace(rx(r"^\s*#?\s*"), "")
-    meta = d.filter(head).select(
+    meta = d.lazy().filter(head).select(
         "line_no", run="_run", op="_op",
         key=pl.when(body.str.starts_with("Collective test starting")).then(pl.lit("test_starting"))
         .when(body.str.starts_with("Collective test concluded")).then(pl.lit("test_concluded"))
@@ -465,7 +466,7 @@ def _nccl_tests(df: pl.DataFrame, tables: dict, used: list) -> None:
         .when(body.str.starts_with("nccl-tests version")).then(body.str.replace("nccl-tests version ", "", literal=True))
         .when(body.str.starts_with("Collective test")).then(body.str.replace(rx(r"^[^:]*:\s*"), ""))
         .otherwise(body.str.strip_chars()),
-    )
+    ).collect(engine="in-memory")
     tables["bench_runs"] = conform(meta, BENCH_RUNS_SCHEMA)
     table_head = d.filter(t.str.contains(rx(_TABLE_HEAD)))
     bare_hash = d.filter(t.str.contains(rx(r"^\s*#\s*$")))
@@ -510,33 +511,34 @@ def _ib_blocks(df: pl.DataFrame, tables: dict, used: list) -> None:
         .when(is_ca).then(pl.lit(-1, dtype=pl.Int64)).forward_fill().over(s),
     )
     inside = pl.col("_ca_line") > 0
-    kv = d.filter(inside & ~is_ca & pl.col("_port").is_not_null() & t.str.contains(rx(_KV))
-                  & ~t.str.contains(rx(_PORT))).with_columns(
-        key=t.str.extract(rx(_KV), 1), value=t.str.extract(rx(_KV), 2))
-    cas = d.filter(is_ca).select("line_no", "_ca_line", ca="_ca", source="_src")
-    ports = d.filter(inside & t.str.contains(rx(_PORT))).select("line_no", "_ca_line", "_port_line", port="_port")
-    fields = kv.with_columns(col=pl.col("key").replace_strict(_FIELD, default=None)).drop_nulls("col")
-    ca_fields = fields.filter(pl.col("_port") == -1)
-    port_fields = fields.filter(pl.col("_port") >= 0)
-    out = cas
+    # (the steps as a few plans, collected together: a Polars call each cost more than their work)
+    kv, cas, ports = collect_each([
+        d.lazy().filter(inside & ~is_ca & pl.col("_port").is_not_null() & t.str.contains(rx(_KV))
+                        & ~t.str.contains(rx(_PORT))).with_columns(key=t.str.extract(rx(_KV), 1), value=t.str.extract(rx(_KV), 2)),
+        d.lazy().filter(is_ca).select("line_no", "_ca_line", ca="_ca", source="_src"),
+        d.lazy().filter(inside & t.str.contains(rx(_PORT))).select("line_no", "_ca_line", "_port_line", port="_port")])
+    fields = kv.lazy().with_columns(col=pl.col("key").replace_strict(_FIELD, default=None)).drop_nulls("col")
+    ca_fields, port_fields = collect_each([fields.filter(pl.col("_port") == -1), fields.filter(pl.col("_port") >= 0)])
+    out = cas.lazy()
     if not ca_fields.is_empty():
         wide = ca_fields.pivot(on="col", index="_ca_line", values="value", aggregate_function="first")
-        out = out.join(wide, on="_ca_line", how="left")
-    with_ports = ports.join(out.drop("line_no"), on="_ca_line", how="inner")
+        out = out.join(wide.lazy(), on="_ca_line", how="left")
+    with_ports = ports.lazy().join(out.drop("line_no"), on="_ca_line", how="inner")
     if not port_fields.is_empty():
         wide = port_fields.pivot(on="col", index="_port_line", values="value", aggregate_function="first")
-        with_ports = with_ports.join(wide, on="_port_line", how="left", suffix="_p")
-    no_port = out.join(ports.select("_ca_line").unique(), on="_ca_line", how="anti")
+        with_ports = with_ports.join(wide.lazy(), on="_port_line", how="left", suffix="_p")
+    no_port = out.join(ports.lazy().select("_ca_line").unique(), on="_ca_line", how="anti")
     rows = pl.concat([with_ports, no_port], how="diagonal_relaxed")
+    names = rows.collect_schema().names()
 
     def col(name: str) -> pl.Expr:
-        return pl.col(name) if name in rows.columns else pl.lit(None, dtype=pl.String)
+        return pl.col(name) if name in names else pl.lit(None, dtype=pl.String)
 
     rows = rows.with_columns(
         state=col("state").str.replace(r"^PORT_", "").str.replace(rx(r"\s*\(\d+\)$"), "").str.to_titlecase(),
         active_mtu=col("active_mtu").str.extract(rx(r"^(\d+)"), 1),
         max_mtu=col("max_mtu").str.extract(rx(r"^(\d+)"), 1),
-    )
+    ).collect(engine="in-memory")
     tables["nic_ports"] = conform(rows, NIC_PORTS_SCHEMA).sort("line_no")
     used += [cas, ports, kv]
 

@@ -885,19 +885,18 @@ def _startup(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     # one scan for which parts have a line to read (a chunk with none costs one call, not a dozen)
     held = literals_held(df, "text", [" ...", "Compilation time", "datasets target sizes", *cfg_literals])
     events, cfg = [], []
+    # (plans: stack_conformed runs them in its one call)
     if held & {" ...", "Compilation time"}:
-        ev = df.filter(t.str.contains(" ...", literal=True) | t.str.contains("Compilation time", literal=True))
+        ev = df.lazy().filter(t.str.contains(" ...", literal=True) | t.str.contains("Compilation time", literal=True))
         events.append(ev.filter(t.str.contains(rx(_STARTUP))).select(
             "line_no", kind=pl.lit("megatron_startup"), level=pl.lit("info"),
             detail=t.str.extract(rx(_STARTUP), 1), message=t.str.strip_chars()))
     for (key, pattern), literal in zip(_STARTUP_CFG, cfg_literals):
         if literal not in held:
             continue
-        sub = df.filter(t.str.contains(literal, literal=True))
-        sub = sub.filter(t.str.contains(rx(pattern)))
-        if not sub.is_empty():
-            cfg.append(sub.select("line_no", source=pl.lit("megatron-startup"), key=pl.lit(key),
-                                  value=t.str.extract(rx(pattern), 1), raw_key=t.str.strip_chars()))
+        sub = df.lazy().filter(t.str.contains(literal, literal=True)).filter(t.str.contains(rx(pattern)))
+        cfg.append(sub.select("line_no", source=pl.lit("megatron-startup"), key=pl.lit(key),
+                              value=t.str.extract(rx(pattern), 1), raw_key=t.str.strip_chars()))
     cand = df.clear()
     if "datasets target sizes" in held:
         cand = df.filter(t.str.starts_with("    ") | t.str.contains("datasets target sizes", literal=True))

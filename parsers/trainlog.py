@@ -119,9 +119,11 @@ def conform(frame: pl.DataFrame, schema: dict, **constants) -> pl.DataFrame:
     return frame.select(_conformed(frame.schema, schema, constants))
 
 
-def stack_conformed(frames: list[pl.DataFrame], schema: dict, **constants) -> pl.DataFrame:
-    """``stack`` of ``frames``, each ``conform``ed first: one Polars call for them all."""
-    plans = [f.lazy().select(_conformed(f.schema, schema, constants)) for f in frames if f is not None and not f.is_empty()]
+def stack_conformed(frames: list[pl.DataFrame | pl.LazyFrame], schema: dict, **constants) -> pl.DataFrame:
+    """``stack`` of ``frames``, each ``conform``ed first: one Polars call for them all. A plan
+    (a ``LazyFrame``) is run in that call: its steps cost no call of their own."""
+    plans = [f.lazy().select(_conformed(f.collect_schema(), schema, constants)) for f in frames
+             if f is not None and (isinstance(f, pl.LazyFrame) or not f.is_empty())]
     if not plans:
         return empty(schema)
     return pl.concat(plans).sort("line_no", maintain_order=True).collect(engine="in-memory")
