@@ -436,23 +436,24 @@ def _hops(conns: pl.DataFrame | None, members: pl.DataFrame, tables: dict[str, p
             pl.when(pl.col("recv_gdr")).then(pl.lit("receive yes, send not logged"))
             .otherwise(pl.lit("receive no, send not logged")))).collect(engine="in-memory")
     hops = _fill_hosts(hops)
-    hops = hops.with_columns(same_host=pl.col("src_host") == pl.col("dst_host"))
-    hops = hops.with_columns(tier=_tier(tables, hops)).with_columns(
+    plan = hops.lazy().with_columns(same_host=pl.col("src_host") == pl.col("dst_host"))
+    plan = plan.with_columns(tier=_tier(tables, hops)).with_columns(
         tier_order=pl.col("tier").replace_strict(TIER_ORDER, default=9, return_dtype=pl.Int64))
     # input_id and line_no break ties (hops of one channel whose ranks are unknown): without them
     # such rows came out in a different order from one run to the next
-    return hops.rename({"src": "src_rank", "dst": "dst_rank"}).select(list(EMPTY["nccl_hops"])).sort(
-        "comm_key", "channel", "phase", "src_rank", "input_id", "line_no", nulls_last=True, maintain_order=True)
+    return plan.rename({"src": "src_rank", "dst": "dst_rank"}).select(list(EMPTY["nccl_hops"])).sort(
+        "comm_key", "channel", "phase", "src_rank", "input_id", "line_no", nulls_last=True, maintain_order=True
+    ).collect(engine="in-memory")
 
 
 def _fill_hosts(hops: pl.DataFrame) -> pl.DataFrame:
     """A hop whose other side's line is missing (a NET hop seen from one side only, no init line
     naming the member) takes that rank's host from the communicator's other hops, when they
     agree on one host for it (an excerpt without init lines still shows which hops stay on a host)."""
-    sides = pl.concat([hops.select("comm_key", _r="src", _h="src_host"),
-                       hops.select("comm_key", _r="dst", _h="dst_host")])
+    sides = pl.concat([hops.lazy().select("comm_key", _r="src", _h="src_host"),
+                       hops.lazy().select("comm_key", _r="dst", _h="dst_host")])
     known = sides.drop_nulls().group_by("comm_key", "_r").agg(_hs=pl.col("_h").unique()).filter(
-        pl.col("_hs").list.len() == 1).select("comm_key", "_r", _h=pl.col("_hs").list.first())
+        pl.col("_hs").list.len() == 1).select("comm_key", "_r", _h=pl.col("_hs").list.first()).collect(engine="in-memory")
     if known.is_empty():
         return hops
     plan = hops.lazy()

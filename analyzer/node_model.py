@@ -85,15 +85,15 @@ def _with_nodes(frame: pl.DataFrame, path_nodes: pl.DataFrame) -> pl.DataFrame:
         return frame
     host = _short(pl.col("host")) if "host" in frame.columns else pl.lit(None, dtype=pl.String)
     attr = pl.col("node").cast(pl.String) if "node" in frame.columns else pl.lit(None, dtype=pl.String)
-    frame = frame.with_columns(_lh=host, _an=attr)
-    per_input = frame.filter(pl.col("_lh").is_not_null()).group_by("input_id").agg(_ih=pl.col("_lh").mode().first())
-    frame = frame.join(per_input, on="input_id", how="left").join(path_nodes, on="input_id", how="left")
+    plan = frame.lazy().with_columns(_lh=host, _an=attr)     # one plan: a Polars call a step cost more
+    per_input = plan.filter(pl.col("_lh").is_not_null()).group_by("input_id").agg(_ih=pl.col("_lh").mode().first())
+    plan = plan.join(per_input, on="input_id", how="left").join(path_nodes.lazy(), on="input_id", how="left")
     node = pl.coalesce("_lh", "_an", "_ih", "path_node")
     source = (pl.when(pl.col("_lh").is_not_null()).then(pl.lit("host named by the line"))
               .when(pl.col("_an").is_not_null()).then(pl.lit("line attribution"))
               .when(pl.col("_ih").is_not_null()).then(pl.lit("host named by other lines of the input"))
               .when(pl.col("path_node").is_not_null()).then(pl.lit("host named by the input's path")))
-    return frame.with_columns(node=node, node_source=source).drop("_lh", "_an", "_ih", "path_node")
+    return plan.with_columns(node=node, node_source=source).drop("_lh", "_an", "_ih", "path_node").collect(engine="in-memory")
 
 
 def gpu_identity(tables: dict[str, pl.DataFrame], ranks: pl.DataFrame | None) -> pl.DataFrame:
