@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from postmortem.parsers.base import collect_each
+from postmortem.parsers.base import collect_each, groups_of
 
 MUST_MATCH = {
     "NCCL_ALGO", "NCCL_PROTO", "NCCL_BUFFSIZE", "NCCL_NTHREADS", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS",
@@ -91,7 +91,7 @@ def build(tables: dict[str, pl.DataFrame], lines: pl.DataFrame | None = None,
         return {**empty, **hw_nodes(tables, known, inputs)}
     nodes = pl.concat(parts).sort("basis", "node", "key")
     known.update(n for n in nodes["node"].unique().to_list() if n and n != "?")
-    diff = pl.concat([env_diff(part) for _, part in nodes.group_by("basis", maintain_order=True)]).sort("basis", "class", "key")
+    diff = pl.concat([env_diff(part) for _, part in groups_of(nodes, "basis", maintain_order=True)]).sort("basis", "class", "key")
     return {"env_nodes": nodes, "env_diff": diff, **hw_nodes(tables, known, inputs)}
 
 

@@ -24,7 +24,7 @@ import polars as pl
 
 from postmortem.analyzer import clocks
 from postmortem.analyzer.ranges import rank_ranges
-from postmortem.parsers.base import among, collect_each
+from postmortem.parsers.base import among, collect_each, groups_of
 
 GPU_IDENTITY_SCHEMA = {"node": pl.String, "pci": pl.String, "gpu_index": pl.Int64, "cuda_dev": pl.Int64,
                        "uuid": pl.String, "serial": pl.String, "product": pl.String, "global_rank": pl.Int64,
@@ -158,7 +158,7 @@ def _job_nodes(job_nodes: pl.DataFrame | None, seen: set[str], ranks: pl.DataFra
         return None
     per_node = {}
     if ranks is not None and not ranks.is_empty():
-        for node, group in ranks.drop_nulls(["node"]).group_by("node"):
+        for node, group in groups_of(ranks.drop_nulls(["node"]), "node"):
             per_node[node[0]] = rank_ranges(group["rank"].to_list())
     jn = job_nodes.with_columns(_s=_short(pl.col("node")))
     counts = (ranks.drop_nulls(["node"]).group_by("node").agg(ranks_seen=pl.len().cast(pl.Int64))

@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass, replace
 import polars as pl
 
 from postmortem.parsers import nccl_errors
+from postmortem.parsers.base import groups_of
 
 SCHEDULER_FAILED = ("FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL",
                     "DEADLINE", "OOMKilled", "Error")
@@ -409,7 +410,7 @@ def _bench_signs(run, attempt) -> list[Sign]:
     if {"run", "input_id"} <= set(run.columns("bench_results")):
         done = set(_rows(run, "bench_results", attempt, "", ("input_id", "run")).unique().rows())
     out = []
-    for (input_id, run_id), rows in runs.group_by("input_id", "run", maintain_order=True):
+    for (input_id, run_id), rows in groups_of(runs, "input_id", "run", maintain_order=True):
         keys = set(rows["key"].to_list())
         if (input_id, run_id) in done or keys & {"avg_busbw_gbs", "test_concluded"} or not keys & {"params", "devices"}:
             continue
@@ -451,7 +452,7 @@ def rank_tails(run, attempt: int | None = None, last: int = 5, limit: int = 64) 
     paths = dict(run.frame("SELECT input_id, path FROM inputs").iter_rows())
     cache: dict = {}
     out = []
-    for rank, rows in tails.group_by("rank", maintain_order=True):
+    for rank, rows in groups_of(tails, "rank", maintain_order=True):
         rank = rank[0]
         first = firsts.get(rank)
         out.append({

@@ -140,6 +140,18 @@ def conform_lazy(plan: pl.LazyFrame, schema: dict) -> pl.LazyFrame:
     return plan.select(_conformed(plan.collect_schema(), schema))
 
 
+def groups_of(frame: pl.DataFrame, *by, maintain_order: bool = False):
+    """``frame.group_by(*by, maintain_order=...)`` iterated: (the key as a tuple, the group's rows)
+    per group, as Polars gives them, found by one query where Polars' own iteration makes three
+    (a rule iterates a table's groups once a report, and a small query costs more than its work)."""
+    index = "__groups_of_row"
+    frame = frame.rechunk()     # each group is a gather of rows: from one chunk, as Polars does
+    found = (frame.lazy().with_row_index(index).group_by(*by, maintain_order=maintain_order)
+             .agg(pl.col(index)).collect(engine="in-memory"))
+    keys = found[[name for name in found.columns if name != index]].iter_rows()
+    return ((key, frame[rows]) for key, rows in zip(keys, found[index]))
+
+
 def collect_each(plans: list[pl.LazyFrame]) -> list[pl.DataFrame]:
     """Several small queries in one Polars call (each eager call on a small frame costs more than
     its work), on the in-memory engine: Polars 2 runs ``collect`` and ``collect_all`` on its

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from postmortem.analyzer.pipeline import Run
+from postmortem.parsers.base import groups_of
 from postmortem.rules.base import Context
 from postmortem.rules.config.config_model import DUMP, ECHO, UNSET, setting_mismatches
 # The memory numbers live in rules.memory_view, shared with the HTML report's memory chart.
@@ -91,7 +92,7 @@ def env_view(run: Run, report: dict) -> EnvView:
     nodes = sorted(echo_nodes | dump_nodes, key=_node_order)
     flagged = _flagged_by_rules(run, report)
     out = []
-    for (key,), part in rows.group_by(["key"], maintain_order=True):
+    for (key,), part in groups_of(rows, ["key"], maintain_order=True):
         sightings = [Sighting(r["node"], r["value"] or "", r["basis"], r["source"], r["path"], r["line_no"])
                      for r in part.iter_rows(named=True)]
         var = EnvVar(key, part["class"][0] or "other", _shown_values(sightings, echo_nodes, dump_nodes), sightings)

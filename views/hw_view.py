@@ -15,6 +15,7 @@ from __future__ import annotations
 import polars as pl
 
 from postmortem.analyzer import hardware, topology
+from postmortem.parsers.base import groups_of
 
 
 def _table(run, name: str) -> pl.DataFrame:
@@ -103,10 +104,10 @@ def _p2p(m: pl.DataFrame) -> list[dict]:
         pl.col("unit").fill_null("")]).str.replace_all(r"\s+", " ").str.strip_chars())
     off = m.filter((pl.col("src") != pl.col("dst")) & pl.col("matrix").is_in(["bandwidth", "latency"]))
     out = []
-    for (node, run), rows in m.group_by("_node", "run", maintain_order=True):
+    for (node, run), rows in groups_of(m, "_node", "run", maintain_order=True):
         cells = off.filter((pl.col("_node").eq_missing(node)) & (pl.col("run") == run))
         matrices = []
-        for (label,), c in cells.group_by("_label", maintain_order=True):
+        for (label,), c in groups_of(cells, "_label", maintain_order=True):
             worst = c.sort("value", descending=c["matrix"][0] == "latency").row(0, named=True)
             matrices.append({"matrix": label, "min": c["value"].min(), "median": c["value"].median(),
                              "max": c["value"].max(), "worst_pair": f"GPU{worst['src']}->GPU{worst['dst']}"})
@@ -134,7 +135,7 @@ def _perftest(res: pl.DataFrame) -> list[dict]:
         return []
     res = res.with_columns(_node=_place(res))
     out = []
-    for (_node, _input, _run), rows in res.group_by("_node", "input_id", "run", maintain_order=True):
+    for (_node, _input, _run), rows in groups_of(res, "_node", "input_id", "run", maintain_order=True):
         first = rows.row(0, named=True)
         item = {k: first.get(k) for k in ("test", "device", "side", "link_type", "mtu", "gid_index", "bidirectional")}
         item["node"] = _node

@@ -29,6 +29,7 @@ from __future__ import annotations
 import polars as pl
 
 from postmortem.analyzer.ranges import rank_ranges
+from postmortem.parsers.base import groups_of
 from postmortem.rules.base import Context, Finding
 from postmortem.rules.declare import Category, Rule, Severity
 from postmortem.rules.hang.hang_model import pg_states
@@ -91,7 +92,7 @@ def _fingerprints(ctx: Context) -> list[Finding]:
         return []
     fps = colls.filter(pl.col("kind") == "fingerprint")
     out = []
-    for (seq,), rows in fps.group_by("seq", maintain_order=True):
+    for (seq,), rows in groups_of(fps, "seq", maintain_order=True):
         per_rank = rows.unique(["pg_rank"], keep="first").select("pg_rank", "op", "numel_in")
         # Ties (as many ranks on each side) in rank order, so the report reads the same on every run.
         variants = (per_rank.group_by("op", "numel_in").agg(ranks=pl.col("pg_rank").sort())

@@ -34,6 +34,7 @@ from __future__ import annotations
 import polars as pl
 
 from postmortem.analyzer.ranges import hostlist, rank_ranges
+from postmortem.parsers.base import groups_of
 from postmortem.rules.network import ras_model
 from postmortem.rules.base import Context, Finding
 from postmortem.rules.declare import Category, Rule, Severity
@@ -52,7 +53,7 @@ def check(ctx: Context) -> list[Finding]:
     out = []
     timeouts = ras_model.c10d_timeouts(ctx)
     named = {r for f in ctx.findings if f.code in ("H001", "H009") and f.culprit for r in f.ranks}
-    for (hash_, op), rows in counts.group_by("hash", "op", maintain_order=True):
+    for (hash_, op), rows in groups_of(counts, "hash", "op", maintain_order=True):
         groups = rows.select(count=pl.col("count").fill_null(1),
                              op_count=pl.when(pl.col("what") == "not_launched").then(0).otherwise(pl.col("op_count")))
         groups = groups.group_by("op_count").agg(pl.col("count").sum()).sort("op_count")

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from postmortem.analyzer.ranges import rank_ranges
-from postmortem.parsers.base import among
+from postmortem.parsers.base import among, groups_of
 from postmortem.rules.base import COLL_TRACE, Context, memoised, with_columns
 
 P2P_OPS = {"SEND", "RECV", "_SEND", "_RECV", "COALESCED"}
@@ -519,7 +519,7 @@ def nccl_comm_states(ctx: Context) -> list[PGState]:
         progress_ref=pl.struct("input_id", "line_no").last(), node=pl.col("node").drop_nulls().first(),
         rank_confidence=pl.col("rank_confidence").first() if "rank_confidence" in rows.columns else pl.lit(None),
         nranks=pl.col("_n").max())
-    for (key,), group in last.group_by("_key", maintain_order=True):
+    for (key,), group in groups_of(last, "_key", maintain_order=True):
         if len(group) < 2:
             continue
         top = int(group["enqueued"].max())
@@ -710,7 +710,7 @@ def solo_work(ctx: Context) -> dict | None:
         progress = _progress(ctx)  # _pg_key needs the PG columns, absent from lines of PyTorch <= 2.1
         if not progress.is_empty() and {"rank", "ts", "last_completed"} <= set(progress.columns):
             mine = _pg_key(progress.filter(pl.col("rank") == rank))
-            for (pg,), rows in mine.group_by("pg", maintain_order=True):
+            for (pg,), rows in groups_of(mine, "pg", maintain_order=True):
                 # Periodic status lines are a minute apart: only growth between two lines both
                 # after the others began to wait is work done while they waited.
                 later = rows.filter(pl.col("ts") > t_wait).sort("ts", "input_id", "line_no", maintain_order=True)[

@@ -41,6 +41,7 @@ from __future__ import annotations
 import polars as pl
 
 from postmortem.analyzer import commands
+from postmortem.parsers.base import groups_of
 from postmortem.rules.base import Context, Finding
 from postmortem.rules.declare import Category, Rule, Severity
 from postmortem.rules.hang.hang_model import analyse_hang
@@ -120,7 +121,7 @@ def check(ctx: Context) -> list[Finding]:
     app_gpus = {(n, p) for n, p in events.filter(pl.col("xid").is_in(list(APPLICATION))).select("node", "pci").unique()
                 .iter_rows()}
     findings = []
-    for (node, pci), rows in sorted(events.group_by("node", "pci"), key=lambda g: g[0]):
+    for (node, pci), rows in sorted(groups_of(events, "node", "pci"), key=lambda g: g[0]):
         finding = _gpu_finding(ctx, node, pci, rows, first, start, app_gpus)
         if finding is not None:
             findings.append(finding)

@@ -31,6 +31,7 @@ from collections import Counter
 import polars as pl
 
 from postmortem.analyzer import commands
+from postmortem.parsers.base import groups_of
 from postmortem.rules.base import Context, Finding, with_columns
 from postmortem.rules.declare import Category, Rule, Severity
 from postmortem.rules.hardware.hw_model import gpu_descriptor, gpu_label, job_nodes
@@ -61,7 +62,7 @@ def check(ctx: Context) -> list[Finding]:
     product = pl.col("product").fill_null("?") if "product" in rows.columns else pl.lit("?")
     rows = rows.with_columns(_product=product)
     findings = []
-    for (prod,), group in rows.group_by("_product"):
+    for (prod,), group in groups_of(rows, "_product"):
         findings += _check_product(ctx, prod, group)
     return sorted(findings, key=lambda f: (f.nodes, f.title))
 

@@ -33,6 +33,7 @@ from collections import Counter
 import polars as pl
 
 from postmortem.analyzer import commands
+from postmortem.parsers.base import groups_of
 from postmortem.rules.base import Context, Finding, with_columns
 from postmortem.rules.declare import Category, Rule, Severity
 from postmortem.rules.hardware.hw_model import job_nodes
@@ -86,7 +87,7 @@ def _ports(ctx: Context) -> list[Finding]:
     used = _used_nics(ctx)
     out = []
     active = ports.filter((pl.col("state") == "Active") & pl.col("rate_gbps").is_not_null())
-    for (kind_name, layer), group in active.group_by("_kind", "_layer"):
+    for (kind_name, layer), group in groups_of(active, "_kind", "_layer"):
         counts = Counter(group["rate_gbps"].to_list())
         ranked = counts.most_common(2)
         usual, n = ranked[0]

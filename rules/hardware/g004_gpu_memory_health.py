@@ -29,6 +29,7 @@ from __future__ import annotations
 import polars as pl
 
 from postmortem.analyzer import commands
+from postmortem.parsers.base import groups_of
 from postmortem.rules.base import Context, Finding
 from postmortem.rules.declare import Category, Rule, Severity
 from postmortem.rules.hardware.hw_model import gpu_descriptor, gpu_label, job_nodes
@@ -55,7 +56,7 @@ def check(ctx: Context) -> list[Finding]:
             "node", "pci").drop_nulls().iter_rows()}
     ident = ctx.table("gpu_identity")
     out = []
-    for (node, bus), group in sorted(rows.group_by("node", "bus_id"), key=lambda g: g[0]):
+    for (node, bus), group in sorted(groups_of(rows, "node", "bus_id"), key=lambda g: g[0]):
         if (node, bus) in xid_gpus:
             continue
         problems, worst = [], None

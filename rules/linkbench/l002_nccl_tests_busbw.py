@@ -38,6 +38,7 @@ from collections import Counter
 import polars as pl
 
 from postmortem.analyzer import hardware
+from postmortem.parsers.base import groups_of
 from postmortem.rules.perf import skew_model as sm
 from postmortem.rules.base import Context, Finding, with_columns
 from postmortem.rules.declare import Category, Rule, Severity
@@ -57,7 +58,7 @@ def check(ctx: Context) -> list[Finding]:
     res = with_columns(res, oop_busbw_gbs=pl.Float64, ip_busbw_gbs=pl.Float64, size_bytes=pl.Int64, run=pl.UInt32)
     res = res.with_columns(busbw=pl.max_horizontal(pl.col("oop_busbw_gbs"), pl.col("ip_busbw_gbs")))
     out = []
-    for (input_id, run), rows in res.group_by("input_id", "run", maintain_order=True):
+    for (input_id, run), rows in groups_of(res, "input_id", "run", maintain_order=True):
         rows = rows.filter(pl.col("busbw").is_not_null()).sort("size_bytes")
         if rows.height < 2:
             continue

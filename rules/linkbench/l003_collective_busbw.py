@@ -34,6 +34,7 @@ from __future__ import annotations
 import polars as pl
 
 from postmortem.analyzer.transports import accelerator
+from postmortem.parsers.base import groups_of
 from postmortem.rules.perf import skew_model as sm
 from postmortem.rules.base import Context, Finding
 from postmortem.rules.declare import Category, Rule, Severity
@@ -55,7 +56,7 @@ def check(ctx: Context) -> list[Finding]:
     acc, acc_source = accelerator(ctx.run)
     nodes = ctx.ranks.select("rank", "node").unique("rank") if not ctx.ranks.is_empty() else None
     out = []
-    for (source, key, op), rows in t.group_by("source", "coll_key", "op", maintain_order=True):
+    for (source, key, op), rows in groups_of(t, "source", "coll_key", "op", maintain_order=True):
         inst = rows.group_by("coll_index").agg(best=pl.col("busbw_best_gbyte_s").first(), bytes=pl.col("bytes").first())
         if inst.height < MIN_INSTANCES:
             continue
@@ -96,7 +97,7 @@ def _peers(ctx: Context, t: pl.DataFrame, nodes: pl.DataFrame | None, done: set)
     per = per.filter(pl.col("n") >= MIN_INSTANCES).with_columns(
         size_class=(pl.col("size").cast(pl.Float64).log(2)).floor())
     out = []
-    for _, group in per.group_by("source", "op", "group_size", "size_class"):
+    for _, group in groups_of(per, "source", "op", "group_size", "size_class"):
         if group.height < 3:
             continue   # a median of peers needs at least two others
         for r in group.iter_rows(named=True):

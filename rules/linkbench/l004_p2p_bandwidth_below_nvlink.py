@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from postmortem.parsers.base import groups_of
 from postmortem.rules.linkbench import linkbench_model as lm
 from postmortem.rules.base import Context, Finding
 from postmortem.rules.declare import Category, Rule, Severity
@@ -47,7 +48,7 @@ def check(ctx: Context) -> list[Finding]:
     if m.is_empty():
         return []
     out = []
-    for (place, input_id, run), rows in m.group_by("place", "input_id", "run", maintain_order=True):
+    for (place, input_id, run), rows in groups_of(m, "place", "input_id", "run", maintain_order=True):
         f = _judge(ctx, place, input_id, rows)
         if f:
             out.append(f)

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from postmortem.parsers.base import groups_of
 from postmortem.rules.linkbench import linkbench_model as lm
 from postmortem.rules.base import Context, Finding, with_columns
 from postmortem.rules.declare import Category, Rule, Severity
@@ -55,7 +56,7 @@ def check(ctx: Context) -> list[Finding]:
     if res.is_empty():
         return []
     best = []
-    for _key, rows in res.group_by("place", "input_id", "run", maintain_order=True):
+    for _key, rows in groups_of(res, "place", "input_id", "run", maintain_order=True):
         large = rows.filter(pl.col("size_bytes") >= LARGE)
         pick = (large if not large.is_empty() else rows).sort("bw_avg_gbit", descending=True).row(0, named=True)
         pick["per_dir"] = pick["bw_avg_gbit"] / (2 if pick["bidirectional"] else 1)

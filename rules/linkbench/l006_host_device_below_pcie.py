@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from postmortem.parsers.base import groups_of
 from postmortem.rules.linkbench import linkbench_model as lm
 from postmortem.rules.base import Context, Finding, with_columns
 from postmortem.rules.declare import Category, Rule, Severity
@@ -46,13 +47,13 @@ def check(ctx: Context) -> list[Finding]:
     bw = bw.filter(pl.col("direction").is_in(["H2D", "D2H"]) & (pl.col("memory").fill_null("pinned") == "pinned")
                    & pl.col("gbyte_s").is_not_null())
     out = []
-    for (place, input_id, run), rows in bw.group_by("place", "input_id", "run", maintain_order=True):
+    for (place, input_id, run), rows in groups_of(bw, "place", "input_id", "run", maintain_order=True):
         acc = lm.accelerator(ctx, place, rows["device_name"].drop_nulls().to_list())
         expected, basis, gen = lm.pcie_expected(acc)
         if not expected:
             continue
         low = []
-        for (direction,), d in rows.group_by("direction", maintain_order=True):
+        for (direction,), d in groups_of(rows, "direction", maintain_order=True):
             large = d.filter(pl.col("size_bytes") >= LARGE)
             best = (large if not large.is_empty() else d).sort("gbyte_s", descending=True).row(0, named=True)
             if best["gbyte_s"] < SHORT * expected:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
+from postmortem.parsers.base import groups_of
 from postmortem.rules.base import Context, memoised, with_columns
 
 # ibv_wc_status values NCCL prints (docs/formats/nccl.md 3.11).
@@ -219,7 +220,7 @@ def link_flaps(ctx: Context) -> dict[str, list[Flap]]:
         downs = with_columns(events, node=pl.String, device=pl.String, flaps=pl.Int64).filter(
             pl.col("kind") == "link_down")
         start, end = job_window(ctx)
-        for (node, device), group in downs.group_by(["node", "device"], maintain_order=True):
+        for (node, device), group in groups_of(downs, ["node", "device"], maintain_order=True):
             node = node or (group["host"].drop_nulls().first() if "host" in group.columns else None)
             if node is None:
                 continue

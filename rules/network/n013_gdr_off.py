@@ -32,7 +32,7 @@ from __future__ import annotations
 import polars as pl
 
 from postmortem.analyzer.transports import gdr_gaps, no_module_hosts
-from postmortem.parsers.base import among
+from postmortem.parsers.base import among, groups_of
 from postmortem.rules.network import transport_model as tm
 from postmortem.rules.base import Context, Finding
 from postmortem.rules.declare import Category, Rule, Severity
@@ -82,7 +82,7 @@ def _side_counts(hops: pl.DataFrame) -> dict[str, tuple[int, int]]:
 
 def _per_node(gaps: pl.DataFrame, sides: dict[str, tuple[int, int]]) -> list[str]:
     parts = []
-    for (host,), rows in gaps.group_by("host", maintain_order=True):
+    for (host,), rows in groups_of(gaps, "host", maintain_order=True):
         kinds = sorted(set(rows["side"].to_list()))
         nics = sorted(set(rows["nic"].drop_nulls().to_list()))
         paths = sorted(set(rows["path"].drop_nulls().to_list()))

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from postmortem.parsers.base import groups_of
 from postmortem.rules.network import transport_model as tm
 from postmortem.rules.base import Context, Finding
 from postmortem.rules.declare import Category, Rule, Severity
@@ -73,7 +74,7 @@ def _nccl_sets(ctx: Context) -> Finding | None:
         return None
     rdma = procs.filter((pl.col("network").fill_null("") != "Socket") & (pl.col("nics").list.len() > 0))
     sets = {host: tuple(sorted(set(n for row in rows["nics"].to_list() for n in row)))
-            for (host,), rows in rdma.group_by("host")}
+            for (host,), rows in groups_of(rdma, "host")}
     if len(sets) < 2:
         return None
     groups = _groups(sets)

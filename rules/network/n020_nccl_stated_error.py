@@ -44,6 +44,7 @@ import polars as pl
 
 from postmortem.analyzer.ranges import hostlist, rank_ranges
 from postmortem.parsers import nccl_errors as catalogue
+from postmortem.parsers.base import groups_of
 from postmortem.rules.base import Context, Evidence, Finding, with_columns
 from postmortem.rules.declare import Category, Rule, Severity
 
@@ -82,7 +83,7 @@ def check(ctx: Context) -> list[Finding]:
     # Processes with a stated cause (explained or not): their result codes say nothing more.
     with_cause = set(rows.filter(pl.col("role").is_in(["cause", "unknown"]))["_process"].to_list())
     ranks_with_cause = set(rows.filter(pl.col("role").is_in(["cause", "unknown"]))["rank"].drop_nulls().to_list())
-    for (name,), group in open_rows.filter(pl.col("cause").is_not_null()).group_by("cause", maintain_order=True):
+    for (name,), group in groups_of(open_rows.filter(pl.col("cause").is_not_null()), "cause", maintain_order=True):
         role = group["role"][0]
         if role == "consequence" and has_cause:
             continue   # listed under the cause

@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 
 import polars as pl
 
+from postmortem.parsers.base import groups_of
 from postmortem.rules.base import Context, memoised, with_columns
 from postmortem.rules.hardware.hw_model import offsets
 
@@ -66,7 +67,7 @@ def read_numerics(ctx: Context) -> Numerics:
     bad_lines: set[tuple] = set()
     if not rows.is_empty():
         out.rows = rows.height
-        for _, stream in rows.group_by("input_id", maintain_order=True):
+        for _, stream in groups_of(rows, "input_id", maintain_order=True):
             had_loss = False
             for r in stream.iter_rows(named=True):
                 loss, gn = r.get("lm_loss"), r.get("grad_norm")

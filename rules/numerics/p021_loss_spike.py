@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 import statistics
 
+from postmortem.parsers.base import groups_of
 from postmortem.rules.base import Context, Finding
 from postmortem.rules.declare import Category, Rule, Severity
 from postmortem.rules.numerics.numerics_model import training_rows
@@ -48,7 +49,7 @@ def spikes(ctx: Context) -> list[dict]:
     found = []
     if rows.is_empty():
         return found
-    for _, stream in rows.group_by("input_id", maintain_order=True):
+    for _, stream in groups_of(rows, "input_id", maintain_order=True):
         vals = [(r, r["lm_loss"]) for r in stream.iter_rows(named=True)
                 if r["lm_loss"] is not None and not math.isnan(r["lm_loss"]) and not math.isinf(r["lm_loss"])]
         warm = max(WARMUP, len(vals) // 10)

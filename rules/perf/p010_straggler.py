@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from postmortem.parsers.base import groups_of
 from postmortem.rules.perf import skew_model as sm
 from postmortem.rules.base import Context, Finding
 from postmortem.rules.declare import Category, Rule, Severity
@@ -52,7 +53,7 @@ def check(ctx: Context) -> list[Finding]:
     if arr.is_empty():
         return []
     findings: dict[int, Finding] = {}
-    for (source,), rows in arr.group_by("source", maintain_order=True):
+    for (source,), rows in groups_of(arr, "source", maintain_order=True):
         for f in _stragglers(ctx, source, rows):
             if f.ranks[0] not in findings:           # kernels first; a Flight Recorder repeat adds nothing
                 findings[f.ranks[0]] = f
