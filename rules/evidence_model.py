@@ -37,8 +37,9 @@ def setting(ctx: Context, keys: tuple[str, ...]) -> str | None:
     if not env.is_empty() and {"node", "key", "value"} <= set(env.columns):
         nodes = set(env["node"].drop_nulls().to_list())
         for k in keys:
-            rows = env.filter(env["key"] == k)
-            have = {n: v for n, v in rows.select("node", "value").iter_rows() if n is not None and v not in (None, "")}
+            rows = env["key"] == k      # Series work: a query per key costs more
+            have = {n: v for n, v in zip(env["node"].filter(rows).to_list(), env["value"].filter(rows).to_list())
+                    if n is not None and v not in (None, "")}
             if nodes and set(have) >= nodes:
                 value = Counter(have.values()).most_common(1)[0][0]
                 break

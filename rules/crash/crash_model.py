@@ -134,7 +134,7 @@ def _rank_nodes(ctx: Context) -> dict[int, str]:
     ranks = ctx.ranks
     if ranks.is_empty():
         return {}
-    return {r: n for r, n in ranks.select("rank", "node").iter_rows() if r is not None and n is not None}
+    return {r: n for r, n in zip(ranks["rank"].to_list(), ranks["node"].to_list()) if r is not None and n is not None}
 
 
 def monitor_interval(ctx: Context) -> float:
@@ -194,6 +194,7 @@ def caught_lines(ctx: Context) -> set[tuple[int, int]]:
     return {(i, ln) for i, a, b in rows.iter_rows() for ln in (a, b) if ln is not None}
 
 
+@memoised
 def timed_out_ranks(ctx: Context) -> dict[int, datetime | None]:
     """Ranks whose own watchdog (or gloo/store wait) timed out, with the earliest such time."""
     out: dict[int, datetime | None] = {}

@@ -755,7 +755,7 @@ def _wait_start(ctx: Context, hang: HangAnalysis, culprit: int):
     others = iterations.filter(pl.col("rank").is_not_null() & (pl.col("rank") != culprit))
     if state is not None and state.waiting:
         others = others.filter(pl.col("rank").is_in(state.waiting))
-    return others["ts"].drop_nulls().max()
+    return others["ts"].max()
 
 
 def _busy_stack(ctx: Context, rank: int):
@@ -796,7 +796,7 @@ def training_finished(ctx: Context) -> dict | None:
     last = train["iteration"].drop_nulls()
     if not len(target) or not len(last) or int(last.max()) < int(target.max()):
         return None
-    ts = train["ts"].drop_nulls().max() if "ts" in train.columns else None
+    ts = train["ts"].max() if "ts" in train.columns else None
     row = train.sort("iteration").row(len(train) - 1, named=True)
     return {"iteration": int(last.max()), "train_iters": int(target.max()), "ts": ts,
             "ref": (row["input_id"], row["line_no"])}

@@ -10,6 +10,9 @@ host-side ``.item()`` / ``cudaStreamSynchronize`` in py-spy or faulthandler stac
 
 from __future__ import annotations
 
+import functools
+import operator
+
 import polars as pl
 
 from postmortem.analyzer.timeline import log_end
@@ -71,9 +74,11 @@ def _env_value(ctx: Context, keys: tuple[str, ...]):
         t = ctx.table(table)
         if t.is_empty() or not {"key", "value"} <= set(t.columns):
             continue
-        rows = t.filter(pl.col("key").is_in(list(keys)))
-        if not rows.is_empty():
-            row = rows.row(0, named=True)
+        # the first row of the keys, found by Series work (a query per table costs more)
+        names = t["key"].cast(pl.String)
+        hit = functools.reduce(operator.or_, (names == key for key in keys))
+        if hit.any():
+            row = t.row(hit.arg_max(), named=True)
             return row["key"], str(row["value"])
     return None
 
@@ -140,12 +145,12 @@ def hang_span(ctx: Context):
     last_progress = None
     iterations = ctx.table("iterations")
     if not iterations.is_empty() and "ts" in iterations.columns:
-        last_progress = iterations["ts"].drop_nulls().max()
+        last_progress = iterations["ts"].max()
     # A checkpoint that finished saving after the last step is progress too (a long final save
     # is not a hang).
     events = ctx.table("events")
     if last_progress is not None and {"kind", "ts"} <= set(events.columns):
-        saved = events.filter(pl.col("kind") == "checkpoint_save_done")["ts"].drop_nulls().max()
+        saved = events["ts"].filter(events["kind"].cast(pl.String) == "checkpoint_save_done").max()   # Series work, no query
         if saved is not None and saved > last_progress:
             last_progress = saved
     # The one end of the logs every view gives (postmortem.analyzer.timeline.log_bounds).

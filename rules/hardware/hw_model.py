@@ -110,7 +110,7 @@ def attempt_start(ctx: Context) -> datetime | None:
     for name in ("events", "collectives", "iterations"):
         frame = ctx.table(name)
         if not frame.is_empty() and "ts" in frame.columns:
-            value = frame["ts"].drop_nulls().min()
+            value = frame["ts"].min()
             if value is not None:
                 times.append(value)
     coll = ctx.table("collectives")
@@ -121,7 +121,7 @@ def attempt_start(ctx: Context) -> datetime | None:
             times.append(value)
     job = ctx.table("job")
     if not job.is_empty() and "start" in job.columns and job.schema["start"] == pl.Datetime("us"):
-        value = job["start"].drop_nulls().min()
+        value = job["start"].min()
         if value is not None:
             times.append(value)
     return min(times) if times else None

@@ -200,7 +200,7 @@ def job_window(ctx: Context):
     job = ctx.table("job")
     start = end = None
     if not job.is_empty() and "start" in job.columns:
-        start, end = job["start"].drop_nulls().min(), job["end"].drop_nulls().max() if "end" in job.columns else None
+        start, end = job["start"].min(), job["end"].max() if "end" in job.columns else None
     events = _events(ctx)
     if (start is None or end is None) and not events.is_empty() and "ts" in events.columns:
         ts = events["ts"].drop_nulls()

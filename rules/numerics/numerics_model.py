@@ -99,7 +99,7 @@ def read_numerics(ctx: Context) -> Numerics:
                 out.finite_after += 1
             out.last_bad = is_bad
         out.bad_rows = len(bad_lines)
-        out.last_iteration = rows["iteration"].drop_nulls().max() if rows["iteration"].drop_nulls().len() else None
+        out.last_iteration = rows["iteration"].max()
     times = {}
     if not rows.is_empty() and "ts" in rows.columns:
         times = {i: t for i, t in rows.select("iteration", "ts").drop_nulls().iter_rows()}
