@@ -26,7 +26,7 @@ from __future__ import annotations
 import polars as pl
 
 from postmortem.parsers.ascii_text import rx
-from postmortem.parsers.base import ParseResult, among, consumed_of, to_int
+from postmortem.parsers.base import ParseResult, among, collect_each, consumed_of, to_int
 from postmortem.parsers.lines import file_of, files_where, of_files
 
 NAME = "health"
@@ -155,7 +155,8 @@ def _nvsmi(df: pl.DataFrame) -> tuple[pl.DataFrame, list[int]]:
     gpu_head = t.str.extract(rx(r"^GPU ([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d)\s*$"), 1)
     if not df.select(gpu_head.is_not_null().any()).item():
         return pl.DataFrame(), []
-    rows = df.with_columns(
+    # the line steps as plans, collected together (a Polars call a step cost more than its work)
+    rows = df.lazy().with_columns(
         _gpu=gpu_head,
         _ind=t.str.extract(r"^( *)", 1).str.len_chars(),
         _key=t.str.extract(rx(r"^\s*([^:]*?\S)\s+: ?(.*?)\s*$"), 1),
@@ -174,15 +175,12 @@ def _nvsmi(df: pl.DataFrame) -> tuple[pl.DataFrame, list[int]]:
     )
     rows = rows.with_columns(_bus=pl.when(pl.col("_gpu_block") > 0).then(pl.col("_gpu")).forward_fill().over("_file"))
     # section headers per indentation level (4, 8, 12): a line at a level resets the deeper ones
-    secs = []
-    for level in (4, 8, 12):
-        name = f"_s{level}"
-        rows = rows.with_columns(
-            pl.when(pl.col("_ind") < level).then(pl.lit(""))
-            .when((pl.col("_ind") == level) & pl.col("_head").is_not_null()).then(pl.col("_head"))
-            .when(pl.col("_ind") == level).then(pl.lit(""))
-            .otherwise(None).forward_fill().over("_file").alias(name))
-        secs.append(name)
+    secs = [f"_s{level}" for level in (4, 8, 12)]
+    rows = rows.with_columns(
+        pl.when(pl.col("_ind") < level).then(pl.lit(""))
+        .when((pl.col("_ind") == level) & pl.col("_head").is_not_null()).then(pl.col("_head"))
+        .when(pl.col("_ind") == level).then(pl.lit(""))
+        .otherwise(None).forward_fill().over("_file").alias(name) for level, name in zip((4, 8, 12), secs))
     body = rows.filter((pl.col("_gpu_block") > 0) & pl.col("_key").is_not_null() & (pl.col("_ind") >= 4))
     body = body.with_columns(_path=pl.concat_str(
         [pl.when(pl.col(s) != "").then(pl.col(s)) for s in secs] + [pl.col("_key")], separator="/", ignore_nulls=True))
@@ -195,6 +193,9 @@ def _nvsmi(df: pl.DataFrame) -> tuple[pl.DataFrame, list[int]]:
     throttle = path.str.contains(r"^Clocks (?:Event|Throttle) Reasons/") & (pl.col("_val") == "Active")
     single = body.filter(path.is_in(list(_PATHS))).with_columns(
         _col=path.replace_strict(_PATHS, return_dtype=pl.String))
+    used = rows.filter(pl.col("_gpu_block").is_not_null() | new_file | (pl.col("_ind") == 0) & pl.col("_key").is_in(
+        ["Timestamp", "Driver Version", "CUDA Version", "Attached GPUs"])).filter(t.str.strip_chars() != "")
+    body, single, used = collect_each([body, single, used.select("line_no")])
     agg_exprs = [pl.col("_val").filter(pl.col("_col") == c).first().alias(c) for c in set(_PATHS.values())]
     gpus = single.group_by("_gpu_block").agg(*agg_exprs) if not single.is_empty() else None
     extra = body.group_by("_gpu_block").agg(
@@ -207,24 +208,23 @@ def _nvsmi(df: pl.DataFrame) -> tuple[pl.DataFrame, list[int]]:
         throttle=pl.col("_key").filter(throttle).str.join(","),
     )
     out = extra.join(gpus, on="_gpu_block", how="left") if gpus is not None else extra
-    for c in ("ecc_volatile_corrected", "ecc_volatile_uncorrected", "ecc_aggregate_corrected",
-              "ecc_aggregate_uncorrected"):
-        out = out.with_columns(pl.when(pl.col("_has_ecc")).then(pl.col(c)).alias(c))
+    columns = out.columns
+    out = out.lazy().with_columns(
+        pl.when(pl.col("_has_ecc")).then(pl.col(c)).alias(c)
+        for c in ("ecc_volatile_corrected", "ecc_volatile_uncorrected", "ecc_aggregate_corrected",
+                  "ecc_aggregate_uncorrected"))
     ints = ["minor", "retired_sbe", "retired_dbe", "remapped_correctable", "remapped_uncorrectable", "pcie_gen_cur",
             "pcie_gen_max", "pcie_width_cur", "pcie_width_max", "sm_clock_mhz", "sm_clock_max_mhz", "temp_c",
             "memory_total_mib", "memory_used_mib"]
-    out = out.with_columns([to_int(pl.col(c).str.extract(rx(r"^(\d+)"), 1)).alias(c) for c in ints if c in out.columns])
+    out = out.with_columns([to_int(pl.col(c).str.extract(rx(r"^(\d+)"), 1)).alias(c) for c in ints if c in columns])
     out = out.with_columns(
-        bus_id=normalise_bus_id(pl.coalesce(pl.col("bus_id") if "bus_id" in out.columns else pl.lit(None, pl.String),
+        bus_id=normalise_bus_id(pl.coalesce(pl.col("bus_id") if "bus_id" in columns else pl.lit(None, pl.String),
                                             pl.col("head_bus"))),
         state=pl.lit("ok"), snapshot_ts=pl.when(pl.col("snapshot_ts") != "").then(pl.col("snapshot_ts")),
         driver=pl.when(pl.col("driver") != "").then(pl.col("driver")),
         throttle=pl.when(pl.col("throttle") != "").then(pl.col("throttle")),
-    )
-    used = rows.filter(pl.col("_gpu_block").is_not_null() | new_file | (pl.col("_ind") == 0) & pl.col("_key").is_in(
-        ["Timestamp", "Driver Version", "CUDA Version", "Attached GPUs"]))
-    used = used.filter(t.str.strip_chars() != "")["line_no"].to_list()
-    return out, used
+    ).collect(engine="in-memory")
+    return out, used["line_no"].to_list()
 
 
 def _unreachable(df: pl.DataFrame) -> pl.DataFrame:

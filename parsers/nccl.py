@@ -478,22 +478,23 @@ def _net(df: pl.DataFrame | None) -> pl.DataFrame:
     """One row per listed interface or NIC; the other net kinds keep one row per line."""
     if df is None:
         return pl.DataFrame(schema=SCHEMAS["nccl_net"])
-    lists = df.filter(pl.col("kind").is_in(["bootstrap_if", "socket_ifs"]))
-    nics = df.filter(pl.col("kind") == "ib_nics")
-    rest = df.filter(~pl.col("kind").is_in(["bootstrap_if", "socket_ifs", "ib_nics"]))
+    lists, nics, rest = collect_each([df.lazy().filter(pl.col("kind").is_in(["bootstrap_if", "socket_ifs"])),
+                                      df.lazy().filter(pl.col("kind") == "ib_nics"),
+                                      df.lazy().filter(~pl.col("kind").is_in(["bootstrap_if", "socket_ifs", "ib_nics"]))])
     # Per-HCA GDR lines name the HCA by index and name; the reason in parentheses is detail.
-    for column, fallback in (("hca", "hca_index"), ("name", "hca_name"), ("detail", "why")):
-        if fallback in rest.columns:
-            rest = rest.with_columns(pl.coalesce(column, fallback).alias(column) if column in rest.columns
-                                     else pl.col(fallback).alias(column))
-    parts = [rest.with_columns(index=to_int(pl.col("index")) if "index" in rest.columns else pl.lit(None, dtype=pl.Int64))]
+    have = rest.columns     # (each column from the others as they were: one call)
+    rest = rest.with_columns(
+        *[pl.coalesce(column, fallback).alias(column) if column in have else pl.col(fallback).alias(column)
+          for column, fallback in (("hca", "hca_index"), ("name", "hca_name"), ("detail", "why")) if fallback in have],
+        index=to_int(pl.col("index")) if "index" in have else pl.lit(None, dtype=pl.Int64))
+    parts = [rest]
     if not lists.is_empty():
-        items = lists.with_columns(_i=pl.col("items").str.extract_all(rx(r"\S+"))).explode("_i").with_columns(
+        items = lists.lazy().with_columns(_i=pl.col("items").str.extract_all(rx(r"\S+"))).explode("_i").with_columns(
             item=pl.int_range(pl.len()).over("line_no"), _g=pl.col("_i").str.extract_groups(rx(_ITEM)))
         g = pl.col("_g").struct.field
         parts.append(items.with_columns(
             index=to_int(g("index")), name=g("name"), address=g("address"),
-            port=to_int(pl.coalesce(g("port"), g("port2")))))
+            port=to_int(pl.coalesce(g("port"), g("port2")))).collect(engine="in-memory"))
     if not nics.is_empty():
         parts += _nic_rows(nics)
     return pl.concat(parts, how="diagonal_relaxed")
