@@ -44,7 +44,7 @@ from __future__ import annotations
 import polars as pl
 
 from postmortem.analyzer.discover import path_hints
-from postmortem.parsers.base import among
+from postmortem.parsers.base import among, collect_each
 from postmortem.parsers.nccl import bus_id_to_pci
 
 CONFIDENCE_ORDER = {"certain": 0, "derived": 1, "guessed": 2}
@@ -328,19 +328,21 @@ def _agent_of(rows: pl.DataFrame, maps: pl.DataFrame) -> pl.DataFrame:
     from the same input and stream -- its last rendezvous result before the line, else the next
     failure summary after it (an agent prints its summary when its workers are gone), else the
     last one before it."""
-    agents = maps.select("input_id", "_okey", "a_line", "a_kind", "agent").unique().sort("a_line")
+    agents = maps.lazy().select("input_id", "_okey", "a_line", "a_kind", "agent").unique().sort("a_line") \
+        .collect(engine="in-memory")
     rows = rows.sort("line_no")
-    found = []
+    kinds = set(agents["a_kind"].to_list())
+    plans = []      # each way of finding the agent as a plan, collected together
     for kind, strategy in (("rendezvous", "backward"), ("table", "forward"), ("table", "backward")):
-        right = agents.filter(pl.col("a_kind") == kind).drop("a_kind")
-        if right.is_empty():
+        if kind not in kinds:
             continue
-        found.append(rows.select("input_id", "line_no", "_okey").join_asof(
+        right = agents.lazy().filter(pl.col("a_kind") == kind).drop("a_kind")
+        plans.append(rows.lazy().select("input_id", "line_no", "_okey").join_asof(
             right, left_on="line_no", right_on="a_line", by=["input_id", "_okey"], strategy=strategy,
-            check_sortedness=False).select(pl.col("agent").alias(f"_ag{len(found)}")))
-    if not found:
+            check_sortedness=False).select(pl.col("agent").alias(f"_ag{len(plans)}")))
+    if not plans:
         return rows.with_columns(agent=pl.lit(None, dtype=pl.String))
-    picked = pl.concat(found, how="horizontal").select(agent=pl.coalesce(pl.all()))
+    picked = pl.concat(collect_each(plans), how="horizontal").select(agent=pl.coalesce(pl.all()))
     return pl.concat([rows, picked], how="horizontal")
 
 
