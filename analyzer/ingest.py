@@ -579,7 +579,8 @@ def file_gates(input_ids: list[int], frame: pl.DataFrame) -> dict[str, set[int]]
     gates = {}
     for m in modules:
         column = passed[m.NAME]
-        inputs = passed["_input"].filter(column).unique().to_list() if column.any() else []
+        # (value_counts: the distinct inputs without a query)
+        inputs = passed["_input"].filter(column).value_counts()["_input"].to_list() if column.any() else []
         gates[m.NAME] = {input_ids[i] for i in inputs}
     return gates
 

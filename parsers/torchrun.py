@@ -527,17 +527,14 @@ def _agent(df: pl.DataFrame) -> pl.DataFrame:
     if not frames:
         return _empty(AGENT_SCHEMA)
     out = pl.concat(frames, how="diagonal_relaxed")
-    for c in AGENT_SCHEMA:
-        if c not in out.columns:
-            out = out.with_columns(pl.lit(None).alias(c))
-    out = out.with_columns(
+    out = out.lazy().with_columns(pl.lit(None).alias(c) for c in AGENT_SCHEMA if c not in out.columns).with_columns(
         key=pl.when(pl.col("kind").eq("restart") & pl.col("value").is_not_null())
         .then(pl.lit("attempts_left")).otherwise(pl.col("key")),
         signal=_signal_name(pl.col("signal").cast(pl.String)),
     )
     return out.select(
         [pl.col(c).cast(dtype, strict=False) for c, dtype in AGENT_SCHEMA.items()]
-    ).sort("line_no")
+    ).sort("line_no").collect(engine="in-memory")
 
 
 def _rendezvous(df: pl.DataFrame) -> list[pl.DataFrame]:
