@@ -435,9 +435,8 @@ def _hops(conns: pl.DataFrame | None, members: pl.DataFrame, tables: dict[str, p
         .when(pl.col("recv_gdr").is_not_null()).then(
             pl.when(pl.col("recv_gdr")).then(pl.lit("receive yes, send not logged"))
             .otherwise(pl.lit("receive no, send not logged")))).collect(engine="in-memory")
-    hops = _fill_hosts(hops)
-    plan = hops.lazy().with_columns(same_host=pl.col("src_host") == pl.col("dst_host"))
-    plan = plan.with_columns(tier=_tier(tables, hops)).with_columns(
+    plan = _fill_hosts(hops).with_columns(same_host=pl.col("src_host") == pl.col("dst_host"))
+    plan = plan.with_columns(tier=_tier(tables)).with_columns(
         tier_order=pl.col("tier").replace_strict(TIER_ORDER, default=9, return_dtype=pl.Int64))
     # input_id and line_no break ties (hops of one channel whose ranks are unknown): without them
     # such rows came out in a different order from one run to the next
@@ -446,21 +445,22 @@ def _hops(conns: pl.DataFrame | None, members: pl.DataFrame, tables: dict[str, p
     ).collect(engine="in-memory")
 
 
-def _fill_hosts(hops: pl.DataFrame) -> pl.DataFrame:
+def _fill_hosts(hops: pl.DataFrame) -> pl.LazyFrame:
     """A hop whose other side's line is missing (a NET hop seen from one side only, no init line
     naming the member) takes that rank's host from the communicator's other hops, when they
-    agree on one host for it (an excerpt without init lines still shows which hops stay on a host)."""
+    agree on one host for it (an excerpt without init lines still shows which hops stay on a host).
+    The plan of it: ``_hops`` runs it with its last steps."""
     sides = pl.concat([hops.lazy().select("comm_key", _r="src", _h="src_host"),
                        hops.lazy().select("comm_key", _r="dst", _h="dst_host")])
     known = sides.drop_nulls().group_by("comm_key", "_r").agg(_hs=pl.col("_h").unique()).filter(
         pl.col("_hs").list.len() == 1).select("comm_key", "_r", _h=pl.col("_hs").list.first()).collect(engine="in-memory")
-    if known.is_empty():
-        return hops
     plan = hops.lazy()
+    if known.is_empty():
+        return plan
     for side in ("src", "dst"):
         plan = plan.join(known.lazy().rename({"_r": side}), on=["comm_key", side], how="left").with_columns(
             pl.coalesce(f"{side}_host", "_h").alias(f"{side}_host")).drop("_h")
-    return plan.collect(engine="in-memory")     # both sides in one Polars call
+    return plan
 
 
 def _with_nic_names(conns: pl.DataFrame, tables: dict[str, pl.DataFrame]) -> pl.DataFrame:
@@ -476,7 +476,7 @@ def _with_nic_names(conns: pl.DataFrame, tables: dict[str, pl.DataFrame]) -> pl.
                                                        pl.format("{}/{}", "net", "nic"))))
 
 
-def _tier(tables: dict[str, pl.DataFrame], hops: pl.DataFrame) -> pl.Expr:
+def _tier(tables: dict[str, pl.DataFrame]) -> pl.Expr:
     """What the hop runs on (nccl.md section 5.3). P2P is NVLink when NCCL used read mode or the
     GRAPH search reported an NVLink intra-node path; PCIe when it reported a PCIe path type."""
     graph = _get(tables, "nccl_graph")

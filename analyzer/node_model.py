@@ -24,7 +24,7 @@ import polars as pl
 
 from postmortem.analyzer import clocks
 from postmortem.analyzer.ranges import rank_ranges
-from postmortem.parsers.base import among, collect_each, groups_of
+from postmortem.parsers.base import among, collect_each
 
 GPU_IDENTITY_SCHEMA = {"node": pl.String, "pci": pl.String, "gpu_index": pl.Int64, "cuda_dev": pl.Int64,
                        "uuid": pl.String, "serial": pl.String, "product": pl.String, "global_rank": pl.Int64,
@@ -156,13 +156,14 @@ def _job_nodes(job_nodes: pl.DataFrame | None, seen: set[str], ranks: pl.DataFra
     short names of every node the tables name) and its ranks."""
     if job_nodes is None:
         return None
+    counts = pl.DataFrame(schema={"node": pl.String, "ranks_seen": pl.Int64})
     per_node = {}
     if ranks is not None and not ranks.is_empty():
-        for node, group in groups_of(ranks.drop_nulls(["node"]), "node"):
-            per_node[node[0]] = rank_ranges(group["rank"].to_list())
+        # each node's count and ranks from one grouping
+        grouped = ranks.drop_nulls(["node"]).group_by("node").agg(ranks_seen=pl.len().cast(pl.Int64), _ranks="rank")
+        per_node = {node: rank_ranges(listed) for node, listed in zip(grouped["node"].to_list(), grouped["_ranks"].to_list())}
+        counts = grouped[["node", "ranks_seen"]]
     jn = job_nodes.with_columns(_s=_short(pl.col("node")))
-    counts = (ranks.drop_nulls(["node"]).group_by("node").agg(ranks_seen=pl.len().cast(pl.Int64))
-              if ranks is not None and not ranks.is_empty() else pl.DataFrame(schema={"node": pl.String, "ranks_seen": pl.Int64}))
     jn = jn.join(counts.rename({"node": "_s"}), on="_s", how="left").with_columns(
         has_logs=pl.col("_s").is_in(sorted(seen)), ranks_seen=pl.col("ranks_seen").fill_null(0),
         ranks=pl.col("_s").replace_strict(per_node, default=None, return_dtype=pl.String))
