@@ -120,9 +120,15 @@ def conform(frame: pl.DataFrame, schema: dict) -> pl.DataFrame:
     return pl.DataFrame([_conformed_column(frame, name, dtype) for name, dtype in schema.items()])
 
 
+def nulls(name: str, dtype, height: int) -> pl.Series:
+    """A column of ``height`` nulls of ``dtype``, made without a Polars query (a ``pl.lit`` added
+    by ``with_columns`` is one)."""
+    return pl.Series(name, [None], dtype=dtype).new_from_index(0, height)
+
+
 def _conformed_column(frame: pl.DataFrame, name: str, dtype) -> pl.Series:
     if name not in frame.columns:
-        return pl.Series(name, [None], dtype=dtype).new_from_index(0, frame.height)
+        return nulls(name, dtype, frame.height)
     column = frame[name]
     for step in _casts(column.dtype, dtype):
         column = column.cast(step, strict=False)

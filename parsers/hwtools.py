@@ -434,7 +434,7 @@ def _nccl_tests(df: pl.DataFrame, tables: dict, used: list) -> None:
         ip_error=pl.when(legacy).then(pl.col("_iw").cast(pl.Float64, strict=False)),
     ).collect(engine="in-memory")
     tables["bench_results"] = conform(rows, BENCH_RESULTS_SCHEMA)
-    used.append(rows[["line_no"]])
+    used.append(rows)
     if marked.is_empty():
         return
     if marked.len() < d["_file"].n_unique():

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from postmortem.analyzer.store import line_text
+from postmortem.parsers.base import nulls
 from postmortem.parsers.nccl import COLL_KIND
 from postmortem.rules.declare import Category, Severity
 
@@ -77,7 +78,7 @@ def with_columns(frame: pl.DataFrame, **dtypes) -> pl.DataFrame:
     if not frame.width:     # no column to take the height from: a query's one row of literals
         return frame.with_columns(pl.lit(None, dtype=dtype).alias(name) for name, dtype in missing)
     # null Series added by position (a query per table read costs more than the columns)
-    return frame.hstack([pl.Series(name, [None], dtype=dtype).new_from_index(0, frame.height) for name, dtype in missing])
+    return frame.hstack([nulls(name, dtype, frame.height) for name, dtype in missing])
 
 
 def memoised(build):
