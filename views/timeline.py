@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime, timedelta
+from functools import lru_cache
 
 import polars as pl
 
@@ -219,6 +220,7 @@ def node_context_sql() -> str:
     return ", ".join(f"'{k}'" for k in _NODE_CONTEXT)
 
 
+@lru_cache(maxsize=4096)   # a run has a few dozen (kind, level) pairs and 10,000 ranks 126,677 rows
 def event_kind(kind: str | None, level: str | None) -> str:
     """The mark kind of an ``events`` row, from its kind and level: a failure wins over the
     start-up words (``init_failed`` is an error)."""
@@ -252,9 +254,10 @@ def rank_nodes(store: Store) -> tuple[dict[int, str | None], dict[int, int]]:
     return rank_node, gpu_of
 
 
-def events(store: Store) -> list[Entry]:
+def events(store: Store, kinds: tuple[str, ...] | None = None) -> list[Entry]:
     """``events`` rows but noise; ``source`` is "repeated" where the same line is a row of
-    ``collectives`` or ``progress`` too (a view that reads those skips it)."""
+    ``collectives`` or ``progress`` too (a view that reads those skips it). ``kinds``: only rows
+    of these mark kinds (``event_kind``)."""
     if not store.timed("events"):
         return []
     c = lambda name, cast="": store.col("events", name, cast)  # noqa: E731
@@ -266,8 +269,10 @@ def events(store: Store) -> list[Entry]:
     sql = (f"SELECT {store.base('events')}, epoch_us(ts), {c('kind')}, {c('level')}, "
            f"coalesce({c('message')}, {c('detail')}, {c('kind')}), {' OR '.join(repeated) or 'FALSE'} FROM events e "
            f"WHERE ts IS NOT NULL AND coalesce({c('kind')}, '') NOT IN ({noise}) ORDER BY e.rowid")
-    return [Entry(us, r, n, event_kind(kind, level), f"{kind}: {text}", i, ln, source="repeated" if rep else "")
-            for r, n, i, ln, us, kind, level, text, rep in store.rows(sql)]
+    marked = ((r, n, i, ln, us, kind, event_kind(kind, level), text, rep)
+              for r, n, i, ln, us, kind, level, text, rep in store.rows(sql))
+    return [Entry(us, r, n, mark, f"{kind}: {text}", i, ln, source="repeated" if rep else "")
+            for r, n, i, ln, us, kind, mark, text, rep in marked if kinds is None or mark in kinds]
 
 
 def exits(store: Store) -> list[Entry]:
@@ -545,7 +550,7 @@ def failure_marks(store: Store) -> list[Entry]:
     """What the HTML picture marks and ``Moments`` looks through: the ranks' timeouts, errors and
     warnings (``events``: banners and inits are no mark; ``exits`` that are not 0), the launcher's
     and the scheduler's failures (kind "job", on no rank), every rank's last line."""
-    out = [m for m in events(store) if m.kind in ("timeout", "error", "warning")]
+    out = events(store, kinds=("timeout", "error", "warning"))
     out += [m for m in exits(store) if m.kind == "error"]
     out += [Entry(m.us, None, m.node, "job", m.text, source=m.source)
             for m in agent(store) + slurm(store) if m.source == "failure"]
