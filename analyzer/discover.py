@@ -300,6 +300,7 @@ def read_bytes(item: InputFile) -> bytes:
 
 MAX_LINE = 1 << 20    # bytes of one line kept; the rest of a longer line is skipped (counted)
 BLOCK = 4 << 20       # bytes read at a time
+WHOLE_READ = 48 << 20  # a range up to this size is read at once (a segment is 32 MB and a line)
 
 
 def max_line() -> int:
@@ -363,6 +364,16 @@ def _within_cap(block: bytes, pos: int, line: int, cap: int, sep: bytes) -> bool
     return True
 
 
+def _range_size(handle, start: int, end: int | None) -> int | None:
+    """Bytes from ``start`` to ``end``, or to the end of the file (None where that is unknown)."""
+    if end is not None:
+        return max(0, end - start)
+    try:
+        return max(0, os.fstat(handle.fileno()).st_size - start)
+    except (OSError, AttributeError, io.UnsupportedOperation):
+        return None
+
+
 def read_capped(handle, start: int = 0, end: int | None = None, cap: int | None = None, sep: bytes = b"\n",
                 skip_nuls: bool = False) -> Capped:
     """The bytes from ``start`` to ``end`` (or the end) with every line longer than ``cap`` cut at
@@ -372,6 +383,16 @@ def read_capped(handle, start: int = 0, end: int | None = None, cap: int | None 
     nuls = leading_nuls(handle, start) if skip_nuls else 0
     start += nuls
     handle.seek(start)
+    # Nearly always no line passes the cap: then a range of at most WHOLE_READ bytes is one read,
+    # with no copy into a growing buffer and out of it again (871 MB in 32 MB chunks: 0.5 s,
+    # under the GIL). Larger ranges, and those with a longer line, go a block at a time.
+    size = _range_size(handle, start, end)
+    if size is not None and size <= WHOLE_READ:
+        whole = handle.read() if end is None else handle.read(size)
+        if _within_cap(whole, 0, 0, cap, sep):
+            return Capped(whole, [], start, nuls)
+        del whole
+        handle.seek(start)
     out = bytearray()
     cuts: list[tuple[int, int]] = []
     line = 0            # length of the line being read, already in ``out``

@@ -53,8 +53,11 @@ def test_decoding_many_inputs_at_once_equals_decoding_each():
 
     from postmortem.parsers.lines import decode_lines, decode_many
 
-    datas = [b"a\nbb\n", b"", b"x", b"\xff\xfeoops\nok\n", "é\r\nz\n".encode(), b"\n\n", b"last\n"]
-    many = decode_many(datas)
-    for i, data in enumerate(datas):
-        assert many.filter(pl.col("_input") == i).drop("_input").equals(decode_lines(data))
-    assert many["_input"].is_sorted()
+    small = [b"a\nbb\n", b"", b"x", b"\xff\xfeoops\nok\n", "é\r\nz\n".encode(), b"\n\n", b"last\n"]
+    # inputs of a megabyte and more are split each as a stream of its own, not joined first
+    large = [b"line %d\n" % i * 150_000 for i in range(3)] + [b"\n" * 2_000_000, b"no end" * 300_000]
+    for datas in (small, large, small + large):
+        many = decode_many(datas)
+        for i, data in enumerate(datas):
+            assert many.filter(pl.col("_input") == i).drop("_input").equals(decode_lines(data))
+        assert many["_input"].is_sorted()
