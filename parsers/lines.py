@@ -190,12 +190,15 @@ def _split_bodies(bodies: list[bytes], index: list[int]) -> pl.DataFrame:
     of the chunk), and each line's input found from where it ends (``index``: the input of each
     body), not by counting every body's newlines in Python."""
     ends = list(accumulate(len(body) for body in bodies))
-    # a source per body costs about 40 µs: many small bodies are joined (a cheap copy) instead
-    source = (bodies[0] if len(bodies) == 1 else [io.BytesIO(body) for body in bodies]
-              if ends[-1] >= len(bodies) << 20 else b"".join(bodies))
+    if len(bodies) == 1:
+        source = bodies[0]
+    elif ends[-1] >= len(bodies) << 20:     # a megabyte a body on average: a stream each
+        source = [io.BytesIO(body) for body in bodies]
+    else:       # a stream costs about 40 µs: many small bodies are joined (a cheap copy) instead
+        source = b"".join(bodies)
     lengths = pl.col("raw").str.len_bytes().cast(pl.UInt64)
-    at_body = pl.lit(pl.Series(ends, dtype=pl.UInt64)).search_sorted((lengths + 1).cum_sum(), side="left")
-    df = pl.scan_lines(source, name="raw").with_columns(_input=pl.lit(pl.Series(index, dtype=pl.UInt32)).gather(at_body))
+    body = pl.lit(pl.Series(ends, dtype=pl.UInt64)).search_sorted((lengths + 1).cum_sum(), side="left")
+    df = pl.scan_lines(source, name="raw").with_columns(_input=pl.lit(pl.Series(index, dtype=pl.UInt32)).gather(body))
     return df.with_columns(
         line_no=pl.int_range(1, pl.len() + 1, dtype=pl.UInt32).over("_input"),
         offset=((lengths + 1).cum_sum() - (lengths + 1)).over("_input"),
