@@ -131,21 +131,47 @@ def test_vim_keys_move_like_the_arrows(sample_store):
     assert rows == [0, 1, down2, down2 - 1, count - 1, 0]
 
 
-def test_quit_while_loading_exits_cleanly_and_stops_the_load(tmp_path):
+def test_quit_while_loading_exits_cleanly_and_stops_the_load(tmp_path, monkeypatch):
     """q (or ctrl+c) during a cold load: the app exits at once with no error, and the load stops
-    at its next progress step instead of running on in its thread."""
+    at its next progress step instead of running on in its thread. The load is held at a
+    progress step until the key is pressed: a fast machine would otherwise finish the sample
+    before the key, and the test would test nothing."""
+    import threading
+    import time
+
+    import postmortem.tui.app as app_module
     from tests.conftest import ROOT
 
+    pressed, raised = threading.Event(), []
+    real = app_module.analyze_paths
+
+    def held(paths, progress=None, **options):
+        def step(line):
+            pressed.wait(10)
+            progress(line)
+        try:
+            return real(paths, progress=step, **options)
+        except BaseException as exc:
+            raised.append(type(exc).__name__)
+            raise
+
+    monkeypatch.setattr(app_module, "analyze_paths", held)
     app = PostmortemApp(paths=[str(ROOT / "sample_logs" / "silent-deadlock-40r")])
 
     async def steps(pilot):
         await pilot.pause(0.3)
         shown = str(app.query_one("#loading-progress").render())
         await pilot.press("ctrl+c")
+        pressed.set()
         return shown
 
     shown = drive(app, steps)
     assert app.cancelled and app.failure is None and app.return_code in (None, 0)
+    for _ in range(200):     # the load's thread, let go, stops at its next progress step
+        if raised:
+            break
+        time.sleep(0.05)
+    assert raised == ["LoadCancelled"]
     assert " s" in shown and any(ch in shown for ch in "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏")   # a spinner and the time spent
 
 
