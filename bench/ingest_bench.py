@@ -222,8 +222,8 @@ def measure_lnav(run_dir: Path, repeats: int = 1) -> float | None:
 def lnav_coverage(run_dir: Path) -> tuple[int, int] | None:
     """(lines, files) that lnav indexed of ``run_dir`` headless (its ``lnav_file`` table), or None
     when it cannot say. lnav 0.11 in headless mode stops taking a large folder's files after a
-    few hundred ("too many new files") and indexes the rest of the run never: its time is then
-    no peer's time (``bench_one`` gives no ratio)."""
+    few hundred ("too many new files") and never indexes the rest: its time is then no peer's
+    time (``bench_one`` gives no ratio)."""
     lnav = shutil.which("lnav")
     if lnav is None:
         return None
