@@ -77,12 +77,14 @@ def _link_or_copy(source, target) -> None:
         shutil.copyfile(source, target)
 
 
-def save(folder: Path, key: str, parsed: Parsed, sink: bulk.Sink) -> threading.Thread | None:
+def save(folder: Path, key: str, parsed: Parsed, sink: bulk.Sink, start: bool = True) -> threading.Thread | None:
     """Keep ``parsed`` and the bulk ``sink`` staged as the parse entry of ``key``.
 
     The bulk files and the manifest are taken here; the frames are written, and the entry put in
-    place, by the thread returned (the caller joins it before it returns its run): writing the
-    1,024-rank run's frames takes about half a second, while the models run beside it."""
+    place, by the thread returned (the caller joins it): writing the 1,024-rank run's frames
+    takes about half a second, while the models run beside it. ``start`` False: the thread is
+    returned unstarted, for the caller to start when it has a core to spare (the TUI, once its
+    first screen is up); it holds the parsed frames until then."""
     if sink.skim_files:     # a skimmed run is parsed again in full next time (its frames are partial)
         return None
     entry = folder / f"{key}.parsed"
@@ -110,7 +112,8 @@ def save(folder: Path, key: str, parsed: Parsed, sink: bulk.Sink) -> threading.T
         return None
     frames = {"lines.arrow": parsed.lines, **{f"table.{name}.arrow": frame for name, frame in parsed.tables.items()}}
     writer = threading.Thread(target=_write_entry, args=(part, entry, frames, manifest), name="postmortem-parse-entry")
-    writer.start()
+    if start:
+        writer.start()
     return writer
 
 

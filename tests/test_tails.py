@@ -97,3 +97,27 @@ def test_a_damaged_parse_entry_costs_a_full_parse_not_the_report(cached):
     again = analyze([job])
     assert "cache" not in again.timings
     assert store_of([job], use_cache=False)[1] == store_of([job])[1]
+
+
+def test_the_ui_writes_its_parse_entry_after_its_first_screen(cached, monkeypatch):
+    """``analyze(background_cache=True, start_cache=False)`` (the TUI) holds the parse entry
+    back until ``Run.start_cache``, with the cache entry, when the parsed frames are small
+    beside the budget; larger ones are written while the models run, as before."""
+    from postmortem.analyzer import budget
+
+    job = cached / "job"
+    shutil.copytree(DEADLOCK, job)
+    run = analyze([job], background_cache=True, start_cache=False)
+    assert not list((cached / "cache").glob("*.parsed")) and not list((cached / "cache").glob("*.duckdb"))
+    run.start_cache()
+    run.cache_written()
+    assert len(list((cached / "cache").glob("*.parsed"))) == 1 and len(list((cached / "cache").glob("*.duckdb"))) == 1
+    grow(biggest_logs(job, 1)[0])
+    again = analyze([job])
+    assert again.timings.get("cache") == "tails", again.timings     # the entry it wrote is used
+
+    shutil.rmtree(cached / "cache")
+    monkeypatch.setattr(budget, "held_tables_bytes", lambda: 0)     # frames too large to hold
+    run = analyze([job], background_cache=True, start_cache=False)
+    assert len(list((cached / "cache").glob("*.parsed"))) == 1 and not list((cached / "cache").glob("*.duckdb"))
+    run.cache_written()
