@@ -189,17 +189,15 @@ def _split_bodies(bodies: list[bytes], index: list[int]) -> pl.DataFrame:
     line, not a terminator): one scan over them all, each as a stream of its own (no joined copy
     of the chunk), and each line's input found from where it ends (``index``: the input of each
     body), not by counting every body's newlines in Python."""
-    ends = list(accumulate(len(body) for body in bodies))
-    if len(bodies) == 1:
-        source = bodies[0]
-    elif ends[-1] >= len(bodies) << 20:     # a megabyte a body on average: a stream each
-        source = [io.BytesIO(body) for body in bodies]
-    else:       # a stream costs about 40 µs: many small bodies are joined (a cheap copy) instead
-        source = b"".join(bodies)
     lengths = pl.col("raw").str.len_bytes().cast(pl.UInt64)
     if len(bodies) == 1:
-        inputs = pl.lit(index[0], dtype=pl.UInt32)
+        source, inputs = bodies[0], pl.lit(index[0], dtype=pl.UInt32)
     else:
+        ends = list(accumulate(len(body) for body in bodies))
+        if ends[-1] >= len(bodies) << 20:     # a megabyte a body on average: a stream each
+            source = [io.BytesIO(body) for body in bodies]
+        else:       # a stream costs about 40 µs: many small bodies are joined (a cheap copy) instead
+            source = b"".join(bodies)
         body = pl.lit(pl.Series(ends, dtype=pl.UInt64)).search_sorted((lengths + 1).cum_sum(), side="left")
         inputs = pl.lit(pl.Series(index, dtype=pl.UInt32)).gather(body)
     # eager steps, as before: one lazy plan over the scan held about 100 MB more at a large log's peak
