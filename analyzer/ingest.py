@@ -641,6 +641,12 @@ EVEN_CHUNKS_BELOW = 8
 # for 0.3 s more CPU; 64 ranks, 3.7 MB, no faster (each chunk runs every parser: a fixed cost
 # the second core must repay).
 SPLIT_FROM = 8 << 20
+# What an input's fixed cost (opened, sniffed, enveloped, its rows sliced: about 0.2 ms on two
+# busy cores) is worth in bytes parsed (about 37 ms a MB), when the chunks are evened out: the
+# 10,000-rank run's 10,000 py-spy dumps (18 MB) were one chunk, which took 2.8 s against 1.6 s
+# for 29 MB of logs, a core idle meanwhile (parse 8.5 -> 7.9 s). A chunk's memory is still
+# bounded by its bytes.
+FILE_COST_BYTES = 6 << 10
 # A segment ends at a newline followed by a line that does not start with white space, so that
 # the indented lines of a traceback or a py-spy stack stay with their first line.
 _CUT = re.compile(rb"\n(?=[^\s])")
@@ -650,7 +656,7 @@ def plan_chunks(items: list[InputFile], chunk_bytes: int | None = None, workers:
     """Consecutive pieces, up to ``chunk_bytes`` (on disk) per chunk; a larger piece is a chunk
     of its own. Large uncompressed logs are cut into segments (``segments``).
 
-    With several ``workers`` and a few chunks, as many chunks of the same size as make every
+    With several ``workers`` and a few chunks, as many chunks of the same work as make every
     worker's share the same (``_pack``): with 7 chunks on 2 workers one of them parses 4 while
     the other waits a whole chunk's time at the end (a tenth of the 10,000-rank run's parse); 8
     smaller chunks take 4 rounds of less each. Two chunks of 32 and 20 MB (the 1,024-rank run)
@@ -731,8 +737,9 @@ def _coll_share(piece: Piece) -> float:
 
 def _pack(pieces: list[Piece], limit: int, count: int | None = None) -> list[list[Piece]]:
     """Pieces in order into chunks of at most ``limit`` bytes (or one piece); with ``count``,
-    a new chunk also starts at each ``count``-th of the total bytes."""
-    step = sum(p.size for p in pieces) / count if count else None
+    a new chunk also starts at each ``count``-th of the total work (bytes, and
+    ``FILE_COST_BYTES`` a piece)."""
+    step = sum(p.size + FILE_COST_BYTES for p in pieces) / count if count else None
     chunks: list[list[Piece]] = []
     current: list[Piece] = []
     size = done = 0
@@ -743,7 +750,7 @@ def _pack(pieces: list[Piece], limit: int, count: int | None = None) -> list[lis
             current, size = [], 0
         current.append(piece)
         size += piece.size
-        done += piece.size
+        done += piece.size + FILE_COST_BYTES
     if current:
         chunks.append(current)
     return chunks

@@ -230,6 +230,24 @@ def test_a_few_chunks_are_evened_out_over_the_workers():
     assert len(ingest.plan_chunks(files((ingest.SPLIT_FROM >> 20) - 1), workers=2)) == 1
 
 
+def test_chunks_are_evened_out_by_work_not_bytes_alone():
+    """Many small files cost more than their bytes (each is opened, sniffed, enveloped): 20 logs
+    of 1 MiB and 6,000 py-spy dumps of 1 KiB on 2 workers are cut where the work, bytes plus
+    ``FILE_COST_BYTES`` a file, is halved, not the bytes (the dumps were one chunk that one
+    worker parsed alone while the other waited)."""
+    from pathlib import Path
+
+    from postmortem.analyzer.discover import InputFile
+
+    sizes = [1 << 20] * 20 + [1 << 10] * 6000
+    items = [InputFile(Path(f"/nonexistent/{i}.log"), f"{i}.log", size, 0.0) for i, size in enumerate(sizes)]
+    chunks = ingest.plan_chunks(items, workers=2)
+    assert len(chunks) == 2 and [p.input_id for chunk in chunks for p in chunk] == list(range(len(items)))
+    work = [sum(p.size + ingest.FILE_COST_BYTES for p in chunk) for chunk in chunks]
+    assert abs(work[0] - work[1]) <= (1 << 20) + ingest.FILE_COST_BYTES
+    assert sum(p.size for p in chunks[0]) > 4 * sum(p.size for p in chunks[1])    # not an even split of bytes
+
+
 def test_only_chunks_mostly_of_coll_lines_are_grouped(tmp_path):
     """A chunk whose lines go mostly to the bulk keeps a twentieth of them: four such chunks
     share a job. Any other chunk keeps all of its lines, and is a job of its own."""
