@@ -222,33 +222,25 @@ def analyze(paths: list[str | Path], db_path: str | Path | None = None, progress
     meter.status(f"identifying ranks, nodes and attempts ({len(parsed.lines):,} lines)")
     attribution, ranks, info = identity.resolve(parsed.lines, parsed.tables, parsed.inputs)
     by_line = ByLine(attribution)
-    con = sink.con or store.connect(db_path, spill=spill)
+    tables = _annotate(parsed.tables, by_line)
+    year, year_source = timeline.reference_year(tables, [i.mtime for i in items])
+    tables = timeline.fix_years(tables, year)
+    tables = _fill_attempts(tables)
+    meter.status("building the models (collectives, NCCL, nodes, environment)")
+    # Issue 8: NCCL kernels of nsys/Kineto timelines -> collectives rows and collective_timing.
+    tables.update(collective_timing.build(tables))
+    ranks = collective_timing.extend_ranks(ranks, tables)
+    tables.update(nccl_model.build(tables, ranks))
+    tables.update(nccl_errors.build(tables))    # issue 22: every error NCCL stated, with its cause
+    tables.update(node_model.build(tables, ranks, parsed.inputs))  # issue 5: node evidence, GPU join, clocks
+    tables.update(env_model.build(tables, parsed.lines, parsed.inputs))
     lines = _lines_table(parsed.lines, by_line)
-    # With one attempt (or none) the lines are final now: written beside the models (below).
-    several = lines["attempt"].n_unique() > 2
-    early = {"inputs": parsed.inputs} | ({} if several else {"lines": lines})
-    # The store is written beside the models, which leave a core half idle: the lines (the
-    # 10,000-rank run's 1.6 M rows, about 1 s of a core into a store on disk) and the parsed
-    # tables once attributed (final unless a model replaces one: written again then).
-    writers = [store.write_aside(con, early)]
-    try:
-        tables, (year, year_source) = _attributed(parsed, items, by_line)
-        writers.append(store.write_aside(con, tables))
-        tables, ranks = _models(tables, ranks, parsed, meter)
-    except BaseException:
-        for wait in writers:
-            _quietly(wait)   # nothing writes to the store once the error has left
-        raise
-    if several:   # several attempts (and lines of none): place those by position
+    if lines["attempt"].n_unique() > 2:   # several attempts (and lines of none): place those by position
         lines = timeline.fill_attempts_by_position(lines, timeline.attempt_marks(tables))
     t_models = time.perf_counter()
     meter.status("writing the store")
-    written: dict[str, pl.DataFrame] = {}
-    for wait in writers:
-        written.update(wait())
-    rest = {name: frame for name, frame in tables.items() if written.get(name) is not frame and name not in early}
-    rest.update(ranks=ranks, **({"lines": lines} if several else {}))
-    written.update(store.write_all(con, rest, written=written))
+    con = sink.con or store.connect(db_path, spill=spill)
+    written = store.write_all(con, {**tables, "inputs": parsed.inputs, "ranks": ranks, "lines": lines})
     if sink.rows:   # the COLL trace bulk and skimmed lines, shown by views of these tables
         bulk.merge(con)
         written = {name: frame for name, frame in written.items() if name not in bulk.OWN}
@@ -275,39 +267,6 @@ def analyze(paths: list[str | Path], db_path: str | Path | None = None, progress
     if tail_info:
         run.timings.update(cache="tails", **tail_info)
     return run
-
-
-def _attributed(parsed, items: list, by_line: ByLine) -> tuple[dict[str, pl.DataFrame], tuple]:
-    """The parsed tables attributed (``by_line``), their years fixed, and the reference year
-    with its source."""
-    tables = _annotate(parsed.tables, by_line)
-    year, year_source = timeline.reference_year(tables, [i.mtime for i in items])
-    tables = timeline.fix_years(tables, year)
-    return _fill_attempts(tables), (year, year_source)
-
-
-def _models(tables: dict[str, pl.DataFrame], ranks: pl.DataFrame, parsed,
-            meter: Progress) -> tuple[dict[str, pl.DataFrame], pl.DataFrame]:
-    """The models built from the attributed tables: the tables with theirs added (or replacing
-    a parsed one), and the ranks extended by profiler timelines."""
-    tables = dict(tables)
-    meter.status("building the models (collectives, NCCL, nodes, environment)")
-    # Issue 8: NCCL kernels of nsys/Kineto timelines -> collectives rows and collective_timing.
-    tables.update(collective_timing.build(tables))
-    ranks = collective_timing.extend_ranks(ranks, tables)
-    tables.update(nccl_model.build(tables, ranks))
-    tables.update(nccl_errors.build(tables))    # issue 22: every error NCCL stated, with its cause
-    tables.update(node_model.build(tables, ranks, parsed.inputs))  # issue 5: node evidence, GPU join, clocks
-    tables.update(env_model.build(tables, parsed.lines, parsed.inputs))
-    return tables, ranks
-
-
-def _quietly(wait) -> None:
-    """Wait for a writer thread whose result no longer matters (an error is on its way out)."""
-    try:
-        wait()
-    except Exception:  # noqa: BLE001,S110 -- the error already leaving is the one to report
-        pass
 
 
 # A per-rank output file: torchrun's attempt_N/<local rank>/stdout.log and stderr.log, and the

@@ -19,7 +19,6 @@ import os
 import shutil
 import tempfile
 import uuid
-from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -190,16 +189,11 @@ def write_table(con: duckdb.DuckDBPyConnection, name: str, frame: pl.DataFrame) 
 WRITERS = 2
 
 
-def write_all(con: duckdb.DuckDBPyConnection, tables: dict[str, pl.DataFrame],
-              written: Iterable[str] | None = ()) -> dict[str, pl.DataFrame]:
-    """Every table but ``INTERNAL`` ones, and an empty one for each ``REQUIRED`` table missing
-    from ``tables`` and ``written`` (the tables written before; None: a first part of the
-    store, which adds none); returns what it wrote."""
+def write_all(con: duckdb.DuckDBPyConnection, tables: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:
+    """Every table but ``INTERNAL`` ones, and an empty one for each ``REQUIRED`` table missing;
+    returns what it wrote."""
     todo = [(name, frame) for name, frame in tables.items() if name not in INTERNAL]
-    if written is not None:
-        done = set(written)
-        todo += [(name, pl.DataFrame(schema=schema)) for name, schema in REQUIRED.items()
-                 if name not in tables and name not in done]
+    todo += [(name, pl.DataFrame(schema=schema)) for name, schema in REQUIRED.items() if name not in tables]
     todo.sort(key=lambda item: -item[1].height)    # the largest first: the writers end together
 
     def write(item: tuple[str, pl.DataFrame]) -> None:
@@ -212,17 +206,6 @@ def write_all(con: duckdb.DuckDBPyConnection, tables: dict[str, pl.DataFrame],
     with ThreadPoolExecutor(WRITERS) as pool:
         list(pool.map(write, todo))
     return dict(todo)
-
-
-def write_aside(con: duckdb.DuckDBPyConnection, tables: dict[str, pl.DataFrame]) -> Callable[[], dict[str, pl.DataFrame]]:
-    """``write_all`` of a first part of the store (``written=None``) in a thread, while the caller
-    builds the rest; the function returned waits for it and returns what it wrote (or raises
-    what it raised). The 10,000-rank run's ``lines`` (1.6 M rows, about 1 s of a core into a
-    store on disk) are written while the models are built, which leave a core half idle."""
-    pool = ThreadPoolExecutor(1, thread_name_prefix="postmortem-store")
-    future = pool.submit(write_all, con, tables, None)
-    pool.shutdown(wait=False)
-    return future.result
 
 
 def line_text(abs_path: str, offset: int, length: int, cache: dict | None = None) -> str:
