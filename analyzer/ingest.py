@@ -641,12 +641,12 @@ EVEN_CHUNKS_BELOW = 8
 # for 0.3 s more CPU; 64 ranks, 3.7 MB, no faster (each chunk runs every parser: a fixed cost
 # the second core must repay).
 SPLIT_FROM = 8 << 20
-# What an input's fixed cost (opened, sniffed, enveloped, its rows sliced: about 0.2 ms on two
-# busy cores) is worth in bytes parsed (about 37 ms a MB), when the chunks are evened out: the
-# 10,000-rank run's 10,000 py-spy dumps (18 MB) were one chunk, which took 2.8 s against 1.6 s
-# for 29 MB of logs, a core idle meanwhile (parse 8.5 -> 7.9 s). A chunk's memory is still
-# bounded by its bytes.
-FILE_COST_BYTES = 6 << 10
+# What an input's fixed cost (opened, sniffed, enveloped, its rows sliced: about 0.16 ms on two
+# busy cores) is worth in bytes parsed (about 46 ms a MB), when the chunks are evened out. The
+# 10,000-rank run's last chunk held its 10,000 py-spy dumps and 270 logs (25 MB) and took 2.8 s,
+# against 1.5-1.7 s for 25 MB of 2,840 logs, while the other thread waited (parse 8.5 -> 7.9 s).
+# A chunk's memory is still bounded by its bytes.
+FILE_COST_BYTES = 4 << 10
 # A segment ends at a newline followed by a line that does not start with white space, so that
 # the indented lines of a traceback or a py-spy stack stay with their first line.
 _CUT = re.compile(rb"\n(?=[^\s])")
