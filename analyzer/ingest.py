@@ -739,7 +739,7 @@ def _pack(pieces: list[Piece], limit: int, count: int | None = None) -> list[lis
     """Pieces in order into chunks of at most ``limit`` bytes (or one piece); with ``count``,
     a new chunk also starts at each ``count``-th of the total work (bytes, and
     ``FILE_COST_BYTES`` a piece)."""
-    step = sum(p.size + FILE_COST_BYTES for p in pieces) / count if count else None
+    step = sum(_work(p) for p in pieces) / count if count else None
     chunks: list[list[Piece]] = []
     current: list[Piece] = []
     size = done = 0
@@ -750,10 +750,15 @@ def _pack(pieces: list[Piece], limit: int, count: int | None = None) -> list[lis
             current, size = [], 0
         current.append(piece)
         size += piece.size
-        done += piece.size + FILE_COST_BYTES
+        done += _work(piece)
     if current:
         chunks.append(current)
     return chunks
+
+
+def _work(piece: Piece) -> int:
+    """What parsing ``piece`` costs, in bytes: its own and its input's fixed cost."""
+    return piece.size + FILE_COST_BYTES
 
 
 def segments(input_id: int, item: InputFile, target: int | None = None) -> list[Piece]:

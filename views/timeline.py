@@ -269,10 +269,12 @@ def events(store: Store, kinds: tuple[str, ...] | None = None) -> list[Entry]:
     sql = (f"SELECT {store.base('events')}, epoch_us(ts), {c('kind')}, {c('level')}, "
            f"coalesce({c('message')}, {c('detail')}, {c('kind')}), {' OR '.join(repeated) or 'FALSE'} FROM events e "
            f"WHERE ts IS NOT NULL AND coalesce({c('kind')}, '') NOT IN ({noise}) ORDER BY e.rowid")
-    marked = ((r, n, i, ln, us, kind, event_kind(kind, level), text, rep)
-              for r, n, i, ln, us, kind, level, text, rep in store.rows(sql))
-    return [Entry(us, r, n, mark, f"{kind}: {text}", i, ln, source="repeated" if rep else "")
-            for r, n, i, ln, us, kind, mark, text, rep in marked if kinds is None or mark in kinds]
+    out = []
+    for r, n, i, ln, us, kind, level, text, rep in store.rows(sql):
+        mark = event_kind(kind, level)
+        if kinds is None or mark in kinds:
+            out.append(Entry(us, r, n, mark, f"{kind}: {text}", i, ln, source="repeated" if rep else ""))
+    return out
 
 
 def exits(store: Store) -> list[Entry]:
