@@ -37,6 +37,9 @@ class Run:
     timings: dict = field(default_factory=dict)
     db_path: str | None = None
     cache_key: str | None = None   # the key of this store in analyzer.cache (None: cache off)
+    # Tables read from a cache entry of Parquet files (postmortem.analyzer.cache.load): the file
+    # of each table whose frame is what a ``SELECT *`` of it gives (``kept``).
+    stored_frames: dict[str, Path] = field(default_factory=dict, repr=False)
 
     def frame(self, sql: str, params: list | None = None) -> pl.DataFrame:
         relation = self.con.sql(sql, params=params or None)
@@ -73,9 +76,25 @@ class Run:
     def table(self, name: str) -> pl.DataFrame:
         """Every row of ``name``: the frame the analysis kept (``keep_written``), else a query;
         an empty frame when the store has no such table."""
+        kept = self.kept(name)
+        if kept is not None:
+            return kept
+        return self.frame(f'SELECT * FROM "{name}"') if self.columns(name) else pl.DataFrame()
+
+    def kept(self, name: str) -> pl.DataFrame | None:
+        """The frame a ``SELECT *`` of ``name`` gives, where the run has it without a query: kept
+        in memory (``keep_written``), or the Parquet file of a cache hit (``stored_frames``);
+        else None."""
         if name in self.written:
             return self.written[name]
-        return self.frame(f'SELECT * FROM "{name}"') if self.columns(name) else pl.DataFrame()
+        path = self.stored_frames.get(name)
+        if path is None:
+            return None
+        try:
+            return pl.read_parquet(path)
+        except (OSError, pl.exceptions.PolarsError):   # the query reads it instead
+            self.stored_frames.pop(name, None)
+            return None
 
     def start_cache(self) -> None:
         """Start writing the cache entry (and the parse entry) that ``analyze(background_cache=True,
@@ -177,10 +196,10 @@ def analyze(paths: list[str | Path], db_path: str | Path | None = None, progress
             run_key = cache.key(items) if use_cache else None
             hit = cache.load(run_key, db_path) if run_key else None
             if hit:
-                con, meta = hit
+                con, meta, stored_frames = hit
                 return Run(con, meta["info"], meta["messages"], {"cache": "hit", "total_ingest_s": round(
                     time.perf_counter() - started, 3)}, db_path=str(db_path) if db_path else None,
-                           cache_key=run_key)
+                           cache_key=run_key, stored_frames=stored_frames)
             # A large run gets its store on disk from the start. Its COLL trace bulk is kept
             # out of memory: files the store reads at the end (postmortem.analyzer.bulk).
             spill = sum(i.size for i in items) >= store.SPILL_BYTES
@@ -258,7 +277,7 @@ def analyze(paths: list[str | Path], db_path: str | Path | None = None, progress
         saving.join()
     if run_key:
         later.append(cache.save(run_key, con, {"info": run.info, "messages": run.messages},
-                                background=background_cache, start=start_cache))
+                                background=background_cache, start=start_cache, frames=written))
         run.cache_key = run_key
     run.pending_cache = _in_turn([thread for thread in later if thread is not None])
     run.timings = {"discover_s": round(t_discover - started, 3), "parse_s": round(t_parse - started, 3),

@@ -166,8 +166,8 @@ class Context:
                 where.append(f"kind IS DISTINCT FROM '{COLL_TRACE}'")
             if not columns:
                 df = pl.DataFrame()
-            elif name in self.run.written:   # the frame the analysis wrote: the same rows, no query
-                df = _rows(self.run.written[name], self.attempt if by_attempt else None, name == "collectives")
+            elif (kept := self.run.kept(name)) is not None:   # the frame the analysis wrote: the same rows, no query
+                df = _rows(kept, self.attempt if by_attempt else None, name == "collectives")
             else:
                 sql = f'SELECT * FROM "{name}"' + (" WHERE " + " AND ".join(where) if where else "")
                 df = self.frame(sql, [self.attempt] if by_attempt else None)

@@ -36,7 +36,7 @@ def test_a_second_analysis_reads_the_cache_and_finds_the_same(cache_dir, tmp_pat
     job = tmp_path / "job"
     shutil.copytree(SAMPLE, job)
     first = analyze([job])
-    assert "parse_s" in first.timings and len(list(cache_dir.glob("*.duckdb"))) == 1
+    assert "parse_s" in first.timings and len(cache.entries(cache_dir)) == 1
     want, first_report = _findings(first)
     second = analyze([job])
     assert second.timings.get("cache") == "hit"
@@ -60,15 +60,16 @@ def test_a_changed_input_parses_again(cache_dir, tmp_path):
     assert "parse_s" in again.timings  # a miss
     assert again.frame("SELECT sum(lines) AS n FROM inputs")["n"][0] == \
         analyze([job], use_cache=False).frame("SELECT sum(lines) AS n FROM inputs")["n"][0]
-    assert len(list(cache_dir.glob("*.duckdb"))) == 2
+    assert len(cache.entries(cache_dir)) == 2
 
 
 def test_a_damaged_entry_is_a_miss(cache_dir, tmp_path):
     job = tmp_path / "job"
     shutil.copytree(SAMPLE, job)
     analyze([job])
-    for entry in cache_dir.glob("*.duckdb"):
-        entry.write_bytes(b"not a database")
+    for entry in cache.entries(cache_dir):
+        for damaged in entry.glob("*.parquet") if entry.is_dir() else [entry]:
+            damaged.write_bytes(b"not a database")
     run = analyze([job])
     assert "parse_s" in run.timings and _findings(run)[0]
 
@@ -111,6 +112,91 @@ def test_the_store_file_of_a_hit_is_a_full_store(cache_dir, tmp_path):
     assert json.loads(done.stdout)[0]["n"] > 0
 
 
+def _stored(con, names=None) -> dict[str, tuple]:
+    """Each table's (or view's) columns with their DuckDB types, and its rows in the order a
+    ``SELECT *`` gives them."""
+    columns = {}
+    for table, column, dtype in con.execute(
+            "SELECT table_name, column_name, data_type FROM duckdb_columns() WHERE schema_name = 'main' "
+            "AND database_name = current_database() ORDER BY table_name, column_index").fetchall():
+        columns.setdefault(table, []).append((column, dtype))
+    return {name: (cols, con.execute(f'SELECT * FROM "{name}"').fetchall()) for name, cols in columns.items()
+            if names is None or name in names}
+
+
+def test_an_in_memory_store_is_kept_as_parquet_and_a_hit_is_the_same_store(cache_dir, tmp_path):
+    """An in-memory store's entry is its tables' frames as Parquet files; a hit reads them
+    through views that give every table's columns, DuckDB types and rows as the store had them
+    (and the frames kept as read, ``Run.kept``, as a query gives them), also once the store is
+    locked down, when SQL may read no other file."""
+    import duckdb
+
+    from postmortem.analyzer.store import lock_down
+
+    job = tmp_path / "job"
+    shutil.copytree(SAMPLE, job)
+    first = analyze([job])
+    (entry,) = cache.entries(cache_dir)
+    assert entry.is_dir() and entry.suffix == ".store"
+    want = _stored(first.con)
+    hit = analyze([job])
+    assert hit.timings.get("cache") == "hit" and _stored(hit.con) == want
+    assert hit.stored_frames and set(hit.stored_frames) <= set(want)
+    for name in want:
+        assert hit.table(name).equals(hit.frame(f'SELECT * FROM "{name}"'))
+    lock_down(hit.con)
+    assert hit.con.execute("SELECT count(*) FROM lines").fetchone()[0] == len(want["lines"][1])
+    with pytest.raises(duckdb.PermissionException):
+        hit.con.execute("SELECT * FROM read_csv('/etc/passwd')")
+
+
+def test_a_hit_with_a_db_path_writes_the_tables_into_that_file(cache_dir, tmp_path):
+    job = tmp_path / "job"
+    shutil.copytree(SAMPLE, job)
+    want = _stored(analyze([job]).con)
+    run = analyze([job], db_path=tmp_path / "kept.duckdb")
+    assert run.timings.get("cache") == "hit" and not run.stored_frames
+    assert _stored(run.con) == want
+    assert not run.con.execute("SELECT count(*) FROM duckdb_views() WHERE NOT internal").fetchone()[0]
+
+
+def test_a_manifest_that_names_no_type_is_a_miss(cache_dir, tmp_path):
+    """A column type in the manifest goes into SQL unquoted: anything but a type's shape is a
+    damaged entry, even where the entry's checksums were made to agree."""
+    job = tmp_path / "job"
+    shutil.copytree(SAMPLE, job)
+    analyze([job])
+    (entry,) = cache.entries(cache_dir)
+    manifest = json.loads((entry / "manifest.json").read_text())
+    manifest["tables"][0]["columns"][0][1] = "VARCHAR); DROP TABLE ranks; --"
+    (entry / "manifest.json").write_text(json.dumps(manifest))
+    sums = json.loads((entry / "sha256.json").read_text())
+    sums["manifest.json"] = cache._digest_file(entry / "manifest.json")
+    (entry / "sha256.json").write_text(json.dumps(sums))
+    run = analyze([job])
+    assert "parse_s" in run.timings and _findings(run)[0]
+
+
+def test_only_a_store_whose_frames_are_every_table_is_kept_as_parquet():
+    """A store with a view (a COLL-traced run's bulk), a table the frames lack or a column of
+    another order is copied by DuckDB; an entry written later keeps its frames only where they
+    fit in the held share of the budget."""
+    import duckdb
+    import polars as pl
+
+    frames = {"a": pl.DataFrame({"x": [1, 2], "y": ["p", None]}), "b": pl.DataFrame({"z": [True]})}
+    con = duckdb.connect()
+    for name, frame in frames.items():
+        con.execute(f'CREATE TABLE "{name}" AS SELECT * FROM frame')
+    assert cache._parquet_columns(con, frames, held=False) == {"a": [("x", "BIGINT"), ("y", "VARCHAR")],
+                                                                "b": [("z", "BOOLEAN")]}
+    assert cache._parquet_columns(con, None, held=False) is None
+    assert cache._parquet_columns(con, {"a": frames["a"]}, held=False) is None
+    assert cache._parquet_columns(con, {**frames, "a": frames["a"].select("y", "x")}, held=False) is None
+    con.execute("CREATE VIEW v AS SELECT * FROM a")
+    assert cache._parquet_columns(con, frames, held=False) is None
+
+
 def test_no_cache_flag_and_environment_turn_it_off(cache_dir, tmp_path, monkeypatch):
     job = tmp_path / "job"
     shutil.copytree(SAMPLE, job)
@@ -151,6 +237,20 @@ def test_a_second_report_on_the_same_store_is_the_cached_one(cache_dir, tmp_path
     assert second.con.execute("SELECT count(*) FROM report").fetchone()[0] == 1
 
 
+def test_a_cached_report_gives_its_times_back_as_times(cache_dir, real_logs):
+    """An outcome sign's time is a datetime in the report: JSON writes it `2026-10-19T01:04:03`,
+    Markdown `2026-10-19 01:04:03`. The cached report gave it back as text, and its JSON then
+    said `2026-10-19 01:04:03`."""
+    log = real_logs / "torch" / "sglang-issue-1691-heartbeat-monitor-timeout.log"
+    first = analyze([log])
+    fresh = build_report(first)
+    assert "datetime.datetime(" in repr(fresh)
+    want = _rendered(fresh, first)
+    second = analyze([log])
+    again = build_report(second)
+    assert again["timings"].get("report") == "cached" and _rendered(again, second) == want
+
+
 def test_other_options_or_other_rules_run_the_rules_again(cache_dir, tmp_path, monkeypatch):
     job = tmp_path / "job"
     shutil.copytree(SAMPLE, job)
@@ -188,8 +288,13 @@ def test_a_cached_report_follows_the_schema(cache_dir, tmp_path):
 
 def _entry_tables(cache_dir) -> dict[str, int]:
     import duckdb
+    import polars as pl
 
-    (entry,) = cache_dir.glob("*.duckdb")
+    (entry,) = cache.entries(cache_dir)
+    if entry.is_dir():
+        manifest = json.loads((entry / "manifest.json").read_text())
+        return {t["name"]: pl.scan_parquet(entry / t["file"]).select(pl.len()).collect().item()
+                for t in manifest["tables"]}
     with duckdb.connect(str(entry), read_only=True) as con:
         names = [r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() ORDER BY 1").fetchall()]
         return {name: con.execute(f'SELECT count(*) FROM "{name}"').fetchall()[0][0] for name in names}
@@ -218,7 +323,7 @@ def test_an_entry_written_while_the_report_runs_is_the_entry_written_before_it(c
 def test_a_store_on_disk_is_copied_into_the_cache_at_once(cache_dir, tmp_path):
     """Its file must not change while it is read: no thread."""
     run = analyze([SAMPLE], db_path=tmp_path / "store.duckdb", background_cache=True)
-    assert run.pending_cache is None and len(list(cache_dir.glob("*.duckdb"))) == 1
+    assert run.pending_cache is None and [e.suffix for e in cache.entries(cache_dir)] == [".duckdb"]
 
 
 def test_an_entry_that_cannot_be_written_in_the_background_is_no_error(cache_dir, tmp_path, monkeypatch):
@@ -229,7 +334,7 @@ def test_an_entry_that_cannot_be_written_in_the_background_is_no_error(cache_dir
     run = analyze([SAMPLE], background_cache=True)
     assert run.pending_cache is not None
     run.cache_written()
-    assert not list(cache_dir.glob("*.duckdb")) and not list(cache_dir.glob(".*part*"))
+    assert not cache.entries(cache_dir) and not list(cache_dir.glob(".*part*"))
     assert build_report(run)["findings"]
 
 
@@ -248,7 +353,7 @@ def test_an_entry_started_later_is_written_after_the_store_is_locked_down(cache_
     assert later.pending_cache is not None and later.pending_cache.ident is None
     build_report(later)
     lock_down(later.con)
-    assert not list(cache_dir.glob("*.duckdb"))
+    assert not cache.entries(cache_dir)
     later.start_cache()
     later.start_cache()     # once only
     later.cache_written()
@@ -260,4 +365,4 @@ def test_an_entry_started_later_is_written_after_the_store_is_locked_down(cache_
 def test_an_entry_never_started_is_written_when_waited_for(cache_dir):
     run = analyze([SAMPLE], background_cache=True, start_cache=False)
     run.cache_written()     # starts it, then waits
-    assert len(list(cache_dir.glob("*.duckdb"))) == 1
+    assert len(cache.entries(cache_dir)) == 1

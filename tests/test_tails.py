@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from postmortem.analyzer import tails
+from postmortem.analyzer import cache, tails
 from postmortem.analyzer.pipeline import analyze
 from postmortem.generator import RunSpec, generate_run
 from tests.conftest import ROOT
@@ -108,10 +108,10 @@ def test_the_ui_writes_its_parse_entry_after_its_first_screen(cached, monkeypatc
     job = cached / "job"
     shutil.copytree(DEADLOCK, job)
     run = analyze([job], background_cache=True, start_cache=False)
-    assert not list((cached / "cache").glob("*.parsed")) and not list((cached / "cache").glob("*.duckdb"))
+    assert not list((cached / "cache").glob("*.parsed")) and not cache.entries(cached / "cache")
     run.start_cache()
     run.cache_written()
-    assert len(list((cached / "cache").glob("*.parsed"))) == 1 and len(list((cached / "cache").glob("*.duckdb"))) == 1
+    assert len(list((cached / "cache").glob("*.parsed"))) == 1 and len(cache.entries(cached / "cache")) == 1
     grow(biggest_logs(job, 1)[0])
     again = analyze([job])
     assert again.timings.get("cache") == "tails", again.timings     # the entry it wrote is used
@@ -119,5 +119,5 @@ def test_the_ui_writes_its_parse_entry_after_its_first_screen(cached, monkeypatc
     shutil.rmtree(cached / "cache")
     monkeypatch.setattr(budget, "held_tables_bytes", lambda: 0)     # frames too large to hold
     run = analyze([job], background_cache=True, start_cache=False)
-    assert len(list((cached / "cache").glob("*.parsed"))) == 1 and not list((cached / "cache").glob("*.duckdb"))
+    assert len(list((cached / "cache").glob("*.parsed"))) == 1 and not cache.entries(cached / "cache")
     run.cache_written()

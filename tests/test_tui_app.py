@@ -7,6 +7,7 @@ import duckdb
 import pytest
 
 from tests.tui_helpers import app_of, drive
+from postmortem.analyzer import cache
 from postmortem.tui.app import SCREENS, PostmortemApp, help_markdown
 from postmortem.tui.session import StoreError, open_store
 
@@ -198,7 +199,7 @@ def test_a_run_loaded_with_the_cache_on_writes_its_entry_after_the_first_screen(
     assert prepared and result.error is None and result.rows == [(1, 1)]
     app.finish_cache()
     assert app.session.run.pending_cache is None
-    assert len(list((tmp_path / "cache").glob("*.duckdb"))) == 1
+    assert len(cache.entries(tmp_path / "cache")) == 1
 
 
 def test_quitting_while_the_cache_entry_is_written_says_so_and_waits(sample_store):

@@ -267,8 +267,11 @@ def events(store: Store, kinds: tuple[str, ...] | None = None) -> list[Entry]:
         if {"input_id", "line_no"} <= set(store.columns(table)) and {"input_id", "line_no"} <= set(store.columns("events")):
             repeated.append(f"EXISTS (SELECT 1 FROM {table} x WHERE x.input_id = e.input_id AND x.line_no = e.line_no)")
     sql = (f"SELECT {store.base('events')}, epoch_us(ts), {c('kind')}, {c('level')}, "
-           f"coalesce({c('message')}, {c('detail')}, {c('kind')}), {' OR '.join(repeated) or 'FALSE'} FROM events e "
-           f"WHERE ts IS NOT NULL AND coalesce({c('kind')}, '') NOT IN ({noise}) ORDER BY e.rowid")
+           f"coalesce({c('message')}, {c('detail')}, {c('kind')}), {' OR '.join(repeated) or 'FALSE'} "
+           # the stored order: row_number() OVER () keeps it (DuckDB's order preservation), where
+           # ``rowid`` is a table's alone (a cache hit's tables are views: analyzer.cache)
+           f"FROM (SELECT *, row_number() OVER () AS _position FROM events) e "
+           f"WHERE ts IS NOT NULL AND coalesce({c('kind')}, '') NOT IN ({noise}) ORDER BY e._position")
     out = []
     for r, n, i, ln, us, kind, level, text, rep in store.rows(sql):
         mark = event_kind(kind, level)
