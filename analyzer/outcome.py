@@ -24,7 +24,7 @@ job failed and no rule could say why ("failed, cause not determined").
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 
 import polars as pl
 
@@ -71,9 +71,10 @@ FAILING_MESSAGES = [
 ]
 
 
-@dataclass
+@dataclass(frozen=True)
 class Sign:
-    """One piece of evidence of how the job ended."""
+    """One piece of evidence of how the job ended. Frozen: the signs are read once per run and
+    attempt and handed to every caller as they are (``all_signs``)."""
 
     says: str               # failed | completed | hung
     what: str               # a phrase: "torchrun failure table: rank 3 exitcode -6"
@@ -113,8 +114,10 @@ def job_outcome(run, attempt: int | None = None) -> dict:
 
 def all_signs(run, attempt: int | None) -> list[Sign]:
     """Every sign of how ``attempt`` ended, the launcher's first. Read once per run and attempt
-    (the outcome, the crash rules and each rank's first failure ask); each caller gets copies."""
-    return [replace(sign) for sign in run.derived(("all_signs", attempt), lambda: _all_signs(run, attempt))]
+    (the outcome, the crash rules and each rank's first failure ask); each caller gets a list of
+    its own, of the same signs (frozen: copying each of the 10,000-rank run's 46,610 signs for
+    each caller took 0.2-0.4 s)."""
+    return list(run.derived(("all_signs", attempt), lambda: _all_signs(run, attempt)))
 
 
 def _all_signs(run, attempt: int | None) -> list[Sign]:
@@ -144,9 +147,9 @@ def _rows(run, table: str, attempt: int | None, where: str = "", columns: tuple[
 _WHERE = ("input_id", "line_no", "rank", "node")
 
 
-def _sign(says: str, what: str, kind: str, row: dict, ts_col: str = "ts") -> Sign:
+def _sign(says: str, what: str, kind: str, row: dict, ts_col: str = "ts", external: bool = False) -> Sign:
     return Sign(says, what, kind, row.get("input_id"), row.get("line_no"), row.get("rank"), row.get("node"),
-                row.get(ts_col))
+                row.get(ts_col), external)
 
 
 def _launcher_signs(run, attempt) -> list[Sign]:
@@ -158,10 +161,9 @@ def _launcher_signs(run, attempt) -> list[Sign]:
             who = f"rank {r['rank']}" if r["rank"] is not None else "a worker"
             code = f"exitcode {r['exitcode']}" if r["exitcode"] is not None else "no exit code"
             root = " (its root cause)" if r["root_cause"] else ""
-            sign = _sign("failed", f"torchrun failure table: {who} {code}{root}",
-                         "exit_root" if r["root_cause"] else "exit", r, "time")
-            sign.external = r["exitcode"] in EXTERNAL_EXIT_CODES
-            out.append(sign)
+            out.append(_sign("failed", f"torchrun failure table: {who} {code}{root}",
+                             "exit_root" if r["root_cause"] else "exit", r, "time",
+                             external=r["exitcode"] in EXTERNAL_EXIT_CODES))
     if "kind" in run.columns("agent"):
         agent = _rows(run, "agent", attempt, "kind IN ('worker_failed', 'death_signal', 'force_kill')",
                       (*_WHERE, "kind", "exitcode", "ts", "local_rank"))
@@ -169,9 +171,8 @@ def _launcher_signs(run, attempt) -> list[Sign]:
             what = {"worker_failed": f"torchrun: a worker failed (exitcode {r['exitcode']})",
                     "death_signal": "torchrun received a death signal",
                     "force_kill": "torchrun force-killed a worker"}[r["kind"]]
-            sign = _sign("failed", what, r["kind"], r)
-            sign.external = r["kind"] != "worker_failed" or r["exitcode"] in EXTERNAL_EXIT_CODES
-            out.append(sign)
+            out.append(_sign("failed", what, r["kind"], r,
+                             external=r["kind"] != "worker_failed" or r["exitcode"] in EXTERNAL_EXIT_CODES))
     return out
 
 
@@ -182,17 +183,15 @@ def _scheduler_signs(run, attempt) -> list[Sign]:
         for r in job.iter_rows(named=True):
             state = str(r["state"])
             if state.startswith(SCHEDULER_FAILED):
-                sign = _sign("failed", f"scheduler ({r['source']}): job state {state}", "scheduler", r, "end")
-                sign.external = state.startswith(SCHEDULER_EXTERNAL)
-                out.append(sign)
+                out.append(_sign("failed", f"scheduler ({r['source']}): job state {state}", "scheduler", r, "end",
+                                 external=state.startswith(SCHEDULER_EXTERNAL)))
             elif state.startswith(SCHEDULER_DONE):
                 out.append(_sign("completed", f"scheduler ({r['source']}): job state {state}", "scheduler_done", r,
                                  "end"))
     if "kind" in run.columns("slurm"):
         for r in _rows(run, "slurm", attempt, "", (*_WHERE, "kind", "ts")).iter_rows(named=True):
-            sign = _sign("failed", f"slurmstepd: {str(r['kind']).replace('_', ' ')}", "scheduler", r)
-            sign.external = r["kind"] in ("cancelled", "stepd_terminated", "step_aborted")
-            out.append(sign)
+            out.append(_sign("failed", f"slurmstepd: {str(r['kind']).replace('_', ' ')}", "scheduler", r,
+                             external=r["kind"] in ("cancelled", "stepd_terminated", "step_aborted")))
     return out
 
 
@@ -229,10 +228,9 @@ def _event_signs(run, attempt, finished: set) -> list[Sign]:
         label = FATAL_EVENTS.get(r["kind"]) or MAYBE_CAUGHT[r["kind"]]
         detail = r["exc_type"] or r["detail"] or ""
         what = f"{label}" + (f" ({_short(detail)})" if detail else "")
-        sign = _sign("failed", what, r["kind"], r)
         # torchrun's SignalException / a KeyboardInterrupt: the traceback of a stop sent from outside
-        sign.external = any(x in detail for x in ("SignalException", "KeyboardInterrupt"))
-        out.append(sign)
+        out.append(_sign("failed", what, r["kind"], r,
+                         external=any(x in detail for x in ("SignalException", "KeyboardInterrupt"))))
     for r in ev.filter(pl.col("kind").is_in(list(STALL_EVENTS))).iter_rows(named=True):
         out.append(_sign("hung", STALL_EVENTS[r["kind"]], r["kind"], r))
     return out
