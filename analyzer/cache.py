@@ -194,7 +194,7 @@ def load(run_key: str, db_path: str | Path | None):
 
 
 def save(run_key: str, con: duckdb.DuckDBPyConnection, meta: dict, background: bool = False,
-         start: bool = True, frames: dict | None = None) -> threading.Thread | None:
+         start: bool = True, frames: dict | None = None, files: dict | None = None) -> threading.Thread | None:
     """Copy the store into the cache (written aside, then renamed: readers never see half), with
     the SHA-256 of the entry beside it. ``background``: an in-memory store's rows are copied by a
     thread, returned, while the caller goes on (the report: on the 1,024-rank run the copy takes
@@ -209,7 +209,8 @@ def save(run_key: str, con: duckdb.DuckDBPyConnection, meta: dict, background: b
     Where they are every table of an in-memory store, the entry is those frames as Parquet
     files (``_ParquetEntry``), which a hit reads through views (``load``): Polars writes the
     1,024-rank run's tables in 0.4 s, where DuckDB copies them into its own file in 1.5 s and
-    2.5 s of CPU."""
+    2.5 s of CPU. ``files``: the Parquet file of each table, where the store's tables are views
+    over them (``store.write_files``): the entry is a copy of them."""
     if usable():
         return None
     folder = root()
@@ -229,13 +230,13 @@ def save(run_key: str, con: duckdb.DuckDBPyConnection, meta: dict, background: b
             return None
         if not _room_for(folder, 2 * _in_memory_bytes(con)):
             return None
-        columns = _parquet_columns(con, frames, held=not start)
+        columns = _parquet_columns(con, frames, held=not start and not files)
         as_read = sorted(store.read_back_unchanged(con, frames)) if columns is not None else []
     except (duckdb.Error, OSError):
         _remove_part(part)
         return None  # a cache that cannot be written costs speed, never the report
     if columns is not None:
-        copy = _ParquetEntry(folder, run_key, {**meta, "as_read": as_read}, frames, columns)
+        copy = _ParquetEntry(folder, run_key, {**meta, "as_read": as_read}, frames, columns, files)
     else:
         # a copy started later runs beside an interactive screen: one table at a time
         copy = _MemoryCopy(con, folder, run_key, part, meta, writers=store.WRITERS if start else 1)
@@ -342,11 +343,13 @@ def _parquet_columns(con: duckdb.DuckDBPyConnection, frames: dict | None,
 class _ParquetEntry:
     """The frames of an in-memory store's tables as a cache entry: a Parquet file a table
     (Polars', zstd), a manifest (each table's file and DuckDB column types, the run's info and
-    messages) and the SHA-256 of each file, written in a folder aside and renamed into place."""
+    messages) and the SHA-256 of each file, written in a folder aside and renamed into place.
+    ``files``: the tables' Parquet files already written (``store.write_files``), copied instead."""
 
-    def __init__(self, folder: Path, run_key: str, meta: dict, frames: dict, columns: dict):
+    def __init__(self, folder: Path, run_key: str, meta: dict, frames: dict, columns: dict,
+                 files: dict | None = None):
         self.folder, self.run_key, self.meta = folder, run_key, meta
-        self.frames, self.columns = frames, columns
+        self.frames, self.columns, self.files = frames, columns, files or {}
 
     def finish(self) -> None:
         part = self.folder / f".{self.run_key}.{uuid.uuid4().hex}.store-part"
@@ -354,7 +357,10 @@ class _ParquetEntry:
             part.mkdir(mode=0o700)
             tables = []
             for n, name in enumerate(sorted(self.frames)):
-                self.frames[name].write_parquet(part / f"{n}.parquet", compression="zstd")
+                if name in self.files:
+                    _copy_checked(self.files[name], part / f"{n}.parquet", None)
+                else:
+                    self.frames[name].write_parquet(part / f"{n}.parquet", compression="zstd")
                 tables.append({"name": name, "file": f"{n}.parquet", "columns": self.columns[name]})
             (part / _MANIFEST).write_text(json.dumps({"meta": self.meta, "tables": tables}, default=str))
             sums = {path.name: _digest_file(path) for path in sorted(part.iterdir())}
@@ -393,7 +399,7 @@ def _load_parquet(entry: Path, db_path: str | Path | None):
         if not isinstance(meta, dict) or not isinstance(meta.get("info"), dict) or \
                 not isinstance(meta.get("messages"), list) or not isinstance(meta.get("as_read"), list):
             raise ValueError("damaged cache metadata")
-        con = store.connect(db_path)
+        con = store.connect(db_path, capped=True)
         if db_path is None:
             con.execute(f"SET allowed_directories = ['{store.sql_path(copy)}/']")
         for table in tables:
@@ -418,17 +424,10 @@ def _table_sql(table: dict, copy: Path, sums: dict, kind: str) -> str:
     name, file, columns = table["name"], table["file"], table["columns"]
     if not isinstance(name, str) or file not in sums or file == _MANIFEST or not columns:
         raise ValueError("damaged cache manifest")
-    cast = []
     for column, dtype in columns:
         if not isinstance(column, str) or not isinstance(dtype, str) or not _TYPE.fullmatch(dtype):
             raise ValueError("damaged cache manifest")
-        cast.append(f"CAST({_quoted(column)} AS {dtype}) AS {_quoted(column)}")
-    return (f"CREATE {kind} {_quoted(name)} AS SELECT {', '.join(cast)} "
-            f"FROM read_parquet('{store.sql_path(copy / file)}')")
-
-
-def _quoted(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
+    return store.over_parquet(name, columns, copy / file, kind)
 
 
 def _publish(folder: Path, run_key: str, part: Path) -> None:

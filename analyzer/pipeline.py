@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import threading
 import time
+import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -258,8 +259,16 @@ def analyze(paths: list[str | Path], db_path: str | Path | None = None, progress
         lines = timeline.fill_attempts_by_position(lines, timeline.attempt_marks(tables))
     t_models = time.perf_counter()
     meter.status("writing the store")
-    con = sink.con or store.connect(db_path, spill=spill)
-    written = store.write_all(con, {**tables, "inputs": parsed.inputs, "ranks": ranks, "lines": lines})
+    tables = {**tables, "inputs": parsed.inputs, "ranks": ranks, "lines": lines}
+    files = {}
+    if spill and db_path is None and sink.con is None:
+        # A large run with no store file asked for (and no bulk): its tables as Parquet files,
+        # views of an in-memory store (store.write_files); the cache entry copies the files.
+        con = store.connect(None, capped=True)
+        written, files = store.write_files(con, tables, store.private_dir() / f"tables-{uuid.uuid4().hex[:12]}")
+    else:
+        con = sink.con or store.connect(db_path, spill=spill)
+        written = store.write_all(con, tables)
     if sink.rows:   # the COLL trace bulk and skimmed lines, shown by views of these tables
         bulk.merge(con)
         written = {name: frame for name, frame in written.items() if name not in bulk.OWN}
@@ -270,6 +279,8 @@ def analyze(paths: list[str | Path], db_path: str | Path | None = None, progress
                 attempts=sorted(a for a in lines["attempt"].unique().to_list() if a is not None))
     run = Run(con, info, errors + _collapse_empty(parsed.messages), db_path=str(db_path) if db_path else None)
     run.keep_written({name: frame for name, frame in written.items() if name != "lines"})  # lines: read by query
+    if files:   # the rest are read from their files, as on a cache hit (Run.kept)
+        run.stored_frames = {name: files[name] for name in store.read_back_unchanged(con, written)}
     later = []      # the entries written once the caller starts them (Run.start_cache)
     if saving is not None and saving.ident is None:
         later.append(saving)
@@ -277,7 +288,7 @@ def analyze(paths: list[str | Path], db_path: str | Path | None = None, progress
         saving.join()
     if run_key:
         later.append(cache.save(run_key, con, {"info": run.info, "messages": run.messages},
-                                background=background_cache, start=start_cache, frames=written))
+                                background=background_cache, start=start_cache, frames=written, files=files))
         run.cache_key = run_key
     run.pending_cache = _in_turn([thread for thread in later if thread is not None])
     run.timings = {"discover_s": round(t_discover - started, 3), "parse_s": round(t_parse - started, 3),

@@ -150,6 +150,31 @@ def test_an_in_memory_store_is_kept_as_parquet_and_a_hit_is_the_same_store(cache
         hit.con.execute("SELECT * FROM read_csv('/etc/passwd')")
 
 
+def test_a_large_run_without_a_store_file_keeps_its_tables_as_parquet_views(cache_dir, tmp_path, monkeypatch):
+    """A run over ``store.SPILL_BYTES`` with no ``--db``: each table is a Parquet file and a view
+    with the columns, types and rows an in-memory store's table has, also once locked down; the
+    same findings; its cache entry copies the files, and a hit is the same store again."""
+    from postmortem.analyzer import store
+
+    job = tmp_path / "job"
+    shutil.copytree(SAMPLE, job)
+    plain = analyze([job], use_cache=False)
+    want, want_findings = _stored(plain.con), _findings(plain)[0]
+    monkeypatch.setattr(store, "SPILL_BYTES", 0)
+    run = analyze([job])
+    views = run.con.execute("SELECT count(*) FROM duckdb_views() WHERE NOT internal").fetchone()[0]
+    assert views == len(want) and _stored(run.con) == want and run.stored_frames
+    for name in run.stored_frames:
+        assert run.table(name).equals(run.frame(f'SELECT * FROM "{name}"'))
+    store.lock_down(run.con)
+    assert run.con.execute("SELECT count(*) FROM lines").fetchone()[0] == len(want["lines"][1])
+    assert _findings(run)[0] == want_findings
+    (entry,) = cache.entries(cache_dir)
+    assert entry.suffix == ".store"
+    hit = analyze([job])
+    assert hit.timings.get("cache") == "hit" and _stored(hit.con) == want
+
+
 def test_a_hit_with_a_db_path_writes_the_tables_into_that_file(cache_dir, tmp_path):
     job = tmp_path / "job"
     shutil.copytree(SAMPLE, job)
