@@ -236,7 +236,9 @@ def save(run_key: str, con: duckdb.DuckDBPyConnection, meta: dict, background: b
         _remove_part(part)
         return None  # a cache that cannot be written costs speed, never the report
     if columns is not None:
-        copy = _ParquetEntry(folder, run_key, {**meta, "as_read": as_read}, frames, columns, files)
+        # a table with its file written needs no frame held until the entry is written (the TUI's)
+        held = {name: None if files and name in files else frame for name, frame in frames.items()}
+        copy = _ParquetEntry(folder, run_key, {**meta, "as_read": as_read}, held, columns, files)
     else:
         # a copy started later runs beside an interactive screen: one table at a time
         copy = _MemoryCopy(con, folder, run_key, part, meta, writers=store.WRITERS if start else 1)
