@@ -235,6 +235,8 @@ def save(run_key: str, con: duckdb.DuckDBPyConnection, meta: dict, background: b
     except (duckdb.Error, OSError):
         _remove_part(part)
         return None  # a cache that cannot be written costs speed, never the report
+    if columns is None and files:
+        return None     # views over this process's own files: no copy of the store can hold them
     if columns is not None:
         # a table with its file written needs no frame held until the entry is written (the TUI's)
         held = {name: None if files and name in files else frame for name, frame in frames.items()}

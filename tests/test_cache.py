@@ -222,6 +222,22 @@ def test_only_a_store_whose_frames_are_every_table_is_kept_as_parquet():
     assert cache._parquet_columns(con, frames, held=False) is None
 
 
+def test_a_store_of_views_over_files_that_no_entry_can_hold_is_not_cached(cache_dir, tmp_path, monkeypatch):
+    """A large run's tables are views over this process's own Parquet files: where its entry
+    cannot be those files (a column of a type the manifest may not hold), a DuckDB copy of the
+    store would hold views of files gone with the process. No entry is written; the next run
+    parses again."""
+    from postmortem.analyzer import store
+
+    monkeypatch.setattr(store, "SPILL_BYTES", 0)
+    monkeypatch.setattr(cache, "_TYPE", cache.re.compile("NO TYPE"))
+    job = tmp_path / "job"
+    shutil.copytree(SAMPLE, job)
+    run = analyze([job])
+    assert not cache.entries(cache_dir) and _findings(run)[0]
+    assert "parse_s" in analyze([job]).timings
+
+
 def test_no_cache_flag_and_environment_turn_it_off(cache_dir, tmp_path, monkeypatch):
     job = tmp_path / "job"
     shutil.copytree(SAMPLE, job)
