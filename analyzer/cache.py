@@ -4,8 +4,8 @@ Key: every input's path (an archive member's ``archive!/member``), size and mtim
 of the code that parses and models (``parsers/``, ``analyzer/``, ``hardware.toml``): a changed,
 added or removed input, or a new postmortem, misses. Value: the store as it stands after
 ingest, before the rules, with what ``analyze`` knew about the run (``Run.info``, messages):
-a store on disk (or one with views: a COLL-traced run's bulk) as its DuckDB file, an in-memory
-store as its tables' frames in Parquet files (``<key>.store/``), which a hit reads through views.
+its tables as Parquet files (``<key>.store/``), which a hit reads through views; a store with a
+file of its own (``--db``) or with a COLL trace's bulk as its DuckDB file.
 
 The report too: a second report on unchanged inputs would run the same rules on the same store,
 so its findings and report (``save_report``) are kept beside the store, keyed by the store's key,
@@ -239,8 +239,8 @@ def save(run_key: str, con: duckdb.DuckDBPyConnection, meta: dict, background: b
         return None     # views over this process's own files: no copy of the store can hold them
     if columns is not None:
         # a table with its file written needs no frame held until the entry is written (the TUI's)
-        held = {name: None if files and name in files else frame for name, frame in frames.items()}
-        copy = _ParquetEntry(folder, run_key, {**meta, "as_read": as_read}, held, columns, files)
+        unwritten = {name: frame for name, frame in frames.items() if name not in (files or {})}
+        copy = _ParquetEntry(folder, run_key, {**meta, "as_read": as_read}, columns, unwritten, files)
     else:
         # a copy started later runs beside an interactive screen: one table at a time
         copy = _MemoryCopy(con, folder, run_key, part, meta, writers=store.WRITERS if start else 1)
@@ -314,7 +314,7 @@ class _MemoryCopy:
         _remove_part(self.part)
 
 
-# -- entries of Parquet files: an in-memory store's tables as the frames they were written from --
+# -- entries of Parquet files: a store's tables as the frames they were written from --
 
 STORE_SUFFIX = ".store"     # the entry: a folder of <n>.parquet, the manifest and their SHA-256s
 _MANIFEST = "manifest.json"
@@ -345,22 +345,23 @@ def _parquet_columns(con: duckdb.DuckDBPyConnection, frames: dict | None,
 
 
 class _ParquetEntry:
-    """The frames of an in-memory store's tables as a cache entry: a Parquet file a table
-    (Polars', zstd), a manifest (each table's file and DuckDB column types, the run's info and
-    messages) and the SHA-256 of each file, written in a folder aside and renamed into place.
-    ``files``: the tables' Parquet files already written (``store.write_files``), copied instead."""
+    """A store's tables (``columns``: each one's DuckDB column types) as a cache entry: a Parquet
+    file a table, a manifest (each table's file and column types, the run's info and messages)
+    and the SHA-256 of each file, written in a folder aside and renamed into place. A table's
+    file is a copy of ``files``' where it has one (``store.write_files``), else its frame in
+    ``frames`` written by Polars (zstd)."""
 
-    def __init__(self, folder: Path, run_key: str, meta: dict, frames: dict, columns: dict,
+    def __init__(self, folder: Path, run_key: str, meta: dict, columns: dict, frames: dict,
                  files: dict | None = None):
         self.folder, self.run_key, self.meta = folder, run_key, meta
-        self.frames, self.columns, self.files = frames, columns, files or {}
+        self.columns, self.frames, self.files = columns, frames, files or {}
 
     def finish(self) -> None:
         part = self.folder / f".{self.run_key}.{uuid.uuid4().hex}.store-part"
         try:
             part.mkdir(mode=0o700)
             tables = []
-            for n, name in enumerate(sorted(self.frames)):
+            for n, name in enumerate(sorted(self.columns)):
                 if name in self.files:
                     _copy_checked(self.files[name], part / f"{n}.parquet", None)
                 else:
@@ -541,8 +542,8 @@ STALE_PART_S = 3600
 
 
 def entries(folder: Path | None = None) -> list[Path]:
-    """The stores kept in the cache folder (``root()``): DuckDB files (a store on disk, or one
-    with views) and folders of Parquet files (an in-memory store's tables, ``_ParquetEntry``)."""
+    """The stores kept in the cache folder (``root()``): folders of Parquet files
+    (``_ParquetEntry``) and DuckDB files (a store with a file of its own, or a COLL trace's bulk)."""
     folder = folder or root()
     return sorted([*folder.glob("*.duckdb"), *folder.glob(f"*{STORE_SUFFIX}")])
 

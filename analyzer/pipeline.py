@@ -38,8 +38,9 @@ class Run:
     timings: dict = field(default_factory=dict)
     db_path: str | None = None
     cache_key: str | None = None   # the key of this store in analyzer.cache (None: cache off)
-    # Tables read from a cache entry of Parquet files (postmortem.analyzer.cache.load): the file
-    # of each table whose frame is what a ``SELECT *`` of it gives (``kept``).
+    # Tables that are views over Parquet files (a large run's, store.write_files, or a cache
+    # hit's, postmortem.analyzer.cache.load): the file of each table whose frame is what a
+    # ``SELECT *`` of it gives (``kept``).
     stored_frames: dict[str, Path] = field(default_factory=dict, repr=False)
 
     def frame(self, sql: str, params: list | None = None) -> pl.DataFrame:
@@ -84,8 +85,7 @@ class Run:
 
     def kept(self, name: str) -> pl.DataFrame | None:
         """The frame a ``SELECT *`` of ``name`` gives, where the run has it without a query: kept
-        in memory (``keep_written``), or the Parquet file of a cache hit (``stored_frames``);
-        else None."""
+        in memory (``keep_written``), or its Parquet file (``stored_frames``); else None."""
         if name in self.written:
             return self.written[name]
         path = self.stored_frames.get(name)
