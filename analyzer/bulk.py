@@ -18,10 +18,12 @@ NCCL header, the collective's fields) and everything else (attribution, attempt,
 the first line of their run. The store is the same as if every line had gone through the
 models (tests/test_scale_ingest.py holds it to that).
 
-Each bulk row is written once, into ``_coll_rows``, and each skimmed line (the middle of a log
-too large to parse whole: ``skim_cut``) once, into ``_skim_rows``. ``lines``, ``nccl_lines``
+Each bulk row is written once, into a chunk's file, and each skimmed line (the middle of a log
+too large to parse whole: ``skim_cut``) once, into a skimmed chunk's file. The store shows them
+as ``_coll_rows`` and ``_skim_rows``: views over those files where the store has no file of its
+own, tables of its file with ``--db`` (``merge``). ``lines``, ``nccl_lines``
 and ``collectives`` become views over their own rows (``_lines``, ... kept in their order) and
-those (``_derive``): writing 4 M rows into each cost more than half of a 64-rank COLL run's store
+those (``show``): writing 4 M rows into each cost more than half of a 64-rank COLL run's store
 (``lines`` alone, sorted into file order: 3.7 s of 6 s), and sorting a 535 MB log's 2.2 M
 skimmed lines in among the kept ones 7 s. Reading the COLL rows through a view costs what
 reading the tables did (rules read them through one aggregate; a filter on ``kind`` skips
@@ -63,7 +65,7 @@ SCHEMA = {"input_id": pl.UInt32, "line_no": pl.UInt32, "run_line": pl.UInt32, "o
           **{c: t for c, t in NCCL_SCHEMAS["collectives"].items() if c not in ("line_no", "kind", "host", "pid",
                                                                              "tid", "cuda_dev")}}
 TABLE = "_bulk"
-# The bulk rows in the store, written once: ``lines``, ``nccl_lines`` and ``collectives`` show them (``_derive``).
+# The bulk rows in the store, written once: ``lines``, ``nccl_lines`` and ``collectives`` show them (``show``).
 ROWS = "_coll_rows"
 _ROWS_COLUMNS = ["input_id", "line_no", "run_line",
                  *dict.fromkeys(c for table in OWN for c in OWN[table] if c not in ("input_id", "line_no"))]
@@ -205,8 +207,18 @@ class Sink:
         if not rows:
             con.execute(f"DROP VIEW {TABLE}")
 
+    def bulk_files(self, con: duckdb.DuckDBPyConnection) -> list[str]:
+        """The files of the ``_bulk`` rows: the chunks' own, or where an old parse's files show
+        only some of their rows (``dropped``: a grown log's tail parsed again), what the view
+        shows written as one file (rare: a live hang analysed twice)."""
+        if not self.old_files:
+            return list(self.files)
+        path = os.path.join(self.spool, f"rows-{uuid.uuid4().hex[:12]}.parquet")
+        con.execute(f"COPY {TABLE} TO '{store.sql_path(path)}' (FORMAT parquet, COMPRESSION zstd)")
+        return [path]
+
     def discard(self) -> None:
-        """The files, once merged (the store has the rows now)."""
+        """The files, once merged into a store's file (``merge`` without the sink)."""
         shutil.rmtree(self.spool, ignore_errors=True)
 
 
@@ -224,55 +236,85 @@ def write(frame: pl.DataFrame, spool: str, name: str) -> str | None:
     return path
 
 
-# The skimmed lines in the store, written once: ``lines`` shows them (``_derive``).
+# The skimmed lines in the store, written once: ``lines`` shows them (``show``).
 SKIM_ROWS = "_skim_rows"
 
 
-def merge(con: duckdb.DuckDBPyConnection) -> None:
+def merge(con: duckdb.DuckDBPyConnection, sink: Sink | None = None) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
     """Show the ``_bulk`` rows in ``lines``, ``nccl_lines`` and ``collectives``, and the ``_skim``
     rows in ``lines``: own columns from the bulk row, the others from the first line of its run
-    (a skimmed line: the kept line of its stream before it). Each is written once, in any order,
-    into ``ROWS`` or ``SKIM_ROWS``, and the tables (in the store already, their own rows in their
-    order) become views that add them (``_derive``). Rules read COLL rows only through an
-    aggregate (``postmortem.rules.base.Context.coll_trace_ends``)."""
+    (a skimmed line: the kept line of its stream before it). Each is kept once, in any order, as
+    ``ROWS`` or ``SKIM_ROWS``, and the tables (in the store already, their own rows in their
+    order) become views that add them (``show``). Rules read COLL rows only through an
+    aggregate (``postmortem.rules.base.Context.coll_trace_ends``).
+
+    With ``sink`` (a store without a file of its own), ``ROWS`` and ``SKIM_ROWS`` are views over
+    the sink's Parquet files, which stay in the private folder (not ``discard``-ed): writing the
+    64-rank COLL trace's 4 M rows into the store took 1.6 s, and a 535 MB log's skimmed lines
+    1.1 s. Without (``--db``), they are tables of its file, which users open after the process.
+    Returns which parts each table shows (for ``show``) and, with ``sink``, each part's files."""
     views = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables WHERE table_name IN "
                                        f"('{TABLE}', '{SKIM}')").fetchall()}
-    # In any order: DuckDB then writes the rows to the file as it reads them, rather than
-    # holding chunks that end inside a row group for the next checkpoint (2-3 s more).
-    con.execute("SET preserve_insertion_order = false")
-    try:
+    files: dict[str, list[str]] = {}
+    if sink is not None:
         if TABLE in views:
-            con.execute(f"CREATE TABLE {ROWS} AS SELECT {_listed(_ROWS_COLUMNS)} FROM {TABLE}")
+            files[ROWS] = sink.bulk_files(con)
+            con.execute(f"CREATE VIEW {ROWS} AS SELECT {_listed(_ROWS_COLUMNS)} FROM read_parquet({_list(files[ROWS])})")
         if SKIM in views:
-            con.execute(f"CREATE TABLE {SKIM_ROWS} AS SELECT {_listed(SKIM_SCHEMA)} FROM {SKIM}")
-    finally:
-        con.execute("RESET preserve_insertion_order")
-    for table, own in OWN.items():
-        parts = [(ROWS, own, _FIRST_ROW[table])] if TABLE in views else []
-        if table == "lines" and SKIM in views:
-            parts.append((SKIM_ROWS, SKIM_OWN, ""))
-        if parts:
-            _derive(con, table, parts)
+            files[SKIM_ROWS] = list(sink.skim_files)
+            con.execute(f"CREATE VIEW {SKIM_ROWS} AS SELECT {_listed(SKIM_SCHEMA)} "
+                        f"FROM read_parquet({_list(files[SKIM_ROWS])})")
+    else:
+        # In any order: DuckDB then writes the rows to the file as it reads them, rather than
+        # holding chunks that end inside a row group for the next checkpoint (2-3 s more).
+        con.execute("SET preserve_insertion_order = false")
+        try:
+            if TABLE in views:
+                con.execute(f"CREATE TABLE {ROWS} AS SELECT {_listed(_ROWS_COLUMNS)} FROM {TABLE}")
+            if SKIM in views:
+                con.execute(f"CREATE TABLE {SKIM_ROWS} AS SELECT {_listed(SKIM_SCHEMA)} FROM {SKIM}")
+        finally:
+            con.execute("RESET preserve_insertion_order")
+    parts = {table: ([ROWS] if TABLE in views else []) + ([SKIM_ROWS] if table == "lines" and SKIM in views else [])
+             for table in OWN}
+    parts = {table: names for table, names in parts.items() if names}
+    for table in parts:
+        kind = con.execute("SELECT table_type FROM information_schema.tables WHERE table_name = ?",
+                           [table]).fetchall()[0][0]
+        con.execute(f'ALTER {"VIEW" if kind == "VIEW" else "TABLE"} "{table}" RENAME TO "_{table}"')
+    for table, names in parts.items():
+        show(con, table, names)
     for view in views:
         con.execute(f"DROP VIEW {view}")
+    return parts, files
 
 
 def _listed(columns) -> str:
     return ", ".join(f'"{c}"' for c in columns)
 
 
-def _derive(con: duckdb.DuckDBPyConnection, table: str, parts: list[tuple[str, list[str], str]]) -> None:
-    """``table`` becomes a view: its own rows (now ``_<table>``) and a row per line of each part's
-    stored rows (``ROWS``, ``SKIM_ROWS``): the part's own columns from that row (a column the
-    rows lack is null), the others from the first line of its run (``first``: which row of the
-    table that is). So each bulk row is written once, not once per table; the view's rows are
-    the rows the table would hold."""
+def _part(rows: str, table: str) -> tuple[list[str], str]:
+    """The columns ``rows`` (``ROWS``, ``SKIM_ROWS``) bring themselves to ``table``, and which row
+    of ``table`` is the first line of their run."""
+    return (OWN[table], _FIRST_ROW[table]) if rows == ROWS else (SKIM_OWN, "")
+
+
+PARTS = (ROWS, SKIM_ROWS)
+
+
+def show(con: duckdb.DuckDBPyConnection, table: str, parts: list[str]) -> None:
+    """``table`` as a view: its own rows (``_<table>``) and a row per line of each part's stored
+    rows (``ROWS``, ``SKIM_ROWS``): the part's own columns from that row (a column the rows lack
+    is null), the others from the first line of its run. So each bulk row is kept once, not
+    once per table; the view's rows are the rows the table would hold."""
+    if table not in OWN or not parts or not set(parts) <= set(PARTS):
+        raise ValueError(f"no such bulk view: {table!r} of {parts!r}")
     columns = [r[0] for r in con.execute(
         "SELECT column_name FROM information_schema.columns WHERE table_name = ? ORDER BY ordinal_position",
-        [table]).fetchall()]
-    con.execute(f'ALTER TABLE "{table}" RENAME TO "_{table}"')
+        [f"_{table}"]).fetchall()]
     selects = [f'SELECT {_listed(columns)} FROM "_{table}"']
-    for rows, own, first in parts:
+    for rows in parts:
+        own, first = _part(rows, table)
         stored = {r[0] for r in con.execute(
             "SELECT column_name FROM information_schema.columns WHERE table_name = ?", [rows]).fetchall()}
         picked = ", ".join(

@@ -5,7 +5,7 @@ of the code that parses and models (``parsers/``, ``analyzer/``, ``hardware.toml
 added or removed input, or a new postmortem, misses. Value: the store as it stands after
 ingest, before the rules, with what ``analyze`` knew about the run (``Run.info``, messages):
 its tables as Parquet files (``<key>.store/``), which a hit reads through views; a store with a
-file of its own (``--db``) or with a COLL trace's bulk as its DuckDB file.
+file of its own (``--db``) as its DuckDB file.
 
 The report too: a second report on unchanged inputs would run the same rules on the same store,
 so its findings and report (``save_report``) are kept beside the store, keyed by the store's key,
@@ -28,6 +28,7 @@ with less than ``FREE_MARGIN`` free.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -43,7 +44,7 @@ from pathlib import Path
 
 import duckdb
 
-from postmortem.analyzer import store
+from postmortem.analyzer import bulk, store
 from postmortem.analyzer.discover import InputFile, path_text
 
 KEEP = 10
@@ -194,7 +195,8 @@ def load(run_key: str, db_path: str | Path | None):
 
 
 def save(run_key: str, con: duckdb.DuckDBPyConnection, meta: dict, background: bool = False,
-         start: bool = True, frames: dict | None = None, files: dict | None = None) -> threading.Thread | None:
+         start: bool = True, frames: dict | None = None, files: dict | None = None,
+         derived: dict | None = None) -> threading.Thread | None:
     """Copy the store into the cache (written aside, then renamed: readers never see half), with
     the SHA-256 of the entry beside it. ``background``: an in-memory store's rows are copied by a
     thread, returned, while the caller goes on (the report: on the 1,024-rank run the copy takes
@@ -209,8 +211,10 @@ def save(run_key: str, con: duckdb.DuckDBPyConnection, meta: dict, background: b
     Where they are every table of an in-memory store, the entry is those frames as Parquet
     files (``_ParquetEntry``), which a hit reads through views (``load``): Polars writes the
     1,024-rank run's tables in 0.4 s, where DuckDB copies them into its own file in 1.5 s and
-    2.5 s of CPU. ``files``: the Parquet file of each table, where the store's tables are views
-    over them (``store.write_files``): the entry is a copy of them."""
+    2.5 s of CPU. ``files``: the Parquet files of each table that is a view over them
+    (``store.write_files``, a COLL trace's bulk rows): the entry holds a copy of them.
+    ``derived``: the views ``postmortem.analyzer.bulk.show`` made (each one's parts), made again
+    on a hit."""
     if usable():
         return None
     folder = root()
@@ -230,7 +234,7 @@ def save(run_key: str, con: duckdb.DuckDBPyConnection, meta: dict, background: b
             return None
         if not _room_for(folder, 2 * _in_memory_bytes(con)):
             return None
-        columns = _parquet_columns(con, frames, held=not start and not files)
+        columns = _parquet_columns(con, frames, not start, files, derived)
         as_read = sorted(store.read_back_unchanged(con, frames)) if columns is not None else []
     except (duckdb.Error, OSError):
         _remove_part(part)
@@ -240,7 +244,8 @@ def save(run_key: str, con: duckdb.DuckDBPyConnection, meta: dict, background: b
     if columns is not None:
         # a table with its file written needs no frame held until the entry is written (the TUI's)
         unwritten = {name: frame for name, frame in frames.items() if name not in (files or {})}
-        copy = _ParquetEntry(folder, run_key, {**meta, "as_read": as_read}, columns, unwritten, files)
+        copy = _ParquetEntry(folder, run_key, {**meta, "as_read": as_read}, columns, unwritten, files,
+                             derived)
     else:
         # a copy started later runs beside an interactive screen: one table at a time
         copy = _MemoryCopy(con, folder, run_key, part, meta, writers=store.WRITERS if start else 1)
@@ -325,49 +330,60 @@ _ENTRY_FILE = re.compile(r"[0-9]{1,6}\.parquet|manifest\.json")
 _TYPE = re.compile(r"[A-Z][A-Z0-9_]*(?: [A-Z][A-Z0-9_]*)*(?:\([0-9]+(?:, ?[0-9]+)?\))?(?:\[\])*")
 
 
-def _parquet_columns(con: duckdb.DuckDBPyConnection, frames: dict | None,
-                     held: bool) -> dict[str, list[tuple[str, str]]] | None:
-    """Each table's (column, DuckDB type) pairs where ``frames`` are the store's tables, each with
-    its columns in order, of types a manifest may hold; else None (the store is copied by DuckDB).
-    ``held``: the entry is written later (the TUI's), holding the frames until then: only where
-    they fit in ``budget.held_tables_bytes``."""
+def _parquet_columns(con: duckdb.DuckDBPyConnection, frames: dict | None, held: bool, files: dict | None = None,
+                     derived: dict | None = None) -> dict[str, list[tuple[str, str]]] | None:
+    """Each table's (column, DuckDB type) pairs where the store's tables are ``frames`` (each
+    with its columns in order), views over ``files`` and the views ``derived`` names (made again
+    from them on a hit), of types a manifest may hold; else None (the store is copied by DuckDB).
+    ``held``: the entry is written later (the TUI's), holding the frames without a file until
+    then: only where they fit in ``budget.held_tables_bytes``."""
     from postmortem.analyzer import budget
 
-    if not frames or (held and sum(f.estimated_size() for f in frames.values()) > budget.held_tables_bytes()):
+    files, derived = files or {}, derived or {}
+    if not frames or (held and sum(frame.estimated_size() for name, frame in frames.items() if name not in files)
+                      > budget.held_tables_bytes()):
         return None
-    stored = store.columns_by_table(con)    # tables and views: a COLL-traced run's views are not frames
-    if set(stored) != set(frames):
+    stored = store.columns_by_table(con)
+    if set(stored) != set(frames) | set(files) | set(derived):
         return None
-    for name, columns in stored.items():
-        if [c for c, _ in columns] != frames[name].columns or not all(_TYPE.fullmatch(t) for _, t in columns):
+    kept = {name: columns for name, columns in stored.items() if name not in derived}
+    for name, columns in kept.items():
+        if name in frames and [c for c, _ in columns] != frames[name].columns:
             return None
-    return stored
+        if not all(_TYPE.fullmatch(t) for _, t in columns):
+            return None
+    return kept
 
 
 class _ParquetEntry:
-    """A store's tables (``columns``: each one's DuckDB column types) as a cache entry: a Parquet
-    file a table, a manifest (each table's file and column types, the run's info and messages)
-    and the SHA-256 of each file, written in a folder aside and renamed into place. A table's
-    file is a copy of ``files``' where it has one (``store.write_files``), else its frame in
-    ``frames`` written by Polars (zstd)."""
+    """A store's tables (``columns``: each one's DuckDB column types) as a cache entry: Parquet
+    files (one a table, or a view's several), a manifest (each table's files and column types,
+    the views ``derived`` from them, the run's info and messages) and the SHA-256 of each file,
+    written in a folder aside and renamed into place. A table's files are copies of ``files``'
+    where it has them (``store.write_files``, bulk rows), else its frame in ``frames`` written by
+    Polars (zstd)."""
 
     def __init__(self, folder: Path, run_key: str, meta: dict, columns: dict, frames: dict,
-                 files: dict | None = None):
+                 files: dict | None = None, derived: dict | None = None):
         self.folder, self.run_key, self.meta = folder, run_key, meta
-        self.columns, self.frames, self.files = columns, frames, files or {}
+        self.columns, self.frames, self.files, self.derived = columns, frames, files or {}, derived or {}
 
     def finish(self) -> None:
         part = self.folder / f".{self.run_key}.{uuid.uuid4().hex}.store-part"
         try:
             part.mkdir(mode=0o700)
-            tables = []
-            for n, name in enumerate(sorted(self.columns)):
-                if name in self.files:
-                    _copy_checked(self.files[name], part / f"{n}.parquet", None)
-                else:
-                    self.frames[name].write_parquet(part / f"{n}.parquet", compression="zstd")
-                tables.append({"name": name, "file": f"{n}.parquet", "columns": self.columns[name]})
-            (part / _MANIFEST).write_text(json.dumps({"meta": self.meta, "tables": tables}, default=str))
+            tables, numbers = [], itertools.count()
+            for name in sorted(self.columns):
+                names = []
+                for source in self.files.get(name) or [None]:
+                    names.append(f"{next(numbers)}.parquet")
+                    if source is not None:
+                        _copy_checked(Path(source), part / names[-1], None)
+                    else:
+                        self.frames[name].write_parquet(part / names[-1], compression="zstd")
+                tables.append({"name": name, "files": names, "columns": self.columns[name]})
+            (part / _MANIFEST).write_text(json.dumps({"meta": self.meta, "tables": tables, "derived": self.derived},
+                                                     default=str))
             sums = {path.name: _digest_file(path) for path in sorted(part.iterdir())}
             (part / _SUMS).write_text(json.dumps(sums))
             final = self.folder / f"{self.run_key}{STORE_SUFFIX}"
@@ -384,8 +400,9 @@ def _load_parquet(entry: Path, db_path: str | Path | None):
     """A Parquet entry (``_ParquetEntry``) as a store: its files copied into this process's
     private folder, each checked against its SHA-256 (what is checked is what is read), then a
     view per table over its copy (in memory: a hit costs the copy, not a load), or with
-    ``db_path`` the tables written into that file. The views cast each column to the type the
-    store had, and read their files after ``store.lock_down`` too (``allowed_directories``).
+    ``db_path`` the tables written into that file; then the views ``bulk.show`` makes over them
+    (``derived``). The views cast each column to the type the store had, and read their files
+    after ``store.lock_down`` too (``store.allow``).
     The manifest's ``as_read``: the tables whose frame is what a ``SELECT *`` gives (Polars
     reads such a file three to four times as fast as a query of its view)."""
     copy = store.private_dir() / f"cached-{uuid.uuid4().hex[:12]}"
@@ -400,15 +417,17 @@ def _load_parquet(entry: Path, db_path: str | Path | None):
                     not _copy_checked(entry / name, copy / name, digest):
                 raise ValueError("damaged cache entry")
         manifest = json.loads((copy / _MANIFEST).read_text(encoding="utf-8"))
-        meta, tables = manifest["meta"], manifest["tables"]
+        meta, tables, derived = manifest["meta"], manifest["tables"], manifest["derived"]
         if not isinstance(meta, dict) or not isinstance(meta.get("info"), dict) or \
                 not isinstance(meta.get("messages"), list) or not isinstance(meta.get("as_read"), list):
             raise ValueError("damaged cache metadata")
         con = store.connect(db_path, capped=True)
         if db_path is None:
-            con.execute(f"SET allowed_directories = ['{store.sql_path(copy)}/']")
+            store.allow(con, [copy])
         for table in tables:
             con.execute(_table_sql(table, copy, sums, "TABLE" if db_path is not None else "VIEW"))
+        for table, parts in derived.items():
+            bulk.show(con, table, parts)
     except (duckdb.Error, OSError, KeyError, IndexError, ValueError, TypeError, AttributeError):
         if con is not None:
             con.close()
@@ -419,20 +438,21 @@ def _load_parquet(entry: Path, db_path: str | Path | None):
         _remove(copy)
         return con, meta, {}
     as_read = set(meta["as_read"])
-    return con, meta, {t["name"]: copy / t["file"] for t in tables if t["name"] in as_read}
+    return con, meta, {t["name"]: copy / t["files"][0] for t in tables if t["name"] in as_read and len(t["files"]) == 1}
 
 
 def _table_sql(table: dict, copy: Path, sums: dict, kind: str) -> str:
-    """``CREATE VIEW|TABLE name AS SELECT CAST(c AS type) AS c, ... FROM read_parquet(file)``
+    """``CREATE VIEW|TABLE name AS SELECT CAST(c AS type) AS c, ... FROM read_parquet(files)``
     for one table of a manifest; ValueError for a file the entry's sums do not hold or a type
     of another shape than ``_TYPE``."""
-    name, file, columns = table["name"], table["file"], table["columns"]
-    if not isinstance(name, str) or file not in sums or file == _MANIFEST or not columns:
+    name, files, columns = table["name"], table["files"], table["columns"]
+    if not isinstance(name, str) or not isinstance(files, list) or not files or not columns or \
+            any(file not in sums or file == _MANIFEST for file in files):
         raise ValueError("damaged cache manifest")
     for column, dtype in columns:
         if not isinstance(column, str) or not isinstance(dtype, str) or not _TYPE.fullmatch(dtype):
             raise ValueError("damaged cache manifest")
-    return store.over_parquet(name, columns, copy / file, kind)
+    return store.over_parquet(name, columns, [copy / file for file in files], kind)
 
 
 def _publish(folder: Path, run_key: str, part: Path) -> None:

@@ -201,10 +201,10 @@ def analyze(paths: list[str | Path], db_path: str | Path | None = None, progress
                 return Run(con, meta["info"], meta["messages"], {"cache": "hit", "total_ingest_s": round(
                     time.perf_counter() - started, 3)}, db_path=str(db_path) if db_path else None,
                            cache_key=run_key, stored_frames=stored_frames)
-            # A large run gets its store on disk from the start. Its COLL trace bulk is kept
-            # out of memory: files the store reads at the end (postmortem.analyzer.bulk).
+            # A large run's tables are Parquet files (store.write_files). A COLL trace's bulk is
+            # kept out of memory: files the store reads at the end (postmortem.analyzer.bulk).
             spill = sum(i.size for i in items) >= store.SPILL_BYTES
-            sink = bulk.Sink(lambda: store.connect(db_path, spill=spill))
+            sink = bulk.Sink(lambda: store.connect(db_path, capped=spill))
             # A live hang's logs grow between two analyses: parse only what they gained.
             paths_key = tails.paths_key(items, cache.code_version()) if use_cache else None
             plan = tails.plan(cache.root(), paths_key, items) if paths_key else None
@@ -216,7 +216,7 @@ def analyze(paths: list[str | Path], db_path: str | Path | None = None, progress
                     parsed, tail_info = tails.reparse(plan, items, sink)
                 except Exception as exc:  # a damaged parse entry costs a full parse, never the report
                     errors.append(f"cached parse of these inputs unusable ({type(exc).__name__}); parsed in full")
-                    sink = bulk.Sink(lambda: store.connect(db_path, spill=spill))
+                    sink = bulk.Sink(lambda: store.connect(db_path, capped=spill))
                     for item, (kind, problems) in zip(items, before):
                         item.kind, item.problems = kind, problems
             if parsed is None:
@@ -260,35 +260,46 @@ def analyze(paths: list[str | Path], db_path: str | Path | None = None, progress
     t_models = time.perf_counter()
     meter.status("writing the store")
     tables = {**tables, "inputs": parsed.inputs, "ranks": ranks, "lines": lines}
-    files = {}
-    if spill and db_path is None and sink.con is None:
-        # A large run with no store file asked for (and no bulk): its tables as Parquet files,
-        # views of an in-memory store (store.write_files); the cache entry copies the files.
-        con = store.connect(None, capped=True)
-        written, files = store.write_files(con, tables, store.private_dir() / f"tables-{uuid.uuid4().hex[:12]}")
+    files, folders = {}, []
+    if spill and db_path is None:
+        # A large run with no store file asked for: its tables as Parquet files, views of an
+        # in-memory store (store.write_files); the cache entry copies the files.
+        con = sink.con or store.connect(None, capped=True)
+        folders.append(store.private_dir() / f"tables-{uuid.uuid4().hex[:12]}")
+        written, files = store.write_files(con, tables, folders[0])
     else:
-        con = sink.con or store.connect(db_path, spill=spill)
+        con = sink.con or store.connect(db_path)
         written = store.write_all(con, tables)
+    derived, bulk_files = {}, {}
     if sink.rows:   # the COLL trace bulk and skimmed lines, shown by views of these tables
-        bulk.merge(con)
-        written = {name: frame for name, frame in written.items() if name not in bulk.OWN}
-    sink.discard()
+        derived, bulk_files = bulk.merge(con, sink if db_path is None else None)
+    if bulk_files:  # views over the sink's files: they stay until the process ends
+        store.allow(con, [*folders, sink.spool])
+    else:
+        sink.discard()
     meter.close()
     t_store = time.perf_counter()
     info.update(year=year, time_source=year_source,
                 attempts=sorted(a for a in lines["attempt"].unique().to_list() if a is not None))
     run = Run(con, info, errors + _collapse_empty(parsed.messages), db_path=str(db_path) if db_path else None)
-    run.keep_written({name: frame for name, frame in written.items() if name != "lines"})  # lines: read by query
+    # the tables as their own rows are (``lines``, and the tables bulk rows are added to, are read by query)
+    kept = {name: frame for name, frame in written.items() if name not in derived}
+    run.keep_written({name: frame for name, frame in kept.items() if name != "lines"})
     if files:   # the rest are read from their files, as on a cache hit (Run.kept)
-        run.stored_frames = {name: files[name] for name in store.read_back_unchanged(con, written)}
+        run.stored_frames = {name: files[name] for name in store.read_back_unchanged(con, kept)}
     later = []      # the entries written once the caller starts them (Run.start_cache)
     if saving is not None and saving.ident is None:
         later.append(saving)
     elif saving is not None:
         saving.join()
     if run_key:
+        # what the store holds under each name: a table shown with bulk rows is ``_<table>``
+        named = {name: f"_{name}" if name in derived else name for name in written}
         later.append(cache.save(run_key, con, {"info": run.info, "messages": run.messages},
-                                background=background_cache, start=start_cache, frames=written, files=files))
+                                background=background_cache, start=start_cache,
+                                frames={named[name]: frame for name, frame in written.items()},
+                                files={**{named[name]: [path] for name, path in files.items()}, **bulk_files},
+                                derived=derived))
         run.cache_key = run_key
     run.pending_cache = _in_turn([thread for thread in later if thread is not None])
     run.timings = {"discover_s": round(t_discover - started, 3), "parse_s": round(t_parse - started, 3),

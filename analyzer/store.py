@@ -61,23 +61,21 @@ def tables(con: duckdb.DuckDBPyConnection) -> list[str]:
         "AND table_catalog = current_database() AND NOT starts_with(table_name, '_') ORDER BY table_name").fetchall()]
 
 
-# Runs at least this large get a store on disk even when no --db is given: a file store keeps
-# its tables compressed and pages them out, an in-memory one holds every row in RAM.
+# Runs at least this large keep their tables as Parquet files, views of a capped store
+# (``write_files``), where a small run's tables are in memory.
 SPILL_BYTES = 64 * 2**20
 # What DuckDB itself may hold in memory for a store on disk (it pages the rest out).
 MEMORY_LIMIT = os.environ.get("POSTMORTEM_DB_MEMORY")   # else analyzer.budget.db_memory()
 
 
-def connect(db_path: str | Path | None, spill: bool = False, capped: bool = False) -> duckdb.DuckDBPyConnection:
-    """A new store: ``db_path`` (replaced if it exists), else in memory, or with ``spill`` a
-    private temporary file removed when the process exits. DuckDB's own temporary files go to a
-    private folder too, never to the current directory (which may be the job folder). ``capped``:
-    an in-memory store with the memory cap of one on disk (``file_config``), for one whose tables
-    are views over Parquet files (``write_files``, a cache hit) that a query may read at length."""
-    if db_path is None and not spill:
-        return duckdb.connect(config=file_config()) if capped else duckdb.connect()
+def connect(db_path: str | Path | None, capped: bool = False) -> duckdb.DuckDBPyConnection:
+    """A new store: ``db_path`` (replaced if it exists), else in memory. DuckDB's own temporary
+    files go to a private folder, never to the current directory (which may be the job folder).
+    ``capped``: an in-memory store with the memory cap of one on disk (``file_config``), for one
+    whose tables are views over Parquet files (``write_files``, a COLL trace's bulk, a cache hit)
+    that a query may read at length."""
     if db_path is None:
-        db_path = private_dir() / f"store-{uuid.uuid4().hex[:12]}.duckdb"
+        return duckdb.connect(config=file_config()) if capped else duckdb.connect()
     path = Path(db_path)
     if path.exists():
         path.unlink()  # a store describes one analysis; re-ingesting replaces it
@@ -223,8 +221,8 @@ def write_files(con: duckdb.DuckDBPyConnection, tables: dict[str, pl.DataFrame],
     in ``folder`` (a new private one) and a view over it in ``con``, which casts each column to
     the type ``write_table`` gives it (an empty table of the frame's columns says which). Polars
     writes the 10,000-rank run's tables in 1.1 s, where DuckDB wrote them into its file in
-    3.3-3.5 s (about 40 ns a cell, whatever the content). The folder is the one DuckDB may still
-    read after ``lock_down`` (``allowed_directories``). Returns what it wrote and each table's file."""
+    3.3-3.5 s (about 40 ns a cell, whatever the content). The folder is one DuckDB may still
+    read after ``lock_down`` (``allow``). Returns what it wrote and each table's file."""
     todo = _to_write(tables)
     folder.mkdir(mode=0o700)
     files = {name: folder / f"{n}.parquet" for n, (name, _) in enumerate(todo)}
@@ -232,19 +230,27 @@ def write_files(con: duckdb.DuckDBPyConnection, tables: dict[str, pl.DataFrame],
         frame.write_parquet(files[name], compression="zstd")
         write_table(con, name, frame.clear())
     types = columns_by_table(con)
-    con.execute(f"SET allowed_directories = ['{sql_path(folder)}/']")
+    allow(con, [folder])
     for name, _ in todo:
         con.execute(f'DROP TABLE "{name}"')
         con.execute(over_parquet(name, types[name], files[name], "VIEW"))
     return dict(todo), files
 
 
-def over_parquet(name: str, columns: list[tuple[str, str]], path: Path, kind: str) -> str:
-    """``CREATE VIEW|TABLE name AS SELECT CAST(c AS type) AS c, ... FROM read_parquet(path)``: a
-    table of the store read from a Parquet file of its frame, each column of its store type.
-    The types are the store's own (``columns_by_table``) or checked by the caller."""
+def allow(con: duckdb.DuckDBPyConnection, folders: list[Path | str]) -> None:
+    """The folders whose files the store's views read, the only ones SQL may still read after
+    ``lock_down`` (DuckDB's ``allowed_directories``, which refuses ``../`` out of them)."""
+    listed = ", ".join(f"'{sql_path(Path(folder))}/'" for folder in folders)
+    con.execute(f"SET allowed_directories = [{listed}]")
+
+
+def over_parquet(name: str, columns: list[tuple[str, str]], paths: Path | list[Path], kind: str) -> str:
+    """``CREATE VIEW|TABLE name AS SELECT CAST(c AS type) AS c, ... FROM read_parquet(paths)``: a
+    table of the store read from Parquet files of its frame or rows, each column of its store
+    type. The types are the store's own (``columns_by_table``) or checked by the caller."""
     cast = ", ".join(f"CAST({quoted(column)} AS {dtype}) AS {quoted(column)}" for column, dtype in columns)
-    return f"CREATE {kind} {quoted(name)} AS SELECT {cast} FROM read_parquet('{sql_path(path)}')"
+    listed = ", ".join(f"'{sql_path(path)}'" for path in (paths if isinstance(paths, list) else [paths]))
+    return f"CREATE {kind} {quoted(name)} AS SELECT {cast} FROM read_parquet([{listed}])"
 
 
 def quoted(name: str) -> str:

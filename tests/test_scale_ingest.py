@@ -80,9 +80,10 @@ def test_the_coll_bulk_is_merged_back_row_for_row(coll_run, monkeypatch):
 
 
 def test_each_coll_row_is_stored_once_and_shown_by_views(coll_run):
-    """The COLL bulk lands in one ``_coll_rows`` table; ``lines``, ``nccl_lines`` and
-    ``collectives`` are views over their own rows and it. What users list (exports, the TUI's
-    SQL screen) names the views with their rows, never the tables behind them."""
+    """The COLL bulk is kept once, as ``_coll_rows``: a view over the chunks' Parquet files (no
+    copy into the store); ``lines``, ``nccl_lines`` and ``collectives`` are views over their own
+    rows and it. What users list (exports, the TUI's SQL screen) names the views with their
+    rows, never what is behind them."""
     from postmortem.tui.screens.sql import table_catalogue
 
     run = analyze([coll_run])
@@ -90,7 +91,9 @@ def test_each_coll_row_is_stored_once_and_shown_by_views(coll_run):
     stored = con.execute(f"SELECT count(*) FROM {bulk.ROWS}").fetchone()[0]
     assert stored > 1000
     views = {name for (name,) in con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()}
-    assert views == {"lines", "nccl_lines", "collectives"}
+    assert views == {"lines", "nccl_lines", "collectives", bulk.ROWS}
+    store.lock_down(con)    # the files stay readable by the views, and only they
+    assert con.execute("SELECT count(*) FROM collectives").fetchone()[0] > stored
     traced = con.execute("SELECT count(*) FROM collectives WHERE kind = 'nccl_coll'").fetchone()[0]
     own = con.execute("SELECT count(*) FROM _collectives WHERE kind = 'nccl_coll'").fetchone()[0]
     assert traced == own + stored       # each bulk row once in the view, with its run's first line's row
@@ -273,13 +276,37 @@ def test_the_order_the_paths_are_given_in_changes_nothing(coll_run, monkeypatch)
     assert one[1] == other[1] and one[2] == other[2]
 
 
-def test_findings_are_the_same_with_and_without_the_cache(coll_run, tmp_path, monkeypatch):
+def test_a_store_file_holds_the_coll_rows_as_a_table(coll_run, tmp_path):
+    """With ``--db`` the bulk rows are a table of the file (users open it after the process,
+    whose files are gone), and the store is the same as in memory."""
+    in_memory = store_of([coll_run], use_cache=False)
+    in_file = store_of([coll_run], use_cache=False, db_path=tmp_path / "kept.duckdb")
+    assert not differing(in_memory[0], in_file[0]) and in_memory[1:] == in_file[1:]
+    import duckdb
+
+    with duckdb.connect(str(tmp_path / "kept.duckdb"), read_only=True) as con:
+        kinds = dict(con.execute("SELECT table_name, table_type FROM information_schema.tables").fetchall())
+    assert kinds[bulk.ROWS] == "BASE TABLE" and kinds["collectives"] == "VIEW"
+
+
+@pytest.mark.parametrize("large", [False, True], ids=["in-memory", "parquet-tables"])
+def test_findings_are_the_same_with_and_without_the_cache(coll_run, tmp_path, monkeypatch, large):
+    """A COLL-traced run's cache entry holds the bulk rows' files and makes the views again on a
+    hit (its tables in memory, or Parquet files as a large run's are: ``store.SPILL_BYTES``)."""
+    from postmortem.analyzer import cache
+
     monkeypatch.setenv("POSTMORTEM_CACHE_DIR", str(tmp_path / "cache"))
+    if large:
+        monkeypatch.setattr(store, "SPILL_BYTES", 0)
     off = store_of([coll_run], use_cache=False)
     first = store_of([coll_run], use_cache=True)       # parses and fills the cache
+    (entry,) = cache.entries(tmp_path / "cache")
+    assert entry.suffix == ".store"
     hit = analyze([coll_run], use_cache=True)
     assert hit.timings.get("cache") == "hit"
+    assert hit.con.execute(f"SELECT count(*) FROM {bulk.ROWS}").fetchone()[0] > 1000
     again = store_of([coll_run], use_cache=True)
+    assert not differing(off[0], first[0]) and not differing(off[0], again[0])
     assert off[1] == first[1] == again[1] and off[2] == first[2] == again[2]
     monkeypatch.setenv("POSTMORTEM_WORKERS", "2")
     monkeypatch.setattr(ingest, "CHUNK_BYTES", 100_000)
