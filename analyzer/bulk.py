@@ -155,8 +155,7 @@ def skim_cut(lines: pl.DataFrame, skimmed: dict[int, int], input_ids: list[int])
 
 def staged(con: duckdb.DuckDBPyConnection) -> bool:
     """Whether the store shows bulk rows not merged yet (the ``_bulk`` view, ``Sink.stage``)."""
-    return bool(con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = ?",
-                            [TABLE]).fetchall()[0][0])
+    return TABLE in _views(con)
 
 
 class Sink:
@@ -253,8 +252,7 @@ def merge(con: duckdb.DuckDBPyConnection, sink: Sink | None = None) -> tuple[dic
     64-rank COLL trace's 4 M rows into the store took 1.6 s, and a 535 MB log's skimmed lines
     1.1 s. Without (``--db``), they are tables of its file, which users open after the process.
     Returns which parts each table shows (for ``show``) and, with ``sink``, each part's files."""
-    views = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables WHERE table_name IN "
-                                       f"('{TABLE}', '{SKIM}')").fetchall()}
+    views = _views(con) & {TABLE, SKIM}
     files: dict[str, list[str]] = {}
     if sink is not None:
         if TABLE in views:
@@ -278,10 +276,9 @@ def merge(con: duckdb.DuckDBPyConnection, sink: Sink | None = None) -> tuple[dic
     parts = {table: ([ROWS] if TABLE in views else []) + ([SKIM_ROWS] if table == "lines" and SKIM in views else [])
              for table in OWN}
     parts = {table: names for table, names in parts.items() if names}
+    stored_as_views = _views(con)   # a large run's tables (``store.write_files``)
     for table in parts:
-        kind = con.execute("SELECT table_type FROM information_schema.tables WHERE table_name = ?",
-                           [table]).fetchall()[0][0]
-        con.execute(f'ALTER {"VIEW" if kind == "VIEW" else "TABLE"} "{table}" RENAME TO "_{table}"')
+        con.execute(f'ALTER {"VIEW" if table in stored_as_views else "TABLE"} "{table}" RENAME TO "_{table}"')
     for table, names in parts.items():
         show(con, table, names)
     for view in views:
@@ -309,14 +306,11 @@ def show(con: duckdb.DuckDBPyConnection, table: str, parts: list[str]) -> None:
     once per table; the view's rows are the rows the table would hold."""
     if table not in OWN or not parts or not set(parts) <= set(PARTS):
         raise ValueError(f"no such bulk view: {table!r} of {parts!r}")
-    columns = [r[0] for r in con.execute(
-        "SELECT column_name FROM information_schema.columns WHERE table_name = ? ORDER BY ordinal_position",
-        [f"_{table}"]).fetchall()]
+    columns = _columns(con, f"_{table}")
     selects = [f'SELECT {_listed(columns)} FROM "_{table}"']
     for rows in parts:
         own, first = _part(rows, table)
-        stored = {r[0] for r in con.execute(
-            "SELECT column_name FROM information_schema.columns WHERE table_name = ?", [rows]).fetchall()}
+        stored = set(_columns(con, rows))
         picked = ", ".join(
             (f'b."{c}" AS "{c}"' if c in stored else f'NULL AS "{c}"') if c in own else
             f"'{COLL_KIND}' AS kind" if c == "kind" and table == "collectives" else  # a constant: a filter on kind skips the join
@@ -324,3 +318,15 @@ def show(con: duckdb.DuckDBPyConnection, table: str, parts: list[str]) -> None:
         selects.append(f'SELECT {picked} FROM {rows} b JOIN "_{table}" r '
                        f"ON r.input_id = b.input_id AND r.line_no = b.run_line{first}")
     con.execute(f'CREATE VIEW "{table}" AS ' + " UNION ALL ".join(selects))
+
+
+# The store's own catalogue (``store.STORE_COLUMNS``, ``duckdb_views()``): information_schema
+# lists DuckDB's system views too, 5-7 ms a question where a cache hit asks six.
+def _views(con: duckdb.DuckDBPyConnection) -> set[str]:
+    return {r[0] for r in con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal "
+                                      "AND database_name = current_database() AND schema_name = 'main'").fetchall()}
+
+
+def _columns(con: duckdb.DuckDBPyConnection, table: str) -> list[str]:
+    return [r[1] for r in con.execute(store.STORE_COLUMNS + " AND table_name = ? ORDER BY column_index",
+                                      [table]).fetchall()]
