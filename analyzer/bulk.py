@@ -59,6 +59,13 @@ OWN = {
 }
 # Which row of the table is the run's first line (collectives: the NCCL row of that line).
 _FIRST_ROW = {"lines": "", "nccl_lines": "", "collectives": f" AND r.kind = '{COLL_KIND}'"}
+# What every bulk row has in each table, shown as constants so that a filter on them skips the
+# join where it cannot match (the rules' queries of ``lines`` by kind or for text, of
+# ``nccl_lines`` for unknown kinds, of ``collectives`` without COLL rows). It is what the first
+# line of its run has: a whole COLL line, which only the NCCL parser reads, understood, so its
+# text is not kept (``postmortem.analyzer.ingest._drop_nccl_info_text``).
+_CONSTANT = {"lines": {"kind": parsers.nccl.NAME, "text": None},
+             "nccl_lines": {"kind": parsers.nccl.KINDS[0].name}, "collectives": {"kind": COLL_KIND}}
 SCHEMA = {"input_id": pl.UInt32, "line_no": pl.UInt32, "run_line": pl.UInt32, "offset": pl.UInt64,
           "length": pl.UInt32, "prefix": pl.String, "ext_ts": pl.String, "host": pl.String, "pid": pl.Int64,
           "tid": pl.Int64, "cuda_dev": pl.Int64,
@@ -290,10 +297,10 @@ def _listed(columns) -> str:
     return ", ".join(f'"{c}"' for c in columns)
 
 
-def _part(rows: str, table: str) -> tuple[list[str], str]:
-    """The columns ``rows`` (``ROWS``, ``SKIM_ROWS``) bring themselves to ``table``, and which row
-    of ``table`` is the first line of their run."""
-    return (OWN[table], _FIRST_ROW[table]) if rows == ROWS else (SKIM_OWN, "")
+def _part(rows: str, table: str) -> tuple[list[str], str, dict]:
+    """The columns ``rows`` (``ROWS``, ``SKIM_ROWS``) bring themselves to ``table``, which row of
+    ``table`` is the first line of their run, and the columns all of them have alike there."""
+    return (OWN[table], _FIRST_ROW[table], _CONSTANT[table]) if rows == ROWS else (SKIM_OWN, "", {})
 
 
 PARTS = (ROWS, SKIM_ROWS)
@@ -309,11 +316,11 @@ def show(con: duckdb.DuckDBPyConnection, table: str, parts: list[str]) -> None:
     columns = _columns(con, f"_{table}")
     selects = [f'SELECT {_listed(columns)} FROM "_{table}"']
     for rows in parts:
-        own, first = _part(rows, table)
+        own, first, constant = _part(rows, table)
         stored = set(_columns(con, rows))
         picked = ", ".join(
             (f'b."{c}" AS "{c}"' if c in stored else f'NULL AS "{c}"') if c in own else
-            f"'{COLL_KIND}' AS kind" if c == "kind" and table == "collectives" else  # a constant: a filter on kind skips the join
+            (f"'{constant[c]}' AS \"{c}\"" if constant[c] is not None else f'NULL AS "{c}"') if c in constant else
             f'r."{c}" AS "{c}"' for c in columns)
         selects.append(f'SELECT {picked} FROM {rows} b JOIN "_{table}" r '
                        f"ON r.input_id = b.input_id AND r.line_no = b.run_line{first}")
