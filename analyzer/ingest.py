@@ -906,10 +906,7 @@ def _prepare(pieces: list[Piece], spool: str | None) -> _Prepared:
     # ``others``. With a ``spool`` only the first line of each run of COLL lines is parsed;
     # the rest are read by position (``postmortem.analyzer.bulk``).
     with reading(prepared.ascii):
-        # lazy: the INFO test once (the COLL test holds it)
-        marks = combined.lazy().select(info=parsers.nccl.is_plain_info(pl.col("text")),
-                                       coll=parsers.nccl.is_plain_coll(pl.col("text"))).collect(engine="in-memory")
-    info, coll = marks["info"], marks["coll"]
+        info, coll = parsers.nccl.plain_marks(combined["text"])
     ids = [result.input_id for result, _, _ in pending]
     if spool is not None and coll.any():
         combined, chunk_bulk, prepared.weights, kept, prepared.bulk_counts = bulk.cut(combined, coll, ids)

@@ -172,9 +172,27 @@ def is_plain_coll(text: pl.Expr) -> pl.Expr:
     """A plain INFO line (``is_plain_info``) that is a COLL trace line (`... NCCL INFO
     AllReduce: opCount ...`): the bulk of a COLL-traced log. The message's shape is matched from
     `NCCL INFO `, which a plain line has once, right after its header (cheaper than from the
-    line's start). Evaluated lazily beside ``is_plain_info``, the INFO test is computed once."""
+    line's start). ``plain_marks`` gives both tests of a chunk's lines at less cost."""
     return (is_plain_info(text) & text.str.contains(": opCount ", literal=True)
             & text.str.contains(rx(_COLL_LINE)))
+
+
+def plain_marks(text: pl.Series) -> tuple[pl.Series, pl.Series]:
+    """``is_plain_info`` and ``is_plain_coll`` of every line, alike. The COLL shape, the costliest
+    test (160 ns a line), runs on the INFO lines that hold `: opCount ` alone where they are not
+    most lines: in a log without a COLL trace, on none (a fourth less CPU than both expressions
+    in one select, on a c10d log; the same on a COLL trace)."""
+    tests = text.to_frame("text").select(info=is_plain_info(pl.col("text")),
+                                         op=pl.col("text").str.contains(": opCount ", literal=True))
+    info = tests["info"]
+    coll = (info & tests["op"]).alias("coll")
+    candidates = coll.sum()
+    if candidates > len(coll) // 2:     # (a select: Polars spreads it over the cores a Series call does not)
+        coll = coll & text.to_frame("text").select(pl.col("text").str.contains(rx(_COLL_LINE))).to_series()
+    elif candidates:
+        at = coll.arg_true()
+        coll = coll.scatter(at, text.gather(at).str.contains(rx(_COLL_LINE)))
+    return info, coll.alias("coll")
 
 
 def _prefix_schema() -> pl.Schema:

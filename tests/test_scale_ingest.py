@@ -410,6 +410,27 @@ def test_the_bulk_reads_coll_lines_as_the_nccl_parser_does():
     assert bulk_rows.equals(whole.select(bulk_rows.columns))
 
 
+@pytest.mark.parametrize("coll_lines", [1, 40], ids=["few-coll-lines", "mostly-coll-lines"])
+def test_plain_marks_are_the_two_tests(coll_lines):
+    """``plain_marks`` (what a chunk's lines are marked with) gives what ``is_plain_info`` and
+    ``is_plain_coll`` give, line for line, where COLL lines are few (the shape tested on them
+    alone) or most, with torn, foreign and missing lines among them."""
+    import polars as pl
+
+    import postmortem.parsers.nccl as nccl
+
+    coll = ("node03:38646:35596 [4] NCCL INFO AllReduce: opCount 1a sendbuff 0x1 recvbuff 0x2 count 8 "
+            "datatype 7 op 0 root 0 comm 0x5 [nranks=8] stream 0x6")
+    others = ["node03:38646:35596 [4] NCCL INFO Channel 00/02 : 0 1", "[rank3]: RuntimeError: boom",
+              coll[:60], "[default0]:" + coll, coll.replace("opCount 1a", "opCount zz"),
+              coll.replace(" NCCL INFO", " NCCL INFO NCCL INFO"), None, ""]
+    text = pl.Series("text", [coll] * coll_lines + others, dtype=pl.String)
+    want = text.to_frame().select(info=nccl.is_plain_info(pl.col("text")), coll=nccl.is_plain_coll(pl.col("text")))
+    info, marked = nccl.plain_marks(text)
+    assert info.to_list() == want["info"].to_list() and marked.to_list() == want["coll"].to_list()
+    assert marked.sum() == coll_lines
+
+
 def test_a_parser_failing_on_one_input_of_a_batch_costs_that_input_only(tmp_path, monkeypatch):
     """The env dumps of a chunk are parsed in one call: when it raises, each dump is parsed
     alone, so only the one that breaks the parser loses its rows (with a message saying so)."""
