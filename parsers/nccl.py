@@ -187,7 +187,7 @@ def plain_marks(text: pl.Series) -> tuple[pl.Series, pl.Series]:
     info = tests["info"]
     coll = (info & tests["op"]).alias("coll")
     candidates = coll.sum()
-    if candidates > len(coll) // 2:     # (a select: Polars spreads it over the cores a Series call does not)
+    if candidates > len(coll) // 2:     # in a select, which Polars spreads over the cores (a Series call: one)
         coll = coll & text.to_frame("text").select(pl.col("text").str.contains(rx(_COLL_LINE))).to_series()
     elif candidates:
         at = coll.arg_true()
