@@ -158,8 +158,11 @@ def env_nodes(env: pl.DataFrame, lines: pl.DataFrame | None, inputs: pl.DataFram
         attributed=pl.col("node") if "node" in env.columns else pl.lit(None, dtype=pl.String),
     ).with_columns(pl.col("input_id").cast(pl.UInt32), pl.col("line_no").cast(pl.UInt32))
     if lines is not None and not lines.is_empty() and {"srun_task", "host_tag"} <= set(lines.columns):
-        df = df.join(lines.select(pl.col("input_id").cast(pl.UInt32), pl.col("line_no").cast(pl.UInt32),
-                                  "srun_task", "host_tag"), on=["input_id", "line_no"], how="left")
+        # the lines of the dumps' inputs alone: a join with all of them built a table of every
+        # line (the 10,000-rank run's 1.6 M: 0.4 s)
+        own = lines.lazy().filter(pl.col("input_id").cast(pl.UInt32).is_in(df["input_id"].unique().implode()))
+        df = df.join(own.select(pl.col("input_id").cast(pl.UInt32), pl.col("line_no").cast(pl.UInt32),
+                                "srun_task", "host_tag").collect(engine="in-memory"), on=["input_id", "line_no"], how="left")
     else:
         df = df.with_columns(srun_task=pl.lit(None, dtype=pl.Int32), host_tag=pl.lit(None, dtype=pl.String))
     if inputs is not None and not inputs.is_empty():
