@@ -289,6 +289,26 @@ def test_a_store_file_holds_the_coll_rows_as_a_table(coll_run, tmp_path):
     assert kinds[bulk.ROWS] == "BASE TABLE" and kinds["collectives"] == "VIEW"
 
 
+def test_a_hit_into_a_store_file_writes_the_coll_rows_as_a_table(coll_run, tmp_path, monkeypatch):
+    """A Parquet entry of a COLL run read into ``--db``: the bulk rows become a table of that
+    file and the views are made again over the tables; the store is the one a fresh run gives."""
+    import duckdb
+
+    from postmortem.analyzer import cache
+
+    monkeypatch.setenv("POSTMORTEM_CACHE_DIR", str(tmp_path / "cache"))
+    fresh = store_of([coll_run], use_cache=True)      # parses and fills the cache
+    assert [entry.suffix for entry in cache.entries(tmp_path / "cache")] == [".store"]
+    hit = analyze([coll_run], use_cache=True, db_path=tmp_path / "kept.duckdb")
+    assert hit.timings.get("cache") == "hit"
+    hit.con.close()
+    again = store_of([coll_run], use_cache=True, db_path=tmp_path / "kept.duckdb")
+    assert not differing(fresh[0], again[0]) and fresh[1:] == again[1:]
+    with duckdb.connect(str(tmp_path / "kept.duckdb"), read_only=True) as con:
+        kinds = dict(con.execute("SELECT table_name, table_type FROM information_schema.tables").fetchall())
+    assert kinds[bulk.ROWS] == "BASE TABLE" and kinds["_lines"] == "BASE TABLE" and kinds["lines"] == "VIEW"
+
+
 @pytest.mark.parametrize("large", [False, True], ids=["in-memory", "parquet-tables"])
 def test_findings_are_the_same_with_and_without_the_cache(coll_run, tmp_path, monkeypatch, large):
     """A COLL-traced run's cache entry holds the bulk rows' files and makes the views again on a
