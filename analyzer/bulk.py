@@ -259,7 +259,8 @@ def merge(con: duckdb.DuckDBPyConnection, sink: Sink | None = None) -> tuple[dic
     64-rank COLL trace's 4 M rows into the store took 1.6 s, and a 535 MB log's skimmed lines
     1.1 s. Without (``--db``), they are tables of its file, which users open after the process.
     Returns which parts each table shows (for ``show``) and, with ``sink``, each part's files."""
-    views = _views(con) & {TABLE, SKIM}
+    existing = _views(con)      # the staged rows, and a large run's tables (``store.write_files``)
+    views = existing & {TABLE, SKIM}
     files: dict[str, list[str]] = {}
     if sink is not None:
         if TABLE in views:
@@ -283,9 +284,8 @@ def merge(con: duckdb.DuckDBPyConnection, sink: Sink | None = None) -> tuple[dic
     parts = {table: ([ROWS] if TABLE in views else []) + ([SKIM_ROWS] if table == "lines" and SKIM in views else [])
              for table in OWN}
     parts = {table: names for table, names in parts.items() if names}
-    stored_as_views = _views(con)   # a large run's tables (``store.write_files``)
     for table in parts:
-        con.execute(f'ALTER {"VIEW" if table in stored_as_views else "TABLE"} "{table}" RENAME TO "_{table}"')
+        con.execute(f'ALTER {"VIEW" if table in existing else "TABLE"} "{table}" RENAME TO "_{table}"')
     for table, names in parts.items():
         show(con, table, names)
     for view in views:

@@ -260,15 +260,14 @@ def analyze(paths: list[str | Path], db_path: str | Path | None = None, progress
     t_models = time.perf_counter()
     meter.status("writing the store")
     tables = {**tables, "inputs": parsed.inputs, "ranks": ranks, "lines": lines}
+    con = sink.connection()     # the store the bulk was staged in, or a new one made alike
     files, folders = {}, []
     if spill and db_path is None:
         # A large run with no store file asked for: its tables as Parquet files, views of an
         # in-memory store (store.write_files); the cache entry copies the files.
-        con = sink.con or store.connect(None, capped=True)
         folders.append(store.private_dir() / f"tables-{uuid.uuid4().hex[:12]}")
         written, files = store.write_files(con, tables, folders[0])
     else:
-        con = sink.con or store.connect(db_path)
         written = store.write_all(con, tables)
     derived, bulk_files = {}, {}
     if sink.rows:   # the COLL trace bulk and skimmed lines, shown by views of these tables
