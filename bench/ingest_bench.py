@@ -3,6 +3,7 @@
     python -m bench.ingest_bench --ranks 8,64 [--coll] [--nsys] [--iterations 40] [--repeats 1]
                                  [--case plain-1024,coll-64-871MB,c10d-535MB,...]
                                  [--json FILE] [--keep DIR] [--compare OLD.json] [--no-baseline]
+    python -m bench.ingest_bench --table RESULT.json [--compare OLD.json]    (the README's table)
 
 For each size, generates a deadlock run with ``postmortem.generator`` (8 GPUs per node, watchdog
 timeouts, periodic c10d work updates during a 30-minute hang, py-spy dumps; ``--coll`` adds
@@ -32,7 +33,8 @@ Each reads every file once so that the page cache is warm, then measures in the 
 Times are the best of ``--repeats`` (each repeat a fresh child process). Prints a table per size
 and writes every number, with the machine (cores, memory, Python/Polars/DuckDB versions, the
 git commit), to ``--json`` (default ``ingest_bench.json``). ``--compare OLD.json`` prints new/old
-per size for the runs both files have. Runs go into a temporary folder, removed afterwards unless
+per size for the runs both files have; ``--table RESULT.json`` measures nothing and prints a
+saved result as the README's Markdown table (``old -> new`` in each cell with ``--compare``). Runs go into a temporary folder, removed afterwards unless
 ``--keep DIR``; a run already in ``--keep DIR`` (same spec) is reused rather than generated again.
 
 "lines" is a ``wc -l`` count over the text files (nsys exports and other binary files are left
@@ -489,6 +491,59 @@ def compare(new: dict, old: dict) -> str:
     return "\n".join(out)
 
 
+# The README's table (one row per run): label, key, digits; the times and sizes are the ones
+# ``--table ... --compare OLD.json`` shows as old -> new.
+MARKDOWN = [("MB", "mb", 1), ("lines", "lines", 0), ("files", "files", 0), ("ingest", "ingest_s", 2),
+            ("MB/s", "mb_per_s", 1), ("report", "report_s", 2), ("2nd report", "second_report_s", 2),
+            ("ingest / `grep -c`", "ratio_ingest_grep", 0), ("per-line parser / ours", "ratio_baseline_ingest", 2),
+            ("RSS all at once, MiB", "peak_rss_all_mib", 0)]
+_SECONDS = {"ingest_s", "report_s", "second_report_s"}
+_COMPARED_CELLS = _SECONDS | {"mb_per_s", "ratio_ingest_grep", "ratio_baseline_ingest", "peak_rss_all_mib"}
+
+
+def markdown(new: dict, old: dict | None = None) -> str:
+    """A result's runs as a Markdown table, with lnav's time and how much of the run it indexed
+    (its headless mode skips files of large folders). With ``old`` (an earlier result), each
+    measured cell of a run both have reads ``old -> new``, and the speed probes head the table:
+    times scale with them."""
+    old_rows = {r["key"]: r for r in (old or {}).get("runs", [])}
+    labels = ["run", *[label for label, _, _ in MARKDOWN], "lnav (share of lines indexed)"]
+    lines = [_probes_line(new, old), "", "| " + " | ".join(labels) + " |", "|" + "---|" * len(labels)]
+    for row in new.get("runs", []):
+        prev = old_rows.get(row["key"])
+        cells = [row["key"]]
+        for _, key, digits in MARKDOWN:
+            cell = _cell(row.get(key), key, digits)
+            if prev is not None and key in _COMPARED_CELLS:
+                cell = f"{_cell(prev.get(key), key, digits)} -> {cell}"
+            cells.append(cell)
+        cells.append(_lnav_cell(row))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _cell(value, key: str, digits: int) -> str:
+    text = _fmt(float(value) if isinstance(value, int) and digits else value, digits)
+    if text == "-":
+        return text
+    return f"{text} s" if key in _SECONDS else f"{text}x" if key.startswith("ratio_") else text
+
+
+def _lnav_cell(row: dict) -> str:
+    if not row.get("lnav_s"):
+        return "-"
+    share = f"{row['lnav_lines'] / row['lines']:.0%}" if row.get("lnav_lines") is not None and row.get("lines") else "?"
+    return f"{row['lnav_s']:.2f} s ({share})"
+
+
+def _probes_line(new: dict, old: dict | None) -> str:
+    def said(result: dict) -> str:
+        m = result.get("machine", {})
+        return (f"{m.get('cpu_count', '?')} cores, speed probe {_fmt(m.get('speed_probe_s'), 3)}-"
+                f"{_fmt(m.get('speed_probe_end_s'), 3)} s, commit {str(m.get('git_commit', '?'))[:7]}")
+    return f"Old: {said(old)}; new: {said(new)}." if old else f"Measured: {said(new)}."
+
+
 def parse_ranks(text: str) -> list[int]:
     try:
         ranks = [int(x) for x in text.split(",") if x.strip()]
@@ -522,7 +577,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", type=Path, default=Path("ingest_bench.json"), help="where the numbers go")
     p.add_argument("--keep", type=Path, help="generate runs into DIR/<key> and keep them (reused when the spec matches)")
     p.add_argument("--compare", type=Path, metavar="OLD.json", help="print new/old per size against an earlier --json")
+    p.add_argument("--table", type=Path, metavar="RESULT.json", help="measure nothing: print a saved result as the "
+                   "README's Markdown table (with --compare: old -> new)")
     a = p.parse_args(argv)
+    if a.table is not None:
+        old = json.loads(a.compare.read_text()) if a.compare else None
+        print(markdown(json.loads(a.table.read_text()), old))
+        return 0
     if a.ranks is None:
         a.ranks = [] if a.case else [8, 64]
     cases = [Case(run_key(r, a.coll, a.nsys), r, a.iterations, a.coll, a.nsys) for r in a.ranks] + a.case

@@ -180,3 +180,33 @@ def test_lnav_is_measured_only_when_installed(tmp_path, monkeypatch):
     assert ingest_bench.lnav_coverage(run_dir) is None          # it printed no counts
     fake.write_text("#!/bin/sh\nprintf 'lines files\\n 39604   497 \\n'\n")
     assert ingest_bench.lnav_coverage(run_dir) == (39604, 497)  # lnav_file's sums, as lnav prints them
+
+
+def _result(probe: float, commit: str, **row) -> dict:
+    base = {"key": "plain-1024", "mb": 53.49, "lines": 322183, "files": 3201, "ingest_s": 3.94, "mb_per_s": 13.57,
+            "report_s": 0.75, "second_report_s": 0.18, "ratio_ingest_grep": 82.1, "ratio_baseline_ingest": None,
+            "peak_rss_all_mib": 1454.0, "lnav_s": 0.79, "lnav_lines": 37677}
+    return {"machine": {"cpu_count": 2, "speed_probe_s": probe, "speed_probe_end_s": probe + 0.01,
+                        "git_commit": commit}, "runs": [{**base, **row}]}
+
+
+def test_table_is_the_readme_markdown_with_old_and_new(tmp_path):
+    """``--table`` prints a saved result as the README's table: a row per run, units on the
+    cells, lnav's share of the lines it indexed, "-" where nothing was measured; with
+    ``--compare`` each measured cell reads old -> new and both speed probes are named."""
+    new, old = _result(0.17, "abcdef0123"), _result(0.15, "0123456789", ingest_s=4.5, lnav_s=None)
+    table = ingest_bench.markdown(new).splitlines()
+    assert table[0] == "Measured: 2 cores, speed probe 0.170-0.180 s, commit abcdef0."
+    header, rule, row = table[2:]
+    assert header.count("|") == rule.count("|") == row.count("|")
+    assert row == ("| plain-1024 | 53.5 | 322,183 | 3,201 | 3.94 s | 13.6 | 0.75 s | 0.18 s | 82x | - | 1,454 "
+                   "| 0.79 s (12%) |")
+    both = ingest_bench.markdown(new, old).splitlines()
+    assert both[0].startswith("Old: 2 cores, speed probe 0.150-0.160 s, commit 0123456; new: ")
+    assert "| 4.50 s -> 3.94 s |" in both[-1] and "| 53.5 | 322,183 |" in both[-1]   # sizes stay single
+    (tmp_path / "new.json").write_text(json.dumps(new))
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    proc = subprocess.run([sys.executable, "-m", "bench.ingest_bench", "--table", str(tmp_path / "new.json"),
+                           "--compare", str(tmp_path / "old.json")], cwd=REPO, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0 and proc.stdout.strip() == "\n".join(both), proc.stderr[-2000:]
