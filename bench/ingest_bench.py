@@ -34,8 +34,9 @@ Times are the best of ``--repeats`` (each repeat a fresh child process). Prints 
 and writes every number, with the machine (cores, memory, Python/Polars/DuckDB versions, the
 git commit), to ``--json`` (default ``ingest_bench.json``). ``--compare OLD.json`` prints new/old
 per size for the runs both files have; ``--table RESULT.json`` measures nothing and prints a
-saved result as the README's Markdown table (``old -> new`` in each cell with ``--compare``). Runs go into a temporary folder, removed afterwards unless
-``--keep DIR``; a run already in ``--keep DIR`` (same spec) is reused rather than generated again.
+saved result as the README's Markdown table (``old -> new`` in each cell with ``--compare``).
+Runs go into a temporary folder, removed afterwards unless ``--keep DIR``; a run already in
+``--keep DIR`` (same spec) is reused rather than generated again.
 
 "lines" is a ``wc -l`` count over the text files (nsys exports and other binary files are left
 out of lines and lines/s, but counted in files, MB and MB/s: every reader gets the same folder).
@@ -491,14 +492,14 @@ def compare(new: dict, old: dict) -> str:
     return "\n".join(out)
 
 
-# The README's table (one row per run): label, key, digits; the times and sizes are the ones
-# ``--table ... --compare OLD.json`` shows as old -> new.
+# The README's table (one row per run): label, key, digits. With ``--compare`` every cell but the
+# run's size (``_SIZES``, the same on both sides) reads old -> new.
 MARKDOWN = [("MB", "mb", 1), ("lines", "lines", 0), ("files", "files", 0), ("ingest", "ingest_s", 2),
             ("MB/s", "mb_per_s", 1), ("report", "report_s", 2), ("2nd report", "second_report_s", 2),
             ("ingest / `grep -c`", "ratio_ingest_grep", 0), ("per-line parser / ours", "ratio_baseline_ingest", 2),
             ("RSS all at once, MiB", "peak_rss_all_mib", 0)]
 _SECONDS = {"ingest_s", "report_s", "second_report_s"}
-_COMPARED_CELLS = _SECONDS | {"mb_per_s", "ratio_ingest_grep", "ratio_baseline_ingest", "peak_rss_all_mib"}
+_SIZES = {"mb", "lines", "files"}
 
 
 def markdown(new: dict, old: dict | None = None) -> str:
@@ -514,7 +515,7 @@ def markdown(new: dict, old: dict | None = None) -> str:
         cells = [row["key"]]
         for _, key, digits in MARKDOWN:
             cell = _cell(row.get(key), key, digits)
-            if prev is not None and key in _COMPARED_CELLS:
+            if prev is not None and key not in _SIZES:
                 cell = f"{_cell(prev.get(key), key, digits)} -> {cell}"
             cells.append(cell)
         cells.append(_lnav_cell(row))
