@@ -633,6 +633,21 @@ _ROUTE = [
 ]
 
 
+# What every row and every line this parser understands needs in its own input: an agent event's,
+# the launch and rendezvous banners', Slurm's literals, and a summary block's evidence (a rank's
+# ``(local_rank: L)`` or an exit code's ``(pid: P)``, ``_exits``). The indented lines ``_ROUTE``
+# also takes (a failure table's fields, launch configs) count only under one of them.
+_GATE = [*(literal for literal, *_ in _AGENT_EVENTS), _LAUNCH_HEADER, _RDZV_HEADER,
+         *(literal for literal, *_ in _SLURM_KINDS), "(local_rank:", "(pid:"]
+
+
+def file_gate(text: pl.Expr) -> pl.Expr:
+    """A line this parser could start from: an input without one gives nothing, so the batch
+    leaves it out (``postmortem.analyzer.ingest._parse_batched``; the 10,000 py-spy dumps of a job
+    folder are all indented lines). tests/test_batched_parsing.py holds the skip to the full run."""
+    return any_literal(text, _GATE)
+
+
 def parse(lines: pl.DataFrame) -> ParseResult:
     nothing = ParseResult(tables={"exits": _empty(EXITS_SCHEMA), "agent": _empty(AGENT_SCHEMA),
                                   "slurm": _empty(SLURM_SCHEMA), "events": _empty(EVENTS_SCHEMA)})

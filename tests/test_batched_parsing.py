@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 
+import polars as pl
 import pytest
 
 from postmortem import parsers
@@ -51,15 +52,62 @@ def test_batched_parsing_equals_parsing_each_file_alone(paths, monkeypatch):
     [REAL],
 ], ids=["gpu-fell-off-bus", "host-oom-kill", "real-data-logs"])
 def test_file_gates_skip_only_parsers_that_would_find_nothing(paths, monkeypatch):
-    """Per-file parsers skip inputs without a line their ``file_gate`` passes (and only the
-    inputs with a KEY=VALUE line are asked whether they are env dumps): the store is the same
-    as when every parser reads every input."""
+    """Parsers skip inputs without a line their ``file_gate`` passes: a per-file parser is not
+    run there, a batched one reads the batch without them (and only the inputs with a
+    KEY=VALUE line are asked whether they are env dumps). The store is the same as when every
+    parser reads every input."""
     if not paths[0].exists():
         pytest.skip(f"{paths[0]} is not present")
     from postmortem.analyzer import ingest
 
-    gated = [m.NAME for m in parsers.LOG_PARSERS if hasattr(m, "file_gate") and m not in parsers.BATCHED]
-    assert {"kernel", "health", "scheduler", "hwtools", "nccl_ras", "config"} <= set(gated)
+    gated = [m.NAME for m in parsers.LOG_PARSERS if hasattr(m, "file_gate")]
+    assert {"kernel", "health", "scheduler", "hwtools", "nccl_ras", "config", "torchrun", "torch_errors",
+            "pyspy"} <= set(gated)
     with_gates = _tables(paths)
     monkeypatch.setattr(ingest, "USE_FILE_GATES", False)
     assert _tables(paths) == with_gates
+
+
+def _text_inputs() -> list[tuple[str, bytes]]:
+    """Every real excerpt, and every text file of the samples and the corpus, with cuts: of each,
+    its first two lines (a py-spy dump's header alone); of each real one, its first third and
+    its last third (a dump or a table cut short, a block whose header was lost)."""
+    from tests.fuzz_corpus import real_files
+
+    real = [item for item in real_files() if not item[0].endswith((".json", ".md"))]
+    ours = [(str(p.relative_to(ROOT)), p.read_bytes()) for folder in ("sample_logs", "tests/corpus")
+            for p in sorted((ROOT / folder).rglob("*")) if p.is_file() and p.suffix not in (".json", ".md", ".gz",
+                                                                                         ".sqlite", ".nsys-rep")]
+    cuts = [(f"{name} two lines", b"\n".join(data.split(b"\n")[:2])) for name, data in real + ours]
+    cuts += [(f"{name} head", data[:len(data) // 3]) for name, data in real]
+    cuts += [(f"{name} tail", data[-len(data) // 3:]) for name, data in real]
+    return real + ours + cuts
+
+
+def test_a_batched_parsers_gate_passes_every_input_it_reads_anything_from():
+    """A batched parser with a ``file_gate`` reads only the inputs the gate passes
+    (``postmortem.analyzer.ingest._Numbered.only``). That loses nothing where every row it
+    gives and every line it claims, read from a batch of all the inputs without the gate, lies
+    in an input with a line the gate passes: over the real excerpts, the samples' and the
+    corpus's text files, and cuts of the real ones."""
+    from postmortem.parsers.ascii_text import reading
+    from postmortem.parsers.lines import envelope
+    from tests.fuzz_corpus import batch_frame
+
+    inputs = _text_inputs()
+    assert len(inputs) > 300
+    with reading(False):
+        batch = batch_frame([envelope(data) for _, data in inputs])
+    gated = [m for m in parsers.BATCHED if hasattr(m, "file_gate")]
+    assert {m.NAME for m in gated} == {"torchrun", "torch_errors", "pyspy"}
+    for module in gated:
+        passed = set(batch.filter(module.file_gate(pl.col("text").fill_null("")))["input_id"].to_list())
+        assert 0 < len(passed) < len(inputs), module.NAME     # the gate decides something here
+        with reading(False):
+            result = module.parse(batch)
+        rows = [frame["line_no"] for frame in result.tables.values() if not frame.is_empty()]
+        read = batch.filter(pl.col("line_no").is_in(pl.concat([result.consumed.cast(pl.UInt32), *[
+            r.cast(pl.UInt32) for r in rows]]).implode()))["input_id"].unique().to_list()
+        assert read, module.NAME
+        outside = {inputs[i][0] for i in read if i not in passed}
+        assert not outside, (module.NAME, sorted(outside)[:5])
