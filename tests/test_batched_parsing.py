@@ -111,3 +111,20 @@ def test_a_batched_parsers_gate_passes_every_input_it_reads_anything_from():
         assert read, module.NAME
         outside = {inputs[i][0] for i in read if i not in passed}
         assert not outside, (module.NAME, sorted(outside)[:5])
+
+
+def test_a_gated_batch_keeps_its_inputs_global_rows_and_their_gaps():
+    """``_Numbered.only``: the lines of the inputs a gate passed, with their global rows as they
+    were (the inputs left out leave a gap, so no two inputs' lines become neighbours) and the
+    mapping back to (input, line) cut alike; nothing when no input passed; the whole batch,
+    uncopied, when those inputs hold more than half of its lines."""
+    from postmortem.analyzer.ingest import _Numbered
+
+    lines = pl.DataFrame({"input_id": [3, 3, 5, 5, 5, 5, 5, 8, 8], "line_no": [1, 2, 1, 2, 3, 4, 5, 1, 2],
+                          "text": list("abcdefghi")}, schema_overrides={"input_id": pl.UInt32, "line_no": pl.UInt32})
+    numbered = _Numbered.of(lines)
+    kept = numbered.only({3, 8})
+    assert kept.frame["line_no"].to_list() == [1, 2, 8, 9] and kept.frame["text"].to_list() == list("abhi")
+    assert kept.mapping.rows() == [(1, 3, 1), (2, 3, 2), (8, 8, 1), (9, 8, 2)]
+    assert numbered.only(set()) is None and numbered.only({4}) is None
+    assert numbered.only({5, 8}) is numbered        # 7 of the 9 lines: read them all, as before
