@@ -84,8 +84,9 @@ def _empty() -> pl.DataFrame:
 def file_gate(text: pl.Expr) -> pl.Expr:
     """A line this parser could start from: an input without one gives nothing, so the batch
     leaves it out (``postmortem.analyzer.ingest._parse_batched``). A thread header, or the ``Python
-    v`` line of a dump's header pair (a dump cut short after its header is still understood, where
-    another input has threads). tests/test_batched_parsing.py holds the skip to the full run."""
+    v`` line of a dump's header pair (a dump cut short after its header, as py-spy leaves one it
+    could not sample, is understood too). tests/test_batched_parsing.py holds the skip to the full
+    run."""
     return text.str.contains("Thread ", literal=True) | text.str.contains("Python v", literal=True)
 
 
@@ -93,8 +94,9 @@ def parse(lines: pl.DataFrame) -> ParseResult:
     if lines is None or lines.is_empty() or "text" not in lines.columns:
         return ParseResult(tables={"stacks": _empty()})
     t = pl.col("text")
-    # Cheap gate: no thread header anywhere means no dump in these inputs.
-    if not lines.select(t.str.contains("Thread ", literal=True).any()).item():
+    # Cheap gate: no thread header nor header pair anywhere means no dump in these inputs. (A
+    # header pair counts alone too: read with other inputs, as it is in a batch, it did.)
+    if not lines.select(file_gate(t).any()).item():
         return ParseResult(tables={"stacks": _empty()})
     # Only the candidate lines get a stream key (with the whole frame's line count per stream).
     # Many inputs at once (postmortem.analyzer.ingest): dumps are numbered per input, as for one input.

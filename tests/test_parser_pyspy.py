@@ -140,6 +140,20 @@ def test_process_line_without_python_line_is_not_a_dump():
     assert result.consumed.to_list() == [2, 3]
 
 
+def test_a_dump_cut_after_its_header_is_read_alike_alone_and_beside_a_whole_one():
+    """py-spy prints its header pair and no thread when it cannot sample a process: the pair is
+    the parser's, whether the dump is read alone or in a batch beside a dump with threads (as
+    postmortem.analyzer.ingest reads them)."""
+    from tests.fuzz_corpus import batch_frame
+
+    cut = ("\n".join(DUMP_A[:2]) + "\n").encode()
+    alone = pyspy.parse(bare(cut))
+    assert alone.consumed.to_list() == [1, 2] and alone.tables["stacks"].is_empty()
+    beside = pyspy.parse(batch_frame([bare(cut), bare(("\n".join(DUMP_B) + "\n").encode())]))
+    assert beside.consumed.filter(beside.consumed <= 2).to_list() == [1, 2]
+    assert set(beside.tables["stacks"]["pid"].to_list()) == {4002}
+
+
 def test_frames_without_process_header():
     text = 'Thread 17 (idle): "Dummy-3"\n    run (worker.py:12)\n'
     stacks = pyspy.parse(bare(text.encode())).tables["stacks"]
