@@ -91,13 +91,13 @@ def test_a_batched_parsers_gate_passes_every_input_it_reads_anything_from():
     in an input with a line the gate passes: over the real excerpts, the samples' and the
     corpus's text files, and cuts of the real ones."""
     from postmortem.parsers.ascii_text import reading
-    from postmortem.parsers.lines import envelope_frame
+    from postmortem.parsers.lines import envelope_frame, split_inputs
+    from tests.fuzz_corpus import batch_frame
 
     inputs = _text_inputs()
     assert len(inputs) > 300
-    with reading(False):     # every input's lines in one frame, as a chunk's (ingest._prepare)
-        batch = envelope_frame([data for _, data in inputs]).sort("_input", "line_no").with_columns(
-            input_id=pl.col("_input").cast(pl.UInt32), line_no=pl.int_range(1, pl.len() + 1, dtype=pl.UInt32))
+    with reading(False):     # every input's lines enveloped in one call, as a chunk's (ingest._prepare)
+        batch = batch_frame(split_inputs(envelope_frame([data for _, data in inputs]), len(inputs)))
     gated = [m for m in parsers.BATCHED if hasattr(m, "file_gate")]
     assert {m.NAME for m in gated} == {"torchrun", "torch_errors", "pyspy"}
     for module in gated:
