@@ -242,6 +242,28 @@ def test_monitored_barrier_and_store_wordings_in_c10d():
         + ["store_error"] * 2)
 
 
+def test_c10d_settings_banners_keys_values_and_order():
+    """Both banners' pairs, in the lines' order: an option's key keeps its unit and takes ``pg.``,
+    an environment key drops its explanation (a colon in it too), a value is what follows the
+    pair's last colon."""
+    result = parse(c10d,
+                   "[I1021 10:00:00.1 ProcessGroupNCCL.cpp:900] [PG ID 0 PG GUID 0(default_pg) Rank 3] "
+                   "ProcessGroupNCCL initialization options: size: 8, global rank: 3, TIMEOUT(ms): 600000, PG Name: 0",
+                   "[I1021 10:00:00.2 ProcessGroupNCCL.cpp:901] [PG ID 0 PG GUID 0(default_pg) Rank 3] "
+                   "ProcessGroupNCCL environments: NCCL version: 2.21.5, TORCH_NCCL_ENABLE_MONITORING "
+                   "(Whether to kill: yes): 1, TORCH_NCCL_DUMP_ON_TIMEOUT: 0, no pair here, url: tcp://h:29500",
+                   "[I1021 10:00:00.3 ProcessGroupNCCL.cpp:900] [PG ID 1 PG GUID 1 Rank 3] "
+                   "ProcessGroupNCCL initialization options: size: 2, TIMEOUT(ms): 1800000")
+    settings = result.tables["settings"]
+    assert settings.select("source", "key", "value").rows() == [
+        ("c10d-pg-options", "pg.size", "8"), ("c10d-pg-options", "pg.global rank", "3"),
+        ("c10d-pg-options", "pg.TIMEOUT(ms)", "600000"), ("c10d-pg-options", "pg.PG Name", "0"),
+        ("c10d-env", "NCCL version", "2.21.5"), ("c10d-env", "TORCH_NCCL_ENABLE_MONITORING", "1"),
+        ("c10d-env", "TORCH_NCCL_DUMP_ON_TIMEOUT", "0"), ("c10d-env", "url", "29500"),
+        ("c10d-pg-options", "pg.size", "2"), ("c10d-pg-options", "pg.TIMEOUT(ms)", "1800000")]
+    assert settings["line_no"].to_list() == [1] * 4 + [2] * 4 + [3] * 2
+
+
 def test_detail_fingerprints_every_era():
     result = parse(c10d,
                    "RuntimeError: Detected mismatch between collectives on ranks. Rank 3 is running inconsistent "
