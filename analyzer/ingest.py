@@ -1488,14 +1488,29 @@ def _combine_chunk(ids: list[int], results: list[FileResult], batched: Batched,
     for name in tables.keys() | batched.tables.keys():
         frames = [frame.lazy() for frame in tables.get(name, []) + batched.tables.get(name, [])]
         plan = pl.concat(frames, how="diagonal_relaxed", rechunk=True)
-        # per input: its per-file rows, then each batched parser's (a stable sort keeps that order)
-        plans[name] = plan.sort("input_id", maintain_order=True) if name in batched.tables else plan
+        if name in batched.tables:
+            # Rows of several parsers, each in its own order: put in the table's final order here,
+            # by the chunk's thread (a stable sort keeps what the analysis would have; rows of one
+            # line are never in two chunks). The analysis then finds them in order and leaves them,
+            # where it gathered 55 columns of the 10,000-rank run's 0.5 M events again (0.35 s).
+            plans[name] = plan.sort(row_order(plan.collect_schema().names()) or "input_id", maintain_order=True)
+        else:
+            plans[name] = plan
     merged = dict(zip(plans, collect_each(list(plans.values()))))    # every table in one call
     lines = None
     if line_frames:
         lines = _drop_nccl_info_text(_assign_kinds(pl.concat(line_frames, how="diagonal_relaxed", rechunk=True), claims),
                                      merged.get("nccl_lines"))
     return ChunkResult(ids, [r.item for r in results], lines, merged, errors)
+
+
+def row_order(columns: list[str]) -> list[str] | None:
+    """The columns a table's rows are ordered by (a stable sort), where it has lines: each input's
+    lines in order, and the rows of one line by parser (one parser's in the order it wrote them),
+    so that the order never depends on how the inputs were chunked, segmented or parallelised."""
+    if "input_id" not in columns or "line_no" not in columns:
+        return None
+    return ["input_id", "line_no", *(["parser"] if "parser" in columns else [])]
 
 
 def _drop_nccl_info_text(lines: pl.DataFrame, nccl_lines: pl.DataFrame | None) -> pl.DataFrame:

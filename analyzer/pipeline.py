@@ -22,7 +22,7 @@ from postmortem.analyzer import (budget, bulk, cache, collective_timing, env_mod
                       tails, timeline)
 from postmortem.analyzer.archives import Scratch
 from postmortem.analyzer.discover import discover, materialize, path_parts
-from postmortem.analyzer.ingest import SEGMENT_BYTES, Progress, parse_all
+from postmortem.analyzer.ingest import SEGMENT_BYTES, Progress, parse_all, row_order
 from postmortem.parsers.base import collect_each
 
 LINE_COLUMNS = ["input_id", "line_no", "offset", "length", "kind", "rank", "rank_source", "rank_confidence",
@@ -348,7 +348,8 @@ def _collapse_empty(messages: list[str], keep: int = 3) -> list[str]:
 def _annotate(tables: dict[str, pl.DataFrame], by_line: ByLine) -> dict[str, pl.DataFrame]:
     out, orders, plans = {}, {}, {}
     for name, frame in tables.items():
-        if "line_no" not in frame.columns or "input_id" not in frame.columns:
+        order = row_order(frame.columns)
+        if order is None:
             out[name] = frame
             continue
         plan = frame.lazy()
@@ -362,9 +363,7 @@ def _annotate(tables: dict[str, pl.DataFrame], by_line: ByLine) -> dict[str, pl.
                 [pl.when(fr).then(pl.col(c)).otherwise(pl.col(f"{c}_attr")).alias(c) for c in own]
             ).drop([f"{c}_attr" for c in own])
         extra = [c for c in by_line.rows.columns if c not in frame.columns]
-        # A total order: rows of one line come from one parser in the order it wrote them, so
-        # the order never depends on how the inputs were chunked, segmented or parallelised.
-        orders[name] = ["input_id", "line_no", *(["parser"] if "parser" in frame.columns else [])]
+        orders[name] = order   # a total order: each chunk's thread sorted most tables by it already
         plans[name] = by_line.attached(plan, extra)
     out.update(zip(plans, collect_each(list(plans.values()))))    # every table's in one call
     return _sorted({name: out[name] for name in tables}, orders)

@@ -493,3 +493,24 @@ def test_tables_are_put_in_line_order_as_a_stable_sort_would():
     assert out["events"]["row"].to_list() == [3, 1, 2, 0]
     assert out["ordered"] is ordered and out["empty"] is empty and out["other"] is other
     assert list(out) == list(tables)
+
+
+def test_a_chunks_tables_of_several_parsers_come_out_in_line_order(tmp_path):
+    """A chunk's thread puts each table several parsers wrote into its final order (``row_order``),
+    so that the analysis finds it in order and gathers none of its columns again; the first input's
+    rows stay before the second's."""
+    from postmortem.analyzer.discover import discover
+
+    warn = "h1:100:100 [0] NCCL WARN NET/IB : Got completion from peer with error 12"
+    watchdog = ("[rank0]:[E1021 10:00:0{i}.1 ProcessGroupNCCL.cpp:632] [Rank 0] Watchdog caught collective operation "
+                "timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for "
+                "600001 milliseconds before timing out.")
+    for name in ("a.log", "b.log"):
+        (tmp_path / name).write_text("\n".join(line for i in range(4) for line in (warn, watchdog.format(i=i))) + "\n")
+    items, _ = discover([tmp_path])
+    chunk = ingest.parse_chunk([ingest.Piece(i, item) for i, item in enumerate(items)])
+    events = chunk.tables["events"]
+    assert set(events["parser"]) >= {"nccl", "c10d"}
+    assert events.select("input_id", "line_no", "parser").rows() == sorted(
+        events.select("input_id", "line_no", "parser").rows())
+    assert ingest.row_order(events.columns) == ["input_id", "line_no", "parser"]
