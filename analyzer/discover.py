@@ -821,26 +821,6 @@ def _looks_binary(head: bytes) -> bool:
     return controls > len(start) // 10
 
 
-_ATTEMPT_FOLDER = re.compile(r"(?:^|/)attempt_(\d+)/(\d+)/(?:stdout|stderr)\.log")
-_PYSPY_FILE = re.compile(r"py-?spy[-_]?(\d+)\.txt$")
-
-
-def path_hints(display: str) -> dict:
-    """What a path says: torchrun's ``attempt_N/<local_rank>/`` and py-spy's pid file name."""
-    hints: dict = {}
-    display = display.rsplit("!/", 1)[-1]  # an archive member: its path inside the archive
-    parts = path_parts(display)
-    match = _ATTEMPT_FOLDER.search(display)
-    if match:
-        hints["attempt"] = int(match.group(1))
-        hints["local_rank"] = int(match.group(2))
-    pid = _PYSPY_FILE.search(parts[-1]) if parts else None
-    if pid:
-        hints["pid"] = int(pid.group(1))
-    hints["dirs"] = list(parts[:-1])
-    return hints
-
-
 def path_parts(path: str) -> tuple[str, ...]:
     """``PurePosixPath(path).parts`` without making a path object (a job folder of 31,000 inputs
     asks it of each): empty and ``.`` parts dropped, a root of one slash (``//`` kept: POSIX
