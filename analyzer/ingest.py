@@ -1554,25 +1554,34 @@ def _packed(item: InputFile) -> str | None:
     return COMPRESSED.get(Path(item.source).suffix.lower())
 
 
+_INPUT_SCHEMA = {"input_id": pl.UInt32, "path": pl.String, "abs_path": pl.String, "kind": pl.String,
+                 "compression": pl.String, "bytes": pl.Int64, "mtime": pl.Float64, "lines": pl.Int64,
+                 "parsed_lines": pl.Int64, "unparsed_lines": pl.Int64, "problem": pl.String}
+_INPUT_COLUMNS = {name: dtype for name, dtype in _INPUT_SCHEMA.items() if "lines" not in name}
+
+
 def _inputs_frame(items: list[InputFile], errors: list[str | None], lines: pl.DataFrame,
                   bulk_counts: dict[int, int], skim_counts: dict[int, int] | None = None) -> pl.DataFrame:
     """One row per input; ``bulk_counts``: its COLL trace lines held in the store's ``_bulk``
-    rather than in ``lines`` (all of them understood)."""
-    counts = {} if lines.is_empty() else {
-        i: (n, p) for i, n, p in lines.group_by("input_id").agg(n=pl.len(), p=pl.col("kind").is_not_null().sum()).iter_rows()}
-    rows = []
-    for input_id, (item, error) in enumerate(zip(items, errors)):
-        total, parsed = counts.get(input_id, (0, 0))
-        total, parsed = total + bulk_counts.get(input_id, 0), parsed + bulk_counts.get(input_id, 0)
-        total += (skim_counts or {}).get(input_id, 0)   # skimmed: in the store, not parsed
-        rows.append({
-            "input_id": input_id, "path": item.display, "abs_path": path_text(item.source or item.path),
-            "kind": item.kind, "compression": item.compression or _packed(item), "bytes": item.disk_size or item.size,
-            "mtime": item.mtime, "lines": total, "parsed_lines": parsed,
-            "unparsed_lines": total - parsed,
-            "problem": "; ".join(([error] if error else []) + item.problems) or None,
-        })
-    schema = {"input_id": pl.UInt32, "path": pl.String, "abs_path": pl.String, "kind": pl.String,
-              "compression": pl.String, "bytes": pl.Int64, "mtime": pl.Float64, "lines": pl.Int64,
-              "parsed_lines": pl.Int64, "unparsed_lines": pl.Int64, "problem": pl.String}
-    return pl.DataFrame(rows, schema=schema)
+    rather than in ``lines`` (all of them understood); ``skim_counts``: its skimmed lines, in the
+    store but not parsed. Built a column at a time (a row dict per input cost 0.17 s at 31,251)."""
+    frame = pl.DataFrame({
+        "input_id": range(len(items)), "path": [item.display for item in items],
+        "abs_path": [path_text(item.source or item.path) for item in items], "kind": [item.kind for item in items],
+        "compression": [item.compression or _packed(item) for item in items],
+        "bytes": [item.disk_size or item.size for item in items], "mtime": [item.mtime for item in items],
+        "problem": ["; ".join(([error] if error else []) + item.problems) or None for item, error in zip(items, errors)],
+    }, schema=_INPUT_COLUMNS)
+    # per input: its lines (n) and the parsed ones (p), from the lines, the bulk and the skimmed
+    per_input = {"input_id": pl.UInt32, "n": pl.Int64, "p": pl.Int64}
+    counted = [pl.DataFrame({"input_id": list(bulk_counts), "n": list(bulk_counts.values()),
+                             "p": list(bulk_counts.values())}, schema=per_input),
+               pl.DataFrame({"input_id": list(skim_counts or {}), "n": list((skim_counts or {}).values()),
+                             "p": [0] * len(skim_counts or {})}, schema=per_input)]
+    if not lines.is_empty():
+        counted.append(lines.group_by("input_id").agg(n=pl.len(), p=pl.col("kind").is_not_null().sum()).cast(per_input))
+    totals = pl.concat(counted).group_by("input_id").agg(pl.col("n").sum(), pl.col("p").sum())
+    frame = frame.join(totals, on="input_id", how="left", maintain_order="left").with_columns(
+        lines=pl.col("n").fill_null(0), parsed_lines=pl.col("p").fill_null(0))
+    return frame.with_columns(unparsed_lines=pl.col("lines") - pl.col("parsed_lines")).select(list(_INPUT_SCHEMA))
+
