@@ -1574,14 +1574,14 @@ def _inputs_frame(items: list[InputFile], errors: list[str | None], lines: pl.Da
     }, schema=_INPUT_COLUMNS)
     # per input: its lines (n) and the parsed ones (p), from the lines, the bulk and the skimmed
     per_input = {"input_id": pl.UInt32, "n": pl.Int64, "p": pl.Int64}
+    skimmed = skim_counts or {}
     counted = [pl.DataFrame({"input_id": list(bulk_counts), "n": list(bulk_counts.values()),
                              "p": list(bulk_counts.values())}, schema=per_input),
-               pl.DataFrame({"input_id": list(skim_counts or {}), "n": list((skim_counts or {}).values()),
-                             "p": [0] * len(skim_counts or {})}, schema=per_input)]
+               pl.DataFrame({"input_id": list(skimmed), "n": list(skimmed.values()), "p": [0] * len(skimmed)},
+                            schema=per_input)]
     if not lines.is_empty():
         counted.append(lines.group_by("input_id").agg(n=pl.len(), p=pl.col("kind").is_not_null().sum()).cast(per_input))
     totals = pl.concat(counted).group_by("input_id").agg(pl.col("n").sum(), pl.col("p").sum())
     frame = frame.join(totals, on="input_id", how="left", maintain_order="left").with_columns(
         lines=pl.col("n").fill_null(0), parsed_lines=pl.col("p").fill_null(0))
     return frame.with_columns(unparsed_lines=pl.col("lines") - pl.col("parsed_lines")).select(list(_INPUT_SCHEMA))
-
