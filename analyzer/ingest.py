@@ -13,6 +13,7 @@ analysed.
 
 from __future__ import annotations
 
+import functools
 import io
 import os
 import re
@@ -20,6 +21,7 @@ import sys
 import time
 import types
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from itertools import islice
@@ -35,20 +37,18 @@ from postmortem.analyzer.discover import (SMALL_DECOMPRESSED, Capped, InputError
                                read_capped, read_fd, sniff)
 from postmortem.parsers.ascii_text import all_ascii, reading
 from postmortem.parsers.base import Unreadable, WholeFile, among, collect_each
-from postmortem.parsers.lines import by_input, envelope_frame, slice_inputs
+from postmortem.parsers.lines import by_input, envelope_frame, input_bounds
 
 
 @dataclass
 class FileResult:
     input_id: int
     item: InputFile
-    lines: pl.DataFrame | None = None
+    text: bool = False      # read as text: its lines are in its chunk's (``_Prepared.whole``)
     tables: dict[str, pl.DataFrame] = field(default_factory=dict)
     error: str | None = None
     # What the per-file parsers understood: frames of (input_id, line_no, parser), see _claims.
     claims: list[pl.DataFrame] = field(default_factory=list)
-    # ``lines`` without the COLL trace lines only the NCCL parser reads (``parse_chunk``).
-    others: pl.DataFrame | None = None
     capped: Capped | None = None    # how a text input's bytes were read (cut lines, leading NULs)
 
 
@@ -272,27 +272,18 @@ def _mb_text(n: int) -> str:
     return f"{n / 2**20:.0f} MiB"
 
 
-def parse_text(result: FileResult, lines: pl.DataFrame, others: pl.DataFrame,
-               gates: dict[str, set[int]] | None = None, env_dump: bool = False,
-               at_once: set[str] = frozenset()) -> FileResult:
-    """The per-file parsers over one text input's enveloped lines, stamped with its ``input_id``
-    (``_prepare``: ``lines.by_input``; the batched parsers run later
-    over all inputs at once: ``_parse_batched``). ``others``: the lines without whole COLL trace
-    lines, which only the NCCL parser reads (``parse_chunk``). ``gates`` (``file_gates``): a
-    gated parser runs only on the inputs listed for it. An ``env_dump`` (``_env_dumps``) gets
-    none of them: the env parsers read the chunk's dumps at once (``_parse_env_dumps``).
-    ``at_once``: the parsers that read the chunk's inputs at once (``_parse_at_once``): their
-    rows and the lines they understood are the chunk's already."""
+def parse_text(result: FileResult, chosen: list, lines_of: Callable[[bool], pl.DataFrame]) -> FileResult:
+    """The ``chosen`` per-file parsers over one text input's enveloped lines (``_parse_per_file``;
+    the batched parsers run later over all inputs at once: ``_parse_batched``), their rows
+    stamped with its ``input_id``. ``lines_of(nccl)``: the input's lines, every one for the NCCL
+    parser, else its ``others``: the lines without whole COLL trace lines, which only the NCCL
+    parser reads (``parse_chunk``)."""
     item, input_id = result.item, result.input_id
-    if env_dump:
-        item.kind = "env"
-    chosen = [] if env_dump else [m for m in parsers.LOG_PARSERS if m not in parsers.BATCHED
-                                  and m.NAME not in at_once and _gate_passes(gates, m, input_id)]
     tables: dict[str, list[pl.LazyFrame]] = {}
     claims: list[pl.LazyFrame] = []
     for module in chosen:
         try:
-            parsed = module.parse((lines if module is parsers.nccl else others).drop("input_id"))
+            parsed = module.parse(lines_of(module is parsers.nccl).drop("input_id"))
         except Exception as exc:  # a parser bug must not cost the rest of the run
             item.problems.append(f"parser {module.NAME} failed ({type(exc).__name__}: {exc}); "
                                  "its lines are counted as unparsed")
@@ -304,9 +295,6 @@ def parse_text(result: FileResult, lines: pl.DataFrame, others: pl.DataFrame,
             tables.setdefault(name, []).append(stamped)
         if len(parsed.consumed):
             claims.append(_claims(module.NAME, pl.LazyFrame({"line_no": parsed.consumed}), input_id))
-    result.lines = lines
-    # the same lines (no COLL line in this input) are kept once
-    result.others = lines if others.height == lines.height else others
     # the input's tables and claims in one Polars call (a call each cost more than the work)
     done = collect_each([pl.concat(frames, how="diagonal_relaxed") for frames in tables.values()] + claims)
     result.tables = dict(zip(tables, done))
@@ -388,7 +376,7 @@ def _parse_batched(results: list[FileResult], whole: list[tuple[pl.DataFrame, pl
     ``others`` as frames of many inputs each (``_Prepared.whole``). ``gates`` (``file_gates``): a
     parser that has one reads only the inputs it passes (``_Numbered.only``)."""
     batched = Batched()
-    texts = [r for r in results if r.lines is not None and r.item.kind in ("log", "pyspy")]
+    texts = [r for r in results if r.text and r.item.kind in ("log", "pyspy")]
     frames: dict[tuple, pl.DataFrame | None] = {}   # what a module reads, concatenated once
     numbered: dict[tuple, _Numbered | None] = {}     # and renumbered once, per set of inputs
     for module in parsers.BATCHED:
@@ -425,7 +413,7 @@ def _lines_read(results: list[FileResult], chosen: list[FileResult], nccl: bool,
     if not chosen:
         return None
     frame = pl.concat([lines if nccl else others for lines, others in whole], how="vertical_relaxed", rechunk=True)
-    if len(chosen) < sum(r.lines is not None for r in results):
+    if len(chosen) < sum(r.text for r in results):
         ids = pl.Series([r.input_id for r in chosen], dtype=pl.UInt32)
         frame = frame.filter(pl.col("input_id").is_in(among(ids)))
     return frame
@@ -502,13 +490,12 @@ def _env_dumps(results: list[FileResult], others: pl.DataFrame, gates: dict[str,
     return parsers.envdump.env_dump_inputs(lines)
 
 
-def _parse_env_dumps(dumps: list[FileResult]) -> Batched:
-    """The env parsers once over a chunk's env dumps (their ``others``, stamped by ``parse_text``)."""
+def _parse_env_dumps(dumps: list[FileResult], others: pl.DataFrame) -> Batched:
+    """The env parsers once over a chunk's env dumps (``others``: their lines, in input order)."""
     batched = Batched()
     if dumps:
-        combined = pl.concat([r.others for r in dumps], how="vertical_relaxed", rechunk=True)
         for module in parsers.ENV_PARSERS:
-            _batch_parse(module, _Numbered.of(combined), dumps, batched)
+            _batch_parse(module, _Numbered.of(others), dumps, batched)
     return batched
 
 
@@ -877,8 +864,8 @@ class _Prepared:
     skim_file: str | None = None
     skim_counts: dict[int, int] = field(default_factory=dict)
     extra: pl.DataFrame | None = None   # (input_id, line_no, _x): skimmed lines a kept line stands for
-    # every text input's lines and ``others`` as two frames (what its results' ``lines`` and
-    # ``others`` are slices of): read whole, not put together again from thousands of slices
+    # every text input's lines and ``others`` as two frames, in input order: the batched parsers
+    # read them whole (a parser that reads an input alone gets a slice: ``_parse_per_file``)
     whole: tuple[pl.DataFrame, pl.DataFrame] | None = None
     gates: dict[str, set[int]] | None = None     # ``file_gates`` of its text inputs
     ascii: bool = True      # every byte of its text inputs is ASCII (postmortem.parsers.ascii_text)
@@ -939,15 +926,32 @@ def _parse_per_file(prepared: _Prepared, pending: list, combined: pl.DataFrame, 
     gates = prepared.gates = file_gates(ids, others) if USE_FILE_GATES else None
     every_frame = by_input(combined, ids)
     others_frame = by_input(others, ids) if others is not combined else every_frame
-    every = slice_inputs(every_frame, len(pending))
-    rests = slice_inputs(others_frame, len(pending)) if others is not combined else every
     prepared.whole = (every_frame.drop("_input"), others_frame.drop("_input"))
     results = [result for result, _, _ in pending]
     dumps = _env_dumps(results, others, gates)
     at_once, prepared.at_once = _parse_at_once(results, prepared.whole[1], gates, dumps)
-    for i, (result, lines, rest) in enumerate(zip(results, every, rests)):
-        parse_text(result, lines, rest, gates, env_dump=i in dumps, at_once=at_once)
-    prepared.env = _parse_env_dumps([results[i] for i in sorted(dumps)])
+    per_file = [m for m in parsers.LOG_PARSERS if m not in parsers.BATCHED and m.NAME not in at_once]
+    # An input's lines are cut from the chunk's only for a parser that reads it alone: most
+    # inputs have none (two slices for each of 10,000 ranks' 31,251 inputs: this step took
+    # 1.6-1.8 s of the parse threads' time, 1.0-1.1 s without them).
+    frames = {True: every_frame, False: others_frame}
+    bounds: dict[bool, dict[int, tuple[int, int]]] = {}
+
+    def lines_of(i: int, nccl: bool) -> pl.DataFrame:
+        if nccl not in bounds:
+            bounds[nccl] = input_bounds(frames[nccl])
+        return frames[nccl].slice(*bounds[nccl].get(i, (0, 0))).drop("_input")
+
+    for i, result in enumerate(results):
+        result.text = True
+        if i in dumps:      # the env parsers read the chunk's dumps at once (_parse_env_dumps)
+            result.item.kind = "env"
+            continue
+        chosen = [m for m in per_file if _gate_passes(gates, m, result.input_id)]
+        if chosen:
+            parse_text(result, chosen, functools.partial(lines_of, i))
+    dumped = others_frame.filter(pl.col("_input").is_in(sorted(dumps))).drop("_input") if dumps else None
+    prepared.env = _parse_env_dumps([results[i] for i in sorted(dumps)], dumped)
 
 
 def _finish(held: list[_Prepared]) -> ChunkResult:

@@ -371,14 +371,20 @@ def by_input(frame: pl.DataFrame, input_ids: list[int] | None = None) -> pl.Data
 def slice_inputs(frame: pl.DataFrame, count: int) -> list[pl.DataFrame]:
     """``by_input``'s frame as one frame per input, without ``_input``: slices of one frame (each
     a view, not a copy: thousands of small inputs)."""
-    sizes = frame["_input"].value_counts(sort=False).rows()
-    starts, at = {}, 0
-    for input_index, size in sorted(sizes):
-        starts[input_index] = (at, size)
-        at += size
+    bounds = input_bounds(frame)
     frame = frame.drop("_input")
     empty = frame.clear()
-    return [frame.slice(*starts[i]) if i in starts else empty for i in range(count)]
+    return [frame.slice(*bounds[i]) if i in bounds else empty for i in range(count)]
+
+
+def input_bounds(frame: pl.DataFrame) -> dict[int, tuple[int, int]]:
+    """Where each input's rows are in ``by_input``'s frame: ``_input`` -> (first row, rows)."""
+    sizes = frame["_input"].value_counts(sort=False).rows()
+    bounds, at = {}, 0
+    for input_index, size in sorted(sizes):
+        bounds[input_index] = (at, size)
+        at += size
+    return bounds
 
 
 def _prefixes_for(hosts: frozenset[str], rank_brackets: bool) -> list[tuple[str, str, dict[str, int]]]:
