@@ -22,6 +22,7 @@ from postmortem.analyzer import (budget, bulk, cache, collective_timing, env_mod
                       tails, timeline)
 from postmortem.analyzer.archives import Scratch
 from postmortem.analyzer.discover import discover, materialize, path_parts
+from postmortem.analyzer.gc_passes import fewer_passes
 from postmortem.analyzer.ingest import SEGMENT_BYTES, Progress, parse_all, row_order
 from postmortem.parsers.base import collect_each
 
@@ -159,6 +160,7 @@ class NothingReadable(Exception):
     """No input could be read at all (exit code 2)."""
 
 
+@fewer_passes
 def analyze(paths: list[str | Path], db_path: str | Path | None = None, progress: bool = False,
             exclude: list[str | Path] | None = None, progress_stream=None, use_cache: bool | None = None,
             follow_symlinks: bool = False, background_cache: bool = False, start_cache: bool = True) -> Run:

@@ -16,6 +16,7 @@ import duckdb
 import polars as pl
 
 from postmortem.analyzer import commands
+from postmortem.analyzer.gc_passes import fewer_passes
 from postmortem.analyzer.pipeline import Run
 from postmortem.analyzer.ranges import hostlist, rank_ranges
 from postmortem.analyzer.timeline import log_bounds
@@ -118,6 +119,7 @@ def root_causes(findings) -> list:
     return sorted(roots, key=lambda f: (_layer(f), -f.confidence, f.code))
 
 
+@fewer_passes
 def build_report(run: Run, options: Options | None = None) -> dict:
     """The report of ``run``; its ``findings`` and ``report`` tables are written to the store.
     On a store from the cache, a report the same rules made with the same options is reused
