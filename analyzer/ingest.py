@@ -36,7 +36,7 @@ from postmortem.analyzer.discover import (SMALL_DECOMPRESSED, Capped, InputError
                                decode_to, is_utf16, leading_nuls, max_decompressed, open_input, open_input_fd, path_text,
                                read_capped, read_fd, sniff)
 from postmortem.parsers.ascii_text import all_ascii, reading
-from postmortem.parsers.base import Unreadable, WholeFile, among, collect_each
+from postmortem.parsers.base import ParseResult, Unreadable, WholeFile, among, collect_each
 from postmortem.parsers.lines import by_input, envelope_frame, input_bounds
 
 
@@ -272,22 +272,28 @@ def _mb_text(n: int) -> str:
     return f"{n / 2**20:.0f} MiB"
 
 
-def parse_text(result: FileResult, chosen: list, lines_of: Callable[[bool], pl.DataFrame]) -> FileResult:
+def parse_text(result: FileResult, chosen: list, lines_of: Callable[[bool], pl.DataFrame],
+               at_once: dict[str, dict[int, ParseResult]]) -> FileResult:
     """The ``chosen`` per-file parsers over one text input's enveloped lines (``_parse_per_file``;
     the batched parsers run later over all inputs at once: ``_parse_batched``), their rows
     stamped with its ``input_id``. ``lines_of(nccl)``: the input's lines, every one for the NCCL
     parser, else its ``others``: the lines without whole COLL trace lines, which only the NCCL
-    parser reads (``parse_chunk``)."""
+    parser reads (``parse_chunk``). ``at_once``: per parser that read the chunk's inputs at
+    once (``_parse_at_once``), the rows it gave each input; this input's share is taken as if
+    the parser had read it alone (the lines it understood are the chunk's claims already)."""
     item, input_id = result.item, result.input_id
     tables: dict[str, list[pl.LazyFrame]] = {}
     claims: list[pl.LazyFrame] = []
     for module in chosen:
-        try:
-            parsed = module.parse(lines_of(module is parsers.nccl).drop("input_id"))
-        except Exception as exc:  # a parser bug must not cost the rest of the run
-            item.problems.append(f"parser {module.NAME} failed ({type(exc).__name__}: {exc}); "
-                                 "its lines are counted as unparsed")
-            continue
+        if module.NAME in at_once:
+            parsed = at_once[module.NAME][input_id]
+        else:
+            try:
+                parsed = module.parse(lines_of(module is parsers.nccl).drop("input_id"))
+            except Exception as exc:  # a parser bug must not cost the rest of the run
+                item.problems.append(f"parser {module.NAME} failed ({type(exc).__name__}: {exc}); "
+                                     "its lines are counted as unparsed")
+                continue
         for name, frame in parsed.tables.items():
             if frame.is_empty():
                 continue
@@ -308,18 +314,17 @@ def _gate_passes(gates: dict[str, set[int]] | None, module, input_id: int) -> bo
 
 
 def _parse_at_once(results: list[FileResult], others: pl.DataFrame, gates: dict[str, set[int]] | None,
-                   dumps: set[int]) -> tuple[set[str], Batched]:
+                   dumps: set[int]) -> tuple[dict[str, dict[int, ParseResult]], Batched]:
     """The per-file parsers that can read many inputs at once (``parsers.AT_ONCE``), each once
     over the ``others`` of the chunk's inputs it would read one at a time (those its gate
-    passes, no env dump). Returns the parsers that did, and their rows and the lines they
-    understood for all inputs at once (the ``Batched``), each row with its own input and line
-    number as if the parser had read that input alone. (Per file, a parser of tool output
-    costs 10-20 ms however short the input: a job folder holds such outputs per node; and
-    each input's share of the rows cost a Polars call of its own: 783 of them at 1,024 ranks.)
-    A parser that raises here is left out: ``parse_text`` runs it one input at a time, so that
-    a failure costs only the input it fails on."""
-    done: set[str] = set()
-    batched = Batched()
+    passes, no env dump). Its rows are handed back per input: ``parse_text`` takes each input's
+    share as if the parser had read that input alone; the lines it understood are claimed for
+    all of them at once (the ``Batched``). (Per file, a parser of tool output costs 10-20 ms
+    however short the input: a job folder holds such outputs per node.) A parser that raises
+    here is left out: ``parse_text`` runs it one input at a time, so that a failure costs only
+    the input it fails on."""
+    out: dict[str, dict[int, ParseResult]] = {}
+    claims = Batched()
     for module in parsers.AT_ONCE:
         ids = [r.input_id for i, r in enumerate(results) if i not in dumps and _gate_passes(gates, module, r.input_id)]
         if not ids:     # no input to read (nor will parse_text read one)
@@ -329,16 +334,29 @@ def _parse_at_once(results: list[FileResult], others: pl.DataFrame, gates: dict[
             parsed = module.parse(numbered.frame)
         except Exception:  # noqa: BLE001 -- one input at a time instead (parse_text)
             continue
-        done.add(module.NAME)
-        # a line-number column holding 0 (no such line) keeps it, as the parser gave it alone
-        mapping = pl.concat([numbered.mapping, pl.DataFrame({"_row": [0], "input_id": [None], "_line": [0]},
-                                                            schema=numbered.mapping.schema)])
-        for name, frame in _unbatched(module, parsed.tables, mapping, parser=True).items():
-            if frame["input_id"].null_count():   # a row on line 0 is no input's (as it was per input)
-                frame = frame.filter(pl.col("input_id").is_not_null())
-            batched.tables.setdefault(name, []).append(frame)
-        batched.claims.append(numbered.claims(module.NAME, parsed.consumed))
-    return done, batched
+        out[module.NAME] = _shares(module, parsed, numbered)
+        claims.claims.append(numbered.claims(module.NAME, parsed.consumed))
+    return out, claims
+
+
+def _shares(module, parsed: ParseResult, numbered: _Numbered) -> dict[int, ParseResult]:
+    """``parsed``'s tables, a parser's rows over several inputs, as each input's own: with their
+    line numbers back in the input (``input_id`` dropped)."""
+    # a line-number column holding 0 (no such line) keeps it
+    mapping = pl.concat([numbered.mapping, pl.DataFrame({"_row": [0], "input_id": [None], "_line": [0]},
+                                                        schema=numbered.mapping.schema)])
+    shares: dict[int, ParseResult] = {}
+    for name, frame in _unbatched(module, parsed.tables, mapping).items():
+        if not frame["input_id"].is_sorted():
+            frame = frame.sort("input_id", maintain_order=True)
+        # each input's rows, in their order: a slice of the frame each. (Columns picked by name and
+        # a struct unnested are plain Series work; `drop` and `struct.field` are Polars calls each.)
+        runs = frame["input_id"].rle().struct.unnest()
+        frame, at = frame[[c for c in frame.columns if c != "input_id"]], 0
+        for length, input_id in zip(runs["len"].to_list(), runs["value"].to_list()):
+            shares.setdefault(input_id, ParseResult()).tables[name] = frame.slice(at, length)
+            at += length
+    return shares
 
 
 def _read_whole(result: FileResult, module, source: WholeFile) -> FileResult:
@@ -860,7 +878,7 @@ class _Prepared:
     bulk_file: str | None = None
     bulk_counts: dict[int, int] = field(default_factory=dict)
     env: Batched = field(default_factory=Batched)    # the env parsers' results (_parse_env_dumps)
-    at_once: Batched = field(default_factory=Batched)   # the rows and lines of the parsers at once
+    at_once: Batched = field(default_factory=Batched)   # the lines the parsers at once understood
     skim_file: str | None = None
     skim_counts: dict[int, int] = field(default_factory=dict)
     extra: pl.DataFrame | None = None   # (input_id, line_no, _x): skimmed lines a kept line stands for
@@ -930,7 +948,7 @@ def _parse_per_file(prepared: _Prepared, pending: list, combined: pl.DataFrame, 
     results = [result for result, _, _ in pending]
     dumps = _env_dumps(results, others, gates)
     at_once, prepared.at_once = _parse_at_once(results, prepared.whole[1], gates, dumps)
-    per_file = [m for m in parsers.LOG_PARSERS if m not in parsers.BATCHED and m.NAME not in at_once]
+    per_file = [m for m in parsers.LOG_PARSERS if m not in parsers.BATCHED]
     # An input's lines are cut from the chunk's only for a parser that reads it alone: most
     # inputs have none (two slices for each of 10,000 ranks' 31,251 inputs: this step took
     # 1.6-1.8 s of the parse threads' time, 1.0-1.1 s without them).
@@ -947,9 +965,11 @@ def _parse_per_file(prepared: _Prepared, pending: list, combined: pl.DataFrame, 
         if i in dumps:      # the env parsers read the chunk's dumps at once (_parse_env_dumps)
             result.item.kind = "env"
             continue
-        chosen = [m for m in per_file if _gate_passes(gates, m, result.input_id)]
+        # a parser that read the chunk at once: only where it gave this input rows
+        chosen = [m for m in per_file if (result.input_id in at_once[m.NAME] if m.NAME in at_once
+                                          else _gate_passes(gates, m, result.input_id))]
         if chosen:
-            parse_text(result, chosen, functools.partial(lines_of, i))
+            parse_text(result, chosen, functools.partial(lines_of, i), at_once)
     dumped = others_frame.filter(pl.col("_input").is_in(sorted(dumps))).drop("_input") if dumps else None
     prepared.env = _parse_env_dumps([results[i] for i in sorted(dumps)], dumped)
 

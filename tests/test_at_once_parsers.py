@@ -27,8 +27,8 @@ def _alone(module, data: bytes) -> parsers.base.ParseResult:
     return module.parse(frame)
 
 
-def _rows(tables: dict[str, pl.DataFrame], name: str) -> list[tuple]:
-    frame = tables.get(name)
+def _rows(result, name: str) -> list[tuple]:
+    frame = result.tables.get(name)
     return [] if frame is None or frame.is_empty() else frame.rows()
 
 
@@ -37,18 +37,14 @@ def test_each_input_gets_what_it_would_alone(module):
     datas = _rotations(module.SAMPLE_LINES)
     others = by_input(envelope_frame(datas), [10, 11, 12]).drop("_input")
     results = [ingest.FileResult(10 + i, None) for i in range(len(datas))]
-    done, batched = ingest._parse_at_once(results, others, None, set())
-    claimed = pl.concat([c.lazy() for c in batched.claims]).filter(pl.col("parser") == module.NAME).collect()
-    tables = {name: pl.concat(frames).filter(pl.col("parser") == module.NAME)
-              for name, frames in batched.tables.items()}
-    assert module.NAME in done and claimed.height and any(not t.is_empty() for t in tables.values()), \
-        "the samples gave nothing"
+    shares, claimed = ingest._parse_at_once(results, others, None, set())
+    shares, claimed = shares[module.NAME], pl.concat([c.lazy() for c in claimed.claims]).filter(pl.col("parser") == module.NAME).collect()
+    assert shares and claimed.height, "the samples gave nothing"
     for i, data in enumerate(datas):
         alone = _alone(module, data)
-        share = {name: frame.filter(pl.col("input_id") == 10 + i).drop("input_id", "parser")
-                 for name, frame in tables.items()}
-        for name in alone.tables.keys() | share.keys():
-            assert _rows(share, name) == _rows(alone.tables, name), (module.NAME, i, name)
+        share = shares.get(10 + i, parsers.base.ParseResult())
+        for name in alone.tables.keys() | share.tables.keys():
+            assert _rows(share, name) == _rows(alone, name), (module.NAME, i, name)
         lines = claimed.filter(pl.col("input_id") == 10 + i)["line_no"]
         assert sorted(lines.to_list()) == sorted(alone.consumed.to_list()), (module.NAME, i)
 
@@ -81,8 +77,8 @@ def test_a_parser_failing_at_once_is_run_one_input_at_a_time(monkeypatch):
         return real(lines)
     monkeypatch.setattr(kernel, "parse", apart_only)
     others = by_input(envelope_frame(_rotations(kernel.SAMPLE_LINES)), [0, 1, 2]).drop("_input")
-    done, _ = ingest._parse_at_once([ingest.FileResult(i, None) for i in range(3)], others, None, set())
-    assert kernel.NAME not in done
+    shares, _ = ingest._parse_at_once([ingest.FileResult(i, None) for i in range(3)], others, None, set())
+    assert kernel.NAME not in shares
     fell_back = _tables(paths)
     monkeypatch.setattr(parsers, "AT_ONCE", ())
     assert _tables(paths) == fell_back
