@@ -951,7 +951,7 @@ def _parse_per_file(prepared: _Prepared, pending: list, combined: pl.DataFrame, 
     per_file = [m for m in parsers.LOG_PARSERS if m not in parsers.BATCHED]
     # An input's lines are cut from the chunk's only for a parser that reads it alone: most
     # inputs have none (two slices for each of 10,000 ranks' 31,251 inputs: this step took
-    # 1.6-1.8 s of the parse threads' time, 1.0-1.1 s without them).
+    # 1.9-2.2 s of the parse threads' time, 1.1-1.2 s without them).
     frames = {True: every_frame, False: others_frame}
     bounds: dict[bool, dict[int, tuple[int, int]]] = {}
 
