@@ -238,10 +238,16 @@ def _runs(df: pl.DataFrame, tables: dict[str, pl.DataFrame], decided: pl.Expr) -
     starts = (pl.struct(alike).rle_id().diff().fill_null(1) != 0) | pl.col("_alone").is_not_null() | after_alone
     if "text" in df.columns:
         starts = starts | pl.col("text").str.contains("pid", literal=True).fill_null(False)
-    df = df.with_columns(_run=starts.cum_sum().cast(pl.UInt32)).drop("_alone")
+    df = df.with_columns(_run=starts.cum_sum().cast(pl.UInt32), _start=starts).drop("_alone")
     line_runs = df.select("input_id", "line_no", "_run")
-    heads = df.group_by("_run", maintain_order=True).agg(pl.exclude("_w").first(), pl.col("_w").sum())
-    return heads.select(*df.columns), line_runs
+    # A run's head is its first line, and its weight the lines of the run (the running total at
+    # its last line less that at the last line of the run before): no hashing of a million runs
+    # (a group_by that took the first of every column: 0.34-0.66 s on the 535 MB log's 0.98 M
+    # runs; this, 0.05-0.12 s).
+    upto = pl.col("_w").cum_sum().filter(pl.col("_start").shift(-1).fill_null(True))
+    weight = (upto - upto.shift(1, fill_value=0)).alias("_w")
+    return df.select([weight if c == "_w" else pl.col(c).filter(pl.col("_start"))
+                      for c in df.columns if c != "_start"]), line_runs
 
 
 def _breaks(tables: dict[str, pl.DataFrame]) -> pl.DataFrame:

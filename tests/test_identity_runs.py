@@ -62,6 +62,24 @@ def test_a_long_log_is_attributed_in_far_fewer_rows_than_lines(monkeypatch):
     assert heads["_w"].sum() == parsed.lines.height   # every line counted once, by its run's row
 
 
+def test_a_runs_row_is_its_first_line_and_weighs_the_lines_it_stands_for(monkeypatch):
+    """A run's row is its first line's, with the sum of its lines' weights (a bulk row stands
+    for the COLL lines after it); each line names its run."""
+    import polars as pl
+
+    monkeypatch.setattr(identity, "RUNS_FROM", 0)
+    df = pl.DataFrame({"input_id": [0] * 6 + [1], "line_no": [1, 2, 3, 4, 5, 6, 1],
+                       "rank_tag": [0, 0, None, None, 0, 0, 0], "_w": [1, 3, 1, 2, 5, 1, 4],
+                       "text": ["a", "b", "c", "d", "e", "f", "g"]},
+                      schema={"input_id": pl.UInt32, "line_no": pl.UInt32, "rank_tag": pl.Int32, "_w": pl.UInt32,
+                              "text": pl.String})
+    heads, line_runs = identity._runs(df, {}, decided=pl.col("rank_tag").is_not_null())
+    assert heads.columns == [*df.columns, "_run"] and heads.schema["_w"] == pl.UInt32
+    assert heads.select("line_no", "text", "_w", "_run").rows() == [
+        (1, "a", 4, 1), (3, "c", 3, 2), (5, "e", 6, 3), (1, "g", 4, 4)]
+    assert line_runs["_run"].to_list() == [1, 1, 2, 2, 3, 3, 4]
+
+
 def test_lines_out_of_order_are_attributed_one_by_one(monkeypatch):
     """Runs are consecutive lines; where the lines are not in input and line order, none is taken."""
     import polars as pl
