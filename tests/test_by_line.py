@@ -53,6 +53,9 @@ def test_a_frame_of_the_rows_own_lines_in_their_order_takes_their_columns_as_a_j
                   frame.with_columns(input_id=pl.lit(None, pl.UInt32))):
         assert by_line.attach(other, ["rank", "node"], suffix="_attr").equals(
             joined(other, rows, ["rank", "node"], suffix="_attr"))
+    owned = rows.select("input_id", "line_no", rank=pl.lit(-1, pl.Int64))     # a column of that name already
+    assert by_line.attach(owned, ["rank"]).equals(by_line.attached(owned.lazy(), ["rank"]).collect())
+    assert by_line.attach(owned, ["rank"])["rank"].to_list() == rows["rank"].to_list()
     unkeyed = rows.with_columns(input_id=pl.when(pl.int_range(pl.len()) == 0).then(None).otherwise("input_id"))
     frame = unkeyed.select("input_id", "line_no", text=pl.lit("x"))    # a line without a key joins nothing
     assert ByLine(unkeyed).attach(frame, ["rank"]).equals(joined(frame, unkeyed, ["rank"]))
