@@ -273,3 +273,36 @@ def test_huge_and_bad_numbers():
     assert math.isnan(it["lm_loss"]) and it["global_batch_size"] is None
     (mem,) = result.tables["memory"].to_dicts()
     assert mem["reported_rank"] is None and mem["allocated_mib"] is None and mem["max_allocated_mib"] == 1000.0
+
+
+# A piece as the old patterns read it: the key up to the first colon (lazy, less its trailing
+# blanks) and the value after its leading blanks; without a colon, the last blank-separated word.
+_COLON_PATTERN = r"^(?P<k>[^:]*?)\s*:\s*(?P<v>.*?)$"
+_PIECES = [" consumed samples:   1024 ", "lm loss : 2.5E+00", "key:", ":value", "a: b: c", "tokens 5",
+           "single", "tab\tkey:\t7", "nbsp\u00a0key\u00a0:\u00a0v", "  spaced key   :   v  ", "x\u3000y 3",
+           'we"ird\\ key: 3', "ctl\x01key: \x1fv", "", "   ", "|"]
+
+
+def test_pieces_are_read_as_the_colon_and_bare_patterns_read_them():
+    heads = pl.DataFrame({"line_no": pl.Series([1, 2], dtype=pl.UInt32),
+                          "rest": ["|".join(_PIECES), "|".join(reversed(_PIECES))]})
+    got = megatron._pieces(heads)
+    long = (heads.select("line_no", piece=pl.col("rest").str.split("|")).explode("piece")
+            .with_columns(pl.col("piece").str.strip_chars()).filter(pl.col("piece").str.len_chars() > 0)
+            .with_columns(pos=pl.int_range(pl.len()).over("line_no")))
+    colon = pl.col("piece").str.extract_groups(_COLON_PATTERN)
+    bare = pl.col("piece").str.extract_groups(megatron._PIECE_BARE)
+    has_colon = pl.col("piece").str.contains(":", literal=True)
+    want = long.with_columns(
+        k=pl.when(has_colon).then(colon.struct.field("k")).otherwise(bare.struct.field("k")),
+        v=pl.when(has_colon).then(colon.struct.field("v")).otherwise(bare.struct.field("v")),
+    ).filter(pl.col("k").is_not_null() & (pl.col("k").str.len_chars() > 0))
+    assert got.equals(want)
+    assert ("a", "b: c") in got.select("k", "v").rows() and ("tokens", "5") in got.select("k", "v").rows()
+
+
+def test_json_strings_escape_backslashes_and_quotes_and_blank_control_characters():
+    values = pl.DataFrame({"v": ['we"ird\\', "ctl\x01\x1f\x00x", "plain", "\\\"", ""]})
+    got = values.select(megatron._json_str(pl.col("v")).alias("v"))["v"].to_list()
+    assert got == ['"we\\"ird\\\\"', '"ctl   x"', '"plain"', '"\\\\\\""', '""']
+    assert [json.loads(text) for text in got] == ['we"ird\\', "ctl   x", "plain", '\\"', ""]
