@@ -160,6 +160,20 @@ def test_sacct_plain_fixed_width():
     assert len(result.consumed) == len(lines)
 
 
+def test_many_sacct_outputs_one_after_another_read_as_each_alone():
+    """An epilog's file of sacct outputs, two layouts of each form, one after another: the blocks
+    under one header are read together, and every row is what its block gives alone."""
+    parsable = ["JobID|State|ExitCode|NodeList", "{j}|FAILED|1:0|n[1-2]", "{j}.0|OUT_OF_MEMORY|0:125|n1"]
+    raw = ["JobIDRaw|JobName|State|ExitCode", "{j}|train|TIMEOUT|0:0"]
+    plain = ["JobID           State ExitCode", "------------ ---------- --------", "{j}           COMPLETED      0:0"]
+    blocks = [[line.format(j=100 + n) for line in layout] + [""]
+              for n, layout in enumerate([parsable, raw, plain, plain, parsable, raw] * 3)]
+    job, _nodes, _result, _lines = _job("\n".join(line for block in blocks for line in block) + "\n")
+    alone = [_job("\n".join(block) + "\n")[0].drop("line_no") for block in blocks]
+    assert job.drop("line_no").equals(pl.concat(alone, how="vertical"))
+    assert job["job_id"].n_unique() == len(blocks)
+
+
 def test_scontrol_show_job():
     text = (
         "JobId=4243 JobName=pretrain\n"
