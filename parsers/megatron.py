@@ -295,10 +295,10 @@ def _pieces(frame: pl.DataFrame) -> pl.DataFrame:
         .filter(pl.col("piece").str.len_chars() > 0)
         .with_columns(pos=pl.int_range(pl.len()).over("line_no"))
     )
-    # `key: value`, as _PIECE_COLON reads it: the key up to the first colon less its trailing
-    # blanks, the value after it less its leading ones, cut by position (the pattern's lazy
-    # captures cost 0.5 of 0.63 s on 100,000 iteration lines); the pattern of bare `key value`
-    # pieces runs on those alone (a null elsewhere is skipped).
+    # `key: value` as `^([^:]*?)\s*:\s*(.*?)$` read it: the key up to the first colon less its
+    # trailing blanks, the value after it less its leading ones, cut by position (that pattern's
+    # lazy captures cost 0.5 of 0.63 s on 100,000 iteration lines); the pattern of bare
+    # `key value` pieces runs on those alone (a null elsewhere is skipped).
     halves = pl.col("piece").str.splitn(":", 2).struct
     has_colon = pl.col("piece").str.contains(":", literal=True)
     bare = pl.when(~has_colon).then(pl.col("piece")).str.extract_groups(rx(_PIECE_BARE))

@@ -186,9 +186,8 @@ def _sacct_plain(df: pl.DataFrame) -> tuple[pl.DataFrame, list[int]]:
     df = df.with_columns(_head=is_head)
     df = df.with_columns(_blk=_block_id(pl.col("_dash"), t.str.strip_chars() == ""))
     heads = df.filter(pl.col("_dash") & pl.col("_prev").str.contains(rx(r"(?i)^\s*JobID")).fill_null(False))
-    frames, used = [], []
-    for line_no in heads["line_no"].to_list():
-        used += [line_no - 1, line_no]
+    frames = []
+    used = [n for line_no in heads["line_no"].to_list() for n in (line_no - 1, line_no)]
     for (dash, head), blocks in _blocks_by_head(((dash, head), blk) for dash, head, blk in
                                                 heads.select("text", "_prev", "_blk").iter_rows()):
         spans = [(m.start(), m.end()) for m in re.finditer(r"-+", dash)]
